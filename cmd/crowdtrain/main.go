@@ -1,0 +1,95 @@
+// Command crowdtrain is the one binary of the volunteer training grid:
+// serve runs a coordinator, work joins a worker, status and bench inform.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is the client version workers report in hello.
+const version = "0.1.0"
+
+// usageError marks bad command-line input: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+const usage = `crowdtrain — a volunteer compute grid for training neural networks
+
+Usage:
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR]
+  crowdtrain work   --coordinator ws://HOST:PORT/ws [--threads N]
+  crowdtrain status --coordinator http://HOST:PORT
+  crowdtrain bench  --model NAME [--batch 64] [--threads 1]
+
+Run 'crowdtrain COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command and returns the process exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stdout, stderr)
+	case "work":
+		err = work(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = status(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = bench(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "crowdtrain: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "crowdtrain %s: %v\n", args[0], err)
+		return 2
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return 0 // Ctrl-C: a clean stop
+	default:
+		fmt.Fprintf(stderr, "crowdtrain %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// parseFlags parses fs and turns its errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
+	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+joinNames(coordinator.JobPresetNames())+") or a YAML/JSON spec FILE")
+	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
+	threads := fs.Int("threads", 1, "threads per local worker")
+	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files (default: search, see README)")
+	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *localWorkers < 0 || *threads < 1 {
+		return usagef("--local-workers must be >= 0 and --threads >= 1")
+	}
+	spec, err := coordinator.LoadJobSpec(*jobArg)
+	if err != nil {
+		var se *coordinator.SpecError
+		if errors.As(err, &se) || errors.Is(err, coordinator.ErrUnknownJob) {
+			return &usageError{err.Error()}
+		}
+		return err
+	}
+	logger := log.New(stderr, "", log.LstdFlags)
+	train, test, err := dataset.LoadMNIST(*dataDir)
+	if err != nil {
+		return err
+	}
+	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: logger.Printf})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	job, err := srv.AddJob(spec)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator ws://%s/ws",
+		base, base, ln.Addr())
+
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range *localWorkers {
+		b, err := nativeworker.New(*threads)
+		if err != nil {
+			stopWorkers()
+			return err
+		}
+		wl := log.New(stderr, fmt.Sprintf("local worker %d: ", i+1), log.LstdFlags)
+		w, err := worker.New(worker.Config{
+			Coordinator: "ws://" + ln.Addr().String() + "/ws", Backend: b,
+			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
+			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
+		})
+		if err != nil {
+			stopWorkers()
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
+				wl.Printf("stopped: %v", err)
+			}
+		}()
+	}
+
+	tick := time.NewTicker(*progressEvery)
+	defer tick.Stop()
+	var lastExamples int64
+	lastAt := time.Now()
+	announced := false
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case err := <-serveErr:
+			stopWorkers()
+			wg.Wait()
+			return fmt.Errorf("http server: %w", err)
+		case now := <-tick.C:
+			v, ok, err := srv.JobView(ctx, job.ID)
+			if !ok || err != nil {
+				continue
+			}
+			rate := float64(v.ExamplesSeen-lastExamples) / now.Sub(lastAt).Seconds()
+			lastExamples, lastAt = v.ExamplesSeen, now
+			acc := "-"
+			if v.Eval != nil {
+				acc = fmt.Sprintf("%.4f (v%d)", v.Eval.Accuracy, v.Eval.Version)
+			}
+			if v.State == coordinator.StateRunning {
+				logger.Printf("job %s: epoch %d (%.0f%%), version %d, %.0f examples/s, %d workers, rejected %d, test accuracy %s",
+					v.ID, v.Epoch, 100*v.EpochProgress, v.Version, rate, v.Workers, v.UpdatesRejected, acc)
+			} else if !announced {
+				announced = true
+				logger.Printf("job %s is %s: %s. Still serving the API; Ctrl-C to stop.", v.ID, v.State, v.Reason)
+			}
+		}
+	}
+	logger.Printf("shutting down")
+	stopWorkers()
+	wg.Wait()
+	srv.Close() // tells remote workers the coordinator is going away
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
+}
+
+func joinNames(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out
+}

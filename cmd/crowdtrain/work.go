@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("work", flag.ContinueOnError)
+	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URL`")
+	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU)")
+	token := fs.String("token", "", "join token, if the coordinator asks for one")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	b, err := nativeworker.New(*threads)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	logger := log.New(stderr, "", log.LstdFlags)
+	w, err := worker.New(worker.Config{
+		Coordinator: *coord, Backend: b, Token: *token,
+		Client: "crowdtrain/" + version, Logf: logger.Printf,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	logger.Printf("worker starting: %d threads, coordinator %s", b.Threads(), *coord)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	p := newProgress(stdout)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			p.finish()
+			return err
+		case now := <-tick.C:
+			p.print(now, w.Stats())
+		}
+	}
+}
+
+// progress prints a live line: rewritten in place on a terminal, one line
+// every 10 seconds otherwise (logs).
+type progress struct {
+	out      io.Writer
+	terminal bool
+	last     worker.Stats
+	lastAt   time.Time
+	lastLine time.Time
+	rate     float64
+}
+
+func newProgress(out io.Writer) *progress {
+	p := &progress{out: out, lastAt: time.Now()}
+	if f, ok := out.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.terminal = true
+		}
+	}
+	return p
+}
+
+func (p *progress) print(now time.Time, s worker.Stats) {
+	dt := now.Sub(p.lastAt).Seconds()
+	inst := float64(s.Computed-p.last.Computed) / dt
+	p.rate = 0.7*p.rate + 0.3*inst // smooth the per-second jitter
+	p.last, p.lastAt = s, now
+	state := "working"
+	switch {
+	case !s.Connected:
+		state = "connecting"
+	case s.Idle:
+		state = "idle"
+	}
+	line := fmt.Sprintf("%s | %s | %.0f examples/s | accepted %d, rejected %d | staleness %d | model v%d",
+		s.WorkerID, state, p.rate, s.Accepted, s.Rejected, s.LastStaleness, s.Version)
+	if s.Rejected > 0 && s.LastReason != "" {
+		line += " | last rejection: " + s.LastReason
+	}
+	if p.terminal {
+		fmt.Fprintf(p.out, "\r\033[K%s", line)
+	} else if now.Sub(p.lastLine) >= 10*time.Second {
+		fmt.Fprintln(p.out, line)
+		p.lastLine = now
+	}
+}
+
+func (p *progress) finish() {
+	if p.terminal {
+		fmt.Fprintln(p.out)
+	}
+}

@@ -1,0 +1,337 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// sendQueue bounds what may wait for one worker's socket; a worker that
+// falls this far behind is disconnected rather than waited on.
+const sendQueue = 32
+
+// maxBadMessages is how many invalid (but well-framed) messages a
+// connection may send before it is closed as untrustworthy.
+const maxBadMessages = 16
+
+// workerConn is one connected worker. Its read loop runs in the HTTP
+// handler's goroutine; writeLoop drains send.
+type workerConn struct {
+	id          string
+	hello       protocol.Hello
+	job         *Job
+	remote      string
+	ws          *websocket.Conn
+	send        chan []byte
+	connectedAt time.Time
+
+	lastSeen      atomic.Int64 // unix nanoseconds
+	examples      atomic.Int64
+	accepted      atomic.Int64
+	rejected      atomic.Int64
+	lastStaleness atomic.Int64
+}
+
+// WorkerView is a worker as the API shows it.
+type WorkerView struct {
+	ID            string    `json:"id"`
+	Kind          string    `json:"kind"`
+	Backend       string    `json:"backend"`
+	Threads       int       `json:"threads"`
+	Client        string    `json:"client"`
+	Job           string    `json:"job"`
+	Remote        string    `json:"remote"`
+	Examples      int64     `json:"examples"`
+	Accepted      int64     `json:"accepted"`
+	Rejected      int64     `json:"rejected"`
+	LastStaleness int64     `json:"last_staleness"`
+	ConnectedAt   time.Time `json:"connected_at"`
+	LastSeen      time.Time `json:"last_seen"`
+}
+
+func (w *workerConn) view() WorkerView {
+	return WorkerView{
+		ID: w.id, Kind: w.hello.Kind, Backend: w.hello.Backend, Threads: w.hello.Threads,
+		Client: w.hello.Client, Job: w.job.ID, Remote: w.remote,
+		Examples: w.examples.Load(), Accepted: w.accepted.Load(), Rejected: w.rejected.Load(),
+		LastStaleness: w.lastStaleness.Load(),
+		ConnectedAt:   w.connectedAt, LastSeen: time.Unix(0, w.lastSeen.Load()),
+	}
+}
+
+// maxMessageBytes is the read limit for a job's connections: one full
+// update plus room for the other fields.
+func (j *Job) maxMessageBytes() int64 {
+	return int64(4*j.model.NumParams) + 64<<10
+}
+
+// serveWorker handles /ws: hello, welcome, then wants, results, releases
+// and a bye. Nothing a worker sends can touch the model without passing
+// protocol.Decode and the job's own checks.
+func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.OriginPatterns})
+	if err != nil {
+		return // Accept has answered the request already
+	}
+	s.conns.Add(1)
+	defer s.conns.Done()
+	defer ws.CloseNow()
+	if s.ctx.Err() != nil {
+		ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
+		return
+	}
+	// Hellos are small; the limit rises after the welcome.
+	ws.SetReadLimit(64 << 10)
+
+	job := s.currentJob()
+	if job == nil {
+		s.refuse(ws, websocket.StatusTryAgainLater, "no_job", "the coordinator has no job yet; try again later")
+		return
+	}
+	hctx, cancel := context.WithTimeout(s.ctx, s.cfg.HelloTimeout)
+	hello, err := s.readHello(hctx, ws)
+	cancel()
+	if err != nil {
+		s.cfg.Logf("worker %s: refused: %v", r.RemoteAddr, err)
+		code := websocket.StatusPolicyViolation
+		if errors.Is(err, protocol.ErrVersion) {
+			code = websocket.StatusUnsupportedData
+		}
+		s.refuse(ws, code, "bad_hello", err.Error())
+		return
+	}
+
+	wc := &workerConn{
+		id:          fmt.Sprintf("w%d", s.workerN.Add(1)),
+		hello:       *hello,
+		job:         job,
+		remote:      r.RemoteAddr,
+		ws:          ws,
+		send:        make(chan []byte, sendQueue),
+		connectedAt: time.Now(),
+	}
+	wc.lastSeen.Store(time.Now().UnixNano())
+	ws.SetReadLimit(job.maxMessageBytes())
+
+	ctx, stop := context.WithCancel(s.ctx)
+	defer stop()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.writeLoop(ctx, wc)
+	}()
+
+	s.mu.Lock()
+	s.workers[wc.id] = wc
+	s.mu.Unlock()
+	s.cfg.Logf("worker %s joined job %s: %s/%s, %d threads, %s, from %s",
+		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, r.RemoteAddr)
+	defer func() {
+		s.mu.Lock()
+		delete(s.workers, wc.id)
+		s.mu.Unlock()
+		var n int
+		_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
+		s.cfg.Logf("worker %s left (%d leases queued again): %d accepted, %d rejected",
+			wc.id, n, wc.accepted.Load(), wc.rejected.Load())
+	}()
+
+	if !s.enqueue(wc, &protocol.Welcome{
+		WorkerID: wc.id,
+		Job:      protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams},
+		Limits: protocol.Limits{
+			MaxMessageBytes: job.maxMessageBytes(),
+			LeaseTimeoutMs:  job.Spec.LeaseTimeout.Milliseconds(),
+			MaxLeases:       s.cfg.MaxLeases,
+		},
+	}) {
+		return
+	}
+
+	code, reason := s.readLoop(ctx, wc)
+	stop()
+	<-writerDone
+	ws.Close(code, reason)
+}
+
+func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, error) {
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no hello: %w", err)
+	}
+	if typ != websocket.MessageBinary {
+		return nil, errors.New("hello must be a binary msgpack frame")
+	}
+	m, err := protocol.Decode(data, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	h, ok := m.(*protocol.Hello)
+	if !ok {
+		return nil, fmt.Errorf("first message must be hello, got %s", m.MessageType())
+	}
+	return h, nil
+}
+
+// refuse sends an error message and closes the connection.
+func (s *Server) refuse(ws *websocket.Conn, code websocket.StatusCode, errCode, msg string) {
+	if b, err := protocol.Encode(&protocol.Error{Code: errCode, Message: msg}); err == nil {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
+		_ = ws.Write(ctx, websocket.MessageBinary, b)
+		cancel()
+	}
+	ws.Close(code, truncateReason(msg))
+}
+
+// truncateReason fits a close reason in a control frame (123 bytes).
+func truncateReason(s string) string {
+	if len(s) > 120 {
+		return s[:120]
+	}
+	return s
+}
+
+// enqueue queues m for the writer. It reports false, and closes the
+// connection, when the worker is too far behind.
+func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
+	b, err := protocol.Encode(m)
+	if err != nil {
+		s.cfg.Logf("worker %s: encode %s: %v", wc.id, m.MessageType(), err)
+		return false
+	}
+	select {
+	case wc.send <- b:
+		return true
+	default:
+		s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
+		wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
+		return false
+	}
+}
+
+func (s *Server) writeLoop(ctx context.Context, wc *workerConn) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-wc.send:
+			wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+			err := wc.ws.Write(wctx, websocket.MessageBinary, b)
+			cancel()
+			if err != nil {
+				wc.ws.CloseNow()
+				return
+			}
+		}
+	}
+}
+
+// readLoop handles messages until the worker leaves, breaks the protocol
+// or the server shuts down; it returns how to close the connection.
+func (s *Server) readLoop(ctx context.Context, wc *workerConn) (websocket.StatusCode, string) {
+	job := wc.job
+	limit := int(job.maxMessageBytes())
+	bad := 0
+	for {
+		typ, data, err := wc.ws.Read(ctx)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return websocket.StatusGoingAway, "coordinator shutting down"
+			}
+			// Includes a message over the read limit: the library has
+			// already closed with 1009 (message too big).
+			return websocket.StatusNormalClosure, ""
+		}
+		wc.lastSeen.Store(time.Now().UnixNano())
+		if typ != websocket.MessageBinary {
+			return websocket.StatusUnsupportedData, "messages are binary msgpack frames"
+		}
+		m, err := protocol.Decode(data, limit)
+		var ve *protocol.ValidationError
+		switch {
+		case err == nil:
+		case errors.As(err, &ve) && m != nil:
+			// Well framed but invalid: answer it, keep the connection
+			// unless this keeps happening.
+			if bad++; bad > maxBadMessages {
+				return websocket.StatusPolicyViolation, "too many invalid messages"
+			}
+			if res, ok := m.(*protocol.Result); ok {
+				s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error()})
+				continue
+			}
+			s.enqueue(wc, &protocol.Error{Code: "invalid", Message: err.Error()})
+			continue
+		default:
+			// Framing we cannot parse: the stream cannot be trusted.
+			s.enqueue(wc, &protocol.Error{Code: "malformed", Message: err.Error()})
+			return websocket.StatusUnsupportedData, truncateReason(err.Error())
+		}
+		switch m := m.(type) {
+		case *protocol.Want:
+			s.want(ctx, wc, m.N)
+		case *protocol.Result:
+			s.submit(ctx, wc, submission{worker: wc.id, res: m})
+		case *protocol.Release:
+			_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
+		case *protocol.Bye:
+			return websocket.StatusNormalClosure, "bye"
+		default:
+			if bad++; bad > maxBadMessages {
+				return websocket.StatusPolicyViolation, "too many invalid messages"
+			}
+			s.enqueue(wc, &protocol.Error{Code: "unexpected", Message: fmt.Sprintf("a worker does not send %s messages", m.MessageType())})
+		}
+	}
+}
+
+func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
+	job := wc.job
+	var leases []protocol.Lease
+	var held int
+	var state string
+	err := job.exec(ctx, func(st *jobState) {
+		held = job.heldBy(wc.id)
+		if free := s.cfg.MaxLeases - held; free > 0 {
+			leases = job.grant(wc.id, min(n, free), "")
+		}
+		state = st.state
+	})
+	if err != nil {
+		return
+	}
+	for i := range leases {
+		if !s.enqueue(wc, &leases[i]) {
+			return
+		}
+	}
+	if len(leases) == 0 && held == 0 {
+		idle := &protocol.Idle{Reason: "no task free right now", RetryMs: s.cfg.IdleRetry.Milliseconds()}
+		if state != StateRunning {
+			idle = &protocol.Idle{Reason: "job " + job.ID + " is " + state, RetryMs: 5000}
+		}
+		s.enqueue(wc, idle)
+	}
+}
+
+func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {
+	var ack protocol.Ack
+	if err := wc.job.exec(ctx, func(*jobState) { ack = wc.job.apply(sub) }); err != nil {
+		return
+	}
+	wc.lastStaleness.Store(ack.Staleness)
+	if ack.Accepted {
+		wc.accepted.Add(1)
+		wc.examples.Add(int64(sub.res.Examples))
+	} else {
+		wc.rejected.Add(1)
+	}
+	s.enqueue(wc, &ack)
+}

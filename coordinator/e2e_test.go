@@ -1,0 +1,99 @@
+package coordinator_test
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+func TestMLPReaches97WithTwoWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains MNIST end to end; skipped with -short")
+	}
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", nil))
+	g.addWorker(1, nil)
+	g.addWorker(1, nil)
+	v := g.waitDone(4 * time.Minute)
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
+		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.97", v.State, v.Reason, v.Eval)
+	}
+	if !strings.Contains(v.Reason, "target accuracy") {
+		t.Errorf("reason %q, want the target accuracy reached", v.Reason)
+	}
+	for i, w := range g.workers {
+		if s := w.Stats(); s.Accepted == 0 {
+			t.Errorf("worker %d contributed nothing: %+v", i, s)
+		}
+	}
+	t.Logf("mnist-mlp: accuracy %.4f at version %d, epoch %d, %d examples, mean staleness %.2f, rejections %v",
+		v.Eval.Accuracy, v.Eval.Version, v.Epoch, v.ExamplesSeen, v.MeanStaleness, v.Rejections)
+}
+
+func TestCNNReaches95WithTwoWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains MNIST end to end; skipped with -short")
+	}
+	g := newTestGrid(t, jobSpec(t, "mnist-cnn", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy = 0.95
+		s.MaxEpochs = 2
+		s.EvalEvery = 150
+	}))
+	g.addWorker(1, nil)
+	g.addWorker(1, nil)
+	v := g.waitDone(5 * time.Minute)
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.95 {
+		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.95", v.State, v.Reason, v.Eval)
+	}
+	t.Logf("mnist-cnn: accuracy %.4f at version %d, %d examples", v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen)
+}
+
+// slowBackend delays every gradient, a volunteer on a very slow machine.
+type slowBackend struct {
+	worker.Backend
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (b *slowBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	b.calls.Add(1)
+	time.Sleep(b.delay)
+	return b.Backend.Gradient(params, x, labels, grad)
+}
+
+func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains MNIST end to end; skipped with -short")
+	}
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.MaxStaleness = 2
+	}))
+	fast := g.addWorker(1, nil)
+	var slow *slowBackend
+	slowWorker := g.addWorker(1, func(b worker.Backend) worker.Backend {
+		slow = &slowBackend{Backend: b, delay: 400 * time.Millisecond}
+		return slow
+	})
+	v := g.waitDone(4 * time.Minute)
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < v.Spec.TargetAccuracy {
+		t.Fatalf("job ended %s (%s) with eval %+v, want the target %.2f reached", v.State, v.Reason, v.Eval, v.Spec.TargetAccuracy)
+	}
+	ss, fs := slowWorker.Stats(), fast.Stats()
+	if v.Rejections["stale"] == 0 || ss.Rejected == 0 || ss.LastReason != "stale" {
+		t.Errorf("the delayed worker's late results were not rejected as stale: job rejections %v, slow worker %+v", v.Rejections, ss)
+	}
+	if ss.Accepted > ss.Rejected/4 {
+		t.Errorf("the delayed worker had %d results accepted and %d rejected; with staleness bound 2 nearly all should be stale", ss.Accepted, ss.Rejected)
+	}
+	if fs.Accepted == 0 || fs.Rejected > fs.Accepted/10 {
+		t.Errorf("the healthy worker's results should be applied: %+v", fs)
+	}
+	if slow.calls.Load() == 0 {
+		t.Error("the delayed worker never computed anything")
+	}
+	t.Logf("stale rejections %d; slow worker %d accepted / %d rejected; fast worker %d accepted / %d rejected; accuracy %.4f",
+		v.Rejections["stale"], ss.Accepted, ss.Rejected, fs.Accepted, fs.Rejected, v.Eval.Accuracy)
+}

@@ -1,0 +1,163 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+var (
+	mnistOnce         sync.Once
+	mnistTrain, mnist *dataset.Set
+	mnistErr          error
+)
+
+// loadMNIST loads the real MNIST files once per test binary.
+func loadMNIST(t testing.TB) (train, test *dataset.Set) {
+	t.Helper()
+	mnistOnce.Do(func() { mnistTrain, mnist, mnistErr = dataset.LoadMNIST("") })
+	if mnistErr != nil {
+		t.Fatalf("MNIST is a declared dependency and must be found: %v", mnistErr)
+	}
+	return mnistTrain, mnist
+}
+
+// testGrid is a real coordinator on a loopback port with real workers
+// over real websockets.
+type testGrid struct {
+	t       testing.TB
+	srv     *coordinator.Server
+	http    *httptest.Server
+	job     *coordinator.Job
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	workers []*worker.Worker
+}
+
+func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
+	t.Helper()
+	train, test := loadMNIST(t)
+	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := srv.AddJob(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &testGrid{t: t, srv: srv, http: httptest.NewServer(srv.Handler()), job: job}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	t.Cleanup(g.close)
+	return g
+}
+
+func (g *testGrid) close() {
+	g.cancel()
+	g.wg.Wait()
+	g.srv.Close()
+	g.http.Close()
+}
+
+func (g *testGrid) wsURL() string { return "ws" + strings.TrimPrefix(g.http.URL, "http") + "/ws" }
+
+// addWorker starts a native worker; wrap, if not nil, wraps its backend.
+func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backend) *worker.Worker {
+	g.t.Helper()
+	b, err := nativeworker.New(threads)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var backend worker.Backend = b
+	if wrap != nil {
+		backend = wrap(b)
+	}
+	w, err := worker.New(worker.Config{
+		Coordinator: g.wsURL(), Backend: backend, Client: "test",
+		Logf: g.t.Logf, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.workers = append(g.workers, w)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		_ = w.Run(g.ctx)
+	}()
+	return w
+}
+
+// getJSON fetches an API path into v.
+func (g *testGrid) getJSON(path string, v any) int {
+	g.t.Helper()
+	resp, err := http.Get(g.http.URL + path)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil && resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			g.t.Fatalf("GET %s: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (g *testGrid) jobView() coordinator.JobView {
+	g.t.Helper()
+	var v coordinator.JobView
+	if code := g.getJSON("/api/v1/jobs/"+g.job.ID, &v); code != http.StatusOK {
+		g.t.Fatalf("GET job: status %d", code)
+	}
+	return v
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func (g *testGrid) waitFor(what string, timeout time.Duration, cond func(v coordinator.JobView) bool) coordinator.JobView {
+	g.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v := g.jobView()
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("timed out after %v waiting for %s; job: state %s, epoch %d, version %d, examples %d, rejections %v, eval %+v",
+				timeout, what, v.State, v.Epoch, v.Version, v.ExamplesSeen, v.Rejections, v.Eval)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (g *testGrid) waitDone(timeout time.Duration) coordinator.JobView {
+	g.t.Helper()
+	return g.waitFor("the job to finish", timeout, func(v coordinator.JobView) bool {
+		return v.State != coordinator.StateRunning
+	})
+}
+
+func jobSpec(t testing.TB, preset string, edit func(*coordinator.JobSpec)) coordinator.JobSpec {
+	t.Helper()
+	s, err := coordinator.LoadJobSpec(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&s)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,358 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+)
+
+// Config configures a Server. Train and Test are required.
+type Config struct {
+	Train, Test *dataset.Set
+	// Logf receives progress and problems; nil means log.Printf.
+	Logf func(format string, args ...any)
+	// IdleRetry is how soon a worker with nothing to do asks again.
+	IdleRetry time.Duration
+	// HelloTimeout bounds how long a new connection may take to say hello.
+	HelloTimeout time.Duration
+	// WriteTimeout bounds every websocket write; a worker that cannot take
+	// a message in time is disconnected, never waited on.
+	WriteTimeout time.Duration
+	// MaxLeases is how many leases one worker may hold at once.
+	MaxLeases int
+	// OriginPatterns lists extra browser origins allowed to open /ws (the
+	// coordinator's own host is always allowed).
+	OriginPatterns []string
+}
+
+func (c *Config) setDefaults() {
+	if c.Logf == nil {
+		c.Logf = log.Printf
+	}
+	if c.IdleRetry <= 0 {
+		c.IdleRetry = 250 * time.Millisecond
+	}
+	if c.HelloTimeout <= 0 {
+		c.HelloTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxLeases <= 0 {
+		c.MaxLeases = 2
+	}
+}
+
+// Server is the coordinator: it owns the jobs, accepts worker connections
+// at /ws and serves the JSON API, snapshots and shards.
+//
+// All methods may be called concurrently. Close stops every goroutine the
+// server started and waits for them.
+type Server struct {
+	cfg    Config
+	router *mux.Router
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	leaseIDs atomic.Uint64
+	workerN  atomic.Uint64
+
+	mu      sync.Mutex
+	jobs    []*Job
+	workers map[string]*workerConn
+
+	loops sync.WaitGroup // job loops
+	conns sync.WaitGroup // websocket connections
+	once  sync.Once
+}
+
+// New returns a running server with no jobs.
+func New(cfg Config) (*Server, error) {
+	if cfg.Train == nil || cfg.Test == nil {
+		return nil, errors.New("coordinator: Config.Train and Config.Test are required")
+	}
+	cfg.setDefaults()
+	s := &Server{cfg: cfg, workers: map[string]*workerConn{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.routes()
+	return s, nil
+}
+
+// AddJob validates spec, builds its model at version 0 and starts training.
+func (s *Server) AddJob(spec JobSpec) (*Job, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	// A random suffix keeps ids unique across restarts, so an immutable
+	// snapshot or shard URL never names two different contents.
+	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
+	j, err := newJob(id, spec, s.cfg.Train, s.cfg.Test, &s.leaseIDs, s.cfg.Logf)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.jobs = append(s.jobs, j)
+	s.mu.Unlock()
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		j.run(s.ctx)
+	}()
+	s.cfg.Logf("job %s (%s): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy)
+	return j, nil
+}
+
+// Handler returns the HTTP handler: API, snapshots, shards and /ws.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Close tells every worker the coordinator is going away, stops the job
+// loops and waits for all of it. It is safe to call more than once.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.cancel()
+		s.conns.Wait()
+		s.loops.Wait()
+		s.mu.Lock()
+		jobs := slices.Clone(s.jobs)
+		s.mu.Unlock()
+		for _, j := range jobs {
+			j.evals.Wait()
+		}
+	})
+}
+
+// currentJob is the job new workers join: the newest running one, else
+// the newest.
+func (s *Server) currentJob() *Job {
+	s.mu.Lock()
+	jobs := slices.Clone(s.jobs)
+	s.mu.Unlock()
+	for i := len(jobs) - 1; i >= 0; i-- {
+		var running bool
+		if jobs[i].exec(s.ctx, func(st *jobState) { running = st.state == StateRunning }) == nil && running {
+			return jobs[i]
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	return jobs[len(jobs)-1]
+}
+
+// idSafe keeps the URL-safe characters of a job name.
+func idSafe(name string) string {
+	b := make([]byte, 0, len(name))
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			b = append(b, c)
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		}
+	}
+	if len(b) == 0 || len(b) > 40 {
+		return "job"
+	}
+	return string(b)
+}
+
+func (s *Server) job(id string) *Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// JobViews returns every job as the API shows it.
+func (s *Server) JobViews(ctx context.Context) ([]JobView, error) {
+	s.mu.Lock()
+	jobs := slices.Clone(s.jobs)
+	s.mu.Unlock()
+	out := make([]JobView, 0, len(jobs))
+	for _, j := range jobs {
+		v, err := s.jobView(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *Server) jobView(ctx context.Context, j *Job) (JobView, error) {
+	var v JobView
+	err := j.exec(ctx, func(st *jobState) { v = j.view(st) })
+	v.Workers = s.countWorkers(j.ID)
+	return v, err
+}
+
+// JobView returns one job, or false if there is none with that id.
+func (s *Server) JobView(ctx context.Context, id string) (JobView, bool, error) {
+	j := s.job(id)
+	if j == nil {
+		return JobView{}, false, nil
+	}
+	v, err := s.jobView(ctx, j)
+	return v, true, err
+}
+
+func (s *Server) countWorkers(jobID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, w := range s.workers {
+		if w.job.ID == jobID {
+			n++
+		}
+	}
+	return n
+}
+
+// WorkerViews returns the connected workers, oldest first.
+func (s *Server) WorkerViews() []WorkerView {
+	s.mu.Lock()
+	out := make([]WorkerView, 0, len(s.workers))
+	for _, w := range s.workers {
+		out = append(out, w.view())
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b WorkerView) int { return a.ConnectedAt.Compare(b.ConnectedAt) })
+	return out
+}
+
+func (s *Server) routes() {
+	r := mux.NewRouter()
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	}).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/ws", s.serveWorker)
+	api := r.PathPrefix("/api/v1").Subrouter()
+	api.HandleFunc("/jobs", s.handleJobs).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}", s.handleJob).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/snapshots/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/workers", s.handleWorkers).Methods(http.MethodGet)
+	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)
+	})
+	r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>crowdtrain</title><h1>crowdtrain coordinator</h1>
+<p>Jobs: <a href="/api/v1/jobs">/api/v1/jobs</a> · Workers: <a href="/api/v1/workers">/api/v1/workers</a></p>
+<p>Join with a native worker: <code>crowdtrain work --coordinator ws://HOST/ws</code></p>`)
+	}).Methods(http.MethodGet)
+	s.router = r
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
+	views, err := s.JobViews(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "jobs unavailable: %v", err)
+		return
+	}
+	writeJSON(w, views)
+}
+
+func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	v, ok, err := s.JobView(r.Context(), id)
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, "no job %q; GET /api/v1/jobs lists them", id)
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "job %s unavailable: %v", id, err)
+	default:
+		writeJSON(w, v)
+	}
+}
+
+func (s *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.WorkerViews())
+}
+
+// serveImmutable serves bytes that never change under this URL, so any
+// cache between here and the volunteers may keep them.
+func serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte) {
+	h := w.Header()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("Content-Type", "application/octet-stream")
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = w.Write(body)
+}
+
+func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	j := s.job(vars["id"])
+	if j == nil {
+		writeError(w, http.StatusNotFound, "no job %q", vars["id"])
+		return
+	}
+	version, err := strconv.ParseInt(vars["version"], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
+		return
+	}
+	body := j.snapshotBody(version)
+	if body == nil {
+		// Either never published or already too old for any acceptable
+		// result: the worker should give the lease back and ask again.
+		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
+		return
+	}
+	serveImmutable(w, r, fmt.Sprintf(`"%s-v%d"`, j.ID, version), body)
+}
+
+func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	j := s.job(vars["id"])
+	if j == nil {
+		writeError(w, http.StatusNotFound, "no job %q", vars["id"])
+		return
+	}
+	shard, err := strconv.Atoi(vars["shard"])
+	if err != nil || shard < 0 || shard >= len(j.shardBody) {
+		writeError(w, http.StatusNotFound, "job %s has shards 0..%d, not %q", j.ID, len(j.shardBody)-1, vars["shard"])
+		return
+	}
+	serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard])
+}

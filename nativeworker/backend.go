@@ -1,0 +1,115 @@
+package nativeworker
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Backend computes gradients on the CPU. With more than one thread, a batch
+// is split into contiguous parts, one goroutine per part, and the parts'
+// gradients are combined weighted by their size — the same mean-loss
+// gradient as one thread computes, up to float32 rounding.
+//
+// A Backend is used by one worker loop at a time (Prepare, then Gradient
+// from one goroutine).
+type Backend struct {
+	threads int
+	model   *nn.Model
+	parts   []part
+}
+
+type part struct {
+	ws   *nn.Workspace
+	grad []float32
+	loss float64
+	hits int
+}
+
+// New returns a CPU backend with the given number of threads; 0 means one
+// per CPU.
+func New(threads int) (*Backend, error) {
+	if threads < 0 {
+		return nil, fmt.Errorf("threads must be >= 0 (0 = one per CPU), got %d", threads)
+	}
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	return &Backend{threads: threads}, nil
+}
+
+func (b *Backend) Kind() string  { return protocol.KindNative }
+func (b *Backend) Name() string  { return "cpu-gonum" }
+func (b *Backend) Threads() int  { return b.threads }
+
+// Prepare allocates per-thread workspaces for batches of up to maxBatch.
+func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
+	if maxBatch < 1 {
+		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
+	}
+	n := min(b.threads, maxBatch)
+	per := (maxBatch + n - 1) / n
+	b.model = model
+	b.parts = make([]part, n)
+	for i := range b.parts {
+		b.parts[i].ws = model.NewWorkspace(per)
+		if i > 0 { // part 0 writes straight into the caller's grad
+			b.parts[i].grad = make([]float32, model.NumParams)
+		}
+	}
+	return nil
+}
+
+// Gradient implements worker.Backend.
+func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	if b.model == nil {
+		return 0, 0, fmt.Errorf("nativeworker: Gradient before Prepare")
+	}
+	n := len(labels)
+	parts := min(len(b.parts), n)
+	if parts <= 1 {
+		loss, hits := b.model.Gradient(b.parts[0].ws, params, x, labels, grad)
+		return loss, hits, nil
+	}
+	in := b.model.InputSize
+	per := (n + parts - 1) / parts
+	var wg sync.WaitGroup
+	for i := 0; i < parts; i++ {
+		lo, hi := i*per, min((i+1)*per, n)
+		if lo >= hi {
+			parts = i
+			break
+		}
+		p := &b.parts[i]
+		g := p.grad
+		if i == 0 {
+			g = grad
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.loss, p.hits = b.model.Gradient(p.ws, params, x[lo*in:hi*in], labels[lo:hi], g)
+		}()
+	}
+	wg.Wait()
+	// Each part's gradient is the mean over its own examples; weight by
+	// size to get the mean over the whole batch.
+	w0 := float32(min(per, n)) / float32(n)
+	for k := range grad {
+		grad[k] *= w0
+	}
+	loss, hits := b.parts[0].loss, b.parts[0].hits
+	for i := 1; i < parts; i++ {
+		lo, hi := i*per, min((i+1)*per, n)
+		w := float32(hi-lo) / float32(n)
+		for k, v := range b.parts[i].grad {
+			grad[k] += w * v
+		}
+		loss += b.parts[i].loss
+		hits += b.parts[i].hits
+	}
+	return loss, hits, nil
+}

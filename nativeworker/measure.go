@@ -1,0 +1,86 @@
+package nativeworker
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// Measurement is the training speed of this machine on one model.
+type Measurement struct {
+	Model     string
+	Batch     int
+	Threads   int
+	Rounds    []float64 // examples/s of each timed round
+	Median    float64
+	NumParams int
+}
+
+// Measure times training steps (forward, backward, SGD update) on random
+// inputs, the work a volunteer's CPU does for each lease, and returns the
+// median examples/s over rounds of about `round` each after a warm-up.
+func Measure(preset string, batch, threads, rounds int, round time.Duration) (Measurement, error) {
+	spec, err := nn.Preset(preset)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if batch < 1 || rounds < 1 {
+		return Measurement{}, fmt.Errorf("batch and rounds must be positive, got %d and %d", batch, rounds)
+	}
+	model, err := nn.NewModel(spec)
+	if err != nil {
+		return Measurement{}, err
+	}
+	b, err := New(threads)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if err := b.Prepare(model, batch); err != nil {
+		return Measurement{}, err
+	}
+	params := make([]float32, model.NumParams)
+	model.Init(params, 1)
+	grad := make([]float32, model.NumParams)
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, batch*model.InputSize)
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	labels := make([]int32, batch)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(model.NumClasses))
+	}
+	step := func() error {
+		if _, _, err := b.Gradient(params, x, labels, grad); err != nil {
+			return err
+		}
+		nn.SGDStep(params, grad, 0.01)
+		return nil
+	}
+	// Warm up, and size a round so the clock is read rarely.
+	n, start := 0, time.Now()
+	for time.Since(start) < round/4 || n < 3 {
+		if err := step(); err != nil {
+			return Measurement{}, err
+		}
+		n++
+	}
+	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
+	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams}
+	for range rounds {
+		t0 := time.Now()
+		for range perRound {
+			if err := step(); err != nil {
+				return Measurement{}, err
+			}
+		}
+		m.Rounds = append(m.Rounds, float64(perRound*batch)/time.Since(t0).Seconds())
+	}
+	sorted := slices.Clone(m.Rounds)
+	slices.Sort(sorted)
+	m.Median = sorted[len(sorted)/2]
+	return m, nil
+}

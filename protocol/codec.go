@@ -1,0 +1,206 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Errors callers tell apart with errors.Is.
+var (
+	ErrTooBig      = errors.New("message too big")
+	ErrVersion     = errors.New("protocol version mismatch")
+	ErrUnknownType = errors.New("unknown message type")
+	ErrMalformed   = errors.New("malformed message")
+)
+
+// Floats is a float32 vector that travels as one msgpack bin of
+// little-endian float32s.
+type Floats []float32
+
+// FirstNonFinite returns the index of the first NaN or Inf, or -1.
+func (f Floats) FirstNonFinite() int {
+	for i, v := range f {
+		// v-v is 0 for finite v and NaN for NaN and ±Inf: one compare per element.
+		if v-v != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// littleEndian is true on every platform we ship (amd64, arm64, wasm); the
+// copy loops are the portable fallback.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+func floatBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// EncodeMsgpack writes f as bin.
+func (f Floats) EncodeMsgpack(e *msgpack.Encoder) error {
+	if err := e.EncodeBytesLen(4 * len(f)); err != nil {
+		return err
+	}
+	if littleEndian {
+		_, err := e.Writer().Write(floatBytes(f))
+		return err
+	}
+	var b [4]byte
+	for _, v := range f {
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+		if _, err := e.Writer().Write(b[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeMsgpack reads a bin written by EncodeMsgpack. The length is checked
+// against the bytes actually left in the frame before allocating.
+func (f *Floats) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeBytesLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		*f = nil
+		return nil
+	}
+	if n%4 != 0 {
+		return fmt.Errorf("%w: float32 vector of %d bytes is not a multiple of 4", ErrMalformed, n)
+	}
+	if r, ok := d.Buffered().(*bytes.Reader); !ok || n > r.Len() {
+		return fmt.Errorf("%w: float32 vector claims %d bytes, more than the frame holds", ErrMalformed, n)
+	}
+	out := make([]float32, n/4)
+	if err := d.ReadFull(floatBytes(out)); err != nil {
+		return err
+	}
+	if !littleEndian {
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(floatBytes(out[i : i+1])))
+		}
+	}
+	*f = out
+	return nil
+}
+
+// Encode writes m as one frame: [Version, type, body].
+func Encode(m Message) ([]byte, error) {
+	return AppendEncode(nil, m)
+}
+
+// AppendEncode is Encode into dst's storage (from dst[:0]), so a sender
+// that reuses its buffer allocates nothing per frame once it is large
+// enough. The browser worker depends on that to keep its heap flat.
+func AppendEncode(dst []byte, m Message) ([]byte, error) {
+	buf := bytes.NewBuffer(dst[:0])
+	if r, ok := m.(*Result); ok {
+		buf.Grow(4*len(r.Update) + 256)
+	}
+	enc := msgpack.NewEncoder(buf)
+	if err := enc.EncodeArrayLen(3); err != nil {
+		return nil, err
+	}
+	if err := enc.EncodeInt(Version); err != nil {
+		return nil, err
+	}
+	if err := enc.EncodeString(string(m.MessageType())); err != nil {
+		return nil, err
+	}
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("failed to encode %s: %w", m.MessageType(), err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Decode checks b's size against maxBytes, decodes one frame and validates
+// its body. The returned message never aliases b. When the frame decodes
+// but its body fails validation, Decode returns the message together with a
+// *ValidationError, so a receiver can answer it (a rejected result is
+// acknowledged, not ignored); it must not act on the message otherwise.
+func Decode(b []byte, maxBytes int) (Message, error) {
+	if len(b) > maxBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooBig, len(b), maxBytes)
+	}
+	r := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(r)
+	n, err := dec.DecodeArrayLen()
+	if err != nil || n != 3 {
+		return nil, fmt.Errorf("%w: a frame is the array [version, type, body]", ErrMalformed)
+	}
+	v, err := dec.DecodeInt()
+	if err != nil {
+		return nil, fmt.Errorf("%w: version: %v", ErrMalformed, err)
+	}
+	if v != Version {
+		return nil, fmt.Errorf("%w: peer speaks protocol %d, this side speaks %d: upgrade the older side", ErrVersion, v, Version)
+	}
+	t, err := dec.DecodeString()
+	if err != nil {
+		return nil, fmt.Errorf("%w: type: %v", ErrMalformed, err)
+	}
+	m := newMessage(Type(t))
+	if m == nil {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, truncate(t, 32))
+	}
+	if err := dec.Decode(m); err != nil {
+		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, t, err)
+	}
+	if r.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the %s body", ErrMalformed, r.Len(), t)
+	}
+	if err := m.Validate(); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// EncodeFloats returns f as little-endian float32 bytes: the body of a
+// snapshot resource.
+func EncodeFloats(f []float32) []byte {
+	out := make([]byte, 4*len(f))
+	if littleEndian {
+		copy(out, floatBytes(f))
+		return out
+	}
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	}
+	return out
+}
+
+// DecodeFloatsInto decodes a snapshot body into dst, which must have exactly
+// the length the body holds; every value must be finite.
+func DecodeFloatsInto(dst []float32, b []byte) error {
+	if len(b) != 4*len(dst) {
+		return fmt.Errorf("%w: snapshot of %d bytes, want %d (%d float32s)", ErrMalformed, len(b), 4*len(dst), len(dst))
+	}
+	if littleEndian {
+		copy(floatBytes(dst), b)
+	} else {
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	}
+	if i := Floats(dst).FirstNonFinite(); i >= 0 {
+		return fmt.Errorf("%w: snapshot value %d is %v", ErrMalformed, i, dst[i])
+	}
+	return nil
+}

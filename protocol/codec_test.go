@@ -1,0 +1,208 @@
+package protocol
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+const testLimit = 1 << 20
+
+func sampleMessages() []Message {
+	spec, _ := nn.Preset("mnist-mlp")
+	return []Message{
+		&Hello{Protocol: Version, Kind: KindNative, Backend: "cpu", Threads: 2, Client: "crowdtrain test", Codecs: []string{CodecF32}},
+		&Welcome{WorkerID: "w-1", Job: JobInfo{ID: "job-1", Name: "mnist-mlp", Model: spec, NumParams: 10},
+			Limits: Limits{MaxMessageBytes: 1 << 20, LeaseTimeoutMs: 30000, MaxLeases: 2}},
+		&Want{N: 2},
+		&Lease{ID: 7, JobID: "job-1", ShardID: 3, ShardURL: "/s/3", Start: 64, Count: 64, BaseVersion: 12,
+			SnapshotURL: "/snap/12", BatchSize: 64, LocalSteps: 1, InnerLR: 0.01, DeadlineUnixMs: 1e12},
+		&Result{LeaseID: 7, JobID: "job-1", BaseVersion: 12, Codec: CodecF32, Update: Floats{1, -2.5, 3e-8},
+			Examples: 64, LossSum: 12.5, Correct: 60, ComputeMs: 4.2},
+		&Ack{LeaseID: 7, Accepted: false, Reason: ReasonStale, Detail: "staleness 5 > 2", Staleness: 5, Version: 17},
+		&Idle{Reason: "job paused", RetryMs: 1000},
+		&Release{LeaseIDs: []uint64{7, 8}, Reason: "snapshot gone"},
+		&Bye{Reason: "shutting down"},
+		&Error{Code: "bad_hello", Message: "what went wrong"},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, m := range sampleMessages() {
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatalf("encode %s: %v", m.MessageType(), err)
+		}
+		got, err := Decode(b, testLimit)
+		if err != nil {
+			t.Fatalf("decode %s: %v", m.MessageType(), err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("%s round trip:\n got %+v\nwant %+v", m.MessageType(), got, m)
+		}
+	}
+}
+
+// A float vector must be one bin, not an array of msgpack floats.
+func TestFloatsAreBin(t *testing.T) {
+	b, err := msgpack.Marshal(Floats{1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 0xc4 || b[1] != 12 || len(b) != 14 { // bin8, 12 bytes
+		t.Fatalf("Floats{1,2,3} encoded as % x, want bin8 of 12 bytes", b)
+	}
+	if got := b[2:6]; !reflect.DeepEqual(got, []byte{0, 0, 0x80, 0x3f}) { // 1.0 little-endian
+		t.Fatalf("first float bytes % x, want little-endian 1.0", got)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good := func(m Message) []byte {
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	raw := func(v ...any) []byte {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	result := func(update Floats) *Result {
+		return &Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: update, Examples: 1}
+	}
+	var ve *ValidationError
+	cases := []struct {
+		name  string
+		frame []byte
+		check func(error) bool
+	}{
+		{"too big", good(result(make(Floats, testLimit/4))), func(err error) bool { return errors.Is(err, ErrTooBig) }},
+		{"version", raw(Version+1, "want", map[string]int{"n": 1}), func(err error) bool { return errors.Is(err, ErrVersion) }},
+		{"unknown type", raw(Version, "gimme", map[string]int{}), func(err error) bool { return errors.Is(err, ErrUnknownType) }},
+		{"not an array", good(&Want{N: 1})[1:], func(err error) bool { return errors.Is(err, ErrMalformed) }},
+		{"trailing bytes", append(good(&Want{N: 1}), 0), func(err error) bool { return errors.Is(err, ErrMalformed) }},
+		{"truncated", good(result(Floats{1, 2}))[:20], func(err error) bool { return errors.Is(err, ErrMalformed) }},
+		{"want 0", good(&Want{N: 0}), func(err error) bool { return errors.As(err, &ve) && ve.Field == "n" }},
+		{"NaN update", good(result(Floats{1, float32(math.NaN())})), func(err error) bool { return errors.As(err, &ve) && ve.Field == "update" }},
+		{"Inf update", good(result(Floats{float32(math.Inf(-1))})), func(err error) bool { return errors.As(err, &ve) && ve.Field == "update" }},
+		{"empty update", good(result(nil)), func(err error) bool { return errors.As(err, &ve) && ve.Field == "update" }},
+		{"hello kind", good(&Hello{Protocol: Version, Kind: "toaster", Backend: "cpu", Threads: 1}), func(err error) bool { return errors.As(err, &ve) && ve.Field == "kind" }},
+		{"hello version", good(&Hello{Protocol: 99, Kind: KindNative, Backend: "cpu", Threads: 1}), func(err error) bool { return errors.Is(err, ErrVersion) }},
+		{"odd bin", raw(Version, "result", map[string]any{"lease_id": 1, "update": []byte{1, 2, 3}}), func(err error) bool { return errors.Is(err, ErrMalformed) }},
+		{"wrong field type", raw(Version, "want", map[string]any{"n": "two"}), func(err error) bool { return errors.Is(err, ErrMalformed) }},
+	}
+	for _, c := range cases {
+		m, err := Decode(c.frame, testLimit)
+		if err == nil {
+			t.Errorf("%s: decoded %+v, want an error", c.name, m)
+			continue
+		}
+		if !c.check(err) {
+			t.Errorf("%s: wrong error %T: %v", c.name, err, err)
+		}
+		if err.Error() == "" {
+			t.Errorf("%s: empty error text", c.name)
+		}
+	}
+}
+
+func TestFloatsHelpers(t *testing.T) {
+	in := []float32{0, -1.5, 3.25, math.MaxFloat32}
+	out := make([]float32, len(in))
+	if err := DecodeFloatsInto(out, EncodeFloats(in)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("got %v, want %v", out, in)
+	}
+	if err := DecodeFloatsInto(make([]float32, 3), EncodeFloats(in)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("wrong length: err %v, want ErrMalformed", err)
+	}
+	if err := DecodeFloatsInto(make([]float32, 1), EncodeFloats([]float32{float32(math.NaN())})); !errors.Is(err, ErrMalformed) {
+		t.Errorf("NaN snapshot: err %v, want ErrMalformed", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, m := range sampleMessages() {
+		b, err := Encode(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x93, 0x01, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81, 0xa6, 'u', 'p', 'd', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xf0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b, 1<<16)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must validate and survive a round trip unchanged.
+		if err := m.Validate(); err != nil {
+			t.Fatalf("decoded message fails validation: %v", err)
+		}
+		b2, err := Encode(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		m2, err := Decode(b2, 1<<17)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if !reflect.DeepEqual(m, m2) {
+			t.Fatalf("round trip changed the message:\n%+v\n%+v", m, m2)
+		}
+	})
+}
+
+func FuzzDecodeFloats(f *testing.F) {
+	f.Add(EncodeFloats([]float32{1, 2, 3}), 3)
+	f.Add([]byte{0, 0, 0xc0, 0x7f}, 1)
+	f.Add([]byte{1, 2, 3}, 1)
+	f.Fuzz(func(t *testing.T, b []byte, n int) {
+		if n < 0 || n > 1<<12 {
+			return
+		}
+		dst := make([]float32, n)
+		if err := DecodeFloatsInto(dst, b); err != nil {
+			return
+		}
+		if got := EncodeFloats(dst); string(got) != string(b) {
+			t.Fatalf("re-encode differs")
+		}
+	})
+}
+
+func BenchmarkEncodeResult(b *testing.B) {
+	m := &Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 235146), Examples: 64}
+	b.SetBytes(int64(4 * len(m.Update)))
+	for b.Loop() {
+		if _, err := Encode(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeResult(b *testing.B) {
+	frame, err := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 235146), Examples: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := Decode(frame, 1<<22); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package protocol
+
+import (
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// Version is the protocol version. A peer speaking another version is
+// refused with a message that says which one to upgrade.
+const Version = 1
+
+// Type names a message kind on the wire.
+type Type string
+
+const (
+	TypeHello   Type = "hello"   // worker → coordinator, first message
+	TypeWelcome Type = "welcome" // coordinator → worker, answer to hello
+	TypeWant    Type = "want"    // worker → coordinator: give me N more leases
+	TypeLease   Type = "lease"   // coordinator → worker: one task
+	TypeResult  Type = "result"  // worker → coordinator: a finished task
+	TypeAck     Type = "ack"     // coordinator → worker: result accepted or rejected
+	TypeIdle    Type = "idle"    // coordinator → worker: no work now, ask again later
+	TypeRelease Type = "release" // worker → coordinator: give leases back unfinished
+	TypeBye     Type = "bye"     // worker → coordinator: leaving
+	TypeError   Type = "error"   // either way: a problem, usually followed by a close
+)
+
+// Worker kinds a hello may carry.
+const (
+	KindNative  = "native"
+	KindBrowser = "browser"
+	KindGPU     = "gpu"
+)
+
+// CodecF32 is the only update codec every peer speaks: little-endian float32.
+const CodecF32 = "f32"
+
+// Rejection reasons an Ack carries, also the keys of a job's rejections.
+const (
+	ReasonStale        = "stale"         // base version further behind than max_staleness
+	ReasonInvalid      = "invalid"       // wrong length, non-finite values, bad fields
+	ReasonUnknownLease = "unknown_lease" // never issued, expired, or not this worker's
+	ReasonNotRunning   = "not_running"   // the job is paused, done or failed
+)
+
+// Bounds on what a peer may ask for, checked by Validate.
+const (
+	MaxWant       = 8
+	maxThreads    = 4096
+	maxShortText  = 128
+	maxLongText   = 4096
+	maxCodecs     = 16
+	maxReleaseIDs = 64
+)
+
+// Message is implemented by every message body.
+type Message interface {
+	MessageType() Type
+	// Validate checks the fields a receiver can check without context.
+	Validate() error
+}
+
+// Hello is the first message on every connection.
+type Hello struct {
+	Protocol int      `msgpack:"protocol"`
+	Kind     string   `msgpack:"kind"`    // native, browser or gpu
+	Backend  string   `msgpack:"backend"` // e.g. "cpu-gonum", "wasm", "cuda"
+	Threads  int      `msgpack:"threads"`
+	Client   string   `msgpack:"client"` // client software and version
+	Codecs   []string `msgpack:"codecs,omitempty"`
+	Token    string   `msgpack:"token,omitempty"` // optional join token
+}
+
+// Limits are what the coordinator enforces on this connection.
+type Limits struct {
+	MaxMessageBytes int64 `msgpack:"max_message_bytes"`
+	LeaseTimeoutMs  int64 `msgpack:"lease_timeout_ms"`
+	MaxLeases       int   `msgpack:"max_leases"` // leases a worker may hold at once
+}
+
+// JobInfo tells a worker what it trains.
+type JobInfo struct {
+	ID        string       `msgpack:"id"`
+	Name      string       `msgpack:"name"`
+	Model     nn.ModelSpec `msgpack:"model"`
+	NumParams int          `msgpack:"num_params"`
+}
+
+// Welcome answers a hello.
+type Welcome struct {
+	WorkerID string  `msgpack:"worker_id"`
+	Job      JobInfo `msgpack:"job"`
+	Limits   Limits  `msgpack:"limits"`
+}
+
+// Want asks for N more leases; 2 lets a worker fetch the next task's data
+// while it computes the current one.
+type Want struct {
+	N int `msgpack:"n"`
+}
+
+// Lease is one task: from the snapshot at BaseVersion, run LocalSteps
+// steps of BatchSize examples each over examples [Start, Start+Count) of a
+// shard, and return the pseudo-gradient.
+type Lease struct {
+	ID             uint64  `msgpack:"id"`
+	JobID          string  `msgpack:"job_id"`
+	ShardID        int     `msgpack:"shard_id"`
+	ShardURL       string  `msgpack:"shard_url"`
+	Start          int     `msgpack:"start"`
+	Count          int     `msgpack:"count"`
+	BaseVersion    int64   `msgpack:"base_version"`
+	SnapshotURL    string  `msgpack:"snapshot_url"`
+	BatchSize      int     `msgpack:"batch_size"`
+	LocalSteps     int     `msgpack:"local_steps"`
+	InnerLR        float32 `msgpack:"inner_lr"`
+	DeadlineUnixMs int64   `msgpack:"deadline_unix_ms"`
+}
+
+// Result carries a finished lease's pseudo-gradient
+// (w_base - w_after) / inner_lr.
+type Result struct {
+	LeaseID     uint64  `msgpack:"lease_id"`
+	JobID       string  `msgpack:"job_id"`
+	BaseVersion int64   `msgpack:"base_version"`
+	Codec       string  `msgpack:"codec"`
+	Update      Floats  `msgpack:"update"`
+	Examples    int     `msgpack:"examples"`
+	LossSum     float64 `msgpack:"loss_sum"`
+	Correct     int     `msgpack:"correct"`
+	ComputeMs   float64 `msgpack:"compute_ms"`
+}
+
+// Ack answers a result.
+type Ack struct {
+	LeaseID   uint64 `msgpack:"lease_id"`
+	Accepted  bool   `msgpack:"accepted"`
+	Reason    string `msgpack:"reason,omitempty"` // a Reason* constant when rejected
+	Detail    string `msgpack:"detail,omitempty"`
+	Staleness int64  `msgpack:"staleness"`
+	Version   int64  `msgpack:"version"` // the model version after this result
+}
+
+// Idle says there is no work now.
+type Idle struct {
+	Reason  string `msgpack:"reason"`
+	RetryMs int64  `msgpack:"retry_ms"`
+}
+
+// Release gives leases back without results (a snapshot that could not be
+// fetched, a backend error); they are queued again at once.
+type Release struct {
+	LeaseIDs []uint64 `msgpack:"lease_ids"`
+	Reason   string   `msgpack:"reason"`
+}
+
+// Bye announces a clean departure: the worker's leases are queued again.
+type Bye struct {
+	Reason string `msgpack:"reason"`
+}
+
+// Error reports a problem to the peer.
+type Error struct {
+	Code    string `msgpack:"code"`
+	Message string `msgpack:"message"`
+}
+
+func (*Hello) MessageType() Type   { return TypeHello }
+func (*Welcome) MessageType() Type { return TypeWelcome }
+func (*Want) MessageType() Type    { return TypeWant }
+func (*Lease) MessageType() Type   { return TypeLease }
+func (*Result) MessageType() Type  { return TypeResult }
+func (*Ack) MessageType() Type     { return TypeAck }
+func (*Idle) MessageType() Type    { return TypeIdle }
+func (*Release) MessageType() Type { return TypeRelease }
+func (*Bye) MessageType() Type     { return TypeBye }
+func (*Error) MessageType() Type   { return TypeError }
+
+// newMessage returns an empty body for t, or nil for an unknown type.
+func newMessage(t Type) Message {
+	switch t {
+	case TypeHello:
+		return new(Hello)
+	case TypeWelcome:
+		return new(Welcome)
+	case TypeWant:
+		return new(Want)
+	case TypeLease:
+		return new(Lease)
+	case TypeResult:
+		return new(Result)
+	case TypeAck:
+		return new(Ack)
+	case TypeIdle:
+		return new(Idle)
+	case TypeRelease:
+		return new(Release)
+	case TypeBye:
+		return new(Bye)
+	case TypeError:
+		return new(Error)
+	}
+	return nil
+}
+
+// ValidationError says which field of which message is wrong and why.
+type ValidationError struct {
+	Type    Type
+	Field   string
+	Problem string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid %s message: %s: %s", e.Type, e.Field, e.Problem)
+}
+
+func invalid(t Type, field, format string, args ...any) error {
+	return &ValidationError{Type: t, Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+func checkText(t Type, field, s string, max int, required bool) error {
+	switch {
+	case required && s == "":
+		return invalid(t, field, "must not be empty")
+	case len(s) > max:
+		return invalid(t, field, "%d bytes, at most %d allowed", len(s), max)
+	case !utf8.ValidString(s):
+		return invalid(t, field, "not valid UTF-8")
+	}
+	return nil
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+func (m *Hello) Validate() error {
+	if m.Protocol != Version {
+		return fmt.Errorf("%w: worker speaks protocol %d, this coordinator speaks %d: upgrade the older side",
+			ErrVersion, m.Protocol, Version)
+	}
+	switch m.Kind {
+	case KindNative, KindBrowser, KindGPU:
+	default:
+		return invalid(TypeHello, "kind", "%q is not one of native, browser, gpu", m.Kind)
+	}
+	if err := checkText(TypeHello, "backend", m.Backend, maxShortText, true); err != nil {
+		return err
+	}
+	if m.Threads < 1 || m.Threads > maxThreads {
+		return invalid(TypeHello, "threads", "%d is outside 1..%d", m.Threads, maxThreads)
+	}
+	if err := checkText(TypeHello, "client", m.Client, maxShortText, false); err != nil {
+		return err
+	}
+	if len(m.Codecs) > maxCodecs {
+		return invalid(TypeHello, "codecs", "%d codecs, at most %d allowed", len(m.Codecs), maxCodecs)
+	}
+	for i, c := range m.Codecs {
+		if err := checkText(TypeHello, fmt.Sprintf("codecs[%d]", i), c, maxShortText, true); err != nil {
+			return err
+		}
+	}
+	return checkText(TypeHello, "token", m.Token, maxShortText*2, false)
+}
+
+func (m *Welcome) Validate() error {
+	if err := checkText(TypeWelcome, "worker_id", m.WorkerID, maxShortText, true); err != nil {
+		return err
+	}
+	if err := checkText(TypeWelcome, "job.id", m.Job.ID, maxShortText, true); err != nil {
+		return err
+	}
+	if m.Job.NumParams < 1 {
+		return invalid(TypeWelcome, "job.num_params", "must be positive, got %d", m.Job.NumParams)
+	}
+	if m.Limits.MaxMessageBytes < 1 || m.Limits.LeaseTimeoutMs < 1 || m.Limits.MaxLeases < 1 {
+		return invalid(TypeWelcome, "limits", "every limit must be positive, got %+v", m.Limits)
+	}
+	return nil
+}
+
+func (m *Want) Validate() error {
+	if m.N < 1 || m.N > MaxWant {
+		return invalid(TypeWant, "n", "%d is outside 1..%d", m.N, MaxWant)
+	}
+	return nil
+}
+
+func (m *Lease) Validate() error {
+	switch {
+	case m.ID == 0:
+		return invalid(TypeLease, "id", "must not be 0")
+	case m.ShardID < 0:
+		return invalid(TypeLease, "shard_id", "must not be negative, got %d", m.ShardID)
+	case m.Start < 0 || m.Count < 1:
+		return invalid(TypeLease, "start/count", "need start >= 0 and count >= 1, got %d/%d", m.Start, m.Count)
+	case m.BaseVersion < 0:
+		return invalid(TypeLease, "base_version", "must not be negative, got %d", m.BaseVersion)
+	case m.BatchSize < 1:
+		return invalid(TypeLease, "batch_size", "must be positive, got %d", m.BatchSize)
+	case m.LocalSteps < 1:
+		return invalid(TypeLease, "local_steps", "must be positive, got %d", m.LocalSteps)
+	case !finite(float64(m.InnerLR)) || m.InnerLR <= 0:
+		return invalid(TypeLease, "inner_lr", "must be a finite number > 0, got %v", m.InnerLR)
+	}
+	if err := checkText(TypeLease, "shard_url", m.ShardURL, maxLongText, true); err != nil {
+		return err
+	}
+	return checkText(TypeLease, "snapshot_url", m.SnapshotURL, maxLongText, true)
+}
+
+func (m *Result) Validate() error {
+	switch {
+	case m.LeaseID == 0:
+		return invalid(TypeResult, "lease_id", "must not be 0")
+	case m.BaseVersion < 0:
+		return invalid(TypeResult, "base_version", "must not be negative, got %d", m.BaseVersion)
+	case m.Codec != CodecF32 && m.Codec != "":
+		return invalid(TypeResult, "codec", "%q is not supported (want %q)", m.Codec, CodecF32)
+	case len(m.Update) == 0:
+		return invalid(TypeResult, "update", "must not be empty")
+	case m.Examples < 1:
+		return invalid(TypeResult, "examples", "must be positive, got %d", m.Examples)
+	case !finite(m.LossSum) || m.LossSum < 0:
+		return invalid(TypeResult, "loss_sum", "must be a finite number >= 0, got %v", m.LossSum)
+	case m.Correct < 0 || m.Correct > m.Examples:
+		return invalid(TypeResult, "correct", "%d is outside 0..examples (%d)", m.Correct, m.Examples)
+	case !finite(m.ComputeMs) || m.ComputeMs < 0:
+		return invalid(TypeResult, "compute_ms", "must be a finite number >= 0, got %v", m.ComputeMs)
+	}
+	if i := m.Update.FirstNonFinite(); i >= 0 {
+		return invalid(TypeResult, "update", "value at index %d is %v: the worker's computation diverged or is broken", i, m.Update[i])
+	}
+	return checkText(TypeResult, "job_id", m.JobID, maxShortText, true)
+}
+
+func (m *Ack) Validate() error {
+	if !m.Accepted && m.Reason == "" {
+		return invalid(TypeAck, "reason", "a rejection must say why")
+	}
+	return checkText(TypeAck, "detail", m.Detail, maxLongText, false)
+}
+
+func (m *Idle) Validate() error {
+	if m.RetryMs < 0 {
+		return invalid(TypeIdle, "retry_ms", "must not be negative, got %d", m.RetryMs)
+	}
+	return checkText(TypeIdle, "reason", m.Reason, maxLongText, false)
+}
+
+func (m *Release) Validate() error {
+	if len(m.LeaseIDs) < 1 || len(m.LeaseIDs) > maxReleaseIDs {
+		return invalid(TypeRelease, "lease_ids", "%d ids, want 1..%d", len(m.LeaseIDs), maxReleaseIDs)
+	}
+	return checkText(TypeRelease, "reason", m.Reason, maxLongText, false)
+}
+
+func (m *Bye) Validate() error {
+	return checkText(TypeBye, "reason", m.Reason, maxLongText, false)
+}
+
+func (m *Error) Validate() error {
+	return checkText(TypeError, "message", m.Message, maxLongText, false)
+}

@@ -1,0 +1,560 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Config configures a Worker. Coordinator and Backend are required.
+type Config struct {
+	// Coordinator is the websocket URL, e.g. ws://127.0.0.1:8080/ws.
+	Coordinator string
+	Backend     Backend
+	// Client names this software and its version in hello.
+	Client string
+	// Token is an optional join token.
+	Token string
+	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Logf receives connection events and problems; nil means log.Printf.
+	Logf func(format string, args ...any)
+	// MinBackoff and MaxBackoff bound the wait between reconnects.
+	MinBackoff, MaxBackoff time.Duration
+	// Prefetch is how many leases to hold at once: 2 fetches the next
+	// task's data while the current one computes.
+	Prefetch int
+}
+
+// Stats is what a worker has done so far, for progress lines and pages.
+type Stats struct {
+	Connected     bool
+	WorkerID      string
+	JobID         string
+	Examples      int64 // examples in accepted results
+	Computed      int64 // examples computed, accepted or not
+	Accepted      int64
+	Rejected      int64
+	LastReason    string // why the last rejection happened
+	LastStaleness int64
+	Version       int64 // the model version in the last ack
+	Connects      int
+	Idle          bool
+}
+
+// Worker runs the shared worker loop. Run it once; Stats may be called
+// concurrently from any goroutine.
+type Worker struct {
+	cfg  Config
+	http *http.Client
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// ErrRefused means the coordinator refused this worker for a reason that
+// retrying will not fix (a protocol version mismatch, a bad join token).
+var ErrRefused = errors.New("coordinator refused this worker")
+
+// New checks cfg and returns a worker.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("worker: Config.Backend is required")
+	}
+	u, err := url.Parse(cfg.Coordinator)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return nil, fmt.Errorf("worker: coordinator URL %q must look like ws://HOST:PORT/ws (or wss://)", cfg.Coordinator)
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 500 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(30*time.Second, cfg.MinBackoff)
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = 2
+	}
+	cfg.Prefetch = min(cfg.Prefetch, protocol.MaxWant)
+	if cfg.Client == "" {
+		cfg.Client = "crowdtrain"
+	}
+	w := &Worker{cfg: cfg, http: cfg.HTTPClient}
+	if w.http == nil {
+		w.http = http.DefaultClient
+	}
+	return w, nil
+}
+
+// Stats returns a copy of the worker's counters.
+func (w *Worker) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
+
+func (w *Worker) update(f func(*Stats)) {
+	w.mu.Lock()
+	f(&w.stats)
+	w.mu.Unlock()
+}
+
+// Run connects and works until ctx ends, reconnecting with exponential
+// backoff and jitter whenever the connection drops. It returns ctx's error,
+// or an error wrapping ErrRefused when retrying cannot help.
+func (w *Worker) Run(ctx context.Context) error {
+	backoff := w.cfg.MinBackoff
+	for {
+		start := time.Now()
+		err := w.session(ctx)
+		w.update(func(s *Stats) { s.Connected = false })
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = w.cfg.MinBackoff // it worked for a while: start over
+		}
+		// Full jitter in [backoff/2, backoff) spreads a crowd of workers
+		// reconnecting to a restarted coordinator.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		w.cfg.Logf("disconnected: %v; reconnecting in %v", err, wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, w.cfg.MaxBackoff)
+	}
+}
+
+// session is one connection, from dial to drop.
+type session struct {
+	w       *Worker
+	conn    *websocket.Conn
+	base    *url.URL // http(s) base that relative lease URLs resolve against
+	model   *nn.Model
+	welcome *protocol.Welcome
+
+	sendMu  sync.Mutex
+	sendBuf []byte
+
+	held atomic.Int32 // leases received and not yet answered
+	// counts maps lease id → example count until its ack arrives (acks
+	// carry only the id).
+	counts sync.Map
+}
+
+func (w *Worker) session(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, _, err := websocket.Dial(dctx, w.cfg.Coordinator, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("failed to dial %s: %w", w.cfg.Coordinator, err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+
+	s := &session{w: w, conn: conn}
+	s.base, _ = url.Parse(w.cfg.Coordinator)
+	s.base.Scheme = map[string]string{"ws": "http", "wss": "https"}[s.base.Scheme]
+	s.base.Path, s.base.RawQuery = "", ""
+
+	b := w.cfg.Backend
+	if err := s.send(ctx, &protocol.Hello{
+		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
+		Client: w.cfg.Client, Codecs: []string{protocol.CodecF32}, Token: w.cfg.Token,
+	}); err != nil {
+		return err
+	}
+	if err := s.readWelcome(ctx); err != nil {
+		return err
+	}
+	w.update(func(st *Stats) {
+		st.Connected, st.WorkerID, st.JobID = true, s.welcome.WorkerID, s.welcome.Job.ID
+		st.Connects++
+	})
+	w.cfg.Logf("connected as %s to job %s (%s, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
+	return s.work(ctx)
+}
+
+func (s *session) readWelcome(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := s.read(rctx)
+	if err != nil {
+		if st := websocket.CloseStatus(err); st == websocket.StatusUnsupportedData || st == websocket.StatusPolicyViolation {
+			return fmt.Errorf("%w: %v", ErrRefused, err)
+		}
+		return fmt.Errorf("no welcome: %w", err)
+	}
+	switch m := m.(type) {
+	case *protocol.Welcome:
+		s.welcome = m
+	case *protocol.Error:
+		if m.Code == "bad_hello" {
+			return fmt.Errorf("%w: %s", ErrRefused, m.Message)
+		}
+		return fmt.Errorf("coordinator: %s: %s", m.Code, m.Message)
+	default:
+		return fmt.Errorf("expected welcome, got %s", m.MessageType())
+	}
+	model, err := nn.NewModel(s.welcome.Job.Model)
+	if err != nil {
+		return fmt.Errorf("job %s has a model this worker cannot build: %w", s.welcome.Job.ID, err)
+	}
+	if model.NumParams != s.welcome.Job.NumParams {
+		return fmt.Errorf("job %s: model has %d parameters here, %d at the coordinator: upgrade this worker",
+			s.welcome.Job.ID, model.NumParams, s.welcome.Job.NumParams)
+	}
+	s.model = model
+	return nil
+}
+
+func (s *session) read(ctx context.Context) (protocol.Message, error) {
+	typ, data, err := s.conn.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if typ != websocket.MessageBinary {
+		return nil, errors.New("coordinator sent a text frame")
+	}
+	m, err := protocol.Decode(data, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("bad message from coordinator: %w", err)
+	}
+	return m, nil
+}
+
+// send encodes m into the session's reused buffer and writes it.
+func (s *session) send(ctx context.Context, m protocol.Message) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	b, err := protocol.AppendEncode(s.sendBuf, m)
+	if err != nil {
+		return err
+	}
+	s.sendBuf = b
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.conn.Write(wctx, websocket.MessageBinary, b); err != nil {
+		return fmt.Errorf("failed to send %s: %w", m.MessageType(), err)
+	}
+	return nil
+}
+
+// work runs three stages until the connection drops: the reader takes
+// leases and acks off the socket, the fetcher downloads each lease's shard
+// and snapshot, and this goroutine computes. The fetcher runs one task
+// ahead, so the backend never waits on the network.
+func (s *session) work(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leases := make(chan protocol.Lease, protocol.MaxWant*2)
+	f := newFetcher(s, s.w.cfg.Prefetch+1)
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); errc <- s.readLoop(ctx, leases) }()
+	go func() { defer wg.Done(); errc <- f.run(ctx, leases) }()
+	defer wg.Wait()
+	defer cancel()
+
+	if err := s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch}); err != nil {
+		return err
+	}
+	c := newComputer(s.w.cfg.Backend, s.model)
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case t := <-f.ready:
+			err := s.computeAndSend(ctx, c, t)
+			f.free <- t
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *session) computeAndSend(ctx context.Context, c *computer, t *task) error {
+	res, err := c.compute(t)
+	s.held.Add(-1)
+	if err != nil {
+		s.w.cfg.Logf("lease %d: %v; giving it back", t.lease.ID, err)
+		if err := s.send(ctx, &protocol.Release{LeaseIDs: []uint64{t.lease.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
+			return err
+		}
+	} else {
+		s.w.update(func(st *Stats) { st.Computed += int64(res.Examples) })
+		if err := s.send(ctx, res); err != nil {
+			return err
+		}
+	}
+	return s.send(ctx, &protocol.Want{N: 1})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) error {
+	for {
+		m, err := s.read(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *protocol.Lease:
+			s.held.Add(1)
+			s.w.update(func(st *Stats) { st.Idle = false })
+			select {
+			case leases <- *m:
+			default:
+				return errors.New("coordinator sent more leases than asked for")
+			}
+		case *protocol.Ack:
+			s.w.update(func(st *Stats) {
+				st.LastStaleness, st.Version = m.Staleness, m.Version
+				if m.Accepted {
+					st.Accepted++
+					st.Examples += int64(s.examplesOf(m.LeaseID))
+				} else {
+					st.Rejected++
+					st.LastReason = m.Reason
+				}
+			})
+			if !m.Accepted {
+				s.w.cfg.Logf("result for lease %d rejected: %s: %s", m.LeaseID, m.Reason, m.Detail)
+			}
+		case *protocol.Idle:
+			s.w.update(func(st *Stats) { st.Idle = true })
+			retry := time.Duration(m.RetryMs) * time.Millisecond
+			time.AfterFunc(retry, func() {
+				if ctx.Err() == nil && s.held.Load() == 0 {
+					_ = s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch})
+				}
+			})
+		case *protocol.Error:
+			s.w.cfg.Logf("coordinator says: %s: %s", m.Code, m.Message)
+		default:
+			s.w.cfg.Logf("ignoring unexpected %s message", m.MessageType())
+		}
+	}
+}
+
+// examplesOf is the example count of an answered lease.
+func (s *session) examplesOf(id uint64) int {
+	v, ok := s.counts.LoadAndDelete(id)
+	if !ok {
+		return 0
+	}
+	return v.(int)
+}
+
+// fetcher downloads each lease's shard and snapshot into a task buffer.
+type fetcher struct {
+	s          *session
+	ready      chan *task
+	free       chan *task
+	shards     map[string]*dataset.ShardData
+	shardOrder []string
+	lastSnap   string
+	snap       []float32
+	body       []byte
+	failures   int
+}
+
+// maxCachedShards bounds the shard cache; consecutive leases usually come
+// from the same few shards.
+const maxCachedShards = 8
+
+func newFetcher(s *session, buffers int) *fetcher {
+	f := &fetcher{
+		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
+		shards: map[string]*dataset.ShardData{},
+	}
+	for range buffers {
+		f.free <- &task{params: make([]float32, s.model.NumParams)}
+	}
+	return f
+}
+
+func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
+	for {
+		var l protocol.Lease
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case l = <-leases:
+		}
+		var t *task
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case t = <-f.free:
+		}
+		if err := f.fill(ctx, t, l); err != nil {
+			f.free <- t
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			f.s.held.Add(-1)
+			f.s.w.cfg.Logf("lease %d: %v; giving it back", l.ID, err)
+			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
+				return err
+			}
+			if err := f.s.send(ctx, &protocol.Want{N: 1}); err != nil {
+				return err
+			}
+			if f.failures++; f.failures >= 5 {
+				return fmt.Errorf("5 downloads failed in a row, last: %w", err)
+			}
+			continue
+		}
+		f.failures = 0
+		f.s.counts.Store(l.ID, l.Count)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f.ready <- t:
+		}
+	}
+}
+
+func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
+	t.lease = l
+	shard, err := f.shard(ctx, l.ShardURL)
+	if err != nil {
+		return err
+	}
+	if shard.ExampleSize() != f.s.model.InputSize {
+		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), f.s.model.InputSize)
+	}
+	if l.Start+l.Count > shard.Count {
+		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.Count)
+	}
+	n := l.Count * shard.ExampleSize()
+	t.x = grow(t.x, n)
+	shard.Floats(t.x, l.Start, l.Count)
+	if cap(t.labels) < l.Count {
+		t.labels = make([]int32, l.Count)
+	}
+	t.labels = t.labels[:l.Count]
+	shard.LabelsInt32(t.labels, l.Start, l.Count)
+	if l.SnapshotURL != f.lastSnap {
+		if err := f.snapshot(ctx, l.SnapshotURL); err != nil {
+			return err
+		}
+	}
+	copy(t.params, f.snap)
+	return nil
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
+	u, err := f.s.base.Parse(ref)
+	if err != nil {
+		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.s.w.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
+	}
+	// Reuse one body buffer: snapshots are large and arrive constantly.
+	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
+	buf := f.body[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to read %s: %w", u, err)
+		}
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+		}
+	}
+	f.body = buf
+	return buf, nil
+}
+
+func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.ShardData, error) {
+	if d := f.shards[ref]; d != nil {
+		return d, nil
+	}
+	body, err := f.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	// DecodeShard may alias its input; the body buffer is reused, so copy.
+	d, err := dataset.DecodeShard(append([]byte(nil), body...), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", ref, err)
+	}
+	if len(f.shardOrder) >= maxCachedShards {
+		delete(f.shards, f.shardOrder[0])
+		f.shardOrder = f.shardOrder[1:]
+	}
+	f.shards[ref] = d
+	f.shardOrder = append(f.shardOrder, ref)
+	return d, nil
+}
+
+func (f *fetcher) snapshot(ctx context.Context, ref string) error {
+	body, err := f.get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if f.snap == nil {
+		f.snap = make([]float32, f.s.model.NumParams)
+	}
+	if err := protocol.DecodeFloatsInto(f.snap, body); err != nil {
+		f.lastSnap = ""
+		return fmt.Errorf("snapshot %s: %w", ref, err)
+	}
+	f.lastSnap = ref
+	return nil
+}
