@@ -120,12 +120,24 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	wc.lastSeen.Store(time.Now().UnixNano())
 	ws.SetReadLimit(job.maxMessageBytes())
 
-	ctx, stop := context.WithCancel(s.ctx)
-	defer stop()
+	// The writer drains wc.send until the read loop closes it, so a last
+	// error message still goes out before the close frame.
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		s.writeLoop(ctx, wc)
+		s.writeLoop(wc)
+	}()
+	// Cancelling a Read's context would drop the TCP connection without a
+	// close frame; on shutdown, close with "going away" instead, which
+	// also ends the read loop.
+	readDone := make(chan struct{})
+	defer close(readDone)
+	go func() {
+		select {
+		case <-s.ctx.Done():
+			ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
+		case <-readDone:
+		}
 	}()
 
 	s.mu.Lock()
@@ -133,17 +145,9 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	s.cfg.Logf("worker %s joined job %s: %s/%s, %d threads, %s, from %s",
 		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, r.RemoteAddr)
-	defer func() {
-		s.mu.Lock()
-		delete(s.workers, wc.id)
-		s.mu.Unlock()
-		var n int
-		_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
-		s.cfg.Logf("worker %s left (%d leases queued again): %d accepted, %d rejected",
-			wc.id, n, wc.accepted.Load(), wc.rejected.Load())
-	}()
 
-	if !s.enqueue(wc, &protocol.Welcome{
+	code, reason := websocket.StatusInternalError, "could not send the welcome"
+	if s.enqueue(wc, &protocol.Welcome{
 		WorkerID: wc.id,
 		Job:      protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams},
 		Limits: protocol.Limits{
@@ -152,11 +156,19 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 			MaxLeases:       s.cfg.MaxLeases,
 		},
 	}) {
-		return
+		code, reason = s.readLoop(wc)
 	}
 
-	code, reason := s.readLoop(ctx, wc)
-	stop()
+	// The worker is gone or going: its leases return to the queue now,
+	// before the close handshake, which may wait on an unresponsive peer.
+	s.mu.Lock()
+	delete(s.workers, wc.id)
+	s.mu.Unlock()
+	var n int
+	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
+	s.cfg.Logf("worker %s left (%d leases queued again): %d accepted, %d rejected",
+		wc.id, n, wc.accepted.Load(), wc.rejected.Load())
+	close(wc.send)
 	<-writerDone
 	ws.Close(code, reason)
 }
@@ -216,31 +228,29 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 	}
 }
 
-func (s *Server) writeLoop(ctx context.Context, wc *workerConn) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-wc.send:
-			wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-			err := wc.ws.Write(wctx, websocket.MessageBinary, b)
-			cancel()
-			if err != nil {
-				wc.ws.CloseNow()
-				return
+func (s *Server) writeLoop(wc *workerConn) {
+	for b := range wc.send {
+		wctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
+		err := wc.ws.Write(wctx, websocket.MessageBinary, b)
+		cancel()
+		if err != nil {
+			wc.ws.CloseNow()
+			for range wc.send { // drain so the reader never blocks
 			}
+			return
 		}
 	}
 }
 
 // readLoop handles messages until the worker leaves, breaks the protocol
 // or the server shuts down; it returns how to close the connection.
-func (s *Server) readLoop(ctx context.Context, wc *workerConn) (websocket.StatusCode, string) {
+func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 	job := wc.job
+	ctx := s.ctx
 	limit := int(job.maxMessageBytes())
 	bad := 0
 	for {
-		typ, data, err := wc.ws.Read(ctx)
+		typ, data, err := wc.ws.Read(context.Background())
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return websocket.StatusGoingAway, "coordinator shutting down"

@@ -210,6 +210,9 @@ func ParseJobSpec(data []byte) (JobSpec, error) {
 	if s.Name == "" {
 		return JobSpec{}, specErr("name", "is required")
 	}
+	if s.ModelPreset == "" && len(s.Model.Layers) == 0 {
+		return JobSpec{}, specErr("model", "is required: a preset name (%s) or a list of layers", strings.Join(nn.PresetNames(), ", "))
+	}
 	return finishSpec(s)
 }
 

@@ -41,9 +41,9 @@ func New(threads int) (*Backend, error) {
 	return &Backend{threads: threads}, nil
 }
 
-func (b *Backend) Kind() string  { return protocol.KindNative }
-func (b *Backend) Name() string  { return "cpu-gonum" }
-func (b *Backend) Threads() int  { return b.threads }
+func (b *Backend) Kind() string { return protocol.KindNative }
+func (b *Backend) Name() string { return "cpu-gonum" }
+func (b *Backend) Threads() int { return b.threads }
 
 // Prepare allocates per-thread workspaces for batches of up to maxBatch.
 func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {

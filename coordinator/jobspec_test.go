@@ -1,0 +1,124 @@
+package coordinator
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJobPresets(t *testing.T) {
+	for _, name := range JobPresetNames() {
+		s, err := LoadJobSpec(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s.Name != name || s.ModelPreset != name || len(s.Model.Layers) == 0 {
+			t.Errorf("%s: %+v", name, s)
+		}
+	}
+	_, err := LoadJobSpec("mnist-transformer")
+	if !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "mnist-cnn, mnist-mlp") {
+		t.Fatalf("unknown preset: %v; want ErrUnknownJob listing the presets", err)
+	}
+}
+
+const fullSpec = `
+name: my-mlp
+model:
+  - {type: dense, units: 32}
+  - {type: relu}
+  - {type: dense, units: 10}
+dataset: mnist
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9, nesterov: true}
+batch_size: 32
+local_steps: 4
+inner_lr: 0.1
+max_staleness: 3
+staleness_lr: none
+shard_size: 500
+target_accuracy: 0.9
+max_epochs: 2
+seed: 7
+eval_every: 100
+lease_timeout: 15s
+`
+
+func TestParseFullSpec(t *testing.T) {
+	s, err := ParseJobSpec([]byte(fullSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "my-mlp" || len(s.Model.Layers) != 3 || s.Model.Layers[0].Units != 32 || s.Model.Input[0] != 1 ||
+		s.Optimizer.Type != "momentum" || !s.Optimizer.Nesterov || s.BatchSize != 32 || s.LocalSteps != 4 ||
+		s.InnerLR != 0.1 || s.MaxStaleness != 3 || s.StalenessLR != "none" || s.ShardSize != 500 ||
+		s.TargetAccuracy != 0.9 || s.MaxEpochs != 2 || s.Seed != 7 || s.EvalEvery != 100 ||
+		s.LeaseTimeout.Duration != 15*time.Second {
+		t.Fatalf("parsed %+v", s)
+	}
+	// JSON is accepted too, and a preset model name.
+	j := `{"name": "j", "model": "mnist-cnn", "optimizer": {"type": "adam", "lr": 0.001}, "batch_size": 16}`
+	s, err = ParseJobSpec([]byte(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ModelPreset != "mnist-cnn" || s.BatchSize != 16 || s.Optimizer.Beta2 != 0.999 || s.MaxStaleness != defaultSpec().MaxStaleness {
+		t.Fatalf("parsed %+v", s)
+	}
+}
+
+func TestSpecErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ spec, key, words string }{
+		{"name: a\nbatchsize: 3\n", "batchsize", "unknown key"},
+		{"name: a\nmodel: mnist-mlp\nbatch_size: 0\n", "batch_size", "1..4096"},
+		{"name: a\nmodel: mnist-mlp\nbatch_size: many\n", "batch_size", "cannot unmarshal"},
+		{"name: a\nmodel: resnet\n", "model", "mnist-cnn, mnist-mlp"},
+		{"name: a\nmodel: [{type: dense, unit: 3}]\n", "model[0].unit", "unknown key"},
+		{"name: a\nmodel: [{type: dense, units: 10}, {type: softmax}]\n", "model", "softmax"},
+		{"name: a\nmodel: mnist-mlp\noptimizer: {type: adagrad, lr: 1}\n", "optimizer.type", "adagrad"},
+		{"name: a\nmodel: mnist-mlp\noptimizer: {type: sgd, lr: -1}\n", "optimizer.lr", "> 0"},
+		{"name: a\nmodel: mnist-mlp\noptimizer: {type: sgd, rate: 1}\n", "optimizer.rate", "unknown key"},
+		{"name: a\nmodel: mnist-mlp\nstaleness_lr: sqrt\n", "staleness_lr", "none or inverse"},
+		{"name: a\nmodel: mnist-mlp\nmax_staleness: -1\n", "max_staleness", ">= 0"},
+		{"name: a\nmodel: mnist-mlp\ntarget_accuracy: 97\n", "target_accuracy", "(0, 1]"},
+		{"name: a\nmodel: mnist-mlp\nlease_timeout: soon\n", "lease_timeout", "duration"},
+		{"name: a\nmodel: mnist-mlp\nbatch_size: 64\nlocal_steps: 100\n", "batch_size", "shard_size"},
+		{"name: a\nname: b\n", "name", "twice"},
+		{"batch_size: 3\nmodel: mnist-mlp\n", "name", "required"},
+		{"name: a\n", "model", "required"},
+		{"- just\n- a list\n", "", "mapping"},
+		{"name: [unclosed\n", "", "YAML"},
+	}
+	for _, c := range cases {
+		_, err := ParseJobSpec([]byte(c.spec))
+		var se *SpecError
+		if !errors.As(err, &se) {
+			t.Errorf("%q: got %v, want a *SpecError", c.spec, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), c.words) {
+			t.Errorf("%q: error %q should name %q and say %q", c.spec, err, c.key, c.words)
+		}
+	}
+}
+
+func TestLoadJobSpecFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(p, []byte(fullSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := LoadJobSpec(p); err != nil || s.Name != "my-mlp" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"name": "x", "epochs": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadJobSpec(bad)
+	if !strings.Contains(err.Error(), "bad.json") || !strings.Contains(err.Error(), "epochs") {
+		t.Fatalf("error %v should name the file and the key", err)
+	}
+}

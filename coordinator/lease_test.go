@@ -1,0 +1,62 @@
+package coordinator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// A worker takes leases and vanishes without a word: after the deadline
+// its shards are leased again and the epoch completes with every example.
+func TestVanishedWorkersLeasesExpireAndTheEpochCompletes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a full MNIST epoch; skipped with -short")
+	}
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy = 1 // never reached: the job ends at max_epochs
+		s.MaxEpochs = 1
+		s.EvalEvery = 1_000_000
+		s.LeaseTimeout = coordinator.Duration{Duration: 700 * time.Millisecond}
+	}))
+	ghost := g.joinRaw()
+	taken := ghost.leases(2)
+	g.addWorker(1, nil)
+
+	v := g.waitDone(3 * time.Minute)
+	if v.Epoch != 1 || v.ExamplesSeen != 60000 {
+		t.Fatalf("epoch %d with %d examples, want 1 epoch of all 60000", v.Epoch, v.ExamplesSeen)
+	}
+	if v.LeasesExpired < 2 {
+		t.Errorf("leases_expired %d, want the ghost's 2 leases expired", v.LeasesExpired)
+	}
+	if v.Rejections["stale"] != 0 {
+		t.Logf("stale rejections: %d", v.Rejections["stale"])
+	}
+	// The ghost comes back with a result for an expired lease: refused.
+	res := &protocol.Result{LeaseID: taken[0].ID, JobID: taken[0].JobID, BaseVersion: taken[0].BaseVersion,
+		Codec: protocol.CodecF32, Update: make(protocol.Floats, ghost.welcome.Job.NumParams), Examples: taken[0].Count}
+	ghost.send(res)
+	if a := ghost.ack(taken[0].ID); a.Accepted || a.Reason != protocol.ReasonUnknownLease {
+		t.Fatalf("late result for an expired lease: %+v, want rejected as unknown_lease", a)
+	}
+	if after := g.jobView(); after.ExamplesSeen != 60000 || after.Version != v.Version {
+		t.Fatalf("the late result changed the job: examples %d, version %d", after.ExamplesSeen, after.Version)
+	}
+}
+
+// A worker that disconnects gives its leases back at once.
+func TestDisconnectRequeuesLeases(t *testing.T) {
+	g := newTestGrid(t, quietJob(t))
+	rc := g.joinRaw()
+	rc.leases(2)
+	if v := g.jobView(); v.LeasesHeld != 2 {
+		t.Fatalf("leases held %d, want 2", v.LeasesHeld)
+	}
+	rc.send(&protocol.Bye{Reason: "closing the tab"})
+	g.waitFor("the leases to return", 10*time.Second, func(v coordinator.JobView) bool { return v.LeasesHeld == 0 })
+	if v := g.jobView(); v.LeasesExpired != 0 {
+		t.Fatalf("leases expired %d; they should have returned on bye, not by deadline", v.LeasesExpired)
+	}
+}

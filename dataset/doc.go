@@ -1,0 +1,19 @@
+// Package dataset loads labelled image datasets (MNIST, from IDX files) and
+// cuts them into the shards the coordinator serves to workers.
+//
+// The coordinator loads MNIST once (LoadMNIST), fixes a seeded permutation of
+// the training examples (MakeShards) and serves each shard as an immutable
+// HTTP resource in a compact byte format (EncodeShard; the format is
+// documented there). Workers decode a shard (DecodeShard or ReadShard) and
+// turn it into float32 inputs only when they train (ShardData.Floats), so a
+// shard costs 1 byte per pixel on the wire and in memory, not 4.
+//
+// Everything that reads bytes from outside (IDX files, shard bodies) checks
+// sizes before allocating and returns an error that says what was wrong and
+// what to do; no input makes a decoder panic.
+//
+// dataset imports only the standard library, nothing else of ours, and it
+// builds for js/wasm: the browser worker decodes shards with it. File-system
+// searching (FindMNIST) uses only os and path/filepath, which compile there
+// too (it just finds nothing without a file system).
+package dataset

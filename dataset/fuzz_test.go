@@ -1,0 +1,157 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+	"testing/iotest"
+)
+
+// readers returns b as one stream in the ways a network or file hands it
+// over: whole, in two halves, and one byte per Read. Decoders must not care.
+func readers(b []byte) map[string]io.Reader {
+	h := len(b) / 2
+	return map[string]io.Reader{
+		"whole":  bytes.NewReader(b),
+		"halves": io.MultiReader(bytes.NewReader(b[:h]), bytes.NewReader(b[h:])),
+		"1byte":  iotest.OneByteReader(bytes.NewReader(b)),
+	}
+}
+
+func FuzzDecodeShard(f *testing.F) {
+	s := smallSet()
+	good := EncodeShard(s, Shard{Indices: []int{4, 0, 2}})
+	f.Add(good)
+	f.Add(EncodeShard(s, Shard{Indices: []int{1}}))
+	test := loadMNISTTest(f)
+	f.Add(EncodeShard(test, Shard{Indices: []int{0, 9999}}))
+	f.Add([]byte{})
+	f.Add([]byte("CTSH"))
+	f.Add(good[:ShardHeaderSize])
+	f.Add(good[:len(good)-1])
+	f.Add(append(bytes.Clone(good), 7))
+	f.Add(patch(good, func(b []byte) { b[len(b)-1] = 3 }))                                   // label == classes
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[14:], 0xffffffff) })) // huge count
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint16(b[10:], 0xffff) }))     // wrong length
+	f.Add(patch(good, func(b []byte) { b[4] = 0 }))                                          // version
+	f.Add([]byte("<html><body>502 Bad Gateway</body></html>"))
+
+	const maxEx = 1 << 12
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeShard(b, maxEx)
+		for name, r := range readers(b) {
+			d2, err2 := ReadShard(r, maxEx)
+			if (err == nil) != (err2 == nil) {
+				t.Fatalf("ReadShard(%s) err %v, DecodeShard err %v", name, err2, err)
+			}
+			if err != nil && (errors.Is(err, ErrShardLimit) != errors.Is(err2, ErrShardLimit)) {
+				t.Fatalf("ReadShard(%s) err %v, DecodeShard err %v: different kinds", name, err2, err)
+			}
+			if err == nil && !reflect.DeepEqual(d, d2) {
+				t.Fatalf("ReadShard(%s) decoded differently", name)
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, ErrShardFormat) && !errors.Is(err, ErrShardLimit) {
+				t.Fatalf("error %v wraps neither ErrShardFormat nor ErrShardLimit", err)
+			}
+			return
+		}
+		es := d.ExampleSize()
+		if d.Count < 1 || d.Count > maxEx || es < 1 || es > MaxExampleSize || len(d.Pixels) != d.Count*es || len(d.Labels) != d.Count {
+			t.Fatalf("inconsistent ShardData: count %d es %d, %d pixels %d labels", d.Count, es, len(d.Pixels), len(d.Labels))
+		}
+		if !bytes.Equal(d.Encode(), b) {
+			t.Fatal("re-encoding a valid shard gives different bytes")
+		}
+		// The set built from the shard encodes back to the same shard.
+		set := &Set{N: d.Count, Channels: d.Channels, Rows: d.Rows, Cols: d.Cols, Classes: d.Classes, Images: d.Pixels, Labels: d.Labels}
+		all := make([]int, d.Count)
+		for i := range all {
+			all[i] = i
+		}
+		if enc, err := AppendShard(nil, set, Shard{Indices: all}); err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("AppendShard of the decoded set: %v", err)
+		}
+		fl := make([]float32, d.Count*es)
+		d.Floats(fl, 0, d.Count)
+		for i, v := range fl {
+			if v < 0 || v > 1 || v != float32(d.Pixels[i])/255 {
+				t.Fatalf("float %d = %v for pixel %d", i, v, d.Pixels[i])
+			}
+		}
+		lab := make([]int32, d.Count)
+		d.LabelsInt32(lab, 0, d.Count)
+		for i, l := range lab {
+			if l < 0 || int(l) >= d.Classes {
+				t.Fatalf("label %d = %d, classes %d", i, l, d.Classes)
+			}
+		}
+	})
+}
+
+func FuzzReadIDX(f *testing.F) {
+	small := mustEncodeIDX(f, &IDX{Dims: []int{2, 3}, Data: []byte{0, 1, 2, 253, 254, 255}})
+	f.Add(small)
+	f.Add(gzipBytes(f, small))
+	f.Add(mustEncodeIDX(f, &IDX{Dims: []int{1, 1, 1, 1}, Data: []byte{9}}))
+	f.Add(mustEncodeIDX(f, &IDX{Dims: []int{3, 2, 2}, Data: make([]byte, 12)}))
+	f.Add([]byte{})
+	f.Add([]byte{0x1f, 0x8b})
+	f.Add(small[:len(small)-1])
+	f.Add(append(bytes.Clone(small), 0))
+	f.Add(gzipBytes(f, small)[:20])
+	f.Add(idxHeader(0x08, 1, 1, 1, 1, 1))
+	f.Add(idxHeader(0x0D, 1))
+	f.Add(idxHeader(0x08, 0xffffffff, 0xffffffff))
+	f.Add(idxHeader(0x08, 0))
+	f.Add(gzipBytes(f, idxHeader(0x08, 1<<15, 1<<15)))
+	f.Add([]byte("\x00\x00\x08\x01\x00\x00\x00\x02ab"))
+
+	const maxBytes = 1 << 16
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var first *IDX
+		var firstErr error
+		for i, name := range []string{"whole", "halves", "1byte"} {
+			x, err := ReadIDX(readers(b)[name], maxBytes)
+			if i == 0 {
+				first, firstErr = x, err
+				continue
+			}
+			if (err == nil) != (firstErr == nil) || (err != nil && err.Error() != firstErr.Error()) {
+				t.Fatalf("%s: err %v; whole: err %v", name, err, firstErr)
+			}
+			if err == nil && !reflect.DeepEqual(x, first) {
+				t.Fatalf("%s decoded differently", name)
+			}
+		}
+		if firstErr != nil {
+			return
+		}
+		x := first
+		total := 1
+		for _, d := range x.Dims {
+			if d < 1 {
+				t.Fatalf("dims %v", x.Dims)
+			}
+			total *= d
+		}
+		if len(x.Dims) < 1 || len(x.Dims) > IDXMaxDims || total != len(x.Data) || total > maxBytes {
+			t.Fatalf("dims %v with %d data bytes", x.Dims, len(x.Data))
+		}
+		enc, err := EncodeIDX(x)
+		if err != nil {
+			t.Fatalf("EncodeIDX of a decoded IDX: %v", err)
+		}
+		if len(b) > 0 && b[0] == 0 && !bytes.Equal(enc, b) {
+			t.Fatal("re-encoding a valid raw IDX gives different bytes")
+		}
+		x2, err := ReadIDX(bytes.NewReader(enc), maxBytes)
+		if err != nil || !reflect.DeepEqual(x2, x) {
+			t.Fatalf("re-encoded IDX does not read back: %v", err)
+		}
+	})
+}

@@ -1,0 +1,327 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestMakeShards(t *testing.T) {
+	const n, size = 1000, 64
+	a := MakeShards(n, size, 7)
+	if !reflect.DeepEqual(a, MakeShards(n, size, 7)) {
+		t.Fatal("same (n, size, seed) gave different shards")
+	}
+	if len(a) != 16 {
+		t.Fatalf("%d shards, want 16", len(a))
+	}
+	seen := make([]int, n)
+	for i, s := range a {
+		if s.ID != i {
+			t.Errorf("shard %d has ID %d", i, s.ID)
+		}
+		want := size
+		if i == len(a)-1 {
+			want = n - 15*size
+		}
+		if len(s.Indices) != want {
+			t.Errorf("shard %d has %d examples, want %d", i, len(s.Indices), want)
+		}
+		for _, ix := range s.Indices {
+			seen[ix]++
+		}
+	}
+	for ix, c := range seen {
+		if c != 1 {
+			t.Fatalf("index %d appears %d times", ix, c)
+		}
+	}
+	if b := MakeShards(n, size, 8); reflect.DeepEqual(a, b) {
+		t.Error("seed 8 gave the same order as seed 7")
+	}
+	if slices.IsSorted(a[0].Indices) {
+		t.Error("shard 0 is sorted: not permuted")
+	}
+	// Appending to one shard must not overwrite the next (they share an array).
+	next := a[1].Indices[0]
+	_ = append(a[0].Indices, -1)
+	if a[1].Indices[0] != next {
+		t.Error("append to shard 0 overwrote shard 1")
+	}
+
+	if s := MakeShards(0, 10, 1); len(s) != 0 {
+		t.Errorf("n=0: %d shards", len(s))
+	}
+	if s := MakeShards(5, 10, 1); len(s) != 1 || len(s[0].Indices) != 5 {
+		t.Errorf("size > n: %+v", s)
+	}
+	if s := MakeShards(5, 1, 1); len(s) != 5 {
+		t.Errorf("size 1: %d shards", len(s))
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "size 0") {
+			t.Errorf("size 0: recovered %v, want a panic naming the size", r)
+		}
+	}()
+	MakeShards(5, 0, 1)
+}
+
+// The permutation is part of the coordinator's persistent state (which
+// examples shard k holds); pin it so a change to the shuffle is noticed.
+func TestPermutationGolden(t *testing.T) {
+	got := Permutation(10, 1)
+	want := []int{6, 1, 5, 0, 8, 2, 9, 4, 3, 7}
+	if !slices.Equal(got, want) {
+		t.Errorf("Permutation(10, 1) = %v, want %v", got, want)
+	}
+	if got := Permutation(3, -5); len(got) != 3 {
+		t.Errorf("negative seed: %v", got)
+	}
+}
+
+// Every ordering of 3 elements is about equally likely across seeds: a
+// check that the Fisher-Yates loop and bounded draw are unbiased.
+func TestPermutationUniform(t *testing.T) {
+	const seeds = 6000
+	counts := map[[3]int]int{}
+	for s := range int64(seeds) {
+		p := Permutation(3, s)
+		counts[[3]int(p)]++
+	}
+	if len(counts) != 6 {
+		t.Fatalf("%d distinct orderings, want 6: %v", len(counts), counts)
+	}
+	for p, c := range counts {
+		if c < 850 || c > 1150 { // mean 1000, sd about 29
+			t.Errorf("ordering %v: %d of %d", p, c, seeds)
+		}
+	}
+}
+
+func TestShardRoundTripMNIST(t *testing.T) {
+	train, _ := loadMNIST(t)
+	shards := MakeShards(train.N, 1000, 42)
+	sh := shards[3]
+	b := EncodeShard(train, sh)
+	if len(b) != ShardHeaderSize+1000*785 {
+		t.Fatalf("encoded %d bytes, want %d", len(b), ShardHeaderSize+1000*785)
+	}
+	d, err := DecodeShard(b, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Count != 1000 || d.Channels != 1 || d.Rows != 28 || d.Cols != 28 || d.Classes != 10 || d.ExampleSize() != 784 {
+		t.Fatalf("header %+v", *d)
+	}
+	got := make([]float32, 784)
+	want := make([]float32, 784)
+	for k, ix := range sh.Indices {
+		if !bytes.Equal(d.Pixels[k*784:(k+1)*784], train.Images[ix*784:(ix+1)*784]) || d.Labels[k] != train.Labels[ix] {
+			t.Fatalf("example %d (index %d) differs", k, ix)
+		}
+		if k < 50 {
+			if d.Example(got, k) != int(train.Labels[ix]) {
+				t.Fatalf("Example(%d) label", k)
+			}
+			train.Floats(want, ix, 1)
+			if !slices.Equal(got, want) {
+				t.Fatalf("Floats of example %d differ from Set.Floats", k)
+			}
+		}
+	}
+	lab := make([]int32, 10)
+	d.LabelsInt32(lab, 990, 10)
+	for i, l := range lab {
+		if l != int32(train.Labels[sh.Indices[990+i]]) {
+			t.Fatalf("LabelsInt32[%d]", i)
+		}
+	}
+	if !bytes.Equal(d.Encode(), b) {
+		t.Error("Encode does not reproduce the shard")
+	}
+	// Streaming, one byte per Read: same result.
+	d2, err := ReadShard(iotest.OneByteReader(bytes.NewReader(b)), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d, d2) {
+		t.Error("ReadShard differs from DecodeShard")
+	}
+	// The short last shard too.
+	last := shards[len(shards)-1]
+	if d, err := DecodeShard(EncodeShard(train, last), 1000); err != nil || d.Count != len(last.Indices) {
+		t.Fatalf("last shard: %v", err)
+	}
+	// AppendShard appends.
+	if b2, err := AppendShard([]byte("xyz"), train, sh); err != nil || string(b2[:3]) != "xyz" || !bytes.Equal(b2[3:], b) {
+		t.Errorf("AppendShard: %v", err)
+	}
+}
+
+// patch returns a copy of b changed by f.
+func patch(b []byte, f func(b []byte)) []byte {
+	c := bytes.Clone(b)
+	f(c)
+	return c
+}
+
+func TestDecodeShardRejects(t *testing.T) {
+	s := smallSet()
+	good := EncodeShard(s, Shard{ID: 0, Indices: []int{4, 0, 2}}) // 18 + 3*7 = 39 bytes
+	if _, err := DecodeShard(good, 3); err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	cases := []struct {
+		name string
+		in   []byte
+		max  int
+		want error
+		msg  []string
+	}{
+		{"empty", nil, 10, ErrShardFormat, []string{"truncated", "0 bytes"}},
+		{"short header", good[:17], 10, ErrShardFormat, []string{"truncated", "17 bytes"}},
+		{"header only", good[:18], 10, ErrShardFormat, []string{"truncated", "39 bytes, got 18"}},
+		{"one short", good[:38], 10, ErrShardFormat, []string{"truncated", "3 examples of 6 pixels", "got 38"}},
+		{"trailing", append(bytes.Clone(good), 0), 10, ErrShardFormat, []string{"1 trailing bytes"}},
+		{"magic", patch(good, func(b []byte) { copy(b, "<htm") }), 10, ErrShardFormat, []string{`"<htm"`, "CTSH"}},
+		{"version", patch(good, func(b []byte) { b[4] = 2 }), 10, ErrShardFormat, []string{"version 2", "reads version 1"}},
+		{"reserved", patch(good, func(b []byte) { b[5] = 1 }), 10, ErrShardFormat, []string{"reserved"}},
+		{"zero channels", patch(good, func(b []byte) { le.PutUint16(b[6:], 0) }), 10, ErrShardFormat, []string{"channels is 0"}},
+		{"zero cols", patch(good, func(b []byte) { le.PutUint16(b[10:], 0) }), 10, ErrShardFormat, []string{"cols is 0"}},
+		{"huge example", patch(good, func(b []byte) { le.PutUint16(b[8:], 0xffff); le.PutUint16(b[10:], 0xffff) }), 10, ErrShardFormat, []string{"exceeds the limit"}},
+		{"classes 1", patch(good, func(b []byte) { le.PutUint16(b[12:], 1) }), 10, ErrShardFormat, []string{"classes is 1"}},
+		{"classes 257", patch(good, func(b []byte) { le.PutUint16(b[12:], 257) }), 10, ErrShardFormat, []string{"classes is 257"}},
+		{"count 0", patch(good, func(b []byte) { le.PutUint32(b[14:], 0) }), 10, ErrShardFormat, []string{"0 examples"}},
+		{"count over limit", good, 2, ErrShardLimit, []string{"3 examples", "limit of 2"}},
+		{"huge count", patch(good, func(b []byte) { le.PutUint32(b[14:], 0xffffffff) }), 1000, ErrShardLimit, []string{"4294967295"}},
+		{"huge count, no limit", patch(good, func(b []byte) { le.PutUint32(b[14:], 0x7fffffff) }), math.MaxInt32, ErrShardFormat, []string{"truncated"}},
+		{"bad label", patch(good, func(b []byte) { b[len(b)-2] = 3 }), 10, ErrShardFormat, []string{"example 1 has label 3", "classes=3"}},
+		{"label 255", patch(good, func(b []byte) { b[len(b)-1] = 255 }), 10, ErrShardFormat, []string{"label 255"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := DecodeShard(c.in, c.max)
+			d2, err2 := ReadShard(bytes.NewReader(c.in), c.max)
+			if err == nil || err2 == nil {
+				t.Fatalf("DecodeShard: %+v, %v; ReadShard: %+v, %v; want errors", d, err, d2, err2)
+			}
+			want2 := c.want
+			if c.name == "huge count, no limit" && strconv.IntSize == 32 {
+				want2 = ErrShardLimit // 15 GB cannot be buffered there, so ReadShard refuses before reading
+			}
+			if !errors.Is(err, c.want) || !errors.Is(err2, want2) {
+				t.Errorf("errors %q, %q do not wrap %q", err, err2, c.want)
+			}
+			for _, m := range c.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("DecodeShard error %q does not mention %q", err, m)
+				}
+			}
+		})
+	}
+	if _, err := DecodeShard(good, 0); err == nil || !strings.Contains(err.Error(), "maxExamples") {
+		t.Errorf("maxExamples 0: %v", err)
+	}
+}
+
+// A header promising a huge shard must not make ReadShard allocate it up
+// front: a worker would die on a malicious or broken body.
+func TestReadShardDoesNotTrustHeaderSize(t *testing.T) {
+	h := appendShardHeader(nil, 1, 28, 28, 10, 1_000_000) // claims 785 MB
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ReadShard(bytes.NewReader(append(h, make([]byte, 1000)...)), 1_000_000)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrShardFormat) || !strings.Contains(err.Error(), "got 1018") {
+		t.Fatalf("err = %v, want truncation naming what arrived", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Errorf("allocated %d bytes for a 1 kB body", alloc)
+	}
+}
+
+func TestEncodeShardRejects(t *testing.T) {
+	for name, c := range map[string]struct {
+		mut   func(*Set)
+		shard Shard
+	}{
+		"empty shard":    {nil, Shard{}},
+		"index past N":   {nil, Shard{Indices: []int{5}}},
+		"negative index": {nil, Shard{Indices: []int{-1}}},
+		"bad label":      {func(s *Set) { s.Labels[1] = 9 }, Shard{Indices: []int{1}}},
+		"short images":   {func(s *Set) { s.Images = s.Images[:6] }, Shard{Indices: []int{0}}},
+		"classes 300":    {func(s *Set) { s.Classes = 300 }, Shard{Indices: []int{0}}},
+		"rows 70000":     {func(s *Set) { s.Rows = 70000 }, Shard{Indices: []int{0}}},
+	} {
+		s := smallSet()
+		if c.mut != nil {
+			c.mut(s)
+		}
+		if _, err := AppendShard(nil, s, c.shard); err == nil {
+			t.Errorf("%s: AppendShard = nil error", name)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: EncodeShard did not panic", name)
+				}
+			}()
+			EncodeShard(s, c.shard)
+		}()
+	}
+}
+
+func mnistShard(b *testing.B) []byte {
+	train, _ := loadMNIST(b)
+	return EncodeShard(train, MakeShards(train.N, 1000, 1)[0])
+}
+
+func BenchmarkDecodeShard(b *testing.B) {
+	enc := mnistShard(b)
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if _, err := DecodeShard(enc, 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkShardFloats(b *testing.B) {
+	d, err := DecodeShard(mnistShard(b), 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]float32, d.Count*d.ExampleSize())
+	b.SetBytes(int64(len(d.Pixels)))
+	for b.Loop() {
+		d.Floats(dst, 0, d.Count)
+	}
+}
+
+func BenchmarkEncodeShard(b *testing.B) {
+	train, _ := loadMNIST(b)
+	sh := MakeShards(train.N, 1000, 1)[0]
+	buf := make([]byte, 0, ShardHeaderSize+1000*785)
+	b.SetBytes(int64(cap(buf)))
+	for b.Loop() {
+		if _, err := AppendShard(buf[:0], train, sh); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMakeShards(b *testing.B) {
+	for b.Loop() {
+		MakeShards(60000, 1000, 1)
+	}
+}
