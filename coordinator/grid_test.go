@@ -13,6 +13,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -160,4 +161,13 @@ func jobSpec(t testing.TB, preset string, edit func(*coordinator.JobSpec)) coord
 		t.Fatal(err)
 	}
 	return s
+}
+
+func modelParams(t testing.TB, spec coordinator.JobSpec) int {
+	t.Helper()
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.NumParams
 }

@@ -122,3 +122,25 @@ func TestLoadJobSpecFile(t *testing.T) {
 		t.Fatalf("error %v should name the file and the key", err)
 	}
 }
+
+func FuzzParseJobSpec(f *testing.F) {
+	f.Add([]byte(fullSpec))
+	f.Add([]byte(`{"name": "j", "model": "mnist-cnn", "optimizer": {"type": "adam", "lr": 0.001}}`))
+	f.Add([]byte("name: a\nmodel: {input: [1, 28, 28], layers: [{type: conv2d, filters: 2, kernel: 3}, {type: dense, units: 10}]}\n"))
+	f.Add([]byte("name: a\nmodel: [{type: dense, units: 0}]\n"))
+	f.Add([]byte("&a [*a]"))
+	f.Add([]byte("name: a\nlease_timeout: -5s\nmodel: mnist-mlp\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseJobSpec(data)
+		if err != nil {
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("error is not a *SpecError: %T %v", err, err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("parsed spec fails validation: %v", err)
+		}
+	})
+}

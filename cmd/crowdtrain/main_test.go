@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func runCmd(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadInputExitsWithStatus2(t *testing.T) {
+	dir := t.TempDir()
+	unknownKey := filepath.Join(dir, "job.yaml")
+	os.WriteFile(unknownKey, []byte("name: x\nmodel: mnist-mlp\nlearning_rate: 0.1\n"), 0o644)
+	badValue := filepath.Join(dir, "job.json")
+	os.WriteFile(badValue, []byte(`{"name": "x", "model": "mnist-mlp", "batch_size": -3}`), 0o644)
+	cases := []struct {
+		args  []string
+		words []string
+	}{
+		{[]string{"serve", "--job", "mnist-rnn"}, []string{"mnist-rnn", "mnist-cnn, mnist-mlp"}},
+		{[]string{"serve", "--job", unknownKey}, []string{"learning_rate", "unknown key"}},
+		{[]string{"serve", "--job", badValue}, []string{"batch_size", "-3"}},
+		{[]string{"serve", "--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
+		{[]string{"work", "--coordinator", "http://x"}, []string{"ws://"}},
+		{[]string{"frobnicate"}, []string{"unknown command"}},
+		{nil, []string{"Usage"}},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCmd(t, context.Background(), c.args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", c.args, code, stderr)
+		}
+		for _, w := range c.words {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr %q should mention %q", c.args, stderr, w)
+			}
+		}
+	}
+}
+
+func TestMissingMNISTSaysWhereItLooked(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--data", dir, "--addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, dir) || !strings.Contains(stderr, "--data") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming %s and how to fix it", code, stderr, dir)
+	}
+}
+
+func TestBenchPrintsExamplesPerSecondLast(t *testing.T) {
+	code, stdout, stderr := runCmd(t, context.Background(), "bench", "--model", "mnist-mlp", "--batch", "64", "--threads", "1",
+		"--rounds", "3", "--round", "50ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if !regexp.MustCompile(`^examples/s: [1-9][0-9]*$`).MatchString(lines[len(lines)-1]) {
+		t.Fatalf("last line %q, want `examples/s: N`", lines[len(lines)-1])
+	}
+}
+
+// serve with local workers trains, status shows it, and cancelling (what
+// Ctrl-C does) stops it cleanly with exit status 0.
+func TestServeStatusAndCleanStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a coordinator with workers; skipped with -short")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", addr, "--job", "mnist-mlp", "--local-workers", "2", "--progress", "200ms"},
+			io.Discard, io.Discard)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var jobs []struct {
+			Version int64 `json:"version"`
+			Workers int   `json:"workers"`
+		}
+		resp, err := http.Get("http://" + addr + "/api/v1/jobs")
+		if err == nil {
+			json.NewDecoder(resp.Body).Decode(&jobs)
+			resp.Body.Close()
+			if len(jobs) == 1 && jobs[0].Workers == 2 && jobs[0].Version > 10 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("coordinator did not train with two workers: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code, stdout, stderr := runCmd(t, context.Background(), "status", "--coordinator", "http://"+addr)
+	if code != 0 || !strings.Contains(stdout, "mnist-mlp") || strings.Count(stdout, "cpu-gonum") != 2 {
+		t.Fatalf("status exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d after Ctrl-C", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop within 20s of Ctrl-C")
+	}
+}

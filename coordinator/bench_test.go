@@ -1,0 +1,205 @@
+package coordinator_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+const ingestClients = 8
+
+// BenchmarkIngest measures how many mnist-mlp-sized results per second the
+// coordinator accepts from 8 concurrent websocket clients (decode,
+// validate, apply with Adam, publish snapshots, ack), next to the rate at
+// which the same websocket stack moves the same message size with no
+// coordinator behind it. The ratio is the coordinator's overhead.
+func BenchmarkIngest(b *testing.B) {
+	b.Run("coordinator", benchCoordinatorIngest)
+	b.Run("raw-websocket", benchRawWebsocket)
+}
+
+func benchCoordinatorIngest(b *testing.B) {
+	g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy = 1
+		s.EvalEvery = 1 << 30
+		s.MaxEpochs = 1 << 20
+		s.MaxStaleness = 1 << 20 // measure throughput, not rejections
+	}))
+	clients := make([]*rawClient, ingestClients)
+	for i := range clients {
+		clients[i] = g.joinRaw()
+	}
+	n := clients[0].welcome.Job.NumParams
+	update := make(protocol.Floats, n)
+	for i := range update {
+		update[i] = 1e-3
+	}
+	b.SetBytes(int64(4 * n))
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	rejected := 0
+	for i, rc := range clients {
+		count := b.N / ingestClients
+		if i < b.N%ingestClients {
+			count++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range count {
+				l, ok := rc.leaseWaiting()
+				if !ok {
+					return
+				}
+				frame, err := protocol.Encode(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion,
+					Codec: protocol.CodecF32, Update: update, Examples: l.Count, LossSum: 1})
+				if err == nil {
+					err = rc.sendBytes(frame)
+				}
+				var m protocol.Message
+				for err == nil {
+					if m, err = rc.readErr(); err == nil {
+						if _, ok := m.(*protocol.Ack); ok {
+							break
+						}
+					}
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if !m.(*protocol.Ack).Accepted {
+					mu.Lock()
+					rejected++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if rejected > 0 {
+		b.Fatalf("%d results rejected", rejected)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "updates/s")
+}
+
+// leaseWaiting asks for one lease, waiting out idle answers (the end of an
+// epoch, while the last leases are still out). Safe in a goroutine: it
+// reports errors instead of stopping the test.
+func (rc *rawClient) leaseWaiting() (protocol.Lease, bool) {
+	for {
+		b, _ := protocol.Encode(&protocol.Want{N: 1})
+		if err := rc.sendBytes(b); err != nil {
+			rc.t.Error(err)
+			return protocol.Lease{}, false
+		}
+		m, err := rc.readErr()
+		if err != nil {
+			rc.t.Error(err)
+			return protocol.Lease{}, false
+		}
+		switch m := m.(type) {
+		case *protocol.Lease:
+			return *m, true
+		case *protocol.Idle:
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func benchRawWebsocket(b *testing.B) {
+	spec := jobSpec(b, "mnist-mlp", nil)
+	frame, err := protocol.Encode(&protocol.Result{LeaseID: 1, JobID: "j", Codec: protocol.CodecF32,
+		Update: make(protocol.Floats, modelParams(b, spec)), Examples: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ack := []byte("ack")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(int64(len(frame)) + 1024)
+		for {
+			if _, _, err := c.Read(r.Context()); err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), websocket.MessageBinary, ack); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	conns := make([]*websocket.Conn, ingestClients)
+	for i := range conns {
+		c, _, err := websocket.Dial(context.Background(), url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.CloseNow()
+		conns[i] = c
+	}
+	b.SetBytes(int64(len(frame)))
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		count := b.N / ingestClients
+		if i < b.N%ingestClients {
+			count++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for range count {
+				if err := c.Write(ctx, websocket.MessageBinary, frame); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, _, err := c.Read(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "messages/s")
+}
+
+// BenchmarkTimeTo97 is the wall time for two local native workers to train
+// mnist-mlp to 97% test accuracy. Run it with -benchtime 1x.
+func BenchmarkTimeTo97(b *testing.B) {
+	for range b.N {
+		g := newTestGrid(b, jobSpec(b, "mnist-mlp", nil))
+		start := time.Now()
+		g.addWorker(1, nil)
+		g.addWorker(1, nil)
+		v := g.waitDone(10 * time.Minute)
+		elapsed := time.Since(start)
+		if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
+			b.Fatalf("job ended %s: %s", v.State, v.Reason)
+		}
+		b.ReportMetric(elapsed.Seconds(), "s-to-97%")
+		b.ReportMetric(float64(v.ExamplesSeen), "examples")
+		b.ReportMetric(v.MeanStaleness, "mean-staleness")
+		g.close()
+	}
+}

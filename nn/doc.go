@@ -1,0 +1,25 @@
+// Package nn is crowdtrain's small neural-network engine: model specs and
+// presets, one flat float32 parameter vector with a named layout, forward and
+// backward passes for classifiers (dense, relu, conv2d, maxpool2d, flatten,
+// softmax cross-entropy), and optimizers that act on flat vectors.
+//
+// The coordinator and every worker share this code, so parameters, gradients,
+// updates and snapshots all use the same flat layout (Model.Layout) and can be
+// added, averaged and shipped without knowing the architecture.
+//
+// Constraints that keep it usable everywhere:
+//   - It imports nothing of crowdtrain, only the standard library and gonum
+//     (blas32 with gonum's pure-Go implementation), because it must build for
+//     GOOS=js GOARCH=wasm, where browser workers run it single-threaded.
+//   - Hot paths (Model.Gradient, Model.Evaluate, Optimizer.Step) allocate
+//     nothing: every buffer lives in a caller-owned Workspace or optimizer, so
+//     long training loops put no load on the garbage collector. GEMMs are
+//     issued in tiles small enough that gonum runs them serially; parallelism
+//     comes from running one Workspace per goroutine.
+//   - Results are deterministic: Init depends only on the seed, on every
+//     platform.
+//
+// Programmer errors (wrong slice lengths, a workspace from another model)
+// panic; problems in specs or data return errors that say what is wrong and
+// how to fix it.
+package nn

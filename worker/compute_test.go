@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// refBackend computes with nn directly, one thread.
+type refBackend struct {
+	model *nn.Model
+	ws    *nn.Workspace
+}
+
+func (b *refBackend) Kind() string { return protocol.KindNative }
+func (b *refBackend) Name() string { return "ref" }
+func (b *refBackend) Threads() int { return 1 }
+func (b *refBackend) Prepare(m *nn.Model, maxBatch int) error {
+	b.model, b.ws = m, m.NewWorkspace(maxBatch)
+	return nil
+}
+func (b *refBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	l, c := b.model.Gradient(b.ws, params, x, labels, grad)
+	return l, c, nil
+}
+
+func smallModel(t *testing.T) *nn.Model {
+	m, err := nn.NewModel(nn.ModelSpec{Input: []int{1, 4, 4}, Layers: []nn.LayerSpec{
+		{Type: "dense", Units: 8}, {Type: "relu"}, {Type: "dense", Units: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func randomTask(m *nn.Model, count, batch, steps int, lr float32) *task {
+	rng := rand.New(rand.NewPCG(5, 6))
+	t := &task{
+		lease:  protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: steps, InnerLR: lr},
+		params: make([]float32, m.NumParams),
+		x:      make([]float32, count*m.InputSize),
+		labels: make([]int32, count),
+	}
+	m.Init(t.params, 9)
+	for i := range t.x {
+		t.x[i] = rng.Float32()
+	}
+	for i := range t.labels {
+		t.labels[i] = int32(rng.IntN(3))
+	}
+	return t
+}
+
+// With one local step the pseudo-gradient is the gradient itself.
+func TestOneStepPseudoGradientIsTheGradient(t *testing.T) {
+	m := smallModel(t)
+	tk := randomTask(m, 10, 10, 1, 0.5)
+	c := newComputer(&refBackend{}, m)
+	res, err := c.compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, m.NumParams)
+	m.Gradient(m.NewWorkspace(10), tk.params, tk.x, tk.labels, want)
+	for i := range want {
+		if res.Update[i] != want[i] {
+			t.Fatalf("update[%d] = %v, want gradient %v", i, res.Update[i], want[i])
+		}
+	}
+	if res.Examples != 10 || res.LossSum <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// With H steps it is (w_base - w_after)/lr after H inner SGD steps.
+func TestLocalStepsPseudoGradient(t *testing.T) {
+	m := smallModel(t)
+	const batch, steps, lr = 4, 3, float32(0.1)
+	tk := randomTask(m, 11, batch, steps, lr) // the last step has 3 examples
+	base := append([]float32(nil), tk.params...)
+	c := newComputer(&refBackend{}, m)
+	res, err := c.compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := append([]float32(nil), base...)
+	g := make([]float32, m.NumParams)
+	ws := m.NewWorkspace(batch)
+	in := m.InputSize
+	for s := 0; s < steps; s++ {
+		lo, hi := s*batch, min((s+1)*batch, 11)
+		m.Gradient(ws, w, tk.x[lo*in:hi*in], tk.labels[lo:hi], g)
+		nn.SGDStep(w, g, lr)
+	}
+	for i := range w {
+		want := (base[i] - w[i]) / lr
+		if math.Abs(float64(res.Update[i]-want)) > 1e-4*(1+math.Abs(float64(want))) {
+			t.Fatalf("update[%d] = %v, want %v", i, res.Update[i], want)
+		}
+	}
+	for i := range base {
+		if tk.params[i] != base[i] {
+			t.Fatal("compute modified the base snapshot")
+		}
+	}
+}
+
+type panicky struct{ refBackend }
+
+func (p *panicky) Gradient([]float32, []float32, []int32, []float32) (float64, int, error) {
+	panic("kernel bug")
+}
+
+// A panicking backend fails the task, not the worker.
+func TestBackendPanicBecomesAnError(t *testing.T) {
+	m := smallModel(t)
+	c := newComputer(&panicky{}, m)
+	if _, err := c.compute(randomTask(m, 4, 4, 1, 0.1)); err == nil {
+		t.Fatal("no error from a panicking backend")
+	}
+}
