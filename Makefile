@@ -31,8 +31,10 @@ test: data lint
 
 # Speed figures for docs/BENCHMARKS.md; see that file for how to read them.
 bench: data
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./nn/ ./protocol/ ./coordinator/
-	./scripts/bench-tta.sh
+	$(GO) test -run '^$$' -bench 'TrainStep|Evaluate' -benchtime 2s -count 5 ./nn/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./protocol/
+	$(GO) test -run '^$$' -bench Ingest -benchtime 3s -count 5 ./coordinator/
+	$(GO) test -run '^$$' -bench TimeTo97 -benchtime 1x -count 3 ./coordinator/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -247,10 +248,14 @@ func (s *Server) writeLoop(wc *workerConn) {
 func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 	job := wc.job
 	ctx := s.ctx
-	limit := int(job.maxMessageBytes())
+	// Frames and their float vectors are read into buffers reused for the
+	// whole connection: each result is applied (or rejected) before the
+	// next frame is read, so nothing still refers to the previous one.
+	dec := &protocol.Decoder{MaxBytes: int(job.maxMessageBytes())}
+	var frame bytes.Buffer
 	bad := 0
 	for {
-		typ, data, err := wc.ws.Read(context.Background())
+		typ, data, err := readFrame(wc.ws, &frame)
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return websocket.StatusGoingAway, "coordinator shutting down"
@@ -263,7 +268,7 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 		if typ != websocket.MessageBinary {
 			return websocket.StatusUnsupportedData, "messages are binary msgpack frames"
 		}
-		m, err := protocol.Decode(data, limit)
+		m, err := dec.Decode(data)
 		var ve *protocol.ValidationError
 		switch {
 		case err == nil:
@@ -300,6 +305,19 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 			s.enqueue(wc, &protocol.Error{Code: "unexpected", Message: fmt.Sprintf("a worker does not send %s messages", m.MessageType())})
 		}
 	}
+}
+
+// readFrame reads one message into buf, which it resets first.
+func readFrame(ws *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
+	typ, r, err := ws.Reader(context.Background())
+	if err != nil {
+		return 0, nil, err
+	}
+	buf.Reset()
+	if _, err := buf.ReadFrom(r); err != nil {
+		return 0, nil, err
+	}
+	return typ, buf.Bytes(), nil
 }
 
 func (s *Server) want(ctx context.Context, wc *workerConn, n int) {

@@ -361,6 +361,10 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		ack.Reason, ack.Detail = reason, detail
 		return ack
 	}
+	if st.state != StateRunning {
+		// Leases were cleared when the job stopped; say why, not "unknown".
+		return reject(protocol.ReasonNotRunning, "job is "+st.state)
+	}
 	l := st.leases[res.LeaseID]
 	if l == nil || l.worker != sub.worker {
 		return reject(protocol.ReasonUnknownLease,
@@ -372,9 +376,6 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if sub.reason != "" {
 		j.requeue(l.task)
 		return reject(sub.reason, sub.detail)
-	}
-	if st.state != StateRunning {
-		return reject(protocol.ReasonNotRunning, "job is "+st.state)
 	}
 	switch {
 	case res.JobID != j.ID:

@@ -130,7 +130,7 @@ func defaultSpec() JobSpec {
 		LocalSteps:     1,
 		InnerLR:        0.05,
 		MaxStaleness:   8,
-		StalenessLR:    StalenessLRInverse,
+		StalenessLR:    StalenessLRNone,
 		ShardSize:      1000,
 		TargetAccuracy: 0.97,
 		MaxEpochs:      10,

@@ -24,11 +24,32 @@ var (
 type Floats []float32
 
 // FirstNonFinite returns the index of the first NaN or Inf, or -1.
+//
+// Every result passes through it, so it scans branch-free: an exponent
+// field e (bits 23..30) is all ones exactly for NaN and ±Inf, and then
+// e + 1<<23 is the first value to set bit 31. OR-ing that into four
+// independent accumulators tests a block with one branch.
 func (f Floats) FirstNonFinite() int {
-	for i, v := range f {
-		// v-v is 0 for finite v and NaN for NaN and ±Inf: one compare per element.
-		if v-v != 0 {
-			return i
+	const block = 1024
+	for start := 0; start < len(f); start += block {
+		chunk := f[start:min(start+block, len(f))]
+		var a0, a1, a2, a3 uint32
+		i := 0
+		for ; i+4 <= len(chunk); i += 4 {
+			a0 |= math.Float32bits(chunk[i])&0x7f800000 + 0x00800000
+			a1 |= math.Float32bits(chunk[i+1])&0x7f800000 + 0x00800000
+			a2 |= math.Float32bits(chunk[i+2])&0x7f800000 + 0x00800000
+			a3 |= math.Float32bits(chunk[i+3])&0x7f800000 + 0x00800000
+		}
+		for ; i < len(chunk); i++ {
+			a0 |= math.Float32bits(chunk[i])&0x7f800000 + 0x00800000
+		}
+		if (a0|a1|a2|a3)&0x80000000 != 0 {
+			for i, v := range chunk {
+				if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
+					return start + i
+				}
+			}
 		}
 	}
 	return -1
@@ -81,7 +102,13 @@ func (f *Floats) DecodeMsgpack(d *msgpack.Decoder) error {
 	if r, ok := d.Buffered().(*bytes.Reader); !ok || n > r.Len() {
 		return fmt.Errorf("%w: float32 vector claims %d bytes, more than the frame holds", ErrMalformed, n)
 	}
-	out := make([]float32, n/4)
+	// Reuse f's storage when it is large enough (see Decoder).
+	out := *f
+	if cap(out) >= n/4 {
+		out = out[:n/4]
+	} else {
+		out = make([]float32, n/4)
+	}
 	if err := d.ReadFull(floatBytes(out)); err != nil {
 		return err
 	}
@@ -123,12 +150,34 @@ func AppendEncode(dst []byte, m Message) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Decoder decodes frames like Decode but keeps one float buffer across
+// calls: a decoded Result's Update is valid only until the next Decode.
+// A connection that handles each result before reading the next one
+// allocates nothing per update this way. Not safe for concurrent use.
+type Decoder struct {
+	MaxBytes int
+	floats   Floats
+}
+
+// Decode is Decode(b, d.MaxBytes) with buffer reuse.
+func (d *Decoder) Decode(b []byte) (Message, error) {
+	m, err := decode(b, d.MaxBytes, d.floats[:0])
+	if r, ok := m.(*Result); ok && cap(r.Update) > cap(d.floats) {
+		d.floats = r.Update[:0]
+	}
+	return m, err
+}
+
 // Decode checks b's size against maxBytes, decodes one frame and validates
 // its body. The returned message never aliases b. When the frame decodes
 // but its body fails validation, Decode returns the message together with a
 // *ValidationError, so a receiver can answer it (a rejected result is
 // acknowledged, not ignored); it must not act on the message otherwise.
 func Decode(b []byte, maxBytes int) (Message, error) {
+	return decode(b, maxBytes, nil)
+}
+
+func decode(b []byte, maxBytes int, floats Floats) (Message, error) {
 	if len(b) > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooBig, len(b), maxBytes)
 	}
@@ -152,6 +201,9 @@ func Decode(b []byte, maxBytes int) (Message, error) {
 	m := newMessage(Type(t))
 	if m == nil {
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, truncate(t, 32))
+	}
+	if r, ok := m.(*Result); ok {
+		r.Update = floats
 	}
 	if err := dec.Decode(m); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, t, err)

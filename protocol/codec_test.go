@@ -143,8 +143,18 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte{0x93, 0x01, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81, 0xa6, 'u', 'p', 'd', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xf0})
 	f.Add([]byte{})
+	warm, _ := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 64), Examples: 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b, 1<<16)
+		// A Decoder holding a buffer from an earlier frame decodes the same.
+		d := &Decoder{MaxBytes: 1 << 16}
+		if _, err := d.Decode(warm); err != nil {
+			t.Fatal(err)
+		}
+		m2, err2 := d.Decode(b)
+		if (err == nil) != (err2 == nil) || (err == nil && !reflect.DeepEqual(m, m2)) {
+			t.Fatalf("Decoder and Decode disagree: %v / %v", err, err2)
+		}
 		if err != nil {
 			return
 		}
@@ -156,12 +166,12 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		m2, err := Decode(b2, 1<<17)
+		m3, err := Decode(b2, 1<<17)
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
-		if !reflect.DeepEqual(m, m2) {
-			t.Fatalf("round trip changed the message:\n%+v\n%+v", m, m2)
+		if !reflect.DeepEqual(m, m3) {
+			t.Fatalf("round trip changed the message:\n%+v\n%+v", m, m3)
 		}
 	})
 }
@@ -204,5 +214,86 @@ func BenchmarkDecodeResult(b *testing.B) {
 		if _, err := Decode(frame, 1<<22); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A Decoder reuses its float buffer: no allocation per result once warm.
+func TestDecoderReusesBuffer(t *testing.T) {
+	frame := func(v float32) []byte {
+		u := make(Floats, 1000)
+		for i := range u {
+			u[i] = v
+		}
+		b, err := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: u, Examples: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := frame(1), frame(2)
+	d := &Decoder{MaxBytes: 1 << 20}
+	m1, err := d.Decode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &m1.(*Result).Update[0]
+	m2, err := d.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := m2.(*Result).Update
+	if &u[0] != first || u[999] != 2 || len(u) != 1000 {
+		t.Fatalf("second decode did not reuse the buffer or decoded wrongly")
+	}
+	// A plain Decode never aliases an earlier message.
+	m3, _ := Decode(a, 1<<20)
+	if &m3.(*Result).Update[0] == first {
+		t.Fatal("Decode reused a Decoder's buffer")
+	}
+	allocs := testing.AllocsPerRun(20, func() { _, _ = d.Decode(b) })
+	if allocs > 12 {
+		t.Errorf("%v allocations per decode; the float buffer should be reused", allocs)
+	}
+}
+
+func BenchmarkDecoderResult(b *testing.B) {
+	frame, err := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 235146), Examples: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &Decoder{MaxBytes: 1 << 22}
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := d.Decode(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestFirstNonFinite(t *testing.T) {
+	specials := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7fc00001), math.Float32frombits(0xff800001)}
+	for _, n := range []int{0, 1, 255, 256, 257, 1000} {
+		f := make(Floats, n)
+		for i := range f {
+			f[i] = float32(i%7-3) * 1e37 // large but finite, and negative ones
+		}
+		if got := f.FirstNonFinite(); got != -1 {
+			t.Fatalf("n=%d: all finite, got %d", n, got)
+		}
+		for _, at := range []int{0, n / 2, n - 1} {
+			for _, s := range specials {
+				if n == 0 {
+					continue
+				}
+				g := append(Floats(nil), f...)
+				g[at] = s
+				if got := g.FirstNonFinite(); got != at {
+					t.Fatalf("n=%d, %v at %d: got %d", n, s, at, got)
+				}
+			}
+		}
+	}
+	if got := (Floats{math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32}).FirstNonFinite(); got != -1 {
+		t.Fatalf("extremes flagged at %d", got)
 	}
 }

@@ -36,9 +36,11 @@ Run 'crowdtrain COMMAND -h' for a command's flags.
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once, should a clean stop hang
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run executes one command and returns the process exit status.
