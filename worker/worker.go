@@ -156,6 +156,7 @@ type session struct {
 
 	sendMu  sync.Mutex
 	sendBuf []byte
+	batch   batcher // nil where writes need no batching
 
 	held atomic.Int32 // leases received and not yet answered
 	// counts maps lease id → example count until its ack arrives (acks
@@ -165,7 +166,7 @@ type session struct {
 
 func (w *Worker) session(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, _, err := websocket.Dial(dctx, w.cfg.Coordinator, nil)
+	conn, batch, err := dial(dctx, w.cfg.Coordinator)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("failed to dial %s: %w", w.cfg.Coordinator, err)
@@ -173,7 +174,7 @@ func (w *Worker) session(ctx context.Context) error {
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 20)
 
-	s := &session{w: w, conn: conn}
+	s := &session{w: w, conn: conn, batch: batch}
 	s.base, _ = url.Parse(w.cfg.Coordinator)
 	s.base.Scheme = map[string]string{"ws": "http", "wss": "https"}[s.base.Scheme]
 	s.base.Path, s.base.RawQuery = "", ""
@@ -255,10 +256,25 @@ func (s *session) send(ctx context.Context, m protocol.Message) error {
 	s.sendBuf = b
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.conn.Write(wctx, websocket.MessageBinary, b); err != nil {
+	if s.batch != nil {
+		s.batch.hold()
+	}
+	err = s.conn.Write(wctx, websocket.MessageBinary, b)
+	if s.batch != nil {
+		if rerr := s.batch.release(); err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("failed to send %s: %w", m.MessageType(), err)
 	}
 	return nil
+}
+
+// batcher holds a connection's writes for one message (see dial).
+type batcher interface {
+	hold()
+	release() error
 }
 
 // work runs three stages until the connection drops: the reader takes

@@ -1,0 +1,75 @@
+//go:build !js
+
+package worker
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// dial opens the worker's websocket over a connection that coalesces
+// writes. coder/websocket masks a client's frames through a 4 KiB buffer,
+// one write per 4 KiB: a 940 KB update would cost 230 syscalls. The
+// session holds the connection's writes for the length of each message and
+// sends them in one.
+func dial(ctx context.Context, url string) (*websocket.Conn, batcher, error) {
+	var bc *batchConn
+	dialer := &net.Dialer{}
+	client := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			bc = &batchConn{Conn: c}
+			return bc, nil
+		},
+	}}
+	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client})
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, bc, nil
+}
+
+// batchConn passes writes through, except between hold and release, when
+// it collects them and release writes them at once.
+type batchConn struct {
+	net.Conn
+	mu      sync.Mutex
+	holding bool
+	buf     []byte
+}
+
+func (c *batchConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holding {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *batchConn) hold() {
+	c.mu.Lock()
+	c.holding = true
+	c.mu.Unlock()
+}
+
+func (c *batchConn) release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holding = false
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
+}

@@ -1,0 +1,43 @@
+//go:build !js
+
+package worker
+
+import (
+	"bytes"
+	"net"
+	"testing"
+)
+
+type countingConn struct {
+	net.Conn
+	writes int
+	data   bytes.Buffer
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes++
+	return c.data.Write(p)
+}
+
+func TestBatchConnCoalescesHeldWrites(t *testing.T) {
+	under := &countingConn{}
+	bc := &batchConn{Conn: under}
+	bc.Write([]byte("a")) // not held: straight through
+	bc.hold()
+	for range 230 {
+		bc.Write(bytes.Repeat([]byte("x"), 4096))
+	}
+	if under.writes != 1 {
+		t.Fatalf("%d writes reached the connection while held, want only the one before", under.writes)
+	}
+	if err := bc.release(); err != nil {
+		t.Fatal(err)
+	}
+	if under.writes != 2 || under.data.Len() != 1+230*4096 {
+		t.Fatalf("after release: %d writes, %d bytes; want 2 writes, all bytes in order", under.writes, under.data.Len())
+	}
+	bc.Write([]byte("b"))
+	if under.writes != 3 {
+		t.Fatal("writes after release should pass straight through")
+	}
+}
