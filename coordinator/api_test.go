@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -161,5 +162,35 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 	})
 	if s := w.Stats(); s.JobID == first.JobID {
 		t.Errorf("worker still on the old job %s", s.JobID)
+	}
+}
+
+// Snapshots live only while a held lease may still use them, so memory
+// stays bounded even with a huge max_staleness.
+func TestSnapshotsArePrunedWhenNoLeaseNeedsThem(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy = 1
+		s.EvalEvery = 1 << 30
+		s.MaxStaleness = 1 << 20
+	}))
+	rc := g.joinRaw()
+	var first protocol.Lease
+	for i := range 5 {
+		l := rc.leases(1)[0]
+		if i == 0 {
+			first = l
+		}
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+		if a := rc.ack(l.ID); !a.Accepted {
+			t.Fatalf("result %d rejected: %+v", i, a)
+		}
+	}
+	held := rc.leases(1)[0] // publishes version 5 and prunes the rest
+	if code := g.getJSON(first.SnapshotURL, nil); code != http.StatusGone {
+		t.Errorf("snapshot of version %d no lease needs: status %d, want 410", first.BaseVersion, code)
+	}
+	if code := g.getJSON(held.SnapshotURL, nil); code != http.StatusOK {
+		t.Errorf("snapshot of a held lease: status %d, want 200", code)
 	}
 }

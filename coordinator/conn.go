@@ -81,13 +81,18 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered the request already
 	}
-	s.conns.Add(1)
-	defer s.conns.Done()
 	defer ws.CloseNow()
-	if s.ctx.Err() != nil {
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.conns.Add(1)
+	}
+	s.mu.Unlock()
+	if closed {
 		ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
 		return
 	}
+	defer s.conns.Done()
 	// Hellos are small; the limit rises after the welcome.
 	ws.SetReadLimit(64 << 10)
 

@@ -256,9 +256,10 @@ func (j *Job) snapshotPath(version int64) string {
 }
 
 // publish makes the current version downloadable if it is not yet, and
-// drops snapshots too old for any acceptable result. Publishing on demand,
-// when a lease needs it, bounds the rate to one copy per version that a
-// worker actually asks for.
+// drops every snapshot no outstanding lease still needs. Publishing on
+// demand, when a lease needs it, bounds the rate to one copy per version
+// that a worker actually asks for; pruning by lease bounds the memory to
+// one snapshot per lease held, whatever max_staleness is.
 func (j *Job) publish() {
 	st := &j.st
 	if st.published == st.version {
@@ -268,13 +269,26 @@ func (j *Job) publish() {
 	j.snapMu.Lock()
 	j.snapshots[st.version] = snap
 	for v := range j.snapshots {
-		// A result based on v is stale once version-v > max_staleness.
-		if st.version-v > int64(j.Spec.MaxStaleness) {
+		if v != st.version && !j.snapshotNeeded(v) {
 			delete(j.snapshots, v)
 		}
 	}
 	j.snapMu.Unlock()
 	st.published = st.version
+}
+
+// snapshotNeeded reports whether a held lease is based on version v and
+// could still be accepted.
+func (j *Job) snapshotNeeded(v int64) bool {
+	if j.st.version-v > int64(j.Spec.MaxStaleness) {
+		return false
+	}
+	for _, l := range j.st.leases {
+		if l.base == v {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshotBody returns a published snapshot, or nil if it is unknown or gone.

@@ -71,6 +71,7 @@ type Server struct {
 	workerN  atomic.Uint64
 
 	mu      sync.Mutex
+	closed  bool // set by Close before it waits; guards conns.Add
 	jobs    []*Job
 	workers map[string]*workerConn
 
@@ -123,6 +124,9 @@ func (s *Server) Handler() http.Handler { return s.router }
 // loops and waits for all of it. It is safe to call more than once.
 func (s *Server) Close() {
 	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		s.cancel()
 		s.conns.Wait()
 		s.loops.Wait()

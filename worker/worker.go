@@ -316,6 +316,7 @@ func (s *session) computeAndSend(ctx context.Context, c *computer, t *task) erro
 	res, err := c.compute(t)
 	s.held.Add(-1)
 	if err != nil {
+		s.counts.Delete(t.lease.ID) // no ack will come for it
 		s.w.cfg.Logf("lease %d: %v; giving it back", t.lease.ID, err)
 		if err := s.send(ctx, &protocol.Release{LeaseIDs: []uint64{t.lease.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
 			return err
@@ -352,11 +353,12 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 				return errors.New("coordinator sent more leases than asked for")
 			}
 		case *protocol.Ack:
+			examples := s.examplesOf(m.LeaseID)
 			s.w.update(func(st *Stats) {
 				st.LastStaleness, st.Version = m.Staleness, m.Version
 				if m.Accepted {
 					st.Accepted++
-					st.Examples += int64(s.examplesOf(m.LeaseID))
+					st.Examples += int64(examples)
 				} else {
 					st.Rejected++
 					st.LastReason = m.Reason
