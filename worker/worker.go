@@ -136,6 +136,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		// Full jitter in [backoff/2, backoff) spreads a crowd of workers
 		// reconnecting to a restarted coordinator.
 		wait := backoff/2 + rand.N(backoff/2+1)
+		if websocket.CloseStatus(err) == websocket.StatusGoingAway {
+			err = errors.New("the coordinator is shutting down or restarting")
+		}
 		w.cfg.Logf("disconnected: %v; reconnecting in %v", err, wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -306,6 +309,15 @@ func (s *session) work(ctx context.Context) error {
 			err := s.computeAndSend(ctx, c, t)
 			f.free <- t
 			if err != nil {
+				// The reader usually knows why (the close status); wait
+				// for it briefly rather than report a bare write error.
+				select {
+				case rerr := <-errc:
+					if websocket.CloseStatus(rerr) != -1 {
+						return rerr
+					}
+				case <-time.After(time.Second):
+				}
 				return err
 			}
 		}

@@ -74,7 +74,11 @@ func newProgress(out io.Writer) *progress {
 func (p *progress) print(now time.Time, s worker.Stats) {
 	dt := now.Sub(p.lastAt).Seconds()
 	inst := float64(s.Computed-p.last.Computed) / dt
-	p.rate = 0.7*p.rate + 0.3*inst // smooth the per-second jitter
+	if p.rate == 0 {
+		p.rate = inst
+	} else {
+		p.rate = 0.7*p.rate + 0.3*inst // smooth the per-second jitter
+	}
 	p.last, p.lastAt = s, now
 	state := "working"
 	switch {

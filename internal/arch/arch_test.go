@@ -1,0 +1,89 @@
+package arch
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/crowdtrain/crowdtrain"
+
+type pkg struct {
+	ImportPath string
+	Name       string
+	Doc        string
+	Deps       []string
+	GoFiles    []string
+}
+
+// list runs `go list -json -deps=false` (or with deps) for patterns.
+func list(t *testing.T, env []string, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	cmd.Env = append(cmd.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	var pkgs []pkg
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func TestEveryPackageHasADoc(t *testing.T) {
+	for _, p := range list(t, nil, module+"/...") {
+		if p.Doc == "" {
+			t.Errorf("%s has no package doc: add a doc.go saying what it is for and what it must not import", p.ImportPath)
+		}
+	}
+}
+
+// Dependencies point one way (DESIGN.md): the libraries import nothing of
+// ours but each other, and no worker imports the coordinator or storage.
+func TestImportDirections(t *testing.T) {
+	forbidden := map[string][]string{
+		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol"},
+		"dataset":      {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
+		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
+		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
+		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
+	}
+	for _, p := range list(t, nil, "-deps=false", module+"/...") {
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		bad, ok := forbidden[rel]
+		if !ok {
+			continue
+		}
+		for _, d := range list(t, nil, "-deps", p.ImportPath) {
+			for _, b := range bad {
+				if d.ImportPath == module+b || strings.HasPrefix(d.ImportPath, module+b+"/") {
+					t.Errorf("%s imports %s", p.ImportPath, d.ImportPath)
+				}
+			}
+		}
+	}
+}
+
+// What the browser builds must stay free of SQLite, database/sql and
+// os/exec, and must build for js/wasm at all.
+func TestBrowserPackagesStayLight(t *testing.T) {
+	wasm := []string{"GOOS=js", "GOARCH=wasm"}
+	for _, rel := range []string{"nn", "dataset", "protocol", "worker"} {
+		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
+			switch {
+			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",
+				strings.HasPrefix(d.ImportPath, "github.com/mattn/go-sqlite3"):
+				t.Errorf("%s pulls %s into the browser build", rel, d.ImportPath)
+			}
+		}
+	}
+}
