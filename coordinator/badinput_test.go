@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,40 @@ func TestHelloWithWrongProtocolVersionIsRefused(t *testing.T) {
 	}
 	if st := rc.closeStatus(); st != websocket.StatusUnsupportedData {
 		t.Fatalf("close %v, want unsupported data", st)
+	}
+}
+
+// Finite garbage is caught too: an update far larger than the ones before
+// it would wreck Adam's moments for good.
+func TestHugeUpdateIsRejected(t *testing.T) {
+	g := newTestGrid(t, quietJob(t))
+	rc := g.joinRaw()
+	n := rc.welcome.Job.NumParams
+	filled := func(v float32) protocol.Floats {
+		u := make(protocol.Floats, n)
+		for i := range u {
+			u[i] = v
+		}
+		return u
+	}
+	send := func(u protocol.Floats) *protocol.Ack {
+		l := rc.leases(1)[0]
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: u, Examples: l.Count, LossSum: 1})
+		return rc.ack(l.ID)
+	}
+	for i := range 10 {
+		if a := send(filled(1e-3)); !a.Accepted {
+			t.Fatalf("ordinary update %d rejected: %+v", i, a)
+		}
+	}
+	if a := send(filled(1e30)); a.Accepted || a.Reason != protocol.ReasonInvalid || !strings.Contains(a.Detail, "norm") {
+		t.Fatalf("huge update: %+v, want rejected as invalid for its norm", a)
+	}
+	if a := send(filled(5e-3)); !a.Accepted {
+		t.Fatalf("an update 5x the usual size should still pass: %+v", a)
+	}
+	if v := g.jobView(); v.Version != 11 || v.Rejections["invalid"] != 1 {
+		t.Fatalf("version %d, rejections %v; want 11 applied and 1 invalid", v.Version, v.Rejections)
 	}
 }

@@ -298,7 +298,7 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 		case *protocol.Want:
 			s.want(ctx, wc, m.N)
 		case *protocol.Result:
-			s.submit(ctx, wc, submission{worker: wc.id, res: m})
+			s.submit(ctx, wc, submission{worker: wc.id, res: m, norm: m.Update.Norm()})
 		case *protocol.Release:
 			_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
 		case *protocol.Bye:

@@ -21,6 +21,9 @@ func TestMLPReaches97WithTwoWorkers(t *testing.T) {
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
 		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.97", v.State, v.Reason, v.Eval)
 	}
+	if v.Rejections["invalid"] != 0 {
+		t.Errorf("honest workers had %d results rejected as invalid", v.Rejections["invalid"])
+	}
 	if !strings.Contains(v.Reason, "target accuracy") {
 		t.Errorf("reason %q, want the target accuracy reached", v.Reason)
 	}
@@ -47,6 +50,9 @@ func TestCNNReaches95WithTwoWorkers(t *testing.T) {
 	v := g.waitDone(5 * time.Minute)
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.95 {
 		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.95", v.State, v.Reason, v.Eval)
+	}
+	if v.Rejections["invalid"] != 0 {
+		t.Errorf("honest workers had %d results rejected as invalid", v.Rejections["invalid"])
 	}
 	t.Logf("mnist-cnn: accuracy %.4f at version %d, %d examples", v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen)
 }
@@ -90,6 +96,9 @@ func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 	}
 	if fs.Accepted == 0 || fs.Rejected > fs.Accepted/10 {
 		t.Errorf("the healthy worker's results should be applied: %+v", fs)
+	}
+	if v.Rejections["invalid"] != 0 {
+		t.Errorf("honest workers had %d results rejected as invalid", v.Rejections["invalid"])
 	}
 	if slow.calls.Load() == 0 {
 		t.Error("the delayed worker never computed anything")

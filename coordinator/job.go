@@ -104,6 +104,8 @@ type jobState struct {
 	leasesExpired  int64
 	leasesIssued   int64
 	stalenessSum   int64
+	normMean       float64 // running mean of accepted update norms
+	normCount      int64
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	eval           *EvalResult
@@ -359,9 +361,14 @@ func (j *Job) expireLeases(now time.Time) {
 type submission struct {
 	worker string
 	res    *protocol.Result
+	norm   float64 // L2 norm of res.Update, computed on the connection's goroutine
 	reason string
 	detail string
 }
+
+// normWarmup is how many updates are accepted before the norm check starts:
+// the running mean needs a few samples to mean anything.
+const normWarmup = 10
 
 // apply checks a result against the job's state and, if it passes, feeds
 // it to the outer optimizer. The model is touched only on acceptance.
@@ -409,11 +416,22 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l.task)
 		return reject(protocol.ReasonStale, fmt.Sprintf("staleness %d > max_staleness %d: fetch a newer snapshot", ack.Staleness, j.Spec.MaxStaleness))
 	}
+	// Finite is not enough: one update of 1e30s would overflow Adam's
+	// second moment to +Inf and stall the model for good.
+	if r := j.Spec.MaxUpdateNormRatio; r > 0 && st.normCount >= normWarmup && st.normMean > 0 && sub.norm > r*st.normMean {
+		j.requeue(l.task)
+		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
+			sub.norm, sub.norm/st.normMean, st.normMean, r))
+	}
 	scale := float32(1)
 	if j.Spec.StalenessLR == StalenessLRInverse {
 		scale = 1 / float32(1+ack.Staleness)
 	}
 	st.opt.Step(st.params, res.Update, scale)
+	st.normCount++
+	// A running mean over roughly the last 50 updates: it follows the
+	// gradient norms down as training converges.
+	st.normMean += (sub.norm - st.normMean) / float64(min(st.normCount, 50))
 	st.version++
 	st.applied++
 	st.stalenessSum += ack.Staleness

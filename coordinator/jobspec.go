@@ -37,7 +37,10 @@ type JobSpec struct {
 	MaxEpochs      int              `json:"max_epochs" yaml:"max_epochs"`
 	Seed           int64            `json:"seed" yaml:"seed"`
 	EvalEvery      int              `json:"eval_every" yaml:"eval_every"`
-	LeaseTimeout   Duration         `json:"lease_timeout" yaml:"lease_timeout"`
+	// MaxUpdateNormRatio rejects an update whose L2 norm exceeds this many
+	// times the running mean of accepted ones (0 turns the check off).
+	MaxUpdateNormRatio float64  `json:"max_update_norm_ratio" yaml:"max_update_norm_ratio"`
+	LeaseTimeout       Duration `json:"lease_timeout" yaml:"lease_timeout"`
 }
 
 // Step-size rules for stale results.
@@ -64,7 +67,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 var specKeys = []string{
 	"name", "model", "dataset", "optimizer", "batch_size", "local_steps", "inner_lr",
 	"max_staleness", "staleness_lr", "shard_size", "target_accuracy", "max_epochs",
-	"seed", "eval_every", "lease_timeout",
+	"seed", "eval_every", "lease_timeout", "max_update_norm_ratio",
 }
 
 var (
@@ -136,7 +139,10 @@ func defaultSpec() JobSpec {
 		MaxEpochs:      10,
 		Seed:           1,
 		EvalEvery:      250,
-		LeaseTimeout:   Duration{60 * time.Second},
+		// Far above any legitimate jump between consecutive gradients,
+		// far below what a broken or hostile worker's garbage looks like.
+		MaxUpdateNormRatio: 20,
+		LeaseTimeout:       Duration{60 * time.Second},
 	}
 }
 
@@ -356,6 +362,8 @@ func (s JobSpec) Validate() error {
 		return specErr("target_accuracy", "must be in (0, 1], got %v", s.TargetAccuracy)
 	case s.MaxEpochs < 1:
 		return specErr("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
+	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
+		return specErr("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
 	case s.EvalEvery < 1:
 		return specErr("eval_every", "must be >= 1 update, got %d", s.EvalEvery)
 	case s.LeaseTimeout.Duration < 100*time.Millisecond:

@@ -55,6 +55,24 @@ func (f Floats) FirstNonFinite() int {
 	return -1
 }
 
+// Norm returns the L2 norm, accumulated in float64 so that no finite
+// vector overflows (a float32 sum of squares of 1e20s would be +Inf).
+func (f Floats) Norm() float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(f); i += 4 {
+		a, b, c, d := float64(f[i]), float64(f[i+1]), float64(f[i+2]), float64(f[i+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	for ; i < len(f); i++ {
+		s0 += float64(f[i]) * float64(f[i])
+	}
+	return math.Sqrt(s0 + s1 + s2 + s3)
+}
+
 // littleEndian is true on every platform we ship (amd64, arm64, wasm); the
 // copy loops are the portable fallback.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

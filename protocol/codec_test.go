@@ -297,3 +297,14 @@ func TestFirstNonFinite(t *testing.T) {
 		t.Fatalf("extremes flagged at %d", got)
 	}
 }
+
+func TestNorm(t *testing.T) {
+	f := Floats{3, 4, 0, 0, 12} // 5 elements: the unrolled loop and its tail
+	if got := f.Norm(); got != 13 {
+		t.Fatalf("Norm = %v, want 13", got)
+	}
+	big := Floats{math.MaxFloat32, math.MaxFloat32}
+	if got := big.Norm(); math.IsInf(got, 0) || math.Abs(got/(math.Sqrt2*math.MaxFloat32)-1) > 1e-12 {
+		t.Fatalf("Norm of MaxFloat32s = %v, want finite sqrt(2)*MaxFloat32", got)
+	}
+}
