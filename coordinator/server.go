@@ -43,7 +43,7 @@ func (c *Config) setDefaults() {
 		c.Logf = log.Printf
 	}
 	if c.IdleRetry <= 0 {
-		c.IdleRetry = 250 * time.Millisecond
+		c.IdleRetry = 100 * time.Millisecond
 	}
 	if c.HelloTimeout <= 0 {
 		c.HelloTimeout = 10 * time.Second

@@ -483,6 +483,9 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	if shard.ExampleSize() != f.s.model.InputSize {
 		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), f.s.model.InputSize)
 	}
+	if shard.Classes > f.s.model.NumClasses {
+		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
+	}
 	if l.Start+l.Count > shard.Count {
 		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.Count)
 	}
