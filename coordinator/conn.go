@@ -278,14 +278,17 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 		switch {
 		case err == nil:
 		case errors.As(err, &ve) && m != nil:
-			// Well framed but invalid: answer it, keep the connection
-			// unless this keeps happening.
+			// Well framed but invalid. An invalid result is rejected
+			// like any other (a diverged model makes honest workers send
+			// NaNs); other messages get an error, and the connection
+			// closes if this keeps happening.
+			if res, ok := m.(*protocol.Result); ok {
+				s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
+					nonFinite: res.Update.FirstNonFinite() >= 0})
+				continue
+			}
 			if bad++; bad > maxBadMessages {
 				return websocket.StatusPolicyViolation, "too many invalid messages"
-			}
-			if res, ok := m.(*protocol.Result); ok {
-				s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error()})
-				continue
 			}
 			s.enqueue(wc, &protocol.Error{Code: "invalid", Message: err.Error()})
 			continue

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -105,4 +106,51 @@ func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 	}
 	t.Logf("stale rejections %d; slow worker %d accepted / %d rejected; fast worker %d accepted / %d rejected; accuracy %.4f",
 		v.Rejections["stale"], ss.Accepted, ss.Rejected, fs.Accepted, fs.Rejected, v.Eval.Accuracy)
+}
+
+// local_steps > 1: workers run inner SGD and return pseudo-gradients
+// (w_base - w_after)/inner_lr; with an outer SGD at the inner rate this is
+// asynchronous local SGD.
+func TestLocalSGDReaches95(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains MNIST end to end; skipped with -short")
+	}
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.Optimizer = nn.OptimizerSpec{Type: "sgd", LR: 0.1}
+		s.InnerLR = 0.1
+		s.LocalSteps = 4
+		s.TargetAccuracy = 0.95
+		s.EvalEvery = 50
+		s.MaxEpochs = 3
+	}))
+	g.addWorker(1, nil)
+	g.addWorker(1, nil)
+	v := g.waitDone(3 * time.Minute)
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.95 {
+		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.95", v.State, v.Reason, v.Eval)
+	}
+	if per := float64(v.ExamplesSeen) / float64(v.UpdatesApplied); per < 250 {
+		t.Errorf("%.0f examples per update, want 4 steps of 64 (256) per task", per)
+	}
+	t.Logf("local SGD: accuracy %.4f at version %d, %d examples", v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen)
+}
+
+// A learning rate that blows the model up fails the job with a reason,
+// instead of leaving workers sending NaNs forever.
+func TestDivergedJobFails(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.Optimizer = nn.OptimizerSpec{Type: "sgd", LR: 1000}
+		s.MaxUpdateNormRatio = 0 // let the bad steps through
+	}))
+	g.addWorker(1, nil)
+	g.addWorker(1, nil)
+	v := g.waitDone(2 * time.Minute)
+	if v.State != coordinator.StateFailed || !strings.Contains(v.Reason, "diverged") {
+		t.Fatalf("job ended %s (%s), want failed as diverged", v.State, v.Reason)
+	}
+	var raw map[string]any
+	g.getJSON("/api/v1/jobs/"+g.job.ID, &raw)
+	if eval, _ := raw["eval"].(map[string]any); eval == nil || eval["loss"] != nil {
+		t.Errorf("eval %v: a NaN loss should be null in JSON", raw["eval"])
+	}
 }

@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -56,6 +58,20 @@ type EvalResult struct {
 	At       time.Time `json:"at"`
 }
 
+// MarshalJSON writes a non-finite loss (a diverged model) as null: JSON
+// has no NaN, and encoding/json would fail the whole response.
+func (e EvalResult) MarshalJSON() ([]byte, error) {
+	type plain EvalResult
+	v := struct {
+		plain
+		Loss *float64 `json:"loss"`
+	}{plain: plain(e)}
+	if !math.IsNaN(e.Loss) && !math.IsInf(e.Loss, 0) {
+		v.Loss = &e.Loss
+	}
+	return json.Marshal(v)
+}
+
 // Job is one training run. A single goroutine (run) owns the model, the
 // optimizer, the task queue and the leases; everything else reaches that
 // state through exec, so no lock guards it. Snapshots and shards are
@@ -106,6 +122,7 @@ type jobState struct {
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
 	normCount      int64
+	nonFiniteRun   int // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	eval           *EvalResult
@@ -364,7 +381,14 @@ type submission struct {
 	norm   float64 // L2 norm of res.Update, computed on the connection's goroutine
 	reason string
 	detail string
+	// nonFinite marks an update with NaN or Inf: many in a row suggest the
+	// model itself has diverged rather than one worker being broken.
+	nonFinite bool
 }
+
+// nonFiniteCheck is how many non-finite results in a row make the job
+// evaluate its model to tell divergence from broken workers.
+const nonFiniteCheck = 20
 
 // normWarmup is how many updates are accepted before the norm check starts:
 // the running mean needs a few samples to mean anything.
@@ -396,6 +420,13 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	ack.Staleness = st.version - l.base
 	if sub.reason != "" {
 		j.requeue(l.task)
+		if sub.nonFinite {
+			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning {
+				st.nonFiniteRun = 0
+				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, nonFiniteCheck)
+				j.startEval(false)
+			}
+		}
 		return reject(sub.reason, sub.detail)
 	}
 	switch {
@@ -428,6 +459,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		scale = 1 / float32(1+ack.Staleness)
 	}
 	st.opt.Step(st.params, res.Update, scale)
+	st.nonFiniteRun = 0
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the
 	// gradient norms down as training converges.
@@ -495,6 +527,8 @@ func (j *Job) finishEval(res EvalResult) {
 		return
 	}
 	switch {
+	case math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0):
+		j.finish(StateFailed, fmt.Sprintf("diverged: test loss is %v at version %d; lower optimizer.lr or max_staleness", res.Loss, res.Version))
 	case res.Accuracy >= j.Spec.TargetAccuracy:
 		j.finish(StateDone, fmt.Sprintf("reached target accuracy %.4f >= %.4f at version %d", res.Accuracy, j.Spec.TargetAccuracy, res.Version))
 	case st.finalEvalAfter && res.Version == st.version:
