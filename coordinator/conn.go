@@ -172,8 +172,12 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	var n int
 	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
-	s.cfg.Logf("worker %s left (%d leases queued again): %d accepted, %d rejected",
-		wc.id, n, wc.accepted.Load(), wc.rejected.Load())
+	why := reason
+	if why == "" {
+		why = "connection closed"
+	}
+	s.cfg.Logf("worker %s left (%s; %d leases queued again): %d accepted, %d rejected",
+		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load())
 	close(wc.send)
 	<-writerDone
 	ws.Close(code, reason)

@@ -284,9 +284,8 @@ type batcher interface {
 // leases and acks off the socket, the fetcher downloads each lease's shard
 // and snapshot, and this goroutine computes. The fetcher runs one task
 // ahead, so the backend never waits on the network.
-func (s *session) work(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+func (s *session) work(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	leases := make(chan protocol.Lease, protocol.MaxWant*2)
 	f := newFetcher(s, s.w.cfg.Prefetch+1)
 	errc := make(chan error, 2)
@@ -294,8 +293,14 @@ func (s *session) work(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); errc <- s.readLoop(ctx, leases) }()
 	go func() { defer wg.Done(); errc <- f.run(ctx, leases) }()
-	defer wg.Wait()
-	defer cancel()
+	defer func() {
+		cancel()
+		if parent.Err() != nil {
+			s.goodbye()
+		}
+		s.conn.CloseNow() // ends the reader
+		wg.Wait()
+	}()
 
 	if err := s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch}); err != nil {
 		return err
@@ -305,10 +310,15 @@ func (s *session) work(ctx context.Context) error {
 		select {
 		case err := <-errc:
 			return err
+		case <-parent.Done():
+			return parent.Err()
 		case t := <-f.ready:
 			err := s.computeAndSend(ctx, c, t)
 			f.free <- t
 			if err != nil {
+				if parent.Err() != nil {
+					return parent.Err()
+				}
 				// The reader usually knows why (the close status); wait
 				// for it briefly rather than report a bare write error.
 				select {
@@ -321,6 +331,16 @@ func (s *session) work(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+}
+
+// goodbye tells the coordinator this worker is stopping, so its leases go
+// back to the queue at once, and closes the connection cleanly.
+func (s *session) goodbye() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.send(ctx, &protocol.Bye{Reason: "worker stopping"}); err == nil {
+		s.conn.Close(websocket.StatusNormalClosure, "worker stopping")
 	}
 }
 
@@ -351,7 +371,10 @@ func truncate(s string, n int) string {
 
 func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) error {
 	for {
-		m, err := s.read(ctx)
+		// Not ctx: cancelling a read drops the connection without a close
+		// frame, and goodbye still needs it. work closes the connection to
+		// end this loop.
+		m, err := s.read(context.Background())
 		if err != nil {
 			return err
 		}
