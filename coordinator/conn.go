@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -287,8 +288,9 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 			// NaNs); other messages get an error, and the connection
 			// closes if this keeps happening.
 			if res, ok := m.(*protocol.Result); ok {
+				nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
 				s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
-					nonFinite: res.Update.FirstNonFinite() >= 0})
+					nonFinite: nonFinite})
 				continue
 			}
 			if bad++; bad > maxBadMessages {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -88,9 +89,10 @@ func TestServeStatusAndCleanStop(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
+	logs := &lockedBuffer{}
 	go func() {
 		done <- run(ctx, []string{"serve", "--addr", addr, "--job", "mnist-mlp", "--local-workers", "2", "--progress", "200ms"},
-			io.Discard, io.Discard)
+			io.Discard, logs)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -120,9 +122,27 @@ func TestServeStatusAndCleanStop(t *testing.T) {
 	select {
 	case code := <-done:
 		if code != 0 {
-			t.Fatalf("serve exited %d after Ctrl-C", code)
+			t.Fatalf("serve exited %d after Ctrl-C; its log:\n%s", code, logs.String())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop within 20s of Ctrl-C")
 	}
+}
+
+// lockedBuffer collects a goroutine's log for the test to print.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
