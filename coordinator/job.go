@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -108,7 +107,6 @@ type jobState struct {
 	version        int64
 	published      int64 // newest published snapshot version, -1 before the first
 	epoch          int
-	rng            *rand.Rand
 	queue          []task // tasks not leased yet in this epoch; requeued ones go first
 	leases         map[uint64]*lease
 	remaining      int // tasks of this epoch not yet done
@@ -167,10 +165,8 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	model.Init(st.params, spec.Seed)
 	st.opt = opt
 	st.published = -1
-	st.rng = rand.New(rand.NewPCG(uint64(spec.Seed), 0x6a6f62))
 	st.leases = map[uint64]*lease{}
 	st.rejections = map[string]int64{protocol.ReasonStale: 0, protocol.ReasonInvalid: 0}
-	st.lastEvalAt = 0
 	st.startedAt = time.Now()
 	j.startEpoch()
 	return j, nil
@@ -218,7 +214,9 @@ func (j *Job) exec(ctx context.Context, f func(st *jobState)) error {
 func (j *Job) startEpoch() {
 	st := &j.st
 	per := j.Spec.BatchSize * j.Spec.LocalSteps
-	order := st.rng.Perm(len(j.shards))
+	// Each epoch's order is a function of the seed and the epoch alone, so
+	// a resumed job visits the shards as the original would have.
+	order := dataset.Permutation(len(j.shards), j.Spec.Seed^int64(st.epoch+1)*0x3c6ef372fe94f82b)
 	st.queue = st.queue[:0]
 	for _, si := range order {
 		n := len(j.shards[si].Indices)
