@@ -50,10 +50,7 @@ func benchCoordinatorIngest(b *testing.B) {
 	var mu sync.Mutex
 	rejected := 0
 	for i, rc := range clients {
-		count := b.N / ingestClients
-		if i < b.N%ingestClients {
-			count++
-		}
+		count := share(b.N, ingestClients, i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -94,6 +91,14 @@ func benchCoordinatorIngest(b *testing.B) {
 		b.Fatalf("%d results rejected", rejected)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "updates/s")
+}
+
+// share is client i's part of total messages split over n clients.
+func share(total, n, i int) int {
+	if i < total%n {
+		return total/n + 1
+	}
+	return total / n
 }
 
 // leaseWaiting asks for one lease, waiting out idle answers (the end of an
@@ -160,10 +165,7 @@ func benchRawWebsocket(b *testing.B) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		count := b.N / ingestClients
-		if i < b.N%ingestClients {
-			count++
-		}
+		count := share(b.N, ingestClients, i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
