@@ -89,12 +89,12 @@ func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 		t.Fatalf("job ended %s (%s) with eval %+v, want the target %.2f reached", v.State, v.Reason, v.Eval, v.Spec.TargetAccuracy)
 	}
 	ss, fs := slowWorker.Stats(), fast.Stats()
-	if v.Rejections["stale"] == 0 || ss.Rejected == 0 || ss.LastReason != "stale" {
+	if v.Rejections["stale"] == 0 || ss.Rejections["stale"] == 0 || ss.Rejections["stale"] != v.Rejections["stale"]-fs.Rejections["stale"] {
 		t.Errorf("the delayed worker's late results were not rejected as stale: job rejections %v, slow worker %+v", v.Rejections, ss)
 	}
 	// Only results computed before the healthy worker got going can be
 	// fresh enough; the rest must be stale.
-	if ss.Rejected < 2*ss.Accepted {
+	if ss.Rejections["stale"] < 2*ss.Accepted {
 		t.Errorf("the delayed worker had %d results accepted and %d rejected; with staleness bound 2 nearly all should be stale", ss.Accepted, ss.Rejected)
 	}
 	if fs.Accepted == 0 || fs.Rejected > fs.Accepted/10 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -49,7 +50,8 @@ type Stats struct {
 	Computed      int64 // examples computed, accepted or not
 	Accepted      int64
 	Rejected      int64
-	LastReason    string // why the last rejection happened
+	Rejections    map[string]int64 // reason → count
+	LastReason    string           // why the last rejection happened
 	LastStaleness int64
 	Version       int64 // the model version in the last ack
 	Connects      int
@@ -106,7 +108,9 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) Stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stats
+	s := w.stats
+	s.Rejections = maps.Clone(s.Rejections)
+	return s
 }
 
 func (w *Worker) update(f func(*Stats)) {
@@ -397,6 +401,10 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 				} else {
 					st.Rejected++
 					st.LastReason = m.Reason
+					if st.Rejections == nil {
+						st.Rejections = map[string]int64{}
+					}
+					st.Rejections[m.Reason]++
 				}
 			})
 			if !m.Accepted {
