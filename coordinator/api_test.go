@@ -88,7 +88,7 @@ func TestSnapshotsAndShardsAreImmutable(t *testing.T) {
 			t.Errorf("GET %s with its ETag: %s, want 304", path, resp.Status)
 		}
 	}
-	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/snapshots/12345", nil); code != http.StatusGone {
+	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/snapshots/1/12345", nil); code != http.StatusGone {
 		t.Errorf("unpublished snapshot: %d, want 410", code)
 	}
 	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/shards/100000", nil); code != http.StatusNotFound {

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // sendQueue bounds what may wait for one worker's socket; a worker that
@@ -116,7 +117,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	}
 
 	wc := &workerConn{
-		id:          fmt.Sprintf("w%d", s.workerN.Add(1)),
+		id:          fmt.Sprintf("w%d-%04x", s.workerN.Add(1), s.bootID),
 		hello:       *hello,
 		job:         job,
 		remote:      r.RemoteAddr,
@@ -152,6 +153,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	s.cfg.Logf("worker %s joined job %s: %s/%s, %d threads, %s, from %s",
 		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, r.RemoteAddr)
+	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
 	if s.enqueue(wc, &protocol.Welcome{
@@ -173,6 +175,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	var n int
 	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
+	s.saveWorker(wc)
 	why := reason
 	if why == "" {
 		why = "connection closed"
@@ -376,4 +379,20 @@ func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {
 		wc.rejected.Add(1)
 	}
 	s.enqueue(wc, &ack)
+}
+
+// saveWorker records the worker in the store, if there is one.
+func (s *Server) saveWorker(wc *workerConn) {
+	if s.cfg.Store == nil {
+		return
+	}
+	v := wc.view()
+	err := s.cfg.Store.UpsertWorker(context.Background(), store.WorkerRecord{
+		ID: v.ID, JobID: v.Job, Kind: v.Kind, Backend: v.Backend, Client: v.Client, Remote: v.Remote,
+		Threads: v.Threads, FirstSeen: v.ConnectedAt, LastSeen: v.LastSeen,
+		Examples: v.Examples, Accepted: v.Accepted, Rejected: v.Rejected,
+	})
+	if err != nil {
+		s.cfg.Logf("worker %s: recording it: %v", wc.id, err)
+	}
 }

@@ -36,14 +36,15 @@ func loadMNIST(t testing.TB) (train, test *dataset.Set) {
 // testGrid is a real coordinator on a loopback port with real workers
 // over real websockets.
 type testGrid struct {
-	t       testing.TB
-	srv     *coordinator.Server
-	http    *httptest.Server
-	job     *coordinator.Job
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	workers []*worker.Worker
+	t         testing.TB
+	srv       *coordinator.Server
+	http      *httptest.Server
+	job       *coordinator.Job
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	workers   []*worker.Worker
+	closeOnce sync.Once
 }
 
 func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
@@ -57,17 +58,23 @@ func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &testGrid{t: t, srv: srv, http: httptest.NewServer(srv.Handler()), job: job}
+	g := &testGrid{t: t, srv: srv, http: newHTTPServer(srv), job: job}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	t.Cleanup(g.close)
 	return g
 }
 
+func newHTTPServer(srv *coordinator.Server) *httptest.Server {
+	return httptest.NewServer(srv.Handler())
+}
+
 func (g *testGrid) close() {
-	g.cancel()
-	g.wg.Wait()
-	g.srv.Close()
-	g.http.Close()
+	g.closeOnce.Do(func() {
+		g.cancel()
+		g.wg.Wait()
+		g.srv.Close()
+		g.http.Close()
+	})
 }
 
 func (g *testGrid) wsURL() string { return "ws" + strings.TrimPrefix(g.http.URL, "http") + "/ws" }

@@ -14,6 +14,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // Job states, as the API shows them.
@@ -96,6 +97,14 @@ type Job struct {
 
 	nextLeaseID *atomic.Uint64
 
+	// Persistence; store is nil when the coordinator runs without one.
+	store    *store.Store
+	run      int64 // incarnation: how many times a coordinator has started this job
+	verbose  bool
+	ckptCh   chan *checkpointOp
+	metricCh chan store.Metric
+	lastCkpt atomic.Pointer[CheckpointInfo]
+
 	// Loop-owned state below.
 	st jobState
 }
@@ -128,6 +137,11 @@ type jobState struct {
 	startedAt      time.Time
 	doneAt         time.Time
 	reason         string // why the job is done or failed
+	ckptVersion    int64  // version of the newest checkpoint taken
+	ckptAt         time.Time
+	metricAt       time.Time // when the last metrics row was taken, and the counters then
+	metricExamples int64
+	metricApplied  int64
 }
 
 // newJob builds a job at version 0 from spec.
@@ -153,6 +167,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		stopped:     make(chan struct{}),
 		snapshots:   map[int64]*snapshot{},
 		nextLeaseID: leaseIDs,
+		run:         1,
 	}
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.shardBody = make([][]byte, len(j.shards))
@@ -172,11 +187,18 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	return j, nil
 }
 
-// run is the job's loop. It returns when ctx ends.
-func (j *Job) run(ctx context.Context) {
+// loop is the job's loop. It returns when ctx ends. checkpointEvery is the
+// longest time between checkpoints (0: no store).
+func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 	defer close(j.stopped)
 	tick := time.NewTicker(min(time.Second, j.Spec.LeaseTimeout.Duration/4))
 	defer tick.Stop()
+	var ckpt <-chan time.Time
+	if j.store != nil && checkpointEvery > 0 {
+		t := time.NewTicker(checkpointEvery)
+		defer t.Stop()
+		ckpt = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -185,6 +207,11 @@ func (j *Job) run(ctx context.Context) {
 			f()
 		case now := <-tick.C:
 			j.expireLeases(now)
+		case <-ckpt:
+			if j.st.version != j.st.ckptVersion {
+				j.recordMetric(nil)
+			}
+			j.checkpoint(false)
 		}
 	}
 }
@@ -268,8 +295,11 @@ func (j *Job) shardPath(shard int) string {
 	return "/api/v1/jobs/" + j.ID + "/shards/" + strconv.Itoa(shard)
 }
 
+// snapshotPath names a snapshot by run and version: after a restart from a
+// checkpoint, versions are computed again with other contents, and an
+// immutable URL must never name two contents.
 func (j *Job) snapshotPath(version int64) string {
-	return "/api/v1/jobs/" + j.ID + "/snapshots/" + strconv.FormatInt(version, 10)
+	return "/api/v1/jobs/" + j.ID + "/snapshots/" + strconv.FormatInt(j.run, 10) + "/" + strconv.FormatInt(version, 10)
 }
 
 // publish makes the current version downloadable if it is not yet, and
@@ -472,6 +502,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if st.version-st.lastEvalAt >= int64(j.Spec.EvalEvery) {
 		j.startEval(false)
 	}
+	if st.version-st.ckptVersion >= int64(j.Spec.CheckpointEvery) {
+		j.checkpoint(false)
+	}
 	if st.remaining == 0 {
 		j.endEpoch()
 	}
@@ -512,15 +545,18 @@ func (j *Job) startEval(final bool) {
 		acc, loss := evaluate(j.model, params, j.test)
 		res := EvalResult{Accuracy: acc, Loss: loss, Version: version, At: time.Now()}
 		// The loop may have stopped (shutdown); then the result is dropped.
-		_ = j.exec(context.Background(), func(st *jobState) { j.finishEval(res) })
+		_ = j.exec(context.Background(), func(st *jobState) { j.finishEval(res, params) })
 	}()
 }
 
-func (j *Job) finishEval(res EvalResult) {
+// finishEval records an evaluation of params (the model at res.Version)
+// and decides whether the job is over.
+func (j *Job) finishEval(res EvalResult, params []float32) {
 	st := &j.st
 	st.evalRunning = false
 	st.eval = &res
 	j.logf("job %s: version %d: test accuracy %.4f, loss %.4f", j.ID, res.Version, res.Accuracy, res.Loss)
+	j.recordMetric(&res)
 	if st.state != StateRunning {
 		return
 	}
@@ -528,6 +564,11 @@ func (j *Job) finishEval(res EvalResult) {
 	case math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0):
 		j.finish(StateFailed, fmt.Sprintf("diverged: test loss is %v at version %d; lower optimizer.lr or max_staleness", res.Loss, res.Version))
 	case res.Accuracy >= j.Spec.TargetAccuracy:
+		// The job's result is the model that was measured: updates
+		// applied while it was being evaluated are dropped, so the saved
+		// and exported model scores exactly the recorded accuracy.
+		copy(st.params, params)
+		st.version = res.Version
 		j.finish(StateDone, fmt.Sprintf("reached target accuracy %.4f >= %.4f at version %d", res.Accuracy, j.Spec.TargetAccuracy, res.Version))
 	case st.finalEvalAfter && res.Version == st.version:
 		j.finish(StateDone, fmt.Sprintf("max_epochs %d reached with accuracy %.4f (target %.4f)", j.Spec.MaxEpochs, res.Accuracy, j.Spec.TargetAccuracy))
@@ -542,6 +583,7 @@ func (j *Job) finish(state, reason string) {
 	st.queue = st.queue[:0]
 	clear(st.leases)
 	j.logf("job %s: %s: %s", j.ID, state, reason)
+	j.checkpoint(true)
 }
 
 // evaluate scores params on the whole set.
@@ -585,6 +627,8 @@ type JobView struct {
 	NumParams       int              `json:"num_params"`
 	Shards          int              `json:"shards"`
 	Eval            *EvalResult      `json:"eval"`
+	Run             int64            `json:"run"` // how many times a coordinator has started this job
+	LastCheckpoint  *CheckpointInfo  `json:"last_checkpoint"`
 	StartedAt       time.Time        `json:"started_at"`
 	DoneAt          *time.Time       `json:"done_at,omitempty"`
 	Spec            JobSpec          `json:"spec"`
@@ -599,7 +643,7 @@ func (j *Job) view(st *jobState) JobView {
 		Rejections:   make(map[string]int64, len(st.rejections)),
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LeasesHeld: len(st.leases),
 		MaxStaleness: j.Spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
-		StartedAt: st.startedAt, Spec: j.Spec,
+		StartedAt: st.startedAt, Spec: j.Spec, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
 	}
 	for k, n := range st.rejections {
 		v.Rejections[k] = n

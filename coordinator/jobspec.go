@@ -37,6 +37,9 @@ type JobSpec struct {
 	MaxEpochs      int              `json:"max_epochs" yaml:"max_epochs"`
 	Seed           int64            `json:"seed" yaml:"seed"`
 	EvalEvery      int              `json:"eval_every" yaml:"eval_every"`
+	// CheckpointEvery is the most updates between checkpoints (the
+	// coordinator's --checkpoint-interval bounds the time too).
+	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
 	// MaxUpdateNormRatio rejects an update whose L2 norm exceeds this many
 	// times the running mean of accepted ones (0 turns the check off).
 	MaxUpdateNormRatio float64  `json:"max_update_norm_ratio" yaml:"max_update_norm_ratio"`
@@ -67,7 +70,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 var specKeys = []string{
 	"name", "model", "dataset", "optimizer", "batch_size", "local_steps", "inner_lr",
 	"max_staleness", "staleness_lr", "shard_size", "target_accuracy", "max_epochs",
-	"seed", "eval_every", "lease_timeout", "max_update_norm_ratio",
+	"seed", "eval_every", "lease_timeout", "max_update_norm_ratio", "checkpoint_every",
 }
 
 var (
@@ -127,18 +130,19 @@ var jobPresets = map[string]func() JobSpec{
 // defaultSpec holds the value of every key a spec file leaves out.
 func defaultSpec() JobSpec {
 	return JobSpec{
-		Dataset:        "mnist",
-		Optimizer:      nn.OptimizerSpec{Type: "adam", LR: 1e-3},
-		BatchSize:      64,
-		LocalSteps:     1,
-		InnerLR:        0.05,
-		MaxStaleness:   8,
-		StalenessLR:    StalenessLRNone,
-		ShardSize:      1000,
-		TargetAccuracy: 0.97,
-		MaxEpochs:      10,
-		Seed:           1,
-		EvalEvery:      250,
+		Dataset:         "mnist",
+		Optimizer:       nn.OptimizerSpec{Type: "adam", LR: 1e-3},
+		BatchSize:       64,
+		LocalSteps:      1,
+		InnerLR:         0.05,
+		MaxStaleness:    8,
+		StalenessLR:     StalenessLRNone,
+		ShardSize:       1000,
+		TargetAccuracy:  0.97,
+		MaxEpochs:       10,
+		Seed:            1,
+		EvalEvery:       250,
+		CheckpointEvery: 1000,
 		// Far above any legitimate jump between consecutive gradients,
 		// far below what a broken or hostile worker's garbage looks like.
 		MaxUpdateNormRatio: 20,
@@ -364,6 +368,8 @@ func (s JobSpec) Validate() error {
 		return specErr("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
 	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
 		return specErr("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
+	case s.CheckpointEvery < 1:
+		return specErr("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
 	case s.EvalEvery < 1:
 		return specErr("eval_every", "must be >= 1 update, got %d", s.EvalEvery)
 	case s.LeaseTimeout.Duration < 100*time.Millisecond:

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // Config configures a Server. Train and Test are required.
@@ -36,6 +37,16 @@ type Config struct {
 	// OriginPatterns lists extra browser origins allowed to open /ws (the
 	// coordinator's own host is always allowed).
 	OriginPatterns []string
+	// Store keeps jobs, checkpoints, metrics and workers; nil keeps
+	// nothing (a coordinator that dies loses its jobs).
+	Store *store.Store
+	// CheckpointInterval is the longest time between checkpoints of a job
+	// whose model has moved.
+	CheckpointInterval time.Duration
+	// KeepCheckpoints is how many checkpoints of each job are kept.
+	KeepCheckpoints int
+	// Verbose logs every checkpoint written.
+	Verbose bool
 }
 
 func (c *Config) setDefaults() {
@@ -54,6 +65,12 @@ func (c *Config) setDefaults() {
 	if c.MaxLeases <= 0 {
 		c.MaxLeases = 2
 	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = 10 * time.Second
+	}
+	if c.KeepCheckpoints <= 0 {
+		c.KeepCheckpoints = 5
+	}
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -64,8 +81,12 @@ func (c *Config) setDefaults() {
 type Server struct {
 	cfg    Config
 	router *mux.Router
-	ctx    context.Context
+	ctx    context.Context // ends the connections
 	cancel context.CancelFunc
+	// Job loops outlive the connections by a final checkpoint.
+	loopCtx   context.Context
+	stopLoops context.CancelFunc
+	bootID    uint32 // keeps worker ids unique across restarts
 
 	leaseIDs atomic.Uint64
 	workerN  atomic.Uint64
@@ -75,9 +96,10 @@ type Server struct {
 	jobs    []*Job
 	workers map[string]*workerConn
 
-	loops sync.WaitGroup // job loops
-	conns sync.WaitGroup // websocket connections
-	once  sync.Once
+	loops   sync.WaitGroup // job loops
+	writers sync.WaitGroup // job checkpoint writers
+	conns   sync.WaitGroup // websocket connections
+	once    sync.Once
 }
 
 // New returns a running server with no jobs.
@@ -86,23 +108,56 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("coordinator: Config.Train and Config.Test are required")
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, workers: map[string]*workerConn{}}
+	s := &Server{cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
 }
 
 // AddJob validates spec, builds its model at version 0 and starts training.
+// With a store, the job and its version-0 checkpoint are saved first.
 func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	// A random suffix keeps ids unique across restarts, so an immutable
-	// snapshot or shard URL never names two different contents.
+	// A random suffix keeps ids unique across coordinators and databases.
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
 	j, err := newJob(id, spec, s.cfg.Train, s.cfg.Test, &s.leaseIDs, s.cfg.Logf)
 	if err != nil {
 		return nil, err
+	}
+	if st := s.cfg.Store; st != nil {
+		specJSON, err := json.Marshal(spec)
+		if err != nil {
+			return nil, err
+		}
+		rec := store.JobRecord{ID: id, Name: spec.Name, Spec: specJSON, State: StateRunning, CreatedAt: j.st.startedAt, Incarnation: 1}
+		if err := st.CreateJob(context.Background(), rec); err != nil {
+			return nil, fmt.Errorf("saving job %s: %w", id, err)
+		}
+	}
+	s.startJob(j)
+	s.cfg.Logf("job %s (%s): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy)
+	return j, nil
+}
+
+// startJob registers j and starts its loop and, with a store, its writer
+// (after a first checkpoint, so the job can be resumed from the start).
+func (s *Server) startJob(j *Job) {
+	if s.cfg.Store != nil {
+		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
+		j.ckptCh = make(chan *checkpointOp, 1)
+		j.metricCh = make(chan store.Metric, 64)
+		if j.st.ckptVersion == 0 && j.st.version == 0 {
+			j.checkpoint(true)
+		}
+		s.writers.Add(1)
+		go func() {
+			defer s.writers.Done()
+			j.writeLoop(s.cfg.KeepCheckpoints)
+		}()
 	}
 	s.mu.Lock()
 	s.jobs = append(s.jobs, j)
@@ -110,18 +165,67 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
-		j.run(s.ctx)
+		j.loop(s.loopCtx, s.cfg.CheckpointInterval)
 	}()
-	s.cfg.Logf("job %s (%s): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
-		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy)
-	return j, nil
+}
+
+// ResumeJobs loads every job of the store: unfinished ones continue from
+// their latest checkpoint, finished ones are served as they ended. It
+// returns the unfinished jobs.
+func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
+	st := s.cfg.Store
+	if st == nil {
+		return nil, nil
+	}
+	recs, err := st.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var resumed []*Job
+	for _, rec := range recs {
+		var spec JobSpec
+		if err := json.Unmarshal(rec.Spec, &spec); err != nil {
+			return nil, fmt.Errorf("job %s in %s: spec: %w", rec.ID, st.Path(), err)
+		}
+		j, err := newJob(rec.ID, spec, s.cfg.Train, s.cfg.Test, &s.leaseIDs, s.cfg.Logf)
+		if err != nil {
+			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
+		}
+		j.st.state, j.st.reason, j.st.doneAt, j.st.startedAt = rec.State, rec.Reason, rec.DoneAt, rec.CreatedAt
+		c, err := st.LatestCheckpoint(ctx, rec.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("job %s: %w", rec.ID, err)
+		default:
+			if err := j.restore(c); err != nil {
+				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
+			}
+		}
+		if j.st.state == StateRunning || j.st.state == StatePaused {
+			if j.run, err = st.NextIncarnation(ctx, rec.ID); err != nil {
+				return nil, err
+			}
+			resumed = append(resumed, j)
+			s.cfg.Logf("job %s (%s): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.version, j.st.epoch, j.run)
+		} else {
+			j.run = rec.Incarnation
+			j.st.queue = j.st.queue[:0]
+		}
+		s.startJob(j)
+		if j.st.finalEvalAfter && j.st.state == StateRunning {
+			_ = j.exec(ctx, func(*jobState) { j.startEval(true) })
+		}
+	}
+	return resumed, nil
 }
 
 // Handler returns the HTTP handler: API, snapshots, shards and /ws.
 func (s *Server) Handler() http.Handler { return s.router }
 
-// Close tells every worker the coordinator is going away, stops the job
-// loops and waits for all of it. It is safe to call more than once.
+// Close tells every worker the coordinator is going away, writes a final
+// checkpoint of every job, stops the job loops and waits for all of it.
+// It is safe to call more than once.
 func (s *Server) Close() {
 	s.once.Do(func() {
 		s.mu.Lock()
@@ -129,10 +233,24 @@ func (s *Server) Close() {
 		s.mu.Unlock()
 		s.cancel()
 		s.conns.Wait()
-		s.loops.Wait()
 		s.mu.Lock()
 		jobs := slices.Clone(s.jobs)
 		s.mu.Unlock()
+		for _, j := range jobs {
+			_ = j.exec(context.Background(), func(st *jobState) {
+				if st.version != st.ckptVersion {
+					j.checkpoint(true)
+				}
+			})
+		}
+		s.stopLoops()
+		s.loops.Wait()
+		for _, j := range jobs {
+			if j.ckptCh != nil {
+				close(j.ckptCh)
+			}
+		}
+		s.writers.Wait()
 		for _, j := range jobs {
 			j.evals.Wait()
 		}
@@ -252,7 +370,9 @@ func (s *Server) routes() {
 	api := r.PathPrefix("/api/v1").Subrouter()
 	api.HandleFunc("/jobs", s.handleJobs).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}", s.handleJob).Methods(http.MethodGet)
-	api.HandleFunc("/jobs/{id}/snapshots/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/jobs/{id}/checkpoints", s.handleCheckpoints).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/workers", s.handleWorkers).Methods(http.MethodGet)
 	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -336,14 +456,17 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
 		return
 	}
-	body := j.snapshotBody(version)
+	var body []byte
+	if vars["run"] == strconv.FormatInt(j.run, 10) {
+		body = j.snapshotBody(version)
+	}
 	if body == nil {
 		// Either never published or already too old for any acceptable
 		// result: the worker should give the lease back and ask again.
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
-	serveImmutable(w, r, fmt.Sprintf(`"%s-v%d"`, j.ID, version), body)
+	serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body)
 }
 
 func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
@@ -359,4 +482,49 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard])
+}
+
+func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	if s.job(id) == nil {
+		writeError(w, http.StatusNotFound, "no job %q", id)
+		return
+	}
+	out := []store.CheckpointInfo{}
+	if s.cfg.Store != nil {
+		cs, err := s.cfg.Store.Checkpoints(r.Context(), id)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "reading checkpoints: %v", err)
+			return
+		}
+		out = append(out, cs...)
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	if s.job(id) == nil {
+		writeError(w, http.StatusNotFound, "no job %q", id)
+		return
+	}
+	limit := 0
+	if q := r.URL.Query().Get("limit"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "limit must be a number >= 0, got %q", q)
+			return
+		}
+		limit = n
+	}
+	out := []store.Metric{}
+	if s.cfg.Store != nil {
+		ms, err := s.cfg.Store.Metrics(r.Context(), id, limit)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "reading metrics: %v", err)
+			return
+		}
+		out = append(out, ms...)
+	}
+	writeJSON(w, out)
 }

@@ -26,10 +26,11 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 const usage = `crowdtrain — a volunteer compute grid for training neural networks
 
 Usage:
-  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR]
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE]
   crowdtrain work   --coordinator ws://HOST:PORT/ws [--threads N]
   crowdtrain status --coordinator http://HOST:PORT
   crowdtrain bench  --model NAME [--batch 64] [--threads 1]
+  crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
 
 Run 'crowdtrain COMMAND -h' for a command's flags.
 `
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = status(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
+	case "export":
+		err = export(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -91,7 +91,8 @@ func TestServeStatusAndCleanStop(t *testing.T) {
 	done := make(chan int, 1)
 	logs := &lockedBuffer{}
 	go func() {
-		done <- run(ctx, []string{"serve", "--addr", addr, "--job", "mnist-mlp", "--local-workers", "2", "--progress", "200ms"},
+		done <- run(ctx, []string{"serve", "--addr", addr, "--job", "mnist-mlp", "--local-workers", "2", "--progress", "200ms",
+			"--db", filepath.Join(t.TempDir(), "ct.db")},
 			io.Discard, logs)
 	}()
 	deadline := time.Now().Add(60 * time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -26,11 +27,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 1, "threads per local worker")
 	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files (default: search, see README)")
 	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
+	dbPath := fs.String("db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
+	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
+	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
+	verbose := fs.Bool("v", false, "log every checkpoint")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *localWorkers < 0 || *threads < 1 {
 		return usagef("--local-workers must be >= 0 and --threads >= 1")
+	}
+	if *ckptInterval <= 0 || *keepCkpts < 1 {
+		return usagef("--checkpoint-interval must be positive and --keep-checkpoints >= 1")
 	}
 	spec, err := coordinator.LoadJobSpec(*jobArg)
 	if err != nil {
@@ -45,13 +53,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: logger.Printf})
+	var db *store.Store
+	if *dbPath != "" {
+		if db, err = store.Open(*dbPath); err != nil {
+			return err
+		}
+		defer db.Close()
+	}
+	srv, err := coordinator.New(coordinator.Config{
+		Train: train, Test: test, Logf: logger.Printf, Store: db,
+		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
+	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	job, err := srv.AddJob(spec)
+	// Unfinished jobs in the database carry on; --job starts a new one
+	// only when there are none, so restarting never duplicates a job.
+	resumed, err := srv.ResumeJobs(ctx)
 	if err != nil {
+		return fmt.Errorf("resuming from %s: %w", *dbPath, err)
+	}
+	var job *coordinator.Job
+	if len(resumed) > 0 {
+		job = resumed[len(resumed)-1]
+		logger.Printf("resumed %d unfinished job(s) from %s; --job %s not started", len(resumed), *dbPath, *jobArg)
+	} else if job, err = srv.AddJob(spec); err != nil {
 		return &usageError{err.Error()}
 	}
 
@@ -129,7 +156,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Printf("shutting down")
 	stopWorkers()
 	wg.Wait()
-	srv.Close() // tells remote workers the coordinator is going away
+	srv.Close() // tells remote workers the coordinator is going away, writes final checkpoints
 	// Shutdown waits for in-flight requests; a connection that never sent
 	// one (a client's speculative dial) would hold it for seconds, so after
 	// a grace period the rest is closed outright.

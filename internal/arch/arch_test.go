@@ -51,6 +51,7 @@ func TestEveryPackageHasADoc(t *testing.T) {
 func TestImportDirections(t *testing.T) {
 	forbidden := map[string][]string{
 		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol"},
+		"store":        {"/coordinator", "/worker", "/nativeworker", "/nn", "/dataset", "/protocol"},
 		"dataset":      {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
 		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
 		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},

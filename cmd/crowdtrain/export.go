@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+func export(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	dbPath := fs.String("db", "crowdtrain.db", "the coordinator's SQLite `FILE`")
+	jobID := fs.String("job", "", "job `ID` (crowdtrain status lists them)")
+	version := fs.Int64("version", -1, "checkpoint `V` to export (default: the latest)")
+	out := fs.String("out", "", "safetensors `FILE` to write")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *jobID == "" || *out == "" {
+		return usagef("--job and --out are required")
+	}
+	// store.Open creates a missing database; exporting from one is a typo.
+	if _, err := os.Stat(*dbPath); err != nil {
+		return usagef("no database at %s: pass the --db the coordinator was started with", *dbPath)
+	}
+	db, err := store.Open(*dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	// Write beside the target and rename, so a failed export never leaves
+	// a truncated model behind.
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".export-*.safetensors")
+	if err != nil {
+		return fmt.Errorf("cannot write next to %s: %w", *out, err)
+	}
+	defer os.Remove(tmp.Name())
+	info, err := coordinator.Export(ctx, db, *jobID, *version, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		return err
+	}
+	acc := ""
+	if info.Eval != nil {
+		acc = fmt.Sprintf(", test accuracy %.4f", info.Eval.Accuracy)
+	}
+	fmt.Fprintf(stdout, "wrote %s: job %s version %d, %d tensors, %d parameters%s\n",
+		*out, info.JobID, info.Version, info.Tensors, info.NumParams, acc)
+	return nil
+}

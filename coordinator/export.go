@@ -1,0 +1,113 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+// ExportInfo describes an exported model.
+type ExportInfo struct {
+	JobID     string
+	Version   int64
+	Tensors   int
+	NumParams int
+	Eval      *EvalResult // the evaluation of exactly this version, if the job recorded one
+}
+
+// Export writes a checkpoint of a job as safetensors: one F32 tensor per
+// entry of the model's layout, named and shaped as nn lays them out
+// (PyTorch's conventions). version < 0 means the latest checkpoint.
+func Export(ctx context.Context, db *store.Store, jobID string, version int64, w io.Writer) (ExportInfo, error) {
+	rec, err := db.Job(ctx, jobID)
+	if errors.Is(err, store.ErrNotFound) {
+		return ExportInfo{}, fmt.Errorf("no job %q in %s (jobs: %s)", jobID, db.Path(), jobIDs(ctx, db))
+	}
+	if err != nil {
+		return ExportInfo{}, err
+	}
+	var spec JobSpec
+	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
+		return ExportInfo{}, fmt.Errorf("job %s: spec: %w", jobID, err)
+	}
+	model, err := nn.NewModel(spec.Model)
+	if err != nil {
+		return ExportInfo{}, fmt.Errorf("job %s: model: %w", jobID, err)
+	}
+	var c store.Checkpoint
+	if version < 0 {
+		c, err = db.LatestCheckpoint(ctx, jobID)
+	} else {
+		c, err = db.Checkpoint(ctx, jobID, version)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return ExportInfo{}, fmt.Errorf("job %s has no checkpoint%s (kept: %s)", jobID, versionText(version), checkpointVersions(ctx, db, jobID))
+	}
+	if err != nil {
+		return ExportInfo{}, err
+	}
+	params := make([]float32, model.NumParams)
+	if err := protocol.DecodeFloatsInto(params, c.Params); err != nil {
+		return ExportInfo{}, fmt.Errorf("job %s checkpoint v%d: %w", jobID, c.Version, err)
+	}
+	info := ExportInfo{JobID: jobID, Version: c.Version, Tensors: len(model.Layout), NumParams: model.NumParams}
+	var p progress
+	if json.Unmarshal(c.Progress, &p) == nil && p.Eval != nil && p.Eval.Version == c.Version {
+		info.Eval = p.Eval
+	}
+	modelJSON, _ := json.Marshal(spec.Model)
+	meta := map[string]string{
+		"format":              "pt",
+		"crowdtrain.job":      jobID,
+		"crowdtrain.name":     spec.Name,
+		"crowdtrain.version":  strconv.FormatInt(c.Version, 10),
+		"crowdtrain.model":    string(modelJSON),
+		"crowdtrain.exported": "crowdtrain export",
+	}
+	if info.Eval != nil {
+		meta["crowdtrain.test_accuracy"] = strconv.FormatFloat(info.Eval.Accuracy, 'f', -1, 64)
+	}
+	if err := nn.WriteSafetensors(w, model.Layout, params, meta); err != nil {
+		return ExportInfo{}, err
+	}
+	return info, nil
+}
+
+func versionText(v int64) string {
+	if v < 0 {
+		return ""
+	}
+	return " at version " + strconv.FormatInt(v, 10)
+}
+
+func jobIDs(ctx context.Context, db *store.Store) string {
+	recs, err := db.Jobs(ctx)
+	if err != nil || len(recs) == 0 {
+		return "none"
+	}
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	return strings.Join(ids, ", ")
+}
+
+func checkpointVersions(ctx context.Context, db *store.Store, jobID string) string {
+	cs, err := db.Checkpoints(ctx, jobID)
+	if err != nil || len(cs) == 0 {
+		return "none"
+	}
+	vs := make([]string, len(cs))
+	for i, c := range cs {
+		vs[i] = strconv.FormatInt(c.Version, 10)
+	}
+	return strings.Join(vs, ", ")
+}

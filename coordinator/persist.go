@@ -1,0 +1,303 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+// Persistence. A checkpoint is a copy of the loop's state taken on the
+// loop (the only pause training sees) and written by the job's writer
+// goroutine in one SQLite transaction. Only the newest unwritten copy is
+// kept: if the writer is still busy, a newer checkpoint replaces the
+// queued one rather than piling up.
+
+// progress is the part of a checkpoint that is neither parameters nor
+// optimizer state: where the epoch stands and the job's counters.
+type progress struct {
+	Epoch          int              `json:"epoch"`
+	Tasks          [][3]int         `json:"tasks"` // not yet done this epoch: shard, start, count
+	ExamplesSeen   int64            `json:"examples_seen"`
+	EpochExamples  int64            `json:"epoch_examples"`
+	Applied        int64            `json:"applied"`
+	Rejected       int64            `json:"rejected"`
+	Rejections     map[string]int64 `json:"rejections"`
+	LeasesIssued   int64            `json:"leases_issued"`
+	LeasesExpired  int64            `json:"leases_expired"`
+	StalenessSum   int64            `json:"staleness_sum"`
+	NormMean       float64          `json:"norm_mean"`
+	NormCount      int64            `json:"norm_count"`
+	LastEvalAt     int64            `json:"last_eval_at"`
+	Eval           *EvalResult      `json:"eval,omitempty"`
+	FinalEvalAfter bool             `json:"final_eval_after,omitempty"`
+	StartedAt      time.Time        `json:"started_at"`
+}
+
+// CheckpointInfo describes the newest checkpoint written, for the API.
+type CheckpointInfo struct {
+	Version int64     `json:"version"`
+	At      time.Time `json:"at"`
+	Bytes   int64     `json:"bytes"`
+	PauseMs float64   `json:"pause_ms"` // how long the update loop stopped to copy the state
+	WriteMs float64   `json:"write_ms"` // how long the SQLite transaction took
+}
+
+// checkpointOp is one checkpoint on its way to the writer, with the job's
+// state at that moment.
+type checkpointOp struct {
+	c      store.Checkpoint
+	state  string
+	reason string
+	doneAt time.Time
+	pause  time.Duration
+}
+
+// checkpoint copies the state for the writer. Unless force is set, it
+// does nothing when the model has not moved since the last checkpoint or
+// when the writer still has one queued.
+func (j *Job) checkpoint(force bool) {
+	if j.store == nil {
+		return
+	}
+	st := &j.st
+	if !force && (st.version == st.ckptVersion || len(j.ckptCh) > 0) {
+		return
+	}
+	start := time.Now()
+	op := &checkpointOp{c: j.copyState(), state: st.state, reason: st.reason, doneAt: st.doneAt}
+	op.pause = time.Since(start)
+	select { // latest wins
+	case <-j.ckptCh:
+	default:
+	}
+	j.ckptCh <- op
+	st.ckptVersion, st.ckptAt = st.version, time.Now()
+}
+
+// copyState snapshots everything a resumed job needs.
+func (j *Job) copyState() store.Checkpoint {
+	st := &j.st
+	p := progress{
+		Epoch: st.epoch, ExamplesSeen: st.examplesSeen, EpochExamples: st.epochExamples,
+		Applied: st.applied, Rejected: st.rejected, Rejections: st.rejections,
+		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum,
+		NormMean: st.normMean, NormCount: st.normCount, LastEvalAt: st.lastEvalAt, Eval: st.eval,
+		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
+	}
+	// Leased tasks are not done: a resumed job hands them out again.
+	p.Tasks = make([][3]int, 0, len(st.queue)+len(st.leases))
+	for _, l := range st.leases {
+		p.Tasks = append(p.Tasks, [3]int{l.task.shard, l.task.start, l.task.count})
+	}
+	for _, t := range st.queue {
+		p.Tasks = append(p.Tasks, [3]int{t.shard, t.start, t.count})
+	}
+	prog, err := json.Marshal(p)
+	if err != nil {
+		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
+	}
+	vectors, steps := st.opt.State()
+	return store.Checkpoint{
+		JobID: j.ID, Version: st.version, Epoch: st.epoch, CreatedAt: time.Now(),
+		Params:   protocol.EncodeFloats(st.params),
+		OptState: encodeOptState(vectors, steps),
+		Progress: prog,
+	}
+}
+
+// encodeOptState writes the optimizer's step count and vectors:
+// steps int64, count uint32, then per vector its length uint64 and its
+// little-endian float32s.
+func encodeOptState(vectors [][]float32, steps int64) []byte {
+	n := 12
+	for _, v := range vectors {
+		n += 8 + 4*len(v)
+	}
+	b := make([]byte, 0, n)
+	b = binary.LittleEndian.AppendUint64(b, uint64(steps))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(vectors)))
+	for _, v := range vectors {
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(v)))
+		b = append(b, protocol.EncodeFloats(v)...)
+	}
+	return b
+}
+
+var errBadOptState = errors.New("checkpoint optimizer state is malformed")
+
+func decodeOptState(b []byte) ([][]float32, int64, error) {
+	if len(b) < 12 {
+		return nil, 0, errBadOptState
+	}
+	steps := int64(binary.LittleEndian.Uint64(b))
+	count := binary.LittleEndian.Uint32(b[8:])
+	b = b[12:]
+	if count > 16 {
+		return nil, 0, errBadOptState
+	}
+	vectors := make([][]float32, count)
+	for i := range vectors {
+		if len(b) < 8 {
+			return nil, 0, errBadOptState
+		}
+		n := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		if n > uint64(len(b))/4 {
+			return nil, 0, errBadOptState
+		}
+		vectors[i] = make([]float32, n)
+		if err := protocol.DecodeFloatsInto(vectors[i], b[:4*n]); err != nil {
+			return nil, 0, fmt.Errorf("%w: %v", errBadOptState, err)
+		}
+		b = b[4*n:]
+	}
+	if len(b) != 0 {
+		return nil, 0, errBadOptState
+	}
+	return vectors, steps, nil
+}
+
+// restore loads a checkpoint into a freshly built job (before its loop
+// starts).
+func (j *Job) restore(c store.Checkpoint) error {
+	st := &j.st
+	if err := protocol.DecodeFloatsInto(st.params, c.Params); err != nil {
+		return fmt.Errorf("checkpoint v%d parameters: %w", c.Version, err)
+	}
+	vectors, steps, err := decodeOptState(c.OptState)
+	if err != nil {
+		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
+	}
+	if err := st.opt.SetState(vectors, steps); err != nil {
+		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
+	}
+	var p progress
+	if err := json.Unmarshal(c.Progress, &p); err != nil {
+		return fmt.Errorf("checkpoint v%d progress: %w", c.Version, err)
+	}
+	st.version, st.epoch = c.Version, p.Epoch
+	st.queue = st.queue[:0]
+	for _, t := range p.Tasks {
+		if t[0] < 0 || t[0] >= len(j.shards) || t[1] < 0 || t[2] < 1 || t[1]+t[2] > len(j.shards[t[0]].Indices) {
+			return fmt.Errorf("checkpoint v%d progress names task %v outside the job's shards", c.Version, t)
+		}
+		st.queue = append(st.queue, task{shard: t[0], start: t[1], count: t[2]})
+	}
+	st.remaining = len(st.queue)
+	st.examplesSeen, st.epochExamples = p.ExamplesSeen, p.EpochExamples
+	st.applied, st.rejected = p.Applied, p.Rejected
+	for k, v := range p.Rejections {
+		st.rejections[k] = v
+	}
+	st.leasesIssued, st.leasesExpired, st.stalenessSum = p.LeasesIssued, p.LeasesExpired, p.StalenessSum
+	st.normMean, st.normCount = p.NormMean, p.NormCount
+	st.lastEvalAt, st.eval, st.finalEvalAfter = p.LastEvalAt, p.Eval, p.FinalEvalAfter
+	if !p.StartedAt.IsZero() {
+		st.startedAt = p.StartedAt
+	}
+	st.ckptVersion = c.Version
+	// A checkpoint taken after the last epoch's tasks were done but before
+	// the final evaluation finished: evaluate again.
+	if st.state == StateRunning && st.remaining == 0 && st.epoch >= j.Spec.MaxEpochs {
+		st.finalEvalAfter = true
+	} else if st.state == StateRunning && st.remaining == 0 {
+		j.startEpoch()
+	}
+	return nil
+}
+
+// writeLoop is the job's writer: checkpoints and metrics, in order, off
+// the update loop. It returns when ckptCh is closed, after writing what
+// was queued.
+func (j *Job) writeLoop(keep int) {
+	ctx := context.Background()
+	for {
+		select {
+		case op, ok := <-j.ckptCh:
+			if !ok {
+				j.flushMetrics(ctx)
+				return
+			}
+			j.writeCheckpoint(ctx, op, keep)
+		case m := <-j.metricCh:
+			if err := j.store.AddMetric(ctx, m); err != nil {
+				j.logf("job %s: recording metrics: %v", j.ID, err)
+			}
+		}
+	}
+}
+
+func (j *Job) flushMetrics(ctx context.Context) {
+	for {
+		select {
+		case m := <-j.metricCh:
+			if err := j.store.AddMetric(ctx, m); err != nil {
+				j.logf("job %s: recording metrics: %v", j.ID, err)
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
+	if j.verbose {
+		j.logf("job %s: writing checkpoint v%d", j.ID, op.c.Version)
+	}
+	start := time.Now()
+	// With the job's state in the same transaction: a finished job is never
+	// found without its final checkpoint.
+	err := j.store.SaveCheckpointState(ctx, op.c, keep, store.JobState{State: op.state, Reason: op.reason, DoneAt: op.doneAt})
+	took := time.Since(start)
+	if err != nil {
+		j.logf("job %s: checkpoint v%d NOT written: %v", j.ID, op.c.Version, err)
+		return
+	}
+	info := CheckpointInfo{
+		Version: op.c.Version, At: op.c.CreatedAt,
+		Bytes:   int64(len(op.c.Params) + len(op.c.OptState) + len(op.c.Progress)),
+		PauseMs: float64(op.pause.Microseconds()) / 1000, WriteMs: float64(took.Microseconds()) / 1000,
+	}
+	j.lastCkpt.Store(&info)
+	if j.verbose {
+		j.logf("job %s: checkpoint v%d written: %.1f MB in %v (loop paused %v)", j.ID, op.c.Version,
+			float64(info.Bytes)/1e6, took.Round(time.Millisecond), op.pause.Round(time.Microsecond))
+	}
+}
+
+// recordMetric queues a metrics row: throughput since the previous row,
+// and the evaluation if there is one. Never blocks the loop: when the
+// writer is far behind, the row is dropped.
+func (j *Job) recordMetric(eval *EvalResult) {
+	if j.store == nil {
+		return
+	}
+	st := &j.st
+	now := time.Now()
+	m := store.Metric{JobID: j.ID, At: now, Version: st.version}
+	if dt := now.Sub(st.metricAt).Seconds(); !st.metricAt.IsZero() && dt > 0 {
+		m.ExamplesPerSec = float64(st.examplesSeen-st.metricExamples) / dt
+		m.UpdatesPerSec = float64(st.applied-st.metricApplied) / dt
+	}
+	st.metricAt, st.metricExamples, st.metricApplied = now, st.examplesSeen, st.applied
+	if eval != nil {
+		m.Version = eval.Version
+		if !math.IsNaN(eval.Loss) && !math.IsInf(eval.Loss, 0) {
+			acc, loss := eval.Accuracy, eval.Loss
+			m.Accuracy, m.Loss = &acc, &loss
+		} else {
+			m.Note = "non-finite loss"
+		}
+	}
+	select {
+	case j.metricCh <- m:
+	default:
+	}
+}

@@ -1,0 +1,81 @@
+package store
+
+// ApplicationID marks a SQLite file as a crowdtrain database (PRAGMA
+// application_id, bytes 68-71 of the header): "CROW". Open refuses files
+// whose id is another application's.
+const ApplicationID = 0x43524F57
+
+// migrations bring the schema from version i (PRAGMA user_version) to
+// i+1, each in its own transaction together with the user_version bump,
+// so a crash leaves the database at a whole version. Append only: never
+// edit a migration that has shipped, since databases in the field have
+// already run it.
+//
+// Times are INTEGER unix nanoseconds in UTC (exact round trip, sortable);
+// NULL where the Go value is the zero time. Tables are STRICT so a wrong
+// type is an error rather than a silent conversion.
+var migrations = []string{
+	// 0 -> 1: the first schema.
+	`
+CREATE TABLE jobs (
+	id          TEXT PRIMARY KEY NOT NULL,
+	name        TEXT NOT NULL,
+	spec        BLOB NOT NULL,
+	state       TEXT NOT NULL,
+	reason      TEXT NOT NULL,
+	created_at  INTEGER NOT NULL,
+	done_at     INTEGER,
+	incarnation INTEGER NOT NULL
+) STRICT;
+
+-- The small columns come before the BLOBs so that listing checkpoints
+-- (length() of the BLOBs) reads only each row's first page, never the
+-- overflow chains holding the data. crc32c catches damage inside the
+-- BLOBs, which SQLite's own checks cannot see.
+CREATE TABLE checkpoints (
+	job_id     TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+	version    INTEGER NOT NULL,
+	epoch      INTEGER NOT NULL,
+	created_at INTEGER NOT NULL,
+	crc32c     INTEGER NOT NULL, -- of params, opt_state, progress in turn
+	params     BLOB NOT NULL,
+	opt_state  BLOB NOT NULL,
+	progress   BLOB NOT NULL,
+	PRIMARY KEY (job_id, version)
+) STRICT;
+
+CREATE TABLE metrics (
+	id               INTEGER PRIMARY KEY,
+	job_id           TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+	at               INTEGER NOT NULL,
+	version          INTEGER NOT NULL,
+	accuracy         REAL,
+	loss             REAL,
+	examples_per_sec REAL NOT NULL,
+	updates_per_sec  REAL NOT NULL,
+	note             TEXT NOT NULL
+) STRICT;
+CREATE INDEX metrics_by_job ON metrics (job_id, at, id);
+
+-- No foreign key on job_id: a worker may be idle (no job) or outlive
+-- the job it last worked on.
+CREATE TABLE workers (
+	id         TEXT PRIMARY KEY NOT NULL,
+	job_id     TEXT NOT NULL,
+	kind       TEXT NOT NULL,
+	backend    TEXT NOT NULL,
+	client     TEXT NOT NULL,
+	remote     TEXT NOT NULL,
+	threads    INTEGER NOT NULL,
+	first_seen INTEGER NOT NULL,
+	last_seen  INTEGER NOT NULL,
+	examples   INTEGER NOT NULL,
+	accepted   INTEGER NOT NULL,
+	rejected   INTEGER NOT NULL
+) STRICT;
+`,
+}
+
+// SchemaVersion is the schema version (PRAGMA user_version) this build
+// writes: the number of migrations it knows.
+func SchemaVersion() int { return len(migrations) }
