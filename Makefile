@@ -35,6 +35,8 @@ bench: data
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./protocol/
 	$(GO) test -run '^$$' -bench Ingest -benchtime 3s -count 5 ./coordinator/
 	$(GO) test -run '^$$' -bench TimeTo97 -benchtime 1x -count 3 ./coordinator/
+	$(GO) test -run '^$$' -bench Checkpoint -benchtime 10x -count 3 ./coordinator/
+	$(GO) test -run '^$$' -bench SaveCheckpoint -benchtime 10x -count 1 ./store/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
