@@ -109,3 +109,35 @@ func TestCloseCheckpointsAndResumeContinues(t *testing.T) {
 		t.Fatalf("metrics: %d", code)
 	}
 }
+
+// A finished job stays finished: resumed, it is served as it ended and
+// hands out no work.
+func TestFinishedJobIsNotTrainedAgain(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.Optimizer.Type, s.Optimizer.LR = "sgd", 1000 // diverges within seconds
+		s.MaxUpdateNormRatio = 0
+	})
+	g := newStoredGrid(t, db, &spec)
+	g.addWorker(1, nil)
+	ended := g.waitDone(2 * time.Minute)
+	g.close()
+
+	g2 := newStoredGrid(t, db, nil)
+	if g2.job != nil {
+		t.Fatalf("finished job %s was resumed for training", g2.job.ID)
+	}
+	var v coordinator.JobView
+	if code := g2.getJSON("/api/v1/jobs/"+ended.ID, &v); code != http.StatusOK || v.State != ended.State || v.Reason != ended.Reason {
+		t.Fatalf("after restart: %d %s (%s), want %s (%s)", code, v.State, v.Reason, ended.State, ended.Reason)
+	}
+	rc := g2.joinRaw()
+	rc.send(&protocol.Want{N: 1})
+	if m, ok := rc.read().(*protocol.Idle); !ok {
+		t.Fatalf("a worker asking the finished job for work got %T, want idle", m)
+	}
+}

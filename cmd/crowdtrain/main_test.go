@@ -147,3 +147,17 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A --db that is not ours is refused and left untouched.
+func TestServeRefusesAForeignDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notes.db")
+	content := []byte("these are my notes, not a database\n")
+	os.WriteFile(path, content, 0o644)
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", "127.0.0.1:0", "--db", path)
+	if code == 0 || !strings.Contains(stderr, path) {
+		t.Fatalf("exit %d, stderr %q; want a failure naming %s", code, stderr, path)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, content) {
+		t.Fatal("the file was modified")
+	}
+}
