@@ -34,14 +34,18 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tEPOCH\tVERSION\tEXAMPLES\tAPPLIED\tREJECTED\tWORKERS\tACCURACY")
+	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tEPOCH\tVERSION\tEXAMPLES\tAPPLIED\tREJECTED\tWORKERS\tACCURACY\tCHECKPOINT")
 	for _, j := range jobs {
 		acc := "-"
 		if j.Eval != nil {
 			acc = fmt.Sprintf("%.4f @v%d", j.Eval.Accuracy, j.Eval.Version)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d%s\t%d\t%s\n", j.ID, j.Name, j.State, j.Epoch, j.Version,
-			j.ExamplesSeen, j.UpdatesApplied, j.UpdatesRejected, formatRejections(j.Rejections), j.Workers, acc)
+		ckpt := "-"
+		if c := j.LastCheckpoint; c != nil {
+			ckpt = fmt.Sprintf("v%d, %s ago", c.Version, time.Since(c.At).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d%s\t%d\t%s\t%s\n", j.ID, j.Name, j.State, j.Epoch, j.Version,
+			j.ExamplesSeen, j.UpdatesApplied, j.UpdatesRejected, formatRejections(j.Rejections), j.Workers, acc, ckpt)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKER\tKIND\tBACKEND\tTHREADS\tJOB\tEXAMPLES\tACCEPTED\tREJECTED\tCONNECTED\tLAST SEEN")
