@@ -102,6 +102,7 @@ type Job struct {
 	run      int64 // incarnation: how many times a coordinator has started this job
 	verbose  bool
 	ckptCh   chan *checkpointOp
+	ckptPool chan *ckptBuffers // two: one being written, one being filled
 	metricCh chan store.Metric
 	lastCkpt atomic.Pointer[CheckpointInfo]
 

@@ -53,10 +53,37 @@ type CheckpointInfo struct {
 // state at that moment.
 type checkpointOp struct {
 	c      store.Checkpoint
+	bufs   *ckptBuffers
 	state  string
 	reason string
 	doneAt time.Time
 	pause  time.Duration
+}
+
+// ckptBuffers hold a checkpoint's copies. They go back to the job's pool
+// once written, so a checkpoint copies into memory it already has instead
+// of allocating (and zeroing) a new copy of a large model each time.
+type ckptBuffers struct {
+	params, opt []byte
+}
+
+func (j *Job) getBuffers() *ckptBuffers {
+	select {
+	case b := <-j.ckptPool:
+		return b
+	default:
+		return &ckptBuffers{}
+	}
+}
+
+func (j *Job) putBuffers(b *ckptBuffers) {
+	if b == nil {
+		return
+	}
+	select {
+	case j.ckptPool <- b:
+	default:
+	}
 }
 
 // checkpoint copies the state for the writer. Unless force is set, it
@@ -71,18 +98,20 @@ func (j *Job) checkpoint(force bool) {
 		return
 	}
 	start := time.Now()
-	op := &checkpointOp{c: j.copyState(), state: st.state, reason: st.reason, doneAt: st.doneAt}
+	bufs := j.getBuffers()
+	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt}
 	op.pause = time.Since(start)
 	select { // latest wins
-	case <-j.ckptCh:
+	case old := <-j.ckptCh:
+		j.putBuffers(old.bufs)
 	default:
 	}
 	j.ckptCh <- op
 	st.ckptVersion, st.ckptAt = st.version, time.Now()
 }
 
-// copyState snapshots everything a resumed job needs.
-func (j *Job) copyState() store.Checkpoint {
+// copyState snapshots everything a resumed job needs, into bufs.
+func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	st := &j.st
 	p := progress{
 		Epoch: st.epoch, ExamplesSeen: st.examplesSeen, EpochExamples: st.epochExamples,
@@ -104,28 +133,23 @@ func (j *Job) copyState() store.Checkpoint {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
 	}
 	vectors, steps := st.opt.State()
+	bufs.params = protocol.AppendFloats(bufs.params[:0], st.params)
+	bufs.opt = appendOptState(bufs.opt[:0], vectors, steps)
 	return store.Checkpoint{
 		JobID: j.ID, Version: st.version, Epoch: st.epoch, CreatedAt: time.Now(),
-		Params:   protocol.EncodeFloats(st.params),
-		OptState: encodeOptState(vectors, steps),
-		Progress: prog,
+		Params: bufs.params, OptState: bufs.opt, Progress: prog,
 	}
 }
 
-// encodeOptState writes the optimizer's step count and vectors:
+// appendOptState appends the optimizer's step count and vectors to b:
 // steps int64, count uint32, then per vector its length uint64 and its
 // little-endian float32s.
-func encodeOptState(vectors [][]float32, steps int64) []byte {
-	n := 12
-	for _, v := range vectors {
-		n += 8 + 4*len(v)
-	}
-	b := make([]byte, 0, n)
+func appendOptState(b []byte, vectors [][]float32, steps int64) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(steps))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(vectors)))
 	for _, v := range vectors {
 		b = binary.LittleEndian.AppendUint64(b, uint64(len(v)))
-		b = append(b, protocol.EncodeFloats(v)...)
+		b = protocol.AppendFloats(b, v)
 	}
 	return b
 }
@@ -256,6 +280,7 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
 	// found without its final checkpoint.
 	err := j.store.SaveCheckpointState(ctx, op.c, keep, store.JobState{State: op.state, Reason: op.reason, DoneAt: op.doneAt})
 	took := time.Since(start)
+	defer j.putBuffers(op.bufs)
 	if err != nil {
 		j.logf("job %s: checkpoint v%d NOT written: %v", j.ID, op.c.Version, err)
 		return

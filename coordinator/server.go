@@ -149,6 +149,7 @@ func (s *Server) startJob(j *Job) {
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.ckptCh = make(chan *checkpointOp, 1)
+		j.ckptPool = make(chan *ckptBuffers, 2)
 		j.metricCh = make(chan store.Metric, 64)
 		if j.st.ckptVersion == 0 && j.st.version == 0 {
 			j.checkpoint(true)

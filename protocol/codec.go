@@ -245,15 +245,19 @@ func truncate(s string, n int) string {
 // EncodeFloats returns f as little-endian float32 bytes: the body of a
 // snapshot resource.
 func EncodeFloats(f []float32) []byte {
-	out := make([]byte, 4*len(f))
+	return AppendFloats(make([]byte, 0, 4*len(f)), f)
+}
+
+// AppendFloats appends f to dst as little-endian float32 bytes; with room
+// in dst it allocates nothing.
+func AppendFloats(dst []byte, f []float32) []byte {
 	if littleEndian {
-		copy(out, floatBytes(f))
-		return out
+		return append(dst, floatBytes(f)...)
 	}
-	for i, v := range f {
-		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	for _, v := range f {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
 	}
-	return out
+	return dst
 }
 
 // DecodeFloatsInto decodes a snapshot body into dst, which must have exactly
