@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -188,6 +189,12 @@ func TestRandomKillsNeverCorruptOrLoseTheJob(t *testing.T) {
 		}
 		c, err := db.LatestCheckpoint(context.Background(), jobID)
 		db.Close()
+		if errors.Is(err, store.ErrNotFound) && lastVersion == 0 {
+			// Killed before the first checkpoint was written: the job
+			// restarts from its seeded version 0, which is the same model.
+			t.Logf("kill %d: before the first checkpoint", i)
+			continue
+		}
 		if err != nil {
 			t.Fatalf("kill %d: %v", i, err)
 		}
