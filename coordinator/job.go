@@ -104,7 +104,7 @@ type Job struct {
 	ckptCh   chan *checkpointOp
 	ckptPool chan *ckptBuffers // two: one being written, one being filled
 	metricCh chan store.Metric
-	lastCkpt atomic.Pointer[CheckpointInfo]
+	lastCkpt atomic.Pointer[CheckpointStats]
 
 	// Loop-owned state below.
 	st jobState
@@ -629,7 +629,7 @@ type JobView struct {
 	Shards          int              `json:"shards"`
 	Eval            *EvalResult      `json:"eval"`
 	Run             int64            `json:"run"` // how many times a coordinator has started this job
-	LastCheckpoint  *CheckpointInfo  `json:"last_checkpoint"`
+	LastCheckpoint  *CheckpointStats `json:"last_checkpoint"`
 	StartedAt       time.Time        `json:"started_at"`
 	DoneAt          *time.Time       `json:"done_at,omitempty"`
 	Spec            JobSpec          `json:"spec"`

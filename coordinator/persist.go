@@ -40,8 +40,8 @@ type progress struct {
 	StartedAt      time.Time        `json:"started_at"`
 }
 
-// CheckpointInfo describes the newest checkpoint written, for the API.
-type CheckpointInfo struct {
+// CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
+type CheckpointStats struct {
 	Version int64     `json:"version"`
 	At      time.Time `json:"at"`
 	Bytes   int64     `json:"bytes"`
@@ -285,7 +285,7 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
 		j.logf("job %s: checkpoint v%d NOT written: %v", j.ID, op.c.Version, err)
 		return
 	}
-	info := CheckpointInfo{
+	info := CheckpointStats{
 		Version: op.c.Version, At: op.c.CreatedAt,
 		Bytes:   int64(len(op.c.Params) + len(op.c.OptState) + len(op.c.Progress)),
 		PauseMs: float64(op.pause.Microseconds()) / 1000, WriteMs: float64(took.Microseconds()) / 1000,
