@@ -86,6 +86,7 @@ type Job struct {
 	// immutable resources served with strong ETags.
 	shards    []dataset.Shard
 	shardBody [][]byte
+	epochSize int // examples per epoch
 	logf      func(format string, args ...any)
 
 	reqs    chan func()
@@ -171,6 +172,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		run:         1,
 	}
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
+	j.epochSize = train.N
 	j.shardBody = make([][]byte, len(j.shards))
 	for i, s := range j.shards {
 		j.shardBody[i] = dataset.EncodeShard(train, s)
@@ -652,12 +654,8 @@ func (j *Job) view(st *jobState) JobView {
 	if st.applied > 0 {
 		v.MeanStaleness = float64(st.stalenessSum) / float64(st.applied)
 	}
-	if total := len(j.shards); total > 0 && st.state == StateRunning {
-		perEpoch := 0
-		for _, s := range j.shards {
-			perEpoch += len(s.Indices)
-		}
-		v.EpochProgress = float64(st.epochExamples) / float64(perEpoch)
+	if st.state == StateRunning {
+		v.EpochProgress = float64(st.epochExamples) / float64(j.epochSize)
 	}
 	if st.eval != nil {
 		e := *st.eval

@@ -193,10 +193,9 @@ func (s *Store) Checkpoints(ctx context.Context, jobID string) ([]CheckpointInfo
 		return nil, s.wrap("listing checkpoints of job "+jobID, err)
 	}
 	if len(list) == 0 {
-		if ok, err := s.jobExists(ctx, jobID); err != nil {
+		// An empty list means nothing only if the job exists.
+		if err := s.requireJob(ctx, jobID); err != nil {
 			return nil, err
-		} else if !ok {
-			return nil, notFoundJob(jobID)
 		}
 	}
 	return list, nil

@@ -162,3 +162,15 @@ func (s *Store) jobExists(ctx context.Context, id string) (bool, error) {
 	}
 	return err == nil, s.wrap("reading job "+id, err)
 }
+
+// requireJob returns ErrNotFound (wrapped) unless the job exists.
+func (s *Store) requireJob(ctx context.Context, id string) error {
+	ok, err := s.jobExists(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return notFoundJob(id)
+	}
+	return nil
+}

@@ -96,10 +96,9 @@ func (s *Store) Metrics(ctx context.Context, jobID string, limit int) ([]Metric,
 		return nil, s.wrap("reading metrics of job "+jobID, err)
 	}
 	if len(list) == 0 {
-		if ok, err := s.jobExists(ctx, jobID); err != nil {
+		// An empty list means nothing only if the job exists.
+		if err := s.requireJob(ctx, jobID); err != nil {
 			return nil, err
-		} else if !ok {
-			return nil, notFoundJob(jobID)
 		}
 	}
 	return list, nil

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nativeworker"
@@ -13,7 +14,7 @@ import (
 
 func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	model := fs.String("model", "mnist-mlp", "model preset `NAME` ("+joinNames(nn.PresetNames())+")")
+	model := fs.String("model", "mnist-mlp", "model preset `NAME` ("+strings.Join(nn.PresetNames(), ", ")+")")
 	batch := fs.Int("batch", 64, "examples per training step")
 	threads := fs.Int("threads", 1, "CPU threads (0 = one per CPU)")
 	rounds := fs.Int("rounds", 5, "timed rounds; the median is reported")

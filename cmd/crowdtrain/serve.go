@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
-	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+joinNames(coordinator.JobPresetNames())+") or a YAML/JSON spec FILE")
+	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
 	threads := fs.Int("threads", 1, "threads per local worker")
 	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files (default: search, see README)")
@@ -167,15 +168,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Printf("closed the HTTP connections still open after 3s")
 	}
 	return nil
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
 }
