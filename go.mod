@@ -3,6 +3,7 @@ module github.com/crowdtrain/crowdtrain
 go 1.26
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/coder/websocket v1.8.15
 	github.com/gorilla/mux v1.8.1
 	github.com/mattn/go-sqlite3 v1.14.53
@@ -12,4 +13,8 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+)

@@ -47,6 +47,10 @@ type Config struct {
 	KeepCheckpoints int
 	// Verbose logs every checkpoint written.
 	Verbose bool
+	// Pages serves every path the coordinator does not (the contribute
+	// page at / and its assets; see package web). Nil serves a plain index
+	// that links the API.
+	Pages http.Handler
 }
 
 func (c *Config) setDefaults() {
@@ -379,12 +383,16 @@ func (s *Server) routes() {
 	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)
 	})
-	r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, `<!doctype html><title>crowdtrain</title><h1>crowdtrain coordinator</h1>
+	if s.cfg.Pages != nil {
+		r.PathPrefix("/").Handler(s.cfg.Pages)
+	} else {
+		r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, `<!doctype html><title>crowdtrain</title><h1>crowdtrain coordinator</h1>
 <p>Jobs: <a href="/api/v1/jobs">/api/v1/jobs</a> · Workers: <a href="/api/v1/workers">/api/v1/workers</a></p>
 <p>Join with a native worker: <code>crowdtrain work --coordinator ws://HOST/ws</code></p>`)
-	}).Methods(http.MethodGet)
+		}).Methods(http.MethodGet)
+	}
 	s.router = r
 }
 

@@ -50,7 +50,7 @@ const (
 const (
 	MaxWant       = 8
 	maxThreads    = 4096
-	maxShortText  = 128
+	MaxShortText  = 128 // bytes in a name, client or reason
 	maxLongText   = 4096
 	maxCodecs     = 16
 	maxReleaseIDs = 64
@@ -245,31 +245,31 @@ func (m *Hello) Validate() error {
 	default:
 		return invalid(TypeHello, "kind", "%q is not one of native, browser, gpu", m.Kind)
 	}
-	if err := checkText(TypeHello, "backend", m.Backend, maxShortText, true); err != nil {
+	if err := checkText(TypeHello, "backend", m.Backend, MaxShortText, true); err != nil {
 		return err
 	}
 	if m.Threads < 1 || m.Threads > maxThreads {
 		return invalid(TypeHello, "threads", "%d is outside 1..%d", m.Threads, maxThreads)
 	}
-	if err := checkText(TypeHello, "client", m.Client, maxShortText, false); err != nil {
+	if err := checkText(TypeHello, "client", m.Client, MaxShortText, false); err != nil {
 		return err
 	}
 	if len(m.Codecs) > maxCodecs {
 		return invalid(TypeHello, "codecs", "%d codecs, at most %d allowed", len(m.Codecs), maxCodecs)
 	}
 	for i, c := range m.Codecs {
-		if err := checkText(TypeHello, fmt.Sprintf("codecs[%d]", i), c, maxShortText, true); err != nil {
+		if err := checkText(TypeHello, fmt.Sprintf("codecs[%d]", i), c, MaxShortText, true); err != nil {
 			return err
 		}
 	}
-	return checkText(TypeHello, "token", m.Token, maxShortText*2, false)
+	return checkText(TypeHello, "token", m.Token, MaxShortText*2, false)
 }
 
 func (m *Welcome) Validate() error {
-	if err := checkText(TypeWelcome, "worker_id", m.WorkerID, maxShortText, true); err != nil {
+	if err := checkText(TypeWelcome, "worker_id", m.WorkerID, MaxShortText, true); err != nil {
 		return err
 	}
-	if err := checkText(TypeWelcome, "job.id", m.Job.ID, maxShortText, true); err != nil {
+	if err := checkText(TypeWelcome, "job.id", m.Job.ID, MaxShortText, true); err != nil {
 		return err
 	}
 	if m.Job.NumParams < 1 {
@@ -333,7 +333,7 @@ func (m *Result) Validate() error {
 	if i := m.Update.FirstNonFinite(); i >= 0 {
 		return invalid(TypeResult, "update", "value at index %d is %v: the worker's computation diverged or is broken", i, m.Update[i])
 	}
-	return checkText(TypeResult, "job_id", m.JobID, maxShortText, true)
+	return checkText(TypeResult, "job_id", m.JobID, MaxShortText, true)
 }
 
 func (m *Ack) Validate() error {

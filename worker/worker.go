@@ -7,9 +7,11 @@ import (
 	"io"
 	"log"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,11 @@ type Config struct {
 	// Prefetch is how many leases to hold at once: 2 fetches the next
 	// task's data while the current one computes.
 	Prefetch int
+	// Duty is the share of wall time spent computing, in (0, 1]; 0 means
+	// 1. After each task the worker rests so that computing takes this
+	// share, which keeps a laptop cool or a browser tab light. SetDuty
+	// changes it while the worker runs.
+	Duty float64
 }
 
 // Stats is what a worker has done so far, for progress lines and pages.
@@ -46,6 +53,7 @@ type Stats struct {
 	Connected     bool
 	WorkerID      string
 	JobID         string
+	JobName       string
 	Examples      int64 // examples in accepted results
 	Computed      int64 // examples computed, accepted or not
 	Accepted      int64
@@ -63,6 +71,8 @@ type Stats struct {
 type Worker struct {
 	cfg  Config
 	http *http.Client
+
+	duty atomic.Uint64 // math.Float64bits of the duty cycle
 
 	mu    sync.Mutex
 	stats Stats
@@ -97,11 +107,40 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Client == "" {
 		cfg.Client = "crowdtrain"
 	}
+	// A browser's user agent can be longer than hello allows; cut it
+	// rather than be refused.
+	cfg.Client = strings.ToValidUTF8(truncate(cfg.Client, protocol.MaxShortText), "")
+	if cfg.Duty == 0 {
+		cfg.Duty = 1
+	}
 	w := &Worker{cfg: cfg, http: cfg.HTTPClient}
 	if w.http == nil {
 		w.http = http.DefaultClient
 	}
+	if err := w.SetDuty(cfg.Duty); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// SetDuty sets the share of wall time spent computing, in (0, 1]. It takes
+// effect after the task being computed.
+func (w *Worker) SetDuty(d float64) error {
+	if !(d > 0 && d <= 1) {
+		return fmt.Errorf("worker: duty cycle must be in (0, 1], got %v", d)
+	}
+	w.duty.Store(math.Float64bits(d))
+	return nil
+}
+
+// rest is how long to pause after computing for busy, so that computing
+// takes the duty-cycle share of the time.
+func (w *Worker) rest(busy time.Duration) time.Duration {
+	d := math.Float64frombits(w.duty.Load())
+	if d >= 1 {
+		return 0
+	}
+	return time.Duration(float64(busy) * (1 - d) / d)
 }
 
 // Stats returns a copy of the worker's counters.
@@ -121,7 +160,9 @@ func (w *Worker) update(f func(*Stats)) {
 
 // Run connects and works until ctx ends, reconnecting with exponential
 // backoff and jitter whenever the connection drops. It returns ctx's error,
-// or an error wrapping ErrRefused when retrying cannot help.
+// or an error wrapping ErrRefused when retrying cannot help. When ctx ends
+// the worker says bye, so its leases go back at once. Run may be called
+// again after it returns (a paused worker resuming); Stats keep counting.
 func (w *Worker) Run(ctx context.Context) error {
 	backoff := w.cfg.MinBackoff
 	for {
@@ -197,7 +238,7 @@ func (w *Worker) session(ctx context.Context) error {
 		return err
 	}
 	w.update(func(st *Stats) {
-		st.Connected, st.WorkerID, st.JobID = true, s.welcome.WorkerID, s.welcome.Job.ID
+		st.Connected, st.WorkerID, st.JobID, st.JobName = true, s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name
 		st.Connects++
 	})
 	w.cfg.Logf("connected as %s to job %s (%s, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
@@ -317,8 +358,18 @@ func (s *session) work(parent context.Context) error {
 		case <-parent.Done():
 			return parent.Err()
 		case t := <-f.ready:
+			start := time.Now()
 			err := s.computeAndSend(ctx, c, t)
 			f.free <- t
+			if err == nil {
+				if rest := s.w.rest(time.Since(start)); rest > 0 {
+					select {
+					case <-parent.Done():
+						return parent.Err()
+					case <-time.After(rest):
+					}
+				}
+			}
 			if err != nil {
 				if parent.Err() != nil {
 					return parent.Err()

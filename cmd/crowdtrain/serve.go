@@ -17,6 +17,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/store"
+	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -61,9 +62,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer db.Close()
 	}
+	pages, err := web.NewHandler(web.Options{Logf: logger.Printf})
+	if err != nil {
+		return err
+	}
 	srv, err := coordinator.New(coordinator.Config{
 		Train: train, Test: test, Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
+		Pages: pages,
 	})
 	if err != nil {
 		return err
@@ -93,6 +99,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base := "http://" + ln.Addr().String()
 	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator ws://%s/ws",
 		base, base, ln.Addr())
+	if pages.HasWorker() {
+		logger.Printf("contribute from a browser: open %s/ and press Contribute", base)
+	}
 
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -57,6 +57,9 @@ func TestImportDirections(t *testing.T) {
 		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
 		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
+		"wasmworker":   {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
+		// The pages are served by the coordinator and import nothing of ours.
+		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 	}
 	for _, p := range list(t, nil, "-deps=false", module+"/...") {
 		rel := strings.TrimPrefix(p.ImportPath, module+"/")
@@ -78,7 +81,7 @@ func TestImportDirections(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "worker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "worker", "wasmworker", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",

@@ -1,0 +1,38 @@
+package wasmworker
+
+import (
+	"fmt"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Backend computes gradients with package nn on one thread, the only kind
+// of thread Go's js/wasm has.
+type Backend struct {
+	model *nn.Model
+	ws    *nn.Workspace
+}
+
+func (b *Backend) Kind() string { return protocol.KindBrowser }
+func (b *Backend) Name() string { return "wasm-go" }
+func (b *Backend) Threads() int { return 1 }
+
+// Prepare allocates the workspace once; later leases reuse it.
+func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
+	if maxBatch < 1 {
+		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
+	}
+	b.model = model
+	b.ws = model.NewWorkspace(maxBatch)
+	return nil
+}
+
+// Gradient implements worker.Backend.
+func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	if b.model == nil {
+		return 0, 0, fmt.Errorf("wasmworker: Gradient before Prepare")
+	}
+	loss, hits := b.model.Gradient(b.ws, params, x, labels, grad)
+	return loss, hits, nil
+}

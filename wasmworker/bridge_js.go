@@ -1,0 +1,230 @@
+//go:build js && wasm
+
+package wasmworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall/js"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// control is one message from the page, copied out of its JS object.
+type control struct {
+	typ         string
+	coordinator string
+	client      string
+	duty        float64
+	paused      bool
+}
+
+func parseControl(v js.Value) control {
+	c := control{duty: 1}
+	if v.Type() != js.TypeObject {
+		return c
+	}
+	str := func(k string) string {
+		if f := v.Get(k); f.Type() == js.TypeString {
+			return f.String()
+		}
+		return ""
+	}
+	c.typ, c.coordinator, c.client = str("type"), str("coordinator"), str("client")
+	for _, k := range []string{"duty", "value"} {
+		if f := v.Get(k); f.Type() == js.TypeNumber {
+			c.duty = f.Float()
+		}
+	}
+	c.paused = v.Get("paused").Truthy()
+	return c
+}
+
+// bridge owns the worker and runs on Main's goroutine; JS callbacks only
+// queue controls, since a callback that blocks would stall the event loop
+// the websocket and fetches need.
+type bridge struct {
+	ctrl   chan control
+	w      *worker.Worker
+	cancel context.CancelFunc // ends the running Run; nil when not running
+	done   chan error
+	paused bool
+	failed string // why the worker gave up, shown on the page
+
+	lastComputed int64
+	lastAt       time.Time
+	rate         float64
+}
+
+// Main runs the browser worker until the page says stop.
+func Main() {
+	b := &bridge{ctrl: make(chan control, 64)}
+	fn := js.FuncOf(func(_ js.Value, args []js.Value) any {
+		if len(args) > 0 {
+			select {
+			case b.ctrl <- parseControl(args[0]):
+			default: // a page flooding controls loses the excess, never blocks
+			}
+		}
+		return nil
+	})
+	defer fn.Release()
+	js.Global().Set("crowdtrainControl", fn)
+	if ready := js.Global().Get("crowdtrainReady"); ready.Type() == js.TypeFunction {
+		ready.Invoke()
+	}
+	b.loop()
+}
+
+func (b *bridge) loop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	b.lastAt = time.Now()
+	for {
+		select {
+		case c := <-b.ctrl:
+			if !b.handle(c) {
+				b.report()
+				return
+			}
+			b.report()
+		case err := <-b.done:
+			// Run ended by itself: refused, or a setting it cannot use.
+			b.cancel, b.done = nil, nil
+			if err != nil && !errors.Is(err, context.Canceled) {
+				b.failed = err.Error()
+				b.logf("worker stopped: %v", err)
+				report(map[string]any{"type": "error", "message": "the worker stopped: " + err.Error()})
+			}
+			b.report()
+		case <-tick.C:
+			b.report()
+		}
+	}
+}
+
+// handle applies one control and reports whether to keep running.
+func (b *bridge) handle(c control) bool {
+	switch c.typ {
+	case "start":
+		if b.w != nil {
+			return true
+		}
+		w, err := worker.New(worker.Config{
+			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
+			Logf: b.logf, Duty: c.duty,
+		})
+		if err != nil {
+			b.failed = err.Error()
+			report(map[string]any{"type": "error", "message": err.Error()})
+			return true
+		}
+		b.w, b.paused = w, c.paused
+		if !b.paused {
+			b.start()
+		}
+	case "pause":
+		b.paused = true
+		b.stop()
+	case "resume":
+		b.paused = false
+		b.start()
+	case "duty":
+		if b.w != nil {
+			if err := b.w.SetDuty(c.duty); err != nil {
+				b.logf("%v", err)
+			}
+		}
+	case "stop":
+		b.stop()
+		b.failed = ""
+		return false
+	default:
+		b.logf("ignoring unknown control %q", c.typ)
+	}
+	return true
+}
+
+// start runs the worker loop unless it is running.
+func (b *bridge) start() {
+	if b.w == nil || b.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	b.cancel, b.done, b.failed = cancel, done, ""
+	go func() { done <- b.w.Run(ctx) }()
+}
+
+// stop ends the worker loop: it says bye, so the coordinator hands its
+// leases to others at once, and waits until it has.
+func (b *bridge) stop() {
+	if b.cancel == nil {
+		return
+	}
+	b.cancel()
+	<-b.done
+	b.cancel, b.done = nil, nil
+}
+
+func (b *bridge) state(s worker.Stats) string {
+	switch {
+	case b.w == nil:
+		return "loading"
+	case b.failed != "":
+		return "stopped: " + b.failed
+	case b.paused:
+		return "paused"
+	case b.cancel == nil:
+		return "stopped"
+	case s.Connected && s.Idle:
+		return "waiting for work"
+	case s.Connected:
+		return "training"
+	case s.Connects == 0:
+		return "connecting"
+	default:
+		return "reconnecting"
+	}
+}
+
+func (b *bridge) report() {
+	var s worker.Stats
+	if b.w != nil {
+		s = b.w.Stats()
+	}
+	now := time.Now()
+	if dt := now.Sub(b.lastAt).Seconds(); dt >= 0.5 {
+		inst := float64(s.Computed-b.lastComputed) / dt
+		b.rate = 0.6*b.rate + 0.4*inst // smooth the per-task jitter
+		b.lastComputed, b.lastAt = s.Computed, now
+	}
+	if b.paused || b.cancel == nil {
+		b.rate = 0
+	}
+	version := s.Version
+	if s.Accepted+s.Rejected == 0 {
+		version = -1 // no ack yet: the page shows the job's version instead
+	}
+	report(map[string]any{
+		"type": "stats", "state": b.state(s), "connected": s.Connected,
+		"workerId": s.WorkerID, "jobId": s.JobID, "jobName": s.JobName, "version": version,
+		"computed": s.Computed, "examples": s.Examples, "accepted": s.Accepted, "rejected": s.Rejected,
+		"lastReason": s.LastReason, "rate": b.rate,
+	})
+}
+
+func (b *bridge) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	report(map[string]any{"type": "log", "message": msg})
+}
+
+// report hands m to worker.js, which adds its cache counters and posts it
+// to the page.
+func report(m map[string]any) {
+	if fn := js.Global().Get("crowdtrainReport"); fn.Type() == js.TypeFunction {
+		fn.Invoke(m)
+	}
+}

@@ -1,0 +1,109 @@
+package wasmworker_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+type probeOutput struct {
+	Backend string  `json:"backend"`
+	LossSum float64 `json:"loss_sum"`
+	Correct int     `json:"correct"`
+	Grad    []byte  `json:"grad"`
+}
+
+// The browser worker computes the same numbers as the native one: one fixed
+// batch through ./internal/gradprobe built for GOOS=js GOARCH=wasm (run by
+// Node with Go's own wasm_exec_node.js) and built natively. The two builds
+// use different kernels (gonum's assembly natively, pure Go in wasm), so
+// sums are ordered differently; float32 rounding allows ~1e-6.
+func TestBrowserGradientMatchesNative(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		msg := "node not found: install Node.js to run the wasm build outside a browser"
+		if os.Getenv("CROWDTRAIN_REQUIRE_BROWSER") == "1" {
+			t.Fatal(msg + "; CROWDTRAIN_REQUIRE_BROWSER=1 says browser tests must run")
+		}
+		t.Skip(msg)
+	}
+	dir, err := dataset.FindMNIST("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroot := strings.TrimSpace(run(t, nil, "go", "env", "GOROOT"))
+	bin := t.TempDir()
+	const probe = "github.com/crowdtrain/crowdtrain/wasmworker/internal/gradprobe"
+	run(t, nil, "go", "build", "-o", filepath.Join(bin, "probe"), probe)
+	run(t, []string{"GOOS=js", "GOARCH=wasm"}, "go", "build", "-o", filepath.Join(bin, "probe.wasm"), probe)
+
+	for _, model := range []string{"mnist-mlp", "mnist-cnn"} {
+		t.Run(model, func(t *testing.T) {
+			native := decode(t, run(t, nil, filepath.Join(bin, "probe"), "-data", dir, "-model", model))
+			wasm := decode(t, run(t, nil, node, filepath.Join(goroot, "lib", "wasm", "wasm_exec_node.js"),
+				filepath.Join(bin, "probe.wasm"), "-data", dir, "-model", model))
+			if native.backend != "native/cpu-gonum" || wasm.backend != "browser/wasm-go" {
+				t.Fatalf("backends %q and %q; want native/cpu-gonum and browser/wasm-go", native.backend, wasm.backend)
+			}
+			if native.correct != wasm.correct {
+				t.Errorf("correct predictions: native %d, wasm %d", native.correct, wasm.correct)
+			}
+			if d := math.Abs(native.loss-wasm.loss) / native.loss; d > 1e-6 {
+				t.Errorf("loss sum: native %v, wasm %v (relative difference %.2g)", native.loss, wasm.loss, d)
+			}
+			var diff, norm, worst float64
+			for i, g := range native.grad {
+				d := float64(wasm.grad[i] - g)
+				diff += d * d
+				norm += float64(g) * float64(g)
+				worst = max(worst, math.Abs(d))
+			}
+			rel := math.Sqrt(diff / norm)
+			t.Logf("%s: %d parameters, loss %.6f, gradient relative difference %.2g, largest %.2g", model, len(native.grad), native.loss/64, rel, worst)
+			if norm == 0 || rel > 1e-5 {
+				t.Errorf("gradients differ: ‖wasm−native‖/‖native‖ = %.3g (norm %.3g), want ≤ 1e-5", rel, math.Sqrt(norm))
+			}
+		})
+	}
+}
+
+type probeResult struct {
+	backend string
+	loss    float64
+	correct int
+	grad    []float32
+}
+
+func decode(t *testing.T, out string) probeResult {
+	t.Helper()
+	var o probeOutput
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		t.Fatalf("gradprobe printed %.200q: %v", out, err)
+	}
+	g := make([]float32, len(o.Grad)/4)
+	if err := protocol.DecodeFloatsInto(g, o.Grad); err != nil {
+		t.Fatal(err)
+	}
+	return probeResult{o.Backend, o.LossSum, o.Correct, g}
+}
+
+func run(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}

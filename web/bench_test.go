@@ -1,0 +1,69 @@
+package web_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/web"
+)
+
+// BenchmarkWorkerThroughput measures end-to-end examples/s of one browser
+// worker (one Web Worker in headless Chromium) and, in the same run against
+// the same coordinator, one native worker on one thread: accepted examples
+// over a fixed window after a warm-up, counted by the coordinator. It also
+// reports the size of the browser worker as downloaded, raw and gzipped.
+//
+//	go test -run '^$' -bench WorkerThroughput -benchtime 1x -count 3 ./web/
+func BenchmarkWorkerThroughput(b *testing.B) {
+	for _, preset := range []string{"mnist-mlp", "mnist-cnn"} {
+		b.Run(preset, func(b *testing.B) {
+			s := newSite(b, longSpec(b, preset))
+			ctx := newBrowser(b)
+			const window = 10 * time.Second
+			for range b.N {
+				do(b, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+				browser := measure(s, window, func() int64 { _, _, ex := s.browserWorkers(); return ex })
+				do(b, ctx, 10*time.Second, chromedp.Click("#stop"))
+				s.waitFor("the browser worker to leave", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 0 })
+
+				stop := startNativeWorker(b, s.wsURL(), 1)
+				native := measure(s, window, func() int64 { return s.nativeExamples() })
+				stop()
+				b.ReportMetric(browser, "browser-examples/s")
+				b.ReportMetric(native, "native-examples/s")
+				b.ReportMetric(browser/native, "browser/native")
+			}
+			pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(b)), Logf: b.Logf})
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw, gz, _ := pages.Compressed(web.WasmFile)
+			b.ReportMetric(float64(raw)/1e6, "wasm-MB")
+			b.ReportMetric(float64(gz)/1e6, "wasm-gzip-MB")
+		})
+	}
+}
+
+// measure waits for the first accepted examples and a 3 s warm-up, then
+// returns the examples/s that count() rises by over window.
+func measure(s *site, window time.Duration, count func() int64) float64 {
+	s.waitFor("a worker's first accepted examples", 2*time.Minute, func() bool { return count() > 0 })
+	time.Sleep(3 * time.Second)
+	start, t0 := count(), time.Now()
+	time.Sleep(window)
+	return float64(count()-start) / time.Since(t0).Seconds()
+}
+
+func (s *site) nativeExamples() int64 {
+	var ex int64
+	for _, w := range s.srv.WorkerViews() {
+		if w.Kind == protocol.KindNative {
+			ex += w.Examples
+		}
+	}
+	return ex
+}

@@ -1,0 +1,470 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/web"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// The browser tests run the real thing: the browser worker compiled to
+// WebAssembly from this tree, served by a real coordinator on loopback, in
+// headless Chromium. Without Chromium they skip, unless
+// CROWDTRAIN_REQUIRE_BROWSER=1 (CI), where they fail.
+
+var (
+	distOnce sync.Once
+	distDir  string
+	distErr  error
+
+	mnistOnce   sync.Once
+	train, test *dataset.Set
+	mnistErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if distDir != "" {
+		os.RemoveAll(distDir)
+	}
+	os.Exit(code)
+}
+
+// chromium returns the browser to drive, or skips (fails under
+// CROWDTRAIN_REQUIRE_BROWSER=1) when there is none.
+func chromium(t testing.TB) string {
+	t.Helper()
+	candidates := []string{os.Getenv("CROWDTRAIN_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"}
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium found (install Debian's chromium, or set CROWDTRAIN_CHROMIUM to a Chrome binary)"
+	if os.Getenv("CROWDTRAIN_REQUIRE_BROWSER") == "1" {
+		t.Fatal(msg + "; CROWDTRAIN_REQUIRE_BROWSER=1 says browser tests must run")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// buildWorker compiles ./cmd/wasmworker from this tree once per test binary,
+// so the tests never run a stale embedded build.
+func buildWorker(t testing.TB) string {
+	t.Helper()
+	distOnce.Do(func() {
+		distDir, distErr = os.MkdirTemp("", "crowdtrain-dist-")
+		if distErr != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(distDir, web.WasmFile), "github.com/crowdtrain/crowdtrain/cmd/wasmworker")
+		build.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
+		if out, err := build.CombinedOutput(); err != nil {
+			distErr = fmt.Errorf("building the browser worker: %v\n%s", err, out)
+			return
+		}
+		goroot, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			distErr = err
+			return
+		}
+		js, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", web.WasmExecFile))
+		if err != nil {
+			distErr = err
+			return
+		}
+		distErr = os.WriteFile(filepath.Join(distDir, web.WasmExecFile), js, 0o644)
+	})
+	if distErr != nil {
+		t.Fatal(distErr)
+	}
+	return distDir
+}
+
+func loadMNIST(t testing.TB) (*dataset.Set, *dataset.Set) {
+	t.Helper()
+	mnistOnce.Do(func() { train, test, mnistErr = dataset.LoadMNIST("") })
+	if mnistErr != nil {
+		t.Fatalf("MNIST is a declared dependency and must be found: %v", mnistErr)
+	}
+	return train, test
+}
+
+// site is a coordinator with the contribute page on a loopback port. It
+// records every shard download, to show that a reload takes shards from the
+// browser's cache.
+type site struct {
+	t      testing.TB
+	srv    *coordinator.Server
+	http   *httptest.Server
+	job    *coordinator.Job
+	mu     sync.Mutex
+	shards map[string]int // shard path → GETs that reached the coordinator
+}
+
+func newSite(t testing.TB, spec coordinator.JobSpec) *site {
+	t.Helper()
+	chromium(t)
+	tr, te := loadMNIST(t)
+	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := coordinator.New(coordinator.Config{Train: tr, Test: te, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, Pages: pages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := srv.AddJob(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{t: t, srv: srv, job: job, shards: map[string]int{}}
+	h := srv.Handler()
+	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/shards/") {
+			s.mu.Lock()
+			s.shards[r.URL.Path]++
+			s.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		s.http.Close()
+	})
+	return s
+}
+
+func (s *site) wsURL() string { return "ws" + strings.TrimPrefix(s.http.URL, "http") + "/ws" }
+
+func (s *site) view() coordinator.JobView {
+	v, _, err := s.srv.JobView(context.Background(), s.job.ID)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return v
+}
+
+// browserWorkers sums what the connected browser workers have done.
+func (s *site) browserWorkers() (n int, accepted, examples int64) {
+	for _, w := range s.srv.WorkerViews() {
+		if w.Kind == protocol.KindBrowser {
+			n++
+			accepted += w.Accepted
+			examples += w.Examples
+		}
+	}
+	return n, accepted, examples
+}
+
+func (s *site) waitFor(what string, timeout time.Duration, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			v := s.view()
+			s.t.Fatalf("timed out after %v waiting for %s (job %s: version %d, applied %d, rejected %v, workers %d)",
+				timeout, what, v.State, v.Version, v.UpdatesApplied, v.Rejections, v.Workers)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// newBrowser starts headless Chromium with a fresh profile and returns a
+// tab's context. Chromium's background services are off: this machine has
+// no network beyond loopback.
+func newBrowser(t testing.TB) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1000, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil { // start the browser now, so failures say so
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	logged := logConsole(t, ctx)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		<-logged
+	})
+	return ctx
+}
+
+// logConsole copies the tab's console into the test log until ctx ends.
+func logConsole(t testing.TB, ctx context.Context) (done chan struct{}) {
+	done = make(chan struct{})
+	msgs := chromedp.Console(ctx)
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			t.Logf("page console: %s", m)
+		}
+	}()
+	return done
+}
+
+func do(t testing.TB, ctx context.Context, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+func get[T any](t testing.TB, ctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, a)
+	if err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	return v
+}
+
+// number reads a counter the page shows, such as #accepted.
+func number(t testing.TB, ctx context.Context, sel string) int64 {
+	t.Helper()
+	s := text(t, ctx, sel)
+	n, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
+	if err != nil {
+		t.Fatalf("%s shows %q, not a number", sel, s)
+	}
+	return n
+}
+
+func text(t testing.TB, ctx context.Context, sel string) string {
+	t.Helper()
+	return get(t, ctx, chromedp.TextContent(sel))
+}
+
+// choose selects value in a <select> the way a user does, firing change.
+func choose(t testing.TB, ctx context.Context, sel, value string) {
+	t.Helper()
+	get(t, ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(() => { const e = document.querySelector(%q); e.value = %q; e.dispatchEvent(new Event('change')); return true })()`, sel, value)))
+}
+
+// longSpec is mnist-mlp with a target it will not reach during a test, so
+// the job keeps handing out work.
+func longSpec(t testing.TB, preset string) coordinator.JobSpec {
+	t.Helper()
+	spec, err := coordinator.LoadJobSpec(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.TargetAccuracy = 0.9999
+	spec.MaxEpochs = 1000
+	spec.LeaseTimeout = coordinator.Duration{Duration: 2 * time.Minute}
+	return spec
+}
+
+func TestContributeFromBrowser(t *testing.T) {
+	s := newSite(t, longSpec(t, "mnist-mlp"))
+	ctx := newBrowser(t)
+	page := s.http.URL + "/"
+
+	// The CPU-use choice is remembered across visits.
+	do(t, ctx, 30*time.Second, chromedp.Navigate(page), chromedp.WaitVisible("#contribute"))
+	choose(t, ctx, "#cpu", "0.5")
+	do(t, ctx, 30*time.Second, chromedp.Reload(), chromedp.WaitVisible("#contribute"))
+	if cpu := get(t, ctx, chromedp.Value("#cpu")); cpu != "0.5" {
+		t.Fatalf("CPU use after a reload is %q, want the 0.5 chosen before it", cpu)
+	}
+	choose(t, ctx, "#cpu", "1")
+
+	// Contribute: the coordinator counts updates from a browser worker.
+	do(t, ctx, 10*time.Second, chromedp.Click("#contribute"))
+	s.waitFor("20 accepted updates from a browser worker", 2*time.Minute, func() bool {
+		_, acc, _ := s.browserWorkers()
+		return acc >= 20
+	})
+	for _, w := range s.srv.WorkerViews() {
+		if w.Kind == protocol.KindBrowser && w.Backend != "wasm-go" {
+			t.Errorf("browser worker reports backend %q, want wasm-go", w.Backend)
+		}
+	}
+	waitPage(t, ctx, "#accepted to reach 20", func() bool { return number(t, ctx, "#accepted") >= 20 })
+	if st := text(t, ctx, "#state"); st != "training" {
+		t.Errorf("#state is %q while training", st)
+	}
+	if number(t, ctx, "#examples") <= 0 || number(t, ctx, "#rate") <= 0 {
+		t.Errorf("#examples %d and #rate %d should both be positive while training", number(t, ctx, "#examples"), number(t, ctx, "#rate"))
+	}
+
+	// Pause: the worker says bye and no more updates arrive.
+	do(t, ctx, 10*time.Second, chromedp.Click("#pause"))
+	s.waitFor("the paused browser worker to leave", 30*time.Second, func() bool {
+		n, _, _ := s.browserWorkers()
+		return n == 0
+	})
+	if st := text(t, ctx, "#state"); st != "paused" {
+		t.Errorf("#state is %q after Pause", st)
+	}
+	before := s.view()
+	if before.LeasesHeld != 0 {
+		t.Errorf("%d leases still held after the browser worker paused; bye should return them", before.LeasesHeld)
+	}
+	time.Sleep(2 * time.Second)
+	if after := s.view(); after.UpdatesApplied != before.UpdatesApplied {
+		t.Fatalf("updates kept arriving while paused: %d, then %d", before.UpdatesApplied, after.UpdatesApplied)
+	}
+
+	// Resume: updates flow again.
+	do(t, ctx, 10*time.Second, chromedp.Click("#pause"))
+	s.waitFor("updates after Resume", time.Minute, func() bool {
+		return s.view().UpdatesApplied >= before.UpdatesApplied+10
+	})
+	writeArtifact(t, "contribute.png", get(t, ctx, chromedp.FullScreenshot(100)))
+
+	// A reload takes shards from Cache Storage: no shard reaches the
+	// coordinator twice, and the page counts the cache hits.
+	do(t, ctx, 30*time.Second, chromedp.Reload(), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+	waitPage(t, ctx, "shards from the cache after a reload", func() bool { return number(t, ctx, "#cached") > 0 })
+	s.mu.Lock()
+	for path, n := range s.shards {
+		if n > 1 {
+			t.Errorf("%s was downloaded %d times; the browser should have cached it", path, n)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Closing the tab returns the browser worker's leases at once, not at their
+// deadline.
+func TestClosingTheTabReturnsLeases(t *testing.T) {
+	s := newSite(t, longSpec(t, "mnist-mlp"))
+	browser := newBrowser(t)
+	tab, closeTab := chromedp.NewContext(browser)
+	defer closeTab()
+	do(t, tab, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+	s.waitFor("the browser worker to hold a lease", time.Minute, func() bool {
+		n, acc, _ := s.browserWorkers()
+		return n == 1 && acc > 0 && s.view().LeasesHeld > 0
+	})
+	closed := time.Now()
+	closeTab() // closes the target, like a volunteer closing the tab
+	s.waitFor("the closed tab's leases to return", 10*time.Second, func() bool {
+		n, _, _ := s.browserWorkers()
+		return n == 0 && s.view().LeasesHeld == 0
+	})
+	t.Logf("leases back %v after the tab closed (lease timeout %v)", time.Since(closed).Round(time.Millisecond), s.job.Spec.LeaseTimeout.Duration)
+	if v := s.view(); v.LeasesExpired != 0 {
+		t.Errorf("%d leases expired; closing the tab should return them, not leave them to time out", v.LeasesExpired)
+	}
+}
+
+// One browser worker and one native worker train mnist-mlp together. The
+// browser worker is many times slower, so by the time its result arrives
+// the fast worker has moved the model dozens of versions: the job allows
+// that staleness (as a job with a mixed crowd should; docs/JOBS.md).
+func TestMixedBrowserAndNativeWorkers(t *testing.T) {
+	spec, err := coordinator.LoadJobSpec("mnist-mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.MaxStaleness = 64
+	s := newSite(t, spec)
+	ctx := newBrowser(t)
+	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+	s.waitFor("the browser worker to connect", time.Minute, func() bool {
+		n, _, _ := s.browserWorkers()
+		return n == 1
+	})
+	stop := startNativeWorker(t, s.wsURL(), 1)
+	defer stop()
+	var browserAccepted int64
+	s.waitFor("the job to finish", 5*time.Minute, func() bool {
+		if _, acc, _ := s.browserWorkers(); acc > browserAccepted {
+			browserAccepted = acc
+		}
+		st := s.view().State
+		return st != coordinator.StateRunning
+	})
+	v := s.view()
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
+		t.Fatalf("job ended %s (%s) with eval %+v; want done at >= 0.97", v.State, v.Reason, v.Eval)
+	}
+	t.Logf("done at version %d, accuracy %.4f; the browser worker's accepted updates: %d of %d", v.Version, v.Eval.Accuracy, browserAccepted, v.UpdatesApplied)
+	if browserAccepted < 10 {
+		t.Errorf("the browser worker had only %d updates accepted; it should have trained alongside the native one", browserAccepted)
+	}
+}
+
+// waitPage polls a condition on the page.
+func waitPage(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			state, notice := text(t, ctx, "#state"), text(t, ctx, "#notice")
+			t.Fatalf("timed out waiting for %s (page state %q, notice %q)", what, state, notice)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func writeArtifact(t *testing.T, name string, b []byte) {
+	t.Helper()
+	p := filepath.Join(t.ArtifactDir(), name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s (%d bytes)", p, len(b))
+}
+
+// startNativeWorker runs a native CPU worker in this process until stop.
+func startNativeWorker(t testing.TB, wsURL string, threads int) (stop func()) {
+	t.Helper()
+	b, err := nativeworker.New(threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{Coordinator: wsURL, Backend: b, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("native worker: %v", err)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+// The contribute page: starts Web Workers (static/worker.js), each running
+// one Go browser worker, relays Pause/Resume and the CPU-use setting to them,
+// and shows their combined counters. Settings live in localStorage.
+'use strict';
+
+const SETTINGS_KEY = 'crowdtrain.settings.v1';
+const $ = (id) => document.getElementById(id);
+
+const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false }, load());
+const workers = []; // { worker, stats }
+let running = false; // Contribute pressed and not stopped
+let userPaused = false; // Pause pressed
+let hiddenPaused = false; // paused because the tab is hidden
+let failure = '';
+
+function load() {
+  try {
+    return JSON.parse(localStorage.getItem(SETTINGS_KEY)) || {};
+  } catch (e) {
+    return {};
+  }
+}
+
+function save() {
+  try {
+    localStorage.setItem(SETTINGS_KEY, JSON.stringify(settings));
+  } catch (e) { /* storage disabled: settings last for this visit */ }
+}
+
+function wsURL() {
+  return (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws';
+}
+
+function paused() {
+  return userPaused || hiddenPaused;
+}
+
+function post(msg) {
+  for (const w of workers) w.worker.postMessage(msg);
+}
+
+function spawn() {
+  const entry = { worker: new Worker('/static/worker.js'), stats: null };
+  entry.worker.onmessage = (e) => {
+    const m = e.data;
+    if (m.type === 'stats') {
+      entry.stats = m;
+    } else if (m.type === 'error') {
+      failure = m.message;
+    } else if (m.type === 'log') {
+      console.log('crowdtrain worker:', m.message);
+    }
+    render();
+  };
+  entry.worker.onerror = (e) => {
+    failure = 'worker script failed: ' + (e.message || 'unknown error');
+    render();
+  };
+  entry.worker.postMessage({
+    type: 'start',
+    coordinator: wsURL(),
+    duty: Number(settings.cpu),
+    client: 'crowdtrain-browser (' + navigator.userAgent + ')',
+    paused: paused(),
+  });
+  workers.push(entry);
+}
+
+// fit starts or stops Web Workers until there are as many as the setting asks.
+function fit() {
+  const want = running ? Number(settings.workers) : 0;
+  while (workers.length < want) spawn();
+  while (workers.length > want) {
+    const w = workers.pop();
+    w.worker.postMessage({ type: 'stop' }); // says bye, then the page ends it
+    setTimeout(() => w.worker.terminate(), 3000);
+  }
+}
+
+function setPaused() {
+  post({ type: paused() ? 'pause' : 'resume' });
+  render();
+}
+
+function sum(key) {
+  let s = 0;
+  for (const w of workers) s += (w.stats && w.stats[key]) || 0;
+  return s;
+}
+
+function state() {
+  if (failure) return 'error';
+  if (!running) return workers.length ? 'stopping' : 'not started';
+  if (paused()) return hiddenPaused && !userPaused ? 'paused (tab hidden)' : 'paused';
+  const states = workers.map((w) => (w.stats ? w.stats.state : 'loading'));
+  for (const s of ['training', 'waiting for work', 'connecting', 'reconnecting', 'loading']) {
+    if (states.includes(s)) return s;
+  }
+  return states[0] || 'loading';
+}
+
+function render() {
+  $('state').textContent = state();
+  $('examples').textContent = sum('computed').toLocaleString('en-US');
+  $('rate').textContent = Math.round(paused() ? 0 : sum('rate')).toLocaleString('en-US');
+  $('accepted').textContent = sum('accepted').toLocaleString('en-US');
+  $('rejected').textContent = sum('rejected').toLocaleString('en-US');
+  $('cached').textContent = sum('cacheHits').toLocaleString('en-US');
+  let version = -1;
+  let reason = '';
+  for (const w of workers) {
+    if (!w.stats) continue;
+    version = Math.max(version, w.stats.version);
+    if (w.stats.jobName) $('job').textContent = w.stats.jobName;
+    if (w.stats.lastReason) reason = w.stats.lastReason;
+  }
+  if (version >= 0) $('version').textContent = String(version);
+  $('last-reason').textContent = reason ? 'Last rejection: ' + reason : '';
+  $('contribute').disabled = running || $('contribute').dataset.blocked === '1';
+  $('pause').disabled = !running;
+  $('pause').textContent = userPaused ? 'Resume' : 'Pause';
+  $('stop').disabled = !running;
+  if (failure) {
+    $('notice').textContent = failure;
+    $('notice').hidden = false;
+  }
+}
+
+async function showJob() {
+  try {
+    const resp = await fetch('/api/v1/jobs');
+    const jobs = await resp.json();
+    const job = jobs.find((j) => j.state === 'running') || jobs[0];
+    if (job) {
+      $('job').textContent = job.name;
+      $('version').textContent = String(job.version);
+    } else {
+      $('job').textContent = 'nothing yet (no job is running)';
+    }
+  } catch (e) { /* the counters still work without the summary */ }
+}
+
+function init() {
+  const notice = $('notice');
+  if (notice.dataset.reason === 'no-worker') {
+    $('contribute').dataset.blocked = '1';
+  }
+  $('ws-url').textContent = wsURL();
+
+  const cores = Math.max(1, navigator.hardwareConcurrency || 1);
+  const sel = $('workers');
+  sel.innerHTML = '';
+  for (let n = 1; n <= cores; n++) {
+    const o = document.createElement('option');
+    o.value = o.textContent = String(n);
+    sel.appendChild(o);
+  }
+  settings.workers = String(Math.min(Number(settings.workers) || 1, cores));
+  sel.value = settings.workers;
+  sel.disabled = cores === 1;
+  $('cpu').value = ['0.25', '0.5', '1'].includes(settings.cpu) ? settings.cpu : '1';
+  $('pause-hidden').checked = !!settings.pauseHidden;
+
+  $('contribute').addEventListener('click', () => {
+    running = true;
+    userPaused = false;
+    hiddenPaused = settings.pauseHidden && document.hidden;
+    failure = '';
+    fit();
+    render();
+  });
+  $('pause').addEventListener('click', () => {
+    userPaused = !userPaused;
+    setPaused();
+  });
+  $('stop').addEventListener('click', () => {
+    running = false;
+    fit();
+    render();
+  });
+  $('cpu').addEventListener('change', () => {
+    settings.cpu = $('cpu').value;
+    save();
+    post({ type: 'duty', value: Number(settings.cpu) });
+  });
+  sel.addEventListener('change', () => {
+    settings.workers = sel.value;
+    save();
+    fit();
+    render();
+  });
+  $('pause-hidden').addEventListener('change', () => {
+    settings.pauseHidden = $('pause-hidden').checked;
+    save();
+    onVisibility();
+  });
+  document.addEventListener('visibilitychange', onVisibility);
+  // Closing the tab: each worker says bye so its leases return at once
+  // (the browser also closes the sockets when the page goes).
+  window.addEventListener('pagehide', () => post({ type: 'stop' }));
+
+  setInterval(render, 1000);
+  showJob();
+  render();
+}
+
+function onVisibility() {
+  const want = running && settings.pauseHidden && document.hidden;
+  if (want !== hiddenPaused) {
+    hiddenPaused = want;
+    setPaused();
+  }
+}
+
+init();

@@ -1,0 +1,88 @@
+// The browser worker's Web Worker: it loads Go's wasm_exec.js and the worker
+// compiled to WebAssembly, caches data shards in Cache Storage, and relays
+// control messages from the page to Go (crowdtrainControl) and reports from
+// Go to the page (crowdtrainReport). One Go instance per Web Worker: Go's
+// wasm has no threads, so the page starts several of these for several cores.
+'use strict';
+
+importScripts('wasm_exec.js');
+
+// Shards are immutable per job (a job id is never reused), so a reload takes
+// them from Cache Storage instead of the network. Snapshots go through the
+// browser's HTTP cache (they are served with strong ETags).
+const SHARD_PATH = /^\/api\/v1\/jobs\/[^/]+\/shards\/\d+$/;
+const SHARD_CACHE = 'crowdtrain-shards-v1';
+const MAX_CACHED_SHARDS = 512;
+const cacheStats = { hits: 0, misses: 0 };
+const netFetch = self.fetch.bind(self);
+
+self.fetch = async function (input, init) {
+  const url = new URL(typeof input === 'string' ? input : input.url, self.location.href);
+  if (!SHARD_PATH.test(url.pathname) || !self.caches) {
+    return netFetch(input, init);
+  }
+  let store;
+  try {
+    store = await caches.open(SHARD_CACHE);
+    const hit = await store.match(url.href);
+    if (hit) {
+      cacheStats.hits++;
+      return hit;
+    }
+  } catch (e) {
+    return netFetch(input, init); // Cache Storage unavailable (private mode): plain fetch
+  }
+  const resp = await netFetch(input, init);
+  if (resp.ok) {
+    cacheStats.misses++;
+    try {
+      await store.put(url.href, resp.clone());
+      const keys = await store.keys();
+      for (const old of keys.slice(0, Math.max(0, keys.length - MAX_CACHED_SHARDS))) {
+        await store.delete(old);
+      }
+    } catch (e) { /* over quota: train without caching */ }
+  }
+  return resp;
+};
+
+// Messages that arrive before Go is running wait here.
+const pending = [];
+self.onmessage = (e) => {
+  if (self.crowdtrainControl) {
+    self.crowdtrainControl(e.data);
+  } else {
+    pending.push(e.data);
+  }
+};
+
+// Called by Go once it has registered crowdtrainControl.
+self.crowdtrainReady = () => {
+  for (const m of pending.splice(0)) self.crowdtrainControl(m);
+};
+
+// Called by Go with each report; cache counters are added here, where they live.
+self.crowdtrainReport = (m) => {
+  m.cacheHits = cacheStats.hits;
+  m.cacheMisses = cacheStats.misses;
+  self.postMessage(m);
+};
+
+async function load() {
+  const go = new Go();
+  let result;
+  try {
+    result = await WebAssembly.instantiateStreaming(fetch('crowdtrain.wasm'), go.importObject);
+  } catch (e) {
+    // A proxy that rewrites the Content-Type breaks streaming; compile from bytes.
+    const resp = await fetch('crowdtrain.wasm');
+    if (!resp.ok) {
+      throw new Error('crowdtrain.wasm: ' + resp.status + ' ' + (await resp.text()));
+    }
+    result = await WebAssembly.instantiate(await resp.arrayBuffer(), go.importObject);
+  }
+  await go.run(result.instance);
+  self.postMessage({ type: 'exited' });
+}
+
+load().catch((e) => self.postMessage({ type: 'error', message: 'could not start the browser worker: ' + e.message }));
