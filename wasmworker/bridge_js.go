@@ -114,7 +114,7 @@ func (b *bridge) handle(c control) bool {
 		}
 		w, err := worker.New(worker.Config{
 			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
-			Logf: b.logf, Duty: c.duty,
+			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes,
 		})
 		if err != nil {
 			b.failed = err.Error()

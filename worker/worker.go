@@ -34,6 +34,12 @@ type Config struct {
 	Token string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// Fetch, when set, downloads snapshots and shards instead of
+	// HTTPClient: it GETs url and returns the body, reusing buf's storage
+	// where it can, or an error naming the status. The browser worker sets
+	// it: one fetch into one ArrayBuffer is several times faster than
+	// net/http's js transport, which copies a stream chunk by chunk.
+	Fetch func(ctx context.Context, url string, buf []byte) ([]byte, error)
 	// Logf receives connection events and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// MinBackoff and MaxBackoff bound the wait between reconnects.
@@ -600,6 +606,18 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
 	}
+	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
+	if fetch := f.s.w.cfg.Fetch; fetch != nil {
+		body, err := fetch(ctx, u.String(), f.body[:0])
+		if err != nil {
+			return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+		}
+		if int64(len(body)) > limit {
+			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+		}
+		f.body = body
+		return body, nil
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -614,7 +632,6 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
 	}
 	// Reuse one body buffer: snapshots are large and arrive constantly.
-	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
 	buf := f.body[:0]
 	for {
 		if len(buf) == cap(buf) {

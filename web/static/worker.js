@@ -46,6 +46,17 @@ self.fetch = async function (input, init) {
   return resp;
 };
 
+// Called by Go for snapshots and shards: one fetch, one ArrayBuffer, which Go
+// copies in one step (net/http's js transport copies a stream chunk by chunk).
+self.crowdtrainFetchBytes = async (url, signal) => {
+  const resp = await fetch(url, { signal });
+  if (!resp.ok) {
+    const text = await resp.text();
+    throw new Error(resp.status + ' ' + resp.statusText + ': ' + text.slice(0, 500));
+  }
+  return new Uint8Array(await resp.arrayBuffer());
+};
+
 // Messages that arrive before Go is running wait here.
 const pending = [];
 self.onmessage = (e) => {
