@@ -12,4 +12,7 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+)
