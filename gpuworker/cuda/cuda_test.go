@@ -52,7 +52,8 @@ func fakeVar[T any](t *testing.T, h uintptr, name string) *T {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return (*T)(unsafe.Pointer(p))
+	// The address is C memory, never moved by Go: reinterpret the integer.
+	return *(**T)(unsafe.Pointer(&p))
 }
 
 func fakeString(t *testing.T, h uintptr, name string) string {

@@ -29,31 +29,31 @@ const (
 type Driver struct {
 	Path string // the file that was opened
 
-	cuInit                     func(flags uint32) int32
-	cuDriverGetVersion         func(v *int32) int32
-	cuDeviceGetCount           func(n *int32) int32
-	cuDeviceGet                func(dev *int32, ordinal int32) int32
-	cuDeviceGetName            func(name *byte, n int32, dev int32) int32
-	cuDeviceGetAttribute       func(v *int32, attr int32, dev int32) int32
-	cuDeviceTotalMem           func(bytes *uint64, dev int32) int32
-	cuDevicePrimaryCtxRetain   func(ctx *uintptr, dev int32) int32
-	cuDevicePrimaryCtxRelease  func(dev int32) int32
-	cuCtxSetCurrent            func(ctx uintptr) int32
-	cuCtxSynchronize           func() int32
-	cuMemGetInfo               func(free, total *uint64) int32
-	cuMemAlloc                 func(p *DevicePtr, bytes uint64) int32
-	cuMemFree                  func(p DevicePtr) int32
-	cuMemAllocHost             func(p *unsafe.Pointer, bytes uint64) int32
-	cuMemFreeHost              func(p unsafe.Pointer) int32
-	cuMemcpyHtoD               func(dst DevicePtr, src unsafe.Pointer, bytes uint64) int32
-	cuMemcpyDtoH               func(dst unsafe.Pointer, src DevicePtr, bytes uint64) int32
-	cuMemcpyDtoD               func(dst, src DevicePtr, bytes uint64) int32
-	cuMemsetD32                func(dst DevicePtr, v uint32, n uint64) int32
-	cuModuleLoadData           func(m *Module, image unsafe.Pointer) int32
-	cuModuleUnload             func(m Module) int32
-	cuModuleGetFunction        func(f *Function, m Module, name string) int32
-	cuLaunchKernel             func(f Function, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra uintptr) int32
-	cuGetErrorName             func(code int32, s **byte) int32
+	cuInit                    func(flags uint32) int32
+	cuDriverGetVersion        func(v *int32) int32
+	cuDeviceGetCount          func(n *int32) int32
+	cuDeviceGet               func(dev *int32, ordinal int32) int32
+	cuDeviceGetName           func(name *byte, n int32, dev int32) int32
+	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) int32
+	cuDeviceTotalMem          func(bytes *uint64, dev int32) int32
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) int32
+	cuDevicePrimaryCtxRelease func(dev int32) int32
+	cuCtxSetCurrent           func(ctx uintptr) int32
+	cuCtxSynchronize          func() int32
+	cuMemGetInfo              func(free, total *uint64) int32
+	cuMemAlloc                func(p *DevicePtr, bytes uint64) int32
+	cuMemFree                 func(p DevicePtr) int32
+	cuMemAllocHost            func(p *unsafe.Pointer, bytes uint64) int32
+	cuMemFreeHost             func(p unsafe.Pointer) int32
+	cuMemcpyHtoD              func(dst DevicePtr, src unsafe.Pointer, bytes uint64) int32
+	cuMemcpyDtoH              func(dst unsafe.Pointer, src DevicePtr, bytes uint64) int32
+	cuMemcpyDtoD              func(dst, src DevicePtr, bytes uint64) int32
+	cuMemsetD32               func(dst DevicePtr, v uint32, n uint64) int32
+	cuModuleLoadData          func(m *Module, image unsafe.Pointer) int32
+	cuModuleUnload            func(m Module) int32
+	cuModuleGetFunction       func(f *Function, m Module, name string) int32
+	cuLaunchKernel            func(f Function, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra uintptr) int32
+	cuGetErrorName            func(code int32, s **byte) int32
 
 	// Launch arguments live here, pinned, so the pointer array handed to
 	// cuLaunchKernel never points into a moving stack.
