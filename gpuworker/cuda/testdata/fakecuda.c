@@ -1,7 +1,8 @@
 // A fake of the parts of libcuda, libnvrtc and libcublas that package cuda
 // binds, for testing the binding without a GPU. "Device" memory is host
 // memory, so copies and GEMMs really move and compute data. Define
-// OMIT_MEMALLOC to leave cuMemAlloc_v2 out (a driver too old).
+// OMIT_MEMALLOC to leave cuMemAlloc_v2 out (a driver too old), EMU to run
+// the GPU worker's kernels on the CPU (with gpuworker/testdata/emu.cpp).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,8 +83,17 @@ int cuModuleLoadData(void **m, const void *image) {
 	return 0;
 }
 int cuModuleUnload(void *m) { return 0; }
+#ifdef EMU
+// Kernels run on the CPU (gpuworker/testdata/emu.cpp).
+void *emu_function(const char *name);
+int emu_launch(void *f, unsigned gx, unsigned gy, unsigned gz, void **params);
+#endif
 int cuModuleGetFunction(void **f, void *m, const char *name) {
 	strncpy(fake_last_name, name, sizeof fake_last_name - 1);
+#ifdef EMU
+	*f = emu_function(name);
+	return *f ? 0 : 500;
+#endif
 	if (strcmp(name, "missing") == 0) return 500; // CUDA_ERROR_NOT_FOUND
 	*f = (void *)0x5678;
 	return 0;
@@ -91,6 +101,10 @@ int cuModuleGetFunction(void **f, void *m, const char *name) {
 // The test kernel takes (pointer, int, float).
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shared, void *stream, void **params, void **extra) {
+#ifdef EMU
+	if (bx < 1 || by != 1 || bz != 1 || bx > 1024) return 1; // CUDA_ERROR_INVALID_VALUE
+	return emu_launch(f, gx, gy, gz, params);
+#endif
 	unsigned int d[7] = {gx, gy, gz, bx, by, bz, shared};
 	memcpy(fake_launch_dims, d, sizeof d);
 	fake_launch_ptr = *(uint64_t *)params[0];
