@@ -403,7 +403,7 @@ func TestChooseArch(t *testing.T) {
 		cubin, fails bool
 	}{
 		{9, 0, []int{75, 80, 86, 89, 90, 100, 120}, true, 90, true, false},
-		{8, 6, []int{75, 80, 90}, true, 80, true, false}, // same major: cubin for 8.0 runs on 8.6
+		{8, 6, []int{75, 80, 90}, true, 80, true, false},   // same major: cubin for 8.0 runs on 8.6
 		{12, 1, []int{75, 80, 90}, true, 90, false, false}, // newer than NVRTC knows: PTX
 		{9, 0, nil, false, 90, false, false},
 		{6, 1, []int{75, 80}, true, 0, false, true},

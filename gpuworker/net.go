@@ -30,7 +30,7 @@ type net struct {
 	base, w, grad  cuda.DevicePtr // NumParams each
 	snap           worker.SnapshotID
 	x, labels      cuda.DevicePtr
-	xCap, labelCap int // examples x and labels hold
+	xCap, labelCap int            // examples x and labels hold
 	acc            cuda.DevicePtr // float64 loss sum, int32 correct count
 	stage          *cuda.HostBuffer
 	allocs         []cuda.DevicePtr
