@@ -17,18 +17,6 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
-// Options configure Open.
-type Options struct {
-	Device int // CUDA device ordinal
-	// LibDirs, when non-nil, are the only folders searched for the CUDA
-	// libraries (tests use it); nil searches as package cuda describes.
-	LibDirs []string
-	// CacheDir keeps compiled kernels between starts; "" means
-	// crowdtrain/ under the user's cache folder, "-" no cache.
-	CacheDir string
-	Logf     func(format string, args ...any)
-}
-
 // Backend computes on one NVIDIA GPU. It implements worker.Backend and
 // worker.Stepper. Methods must not be called concurrently (the worker loop
 // calls them from one goroutine); each runs its CUDA calls on the
@@ -51,10 +39,6 @@ var (
 	_ worker.Backend = (*Backend)(nil)
 	_ worker.Stepper = (*Backend)(nil)
 )
-
-// ErrNoDevice is wrapped by Open's error when the driver is installed but
-// there is no usable device.
-var ErrNoDevice = errors.New("no usable NVIDIA GPU")
 
 // minComputeCapability is the oldest GPU generation supported (Maxwell);
 // NVRTC may require a newer one, which Open reports too.

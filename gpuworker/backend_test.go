@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -412,5 +413,20 @@ func TestChooseArch(t *testing.T) {
 		if (err != nil) != c.fails || arch != c.arch || cubin != c.cubin {
 			t.Errorf("chooseArch(%d.%d, %v) = %d, %v, %v; want %d, %v, error %v", c.major, c.minor, c.supported, arch, cubin, err, c.arch, c.cubin, c.fails)
 		}
+	}
+}
+
+func TestMeasureReportsSpeed(t *testing.T) {
+	b := devices()[0].open(t)
+	defer b.Close()
+	m, err := Measure(b, "mnist-mlp", 4, 2, 2, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Rounds) != 2 || m.Median <= 0 || m.NumParams == 0 {
+		t.Errorf("measurement %+v", m)
+	}
+	if _, err := Measure(b, "nope", 4, 1, 1, time.Millisecond); err == nil {
+		t.Error("an unknown preset was measured")
 	}
 }

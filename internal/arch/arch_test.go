@@ -56,6 +56,7 @@ func TestImportDirections(t *testing.T) {
 		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
 		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"gpuworker":    {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
 		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
 	}
 	for _, p := range list(t, nil, "-deps=false", module+"/...") {
