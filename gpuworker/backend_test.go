@@ -147,9 +147,11 @@ func relDiff(a, b []float32) float64 {
 // against the CPU's, within 1e-4 relative.
 func compareGradients(t *testing.T, m *nn.Model, got, want []float32, what string) {
 	t.Helper()
-	if d := relDiff(got, want); d > 1e-4 || math.IsNaN(d) {
+	d := relDiff(got, want)
+	if d > 1e-4 || math.IsNaN(d) {
 		t.Errorf("%s: gradient differs from the CPU's by %.3g relative", what, d)
 	}
+	t.Logf("%s: gradient within %.2g relative of the CPU's", what, d)
 	for _, tn := range m.Layout {
 		g, w := got[tn.Offset:tn.Offset+tn.Size], want[tn.Offset:tn.Offset+tn.Size]
 		if d := relDiff(g, w); d > 1e-4 || math.IsNaN(d) {

@@ -28,7 +28,7 @@ var BLASNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"
 // LoadBLAS opens cuBLAS (see LoadDriver for dirs). It needs a current
 // context only from Init on.
 func LoadBLAS(dirs []string) (*BLAS, error) {
-	lib, err := openLibrary(BLASNames, dirs, cublasHint)
+	lib, err := openLibrary(BLASNames, dirs, cublasHint, "libcublasLt.so*")
 	if err != nil {
 		return nil, err
 	}

@@ -96,10 +96,21 @@ type library struct {
 
 // openLibrary opens the first of names found in extra folders, by the
 // system loader, or in SearchDirs. dirs, when non-nil, replaces every
-// search location (tests use it).
-func openLibrary(names []string, dirs []string, hint string) (*library, error) {
+// search location (tests use it). Files matching the companions patterns
+// in a library's folder are opened first, so that the libraries it loads
+// by name (cuBLAS's libcublasLt, NVRTC's builtins) are found even where
+// that folder is not on the loader's path.
+func openLibrary(names []string, dirs []string, hint string, companions ...string) (*library, error) {
 	e := &LibraryError{Names: names, Hint: hint}
 	try := func(name, path string) *library {
+		if filepath.IsAbs(path) {
+			for _, pat := range companions {
+				m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), pat))
+				for _, c := range m {
+					_, _ = purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+				}
+			}
+		}
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			e.Tried = append(e.Tried, fmt.Sprintf("%s: %v", path, err))
@@ -141,20 +152,6 @@ func openLibrary(names []string, dirs []string, hint string) (*library, error) {
 		}
 	}
 	return nil, e
-}
-
-// preload opens every file matching pattern in the library's folder, so
-// that the companions it loads by name (libnvrtc-builtins, libcublasLt)
-// are found even where the folder is not on the loader's path. Failures
-// are left for the library itself to report.
-func (l *library) preload(pattern string) {
-	if !filepath.IsAbs(l.path) {
-		return
-	}
-	m, _ := filepath.Glob(filepath.Join(filepath.Dir(l.path), pattern))
-	for _, p := range m {
-		_, _ = purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	}
 }
 
 // bind points fptr at the named function.

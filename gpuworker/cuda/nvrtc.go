@@ -42,11 +42,10 @@ func LoadNVRTC(dirs []string) (*NVRTC, error) {
 }
 
 func loadNVRTC(names, dirs []string) (*NVRTC, error) {
-	lib, err := openLibrary(names, dirs, nvrtcHint)
+	lib, err := openLibrary(names, dirs, nvrtcHint, "libnvrtc-builtins.so*")
 	if err != nil {
 		return nil, err
 	}
-	lib.preload("libnvrtc-builtins.so*")
 	lib.hint = "NVRTC is too old; install NVRTC 11.2 or later"
 	n := &NVRTC{Path: lib.path}
 	if err := lib.bindAll(map[string]any{

@@ -89,3 +89,13 @@ func TestBrowserPackagesStayLight(t *testing.T) {
 		}
 	}
 }
+
+// The GPU backend loads the CUDA libraries at run time, so it must build
+// without cgo (and without a CUDA toolkit).
+func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
+	cmd := exec.Command("go", "build", module+"/gpuworker/...")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)
+	}
+}
