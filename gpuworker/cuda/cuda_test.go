@@ -359,3 +359,16 @@ func TestEnvFoldersAreSearched(t *testing.T) {
 		t.Errorf("loaded %s, want the one in %s", d.Path, dir)
 	}
 }
+
+func TestLoadedPathReadsTheLoadersChoice(t *testing.T) {
+	// libc is mapped into every process, whatever file the loader chose.
+	if _, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW); err != nil {
+		t.Skipf("no libc.so.6: %v", err)
+	}
+	if p := loadedPath("libc.so.6"); !filepath.IsAbs(p) || !strings.HasPrefix(filepath.Base(p), "libc.so") {
+		t.Errorf("loadedPath(libc.so.6) = %q, want the absolute path of the mapped libc", p)
+	}
+	if p := loadedPath("libnothing.so.1"); p != "libnothing.so.1" {
+		t.Errorf("loadedPath of a library not loaded = %q", p)
+	}
+}

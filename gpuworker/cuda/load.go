@@ -140,7 +140,7 @@ func openLibrary(names []string, dirs []string, hint string, companions ...strin
 			}
 		}
 		if l := try(name, name); l != nil {
-			l.path = name + " (system loader)"
+			l.path = loadedPath(name)
 			return l, nil
 		}
 		for _, d := range SearchDirs() {
@@ -152,6 +152,26 @@ func openLibrary(names []string, dirs []string, hint string, companions ...strin
 		}
 	}
 	return nil, e
+}
+
+// loadedPath returns the file the system loader opened for name, read from
+// /proc/self/maps, or name itself if it cannot tell.
+func loadedPath(name string) string {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return name
+	}
+	stem := name[:strings.Index(name, ".so")+3] // libcuda.so.1 → libcuda.so
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		if p := f[len(f)-1]; strings.HasPrefix(filepath.Base(p), stem) {
+			return p
+		}
+	}
+	return name
 }
 
 // bind points fptr at the named function.
