@@ -5,7 +5,7 @@
 
 #define GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)blockDim.x * gridDim.x)
 
-// out[r*cols + c] += b[c], then relu if asked (dense layers).
+// out[r*cols + c] += b[c]: the bias of a dense layer.
 extern "C" __global__ void add_bias(float *out, const float *b, int rows, int cols) {
 	GRID_STRIDE(i, (long long)rows * cols) { out[i] += b[i % cols]; }
 }
