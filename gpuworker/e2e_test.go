@@ -1,4 +1,6 @@
-//go:build linux
+//go:build linux && cgo
+
+// cgo: the coordinator it starts links SQLite.
 
 package gpuworker_test
 
