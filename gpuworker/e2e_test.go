@@ -1,7 +1,5 @@
 //go:build linux && cgo
 
-// cgo: the coordinator it starts links SQLite.
-
 package gpuworker_test
 
 import (
