@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run test bench lint clean
+.PHONY: all build wasm data run test bench lint clean gpu-check gpu-carry
 
 all: build
 
@@ -50,6 +50,26 @@ bench: data
 	$(GO) test -run '^$$' -bench Checkpoint -benchtime 10x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench SaveCheckpoint -benchtime 10x -count 1 ./store/
 	$(GO) test -run '^$$' -bench WorkerThroughput -benchtime 1x -count 3 ./web/
+
+# The GPU worker's tests and speed figures on a machine with an NVIDIA GPU
+# (see docs/GPU.md); without one it says so and exits 0.
+gpu-check: data
+	scripts/gpu-check.sh
+
+# Everything gpu-check needs, for a GPU machine without Go: run
+# `bash $(GPU_CARRY)/gpu-check.sh` there.
+GPU_CARRY ?= .gpu-carry
+gpu-carry: data
+	rm -rf $(GPU_CARRY)
+	mkdir -p $(GPU_CARRY)/gpuworker/testdata $(GPU_CARRY)/gpuworker/cuda/testdata $(GPU_CARRY)/mnist
+	$(GO) build -ldflags='-s -w' -o $(GPU_CARRY)/crowdtrain ./cmd/crowdtrain
+	$(GO) test -c -ldflags='-s -w' -o $(GPU_CARRY)/gpuworker.test ./gpuworker
+	gzip -9 $(GPU_CARRY)/crowdtrain $(GPU_CARRY)/gpuworker.test
+	cp scripts/gpu-check.sh scripts/torch_bench.py $(GPU_CARRY)/
+	cp gpuworker/kernels.cu $(GPU_CARRY)/gpuworker/
+	cp gpuworker/testdata/emu.cpp $(GPU_CARRY)/gpuworker/testdata/
+	cp gpuworker/cuda/testdata/fakecuda.c $(GPU_CARRY)/gpuworker/cuda/testdata/
+	cp $(MNIST_DIR)/*-ubyte.gz $(GPU_CARRY)/mnist/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

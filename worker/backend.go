@@ -19,3 +19,22 @@ type Backend interface {
 	// loss and the number of correct predictions.
 	Gradient(params, x []float32, labels []int32, grad []float32) (lossSum float64, correct int, err error)
 }
+
+// SnapshotID identifies the parameters a Stepper is given: two calls with
+// the same non-zero id carry the same parameters, so a backend that keeps
+// them on a device may skip uploading them again. Zero means unknown.
+type SnapshotID uint64
+
+// Stepper is an optional extension of Backend for backends that keep the
+// model in their own memory (a GPU): the loop hands it a whole lease at
+// once, instead of calling Gradient per batch and stepping on the host.
+type Stepper interface {
+	// Steps runs up to steps inner SGD steps (learning rate lr) from
+	// params, each on the next batchSize examples of x (len(labels)
+	// examples), stopping early when the examples run out. It writes the
+	// pseudo-gradient (params - w_after) / lr into update; when one step
+	// runs, that is the gradient itself, written as computed. It returns
+	// the loss summed over every example and the correct predictions.
+	// batchSize is at most the Prepare'd maxBatch.
+	Steps(id SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (lossSum float64, correct int, err error)
+}

@@ -13,6 +13,7 @@ import (
 type task struct {
 	lease  protocol.Lease
 	params []float32 // the snapshot at lease.BaseVersion
+	snap   SnapshotID
 	x      []float32
 	labels []int32
 }
@@ -55,7 +56,12 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	in := c.model.InputSize
 	var lossSum float64
 	var correct int
-	if l.LocalSteps == 1 && l.Count <= l.BatchSize {
+	if st, ok := c.backend.(Stepper); ok {
+		lossSum, correct, err = st.Steps(t.snap, t.params, t.x[:l.Count*in], t.labels[:l.Count], l.BatchSize, l.LocalSteps, l.InnerLR, c.update)
+		if err != nil {
+			return nil, err
+		}
+	} else if l.LocalSteps == 1 && l.Count <= l.BatchSize {
 		lossSum, correct, err = c.backend.Gradient(t.params, t.x[:l.Count*in], t.labels[:l.Count], c.update)
 		if err != nil {
 			return nil, err

@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -120,5 +123,62 @@ func TestBackendPanicBecomesAnError(t *testing.T) {
 	c := newComputer(&panicky{}, m)
 	if _, err := c.compute(randomTask(m, 4, 4, 1, 0.1)); err == nil {
 		t.Fatal("no error from a panicking backend")
+	}
+}
+
+// stepperBackend records the Steps calls the computer makes.
+type stepperBackend struct {
+	refBackend
+	calls     int
+	gradients int
+	id        SnapshotID
+	n, batch  int
+	steps     int
+	lr        float32
+	err       error
+}
+
+func (b *stepperBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	b.gradients++
+	return b.refBackend.Gradient(params, x, labels, grad)
+}
+
+func (b *stepperBackend) Steps(id SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (float64, int, error) {
+	b.calls++
+	b.id, b.n, b.batch, b.steps, b.lr = id, len(labels), batchSize, steps, lr
+	if len(x) != len(labels)*b.model.InputSize || len(params) != len(update) {
+		return 0, 0, fmt.Errorf("bad lengths: x %d, labels %d, params %d, update %d", len(x), len(labels), len(params), len(update))
+	}
+	for i := range update {
+		update[i] = float32(i)
+	}
+	return 2.5, 7, b.err
+}
+
+// A backend that implements Stepper gets the whole lease in one call, and
+// what it writes is the result.
+func TestStepperGetsTheWholeLease(t *testing.T) {
+	m := smallModel(t)
+	tk := randomTask(m, 10, 4, 3, 0.25)
+	tk.snap = 42
+	tk.x = append(tk.x, make([]float32, 5*m.InputSize)...) // a recycled, longer buffer
+	b := &stepperBackend{}
+	c := newComputer(b, m)
+	res, err := c.compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.calls != 1 || b.gradients != 0 {
+		t.Fatalf("%d Steps and %d Gradient calls, want 1 and 0", b.calls, b.gradients)
+	}
+	if b.id != 42 || b.n != 10 || b.batch != 4 || b.steps != 3 || b.lr != 0.25 {
+		t.Errorf("Steps got id %d, %d examples, batch %d, %d steps, lr %v; want 42, 10, 4, 3, 0.25", b.id, b.n, b.batch, b.steps, b.lr)
+	}
+	if res.LossSum != 2.5 || res.Correct != 7 || res.Examples != 10 || res.Update[5] != 5 {
+		t.Errorf("result %+v does not carry what Steps returned", res)
+	}
+	b.err = errors.New("device lost")
+	if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), "device lost") {
+		t.Errorf("compute returned %v, want the Steps error", err)
 	}
 }

@@ -501,6 +501,7 @@ type fetcher struct {
 	shardOrder []string
 	lastSnap   string
 	snap       []float32
+	snapID     SnapshotID
 	body       []byte
 	failures   int
 }
@@ -591,6 +592,7 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		}
 	}
 	copy(t.params, f.snap)
+	t.snap = f.snapID
 	return nil
 }
 
@@ -688,5 +690,11 @@ func (f *fetcher) snapshot(ctx context.Context, ref string) error {
 		return fmt.Errorf("snapshot %s: %w", ref, err)
 	}
 	f.lastSnap = ref
+	f.snapID = SnapshotID(snapshotDownloads.Add(1))
 	return nil
 }
+
+// snapshotDownloads numbers every snapshot download in the process, so a
+// SnapshotID is never reused, even across sessions or a coordinator that
+// restarted from an older checkpoint and reuses version numbers.
+var snapshotDownloads atomic.Uint64

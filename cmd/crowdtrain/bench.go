@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
@@ -19,23 +21,44 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 1, "CPU threads (0 = one per CPU)")
 	rounds := fs.Int("rounds", 5, "timed rounds; the median is reported")
 	round := fs.Duration("round", 500*time.Millisecond, "length of one round")
+	backend := fs.String("backend", backendCPU, "cpu, cuda, or auto (the GPU if usable, else the CPU)")
+	device := fs.Int("device", 0, "CUDA device number")
+	localSteps := fs.Int("local-steps", 1, "GPU: inner steps per lease (the update is downloaded once per lease)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if _, err := nn.Preset(*model); err != nil {
 		return usagef("%v", err)
 	}
-	if *batch < 1 || *threads < 0 || *rounds < 1 || *round <= 0 {
-		return usagef("--batch, --rounds and --round must be positive and --threads >= 0")
+	if *batch < 1 || *threads < 0 || *rounds < 1 || *round <= 0 || *localSteps < 1 {
+		return usagef("--batch, --rounds, --round and --local-steps must be positive and --threads >= 0")
 	}
-	m, err := nativeworker.Measure(*model, *batch, *threads, *rounds, *round)
+	logger := log.New(stderr, "", log.LstdFlags)
+	b, release, err := openBackend(*backend, *device, *threads, logger.Printf)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d threads, backend cpu-gonum\n", m.Model, m.NumParams, m.Batch, m.Threads)
-	for i, r := range m.Rounds {
+	defer release()
+	var rs []float64
+	var median float64
+	if g, ok := b.(*gpuworker.Backend); ok {
+		m, err := gpuworker.Measure(g, *model, *batch, *localSteps, *rounds, *round)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d local steps per lease, backend %s\n", m.Model, m.NumParams, m.Batch, m.LocalSteps, g.Name())
+		rs, median = m.Rounds, m.Median
+	} else {
+		m, err := nativeworker.Measure(*model, *batch, *threads, *rounds, *round)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d threads, backend cpu-gonum\n", m.Model, m.NumParams, m.Batch, m.Threads)
+		rs, median = m.Rounds, m.Median
+	}
+	for i, r := range rs {
 		fmt.Fprintf(stdout, "round %d: %.0f examples/s\n", i+1, r)
 	}
-	fmt.Fprintf(stdout, "examples/s: %.0f\n", m.Median)
+	fmt.Fprintf(stdout, "examples/s: %.0f\n", median)
 	return nil
 }

@@ -27,9 +27,9 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE]
-  crowdtrain work   --coordinator ws://HOST:PORT/ws [--threads N]
+  crowdtrain work   --coordinator ws://HOST:PORT/ws [--backend auto|cpu|cuda] [--device N] [--threads N]
   crowdtrain status --coordinator http://HOST:PORT
-  crowdtrain bench  --model NAME [--batch 64] [--threads 1]
+  crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
 
 Run 'crowdtrain COMMAND -h' for a command's flags.

@@ -9,23 +9,25 @@ import (
 	"os"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
 	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URL`")
-	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU)")
+	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	token := fs.String("token", "", "join token, if the coordinator asks for one")
+	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
+	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	b, err := nativeworker.New(*threads)
-	if err != nil {
-		return usagef("%v", err)
-	}
 	logger := log.New(stderr, "", log.LstdFlags)
+	b, release, err := openBackend(*backend, *device, *threads, logger.Printf)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w, err := worker.New(worker.Config{
 		Coordinator: *coord, Backend: b, Token: *token,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
@@ -33,7 +35,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	logger.Printf("worker starting: %d threads, coordinator %s", b.Threads(), *coord)
+	logger.Printf("worker starting: %s, coordinator %s", describeBackend(b), *coord)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	p := newProgress(stdout)

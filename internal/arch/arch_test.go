@@ -56,6 +56,7 @@ func TestImportDirections(t *testing.T) {
 		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
 		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"gpuworker":    {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
 		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"wasmworker":   {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
@@ -89,5 +90,15 @@ func TestBrowserPackagesStayLight(t *testing.T) {
 				t.Errorf("%s pulls %s into the browser build", rel, d.ImportPath)
 			}
 		}
+	}
+}
+
+// The GPU backend loads the CUDA libraries at run time, so it must build
+// without cgo (and without a CUDA toolkit).
+func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
+	cmd := exec.Command("go", "build", module+"/gpuworker/...")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)
 	}
 }

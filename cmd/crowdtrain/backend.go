@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/crowdtrain/crowdtrain/gpuworker"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// Backend choices for --backend.
+const (
+	backendAuto = "auto"
+	backendCPU  = "cpu"
+	backendCUDA = "cuda"
+)
+
+// openBackend returns the backend --backend asks for and a function that
+// releases it. auto takes the GPU when one is usable and the CPU
+// otherwise, logging which and why.
+func openBackend(kind string, device, threads int, logf func(string, ...any)) (worker.Backend, func(), error) {
+	cpu := func() (worker.Backend, func(), error) {
+		b, err := nativeworker.New(threads)
+		if err != nil {
+			return nil, nil, usagef("%v", err)
+		}
+		return b, func() {}, nil
+	}
+	switch kind {
+	case backendCPU:
+		return cpu()
+	case backendCUDA, backendAuto:
+		if device < 0 {
+			return nil, nil, usagef("--device must be >= 0, got %d", device)
+		}
+		g, err := gpuworker.OpenWith(gpuworker.Options{Device: device, Logf: logf})
+		if err == nil {
+			logf("backend cuda: %s", g.Describe())
+			return g, func() { g.Close() }, nil
+		}
+		if kind == backendCUDA {
+			return nil, nil, fmt.Errorf("--backend cuda: %w", err)
+		}
+		logf("backend auto: no usable GPU, training on the CPU: %v", err)
+		return cpu()
+	}
+	return nil, nil, usagef("--backend %q: want auto, cpu or cuda", kind)
+}
+
+// describeBackend is the start-up log line's backend part.
+func describeBackend(b worker.Backend) string {
+	if _, ok := b.(*gpuworker.Backend); ok {
+		return b.Name()
+	}
+	return fmt.Sprintf("%s, %d threads", b.Name(), b.Threads())
+}

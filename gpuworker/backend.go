@@ -1,0 +1,356 @@
+//go:build linux
+
+package gpuworker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// Backend computes on one NVIDIA GPU. It implements worker.Backend and
+// worker.Stepper. Methods must not be called concurrently (the worker loop
+// calls them from one goroutine); each runs its CUDA calls on the
+// backend's own OS thread.
+type Backend struct {
+	th   *thread
+	d    *cuda.Driver
+	nv   *cuda.NVRTC
+	blas *cuda.BLAS
+	ctx  *cuda.Context
+	mod  cuda.Module
+	fn   map[string]cuda.Function
+
+	info          cuda.DeviceInfo
+	driverVersion int
+	net           *net
+}
+
+var (
+	_ worker.Backend = (*Backend)(nil)
+	_ worker.Stepper = (*Backend)(nil)
+)
+
+// minComputeCapability is the oldest GPU generation supported (Maxwell);
+// NVRTC may require a newer one, which Open reports too.
+const minComputeCapability = 50
+
+// Open loads the CUDA libraries, opens device and compiles the kernels.
+// Its error names what is missing: the driver, a GPU, NVRTC or cuBLAS.
+func Open(device int) (*Backend, error) { return OpenWith(Options{Device: device}) }
+
+// OpenWith is Open with options.
+func OpenWith(o Options) (*Backend, error) {
+	if o.Device < 0 {
+		return nil, fmt.Errorf("device must be >= 0, got %d", o.Device)
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+	if o.CacheDir == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			o.CacheDir = filepath.Join(dir, "crowdtrain")
+		}
+	}
+	if o.CacheDir == "-" {
+		o.CacheDir = ""
+	}
+	b := &Backend{th: startThread()}
+	if err := b.th.do(func() error { return b.open(o) }); err != nil {
+		b.th.do(func() error { b.release(); return nil })
+		b.th.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Backend) open(o Options) (err error) {
+	if b.d, err = cuda.LoadDriver(o.LibDirs); err != nil {
+		return err
+	}
+	if err := b.d.Init(); err != nil {
+		var ce *cuda.Error
+		if errors.As(err, &ce) && ce.Code == 100 { // CUDA_ERROR_NO_DEVICE
+			return fmt.Errorf("%w: the NVIDIA driver (%s) sees no GPU (%v)", ErrNoDevice, b.d.Path, err)
+		}
+		return fmt.Errorf("the NVIDIA driver (%s) failed to start: %w", b.d.Path, err)
+	}
+	if b.driverVersion, err = b.d.Version(); err != nil {
+		return err
+	}
+	n, err := b.d.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: the NVIDIA driver (%s) sees no GPU", ErrNoDevice, b.d.Path)
+	}
+	if o.Device >= n {
+		return fmt.Errorf("%w: device %d does not exist; the driver sees %d GPU(s), numbered from 0", ErrNoDevice, o.Device, n)
+	}
+	if b.info, err = b.d.Device(o.Device); err != nil {
+		return err
+	}
+	if cc := b.info.Major*10 + b.info.Minor; cc < minComputeCapability {
+		return fmt.Errorf("%w: %s has compute capability %d.%d; the GPU worker needs %d.%d or newer",
+			ErrNoDevice, b.info.Name, b.info.Major, b.info.Minor, minComputeCapability/10, minComputeCapability%10)
+	}
+	if b.ctx, err = b.d.RetainPrimaryContext(o.Device); err != nil {
+		return err
+	}
+	if b.nv, err = cuda.LoadNVRTC(o.LibDirs); err != nil {
+		return err
+	}
+	if b.blas, err = cuda.LoadBLAS(o.LibDirs); err != nil {
+		return err
+	}
+	if err := b.blas.Init(); err != nil {
+		return fmt.Errorf("starting cuBLAS (%s): %w", b.blas.Path, err)
+	}
+	dir := o.CacheDir
+	if dir != "" {
+		dir = filepath.Join(dir, "kernels")
+	}
+	if b.mod, err = compileKernels(b.d, b.nv, b.info, b.driverVersion, dir, o.Logf); err != nil {
+		return err
+	}
+	b.fn = map[string]cuda.Function{}
+	for _, name := range kernelNames {
+		if b.fn[name], err = b.d.Function(b.mod, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release frees whatever open and Prepare made; on the device thread.
+func (b *Backend) release() {
+	if b.net != nil {
+		b.net.free(b.d)
+		b.net = nil
+	}
+	if b.mod != 0 {
+		b.d.UnloadModule(b.mod)
+		b.mod = 0
+	}
+	if b.blas != nil {
+		b.blas.Close()
+	}
+	if b.ctx != nil {
+		b.ctx.Release()
+		b.ctx = nil
+	}
+}
+
+// Close frees the device memory and releases the GPU. The backend cannot
+// be used afterwards.
+func (b *Backend) Close() error {
+	if b.th == nil {
+		return nil
+	}
+	b.th.do(func() error { b.release(); return nil })
+	b.th.stop()
+	b.th = nil
+	return nil
+}
+
+func (b *Backend) Kind() string { return protocol.KindGPU }
+
+// Name is "cuda-" and the device's name, e.g. "cuda-NVIDIA H200".
+func (b *Backend) Name() string { return "cuda-" + b.info.Name }
+
+// Threads is 1: one GPU, driven from one thread.
+func (b *Backend) Threads() int { return 1 }
+
+// Device describes the GPU.
+func (b *Backend) Device() cuda.DeviceInfo { return b.info }
+
+// Describe names the device, the driver and the library files in use, for
+// a log line.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("%s (compute capability %d.%d, %d MiB), driver CUDA %d.%d (%s), NVRTC %d.%d (%s), cuBLAS %d (%s)",
+		b.info.Name, b.info.Major, b.info.Minor, b.info.TotalMemoryBytes>>20,
+		b.driverVersion/1000, b.driverVersion%1000/10, b.d.Path, b.nv.Major, b.nv.Minor, b.nv.Path, b.blas.Version, b.blas.Path)
+}
+
+// Prepare allocates the device buffers for model with batches of up to
+// maxBatch examples.
+func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
+	if maxBatch < 1 {
+		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
+	}
+	if b.th == nil {
+		return errors.New("gpuworker: backend is closed")
+	}
+	return b.th.do(func() error {
+		if b.net != nil {
+			b.net.free(b.d)
+			b.net = nil
+		}
+		n, err := newNet(b, model, maxBatch)
+		if err != nil {
+			free, total, _ := b.d.MemInfo()
+			return fmt.Errorf("preparing the GPU for %d-parameter model batches of %d (%d of %d MiB free): %w",
+				model.NumParams, maxBatch, free>>20, total>>20, err)
+		}
+		b.net = n
+		return nil
+	})
+}
+
+func (b *Backend) ready(params []float32, labels []int32) error {
+	if b.th == nil {
+		return errors.New("gpuworker: backend is closed")
+	}
+	if b.net == nil {
+		return errors.New("gpuworker: Gradient or Steps before Prepare")
+	}
+	if len(params) != b.net.model.NumParams {
+		return fmt.Errorf("gpuworker: %d parameters, the model has %d", len(params), b.net.model.NumParams)
+	}
+	return b.net.model.CheckLabels(labels)
+}
+
+// Gradient implements worker.Backend: the parameters are uploaded on every
+// call. Steps uploads a snapshot once.
+func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	if err := b.ready(params, labels); err != nil {
+		return 0, 0, err
+	}
+	n := len(labels)
+	if n < 1 || n > b.net.maxBatch || len(x) != n*b.net.model.InputSize || len(grad) != len(params) {
+		return 0, 0, fmt.Errorf("gpuworker: Gradient of %d examples (%d values, grad %d), want 1..%d examples of %d values",
+			n, len(x), len(grad), b.net.maxBatch, b.net.model.InputSize)
+	}
+	var loss float64
+	var correct int
+	err := b.th.do(func() error {
+		nt := b.net
+		nt.snap = 0 // base is not what w holds from here on
+		if err := nt.upload(b.d, nt.w, params); err != nil {
+			return err
+		}
+		if err := nt.uploadBatch(b.d, x, labels); err != nil {
+			return err
+		}
+		if err := b.d.Memset32(nt.acc, 0, 4); err != nil {
+			return err
+		}
+		if err := nt.gradient(b, nt.w, nt.x, nt.labels, n, nt.grad); err != nil {
+			return err
+		}
+		if err := nt.download(b.d, grad, nt.grad); err != nil {
+			return err
+		}
+		var err error
+		loss, correct, err = nt.results(b.d)
+		return err
+	})
+	return loss, correct, err
+}
+
+// Steps implements worker.Stepper: the snapshot is uploaded only when id
+// is new, and the inner steps run on the device.
+func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (float64, int, error) {
+	if err := b.ready(params, labels); err != nil {
+		return 0, 0, err
+	}
+	count := len(labels)
+	in := b.net.model.InputSize
+	switch {
+	case batchSize < 1 || batchSize > b.net.maxBatch:
+		return 0, 0, fmt.Errorf("gpuworker: batch of %d, prepared for 1..%d", batchSize, b.net.maxBatch)
+	case steps < 1 || count < 1 || len(x) != count*in || len(update) != len(params):
+		return 0, 0, fmt.Errorf("gpuworker: Steps with %d steps, %d examples of %d values (want %d), update %d", steps, count, len(x)/max(in, 1), in, len(update))
+	case !(lr > 0) || math.IsInf(float64(lr), 0):
+		return 0, 0, fmt.Errorf("gpuworker: inner learning rate %v must be positive", lr)
+	}
+	var loss float64
+	var correct int
+	err := b.th.do(func() error {
+		nt := b.net
+		if id == 0 || id != nt.snap {
+			nt.snap = 0
+			if err := nt.upload(b.d, nt.base, params); err != nil {
+				return err
+			}
+			nt.snap = id
+		}
+		if err := b.d.Copy(nt.w, nt.base, 4*len(params)); err != nil {
+			return err
+		}
+		if err := nt.uploadBatch(b.d, x, labels); err != nil {
+			return err
+		}
+		if err := b.d.Memset32(nt.acc, 0, 4); err != nil {
+			return err
+		}
+		executed := 0
+		for step := 0; step < steps; step++ {
+			lo := step * batchSize
+			if lo >= count {
+				break
+			}
+			hi := min(lo+batchSize, count)
+			if err := nt.gradient(b, nt.w, nt.x+cuda.DevicePtr(4*lo*in), nt.labels+cuda.DevicePtr(4*lo), hi-lo, nt.grad); err != nil {
+				return err
+			}
+			executed++
+			if step == 0 && (steps == 1 || hi >= count) {
+				break // the only step: its gradient is the update
+			}
+			if err := b.launch("sgd_step", len(params), nt.w, nt.grad, lr, len(params)); err != nil {
+				return err
+			}
+		}
+		if executed > 1 {
+			if err := b.launch("pseudo_gradient", len(params), nt.base, nt.w, nt.grad, 1/lr, len(params)); err != nil {
+				return err
+			}
+		}
+		if err := nt.download(b.d, update, nt.grad); err != nil {
+			return err
+		}
+		var err error
+		loss, correct, err = nt.results(b.d)
+		return err
+	})
+	return loss, correct, err
+}
+
+// launch runs a grid-stride kernel over total elements.
+func (b *Backend) launch(name string, total int, args ...any) error {
+	const block = 256
+	grid := min((total+block-1)/block, max(1, b.info.Multiprocessors)*16)
+	return b.launchGrid(name, max(grid, 1), block, args...)
+}
+
+func (b *Backend) launchGrid(name string, grid, block int, args ...any) error {
+	if err := b.d.Launch(b.fn[name], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, 0, args...); err != nil {
+		return fmt.Errorf("kernel %s: %w", name, err)
+	}
+	return nil
+}
+
+// results reads the loss and correct-count accumulators.
+func (nt *net) results(d *cuda.Driver) (float64, int, error) {
+	var acc [16]byte
+	if err := d.DownloadBytes(acc[:], nt.acc); err != nil {
+		return 0, 0, err
+	}
+	loss := math.Float64frombits(binary.LittleEndian.Uint64(acc[0:]))
+	correct := int(int32(binary.LittleEndian.Uint32(acc[8:])))
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, 0, fmt.Errorf("gpuworker: the loss is %v: training diverged (lower the learning rate)", loss)
+	}
+	return loss, correct, nil
+}

@@ -1,0 +1,84 @@
+package gpuworker
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// Measurement is the GPU's training speed on one model.
+type Measurement struct {
+	Model      string
+	Batch      int
+	LocalSteps int
+	Rounds     []float64 // examples/s of each timed round
+	Median     float64
+	NumParams  int
+}
+
+// Measure times leases of localSteps inner steps of batch examples on
+// random inputs, as the worker runs them: examples uploaded, forward,
+// backward and SGD on the device, the update downloaded; the snapshot stays
+// on the device, as it does between leases of one version. It returns the
+// median examples/s over rounds of about `round` each after a warm-up.
+func Measure(b *Backend, preset string, batch, localSteps, rounds int, round time.Duration) (Measurement, error) {
+	spec, err := nn.Preset(preset)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if batch < 1 || localSteps < 1 || rounds < 1 {
+		return Measurement{}, fmt.Errorf("batch, local steps and rounds must be positive, got %d, %d and %d", batch, localSteps, rounds)
+	}
+	model, err := nn.NewModel(spec)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if err := b.Prepare(model, batch); err != nil {
+		return Measurement{}, err
+	}
+	params := make([]float32, model.NumParams)
+	model.Init(params, 1)
+	update := make([]float32, model.NumParams)
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := batch * localSteps
+	x := make([]float32, n*model.InputSize)
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	labels := make([]int32, n)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(model.NumClasses))
+	}
+	lease := func() error {
+		_, _, err := b.Steps(worker.SnapshotID(1), params, x, labels, batch, localSteps, 0.01, update)
+		return err
+	}
+	// Warm up (the first call uploads the snapshot), and size a round so
+	// the clock is read rarely.
+	k, start := 0, time.Now()
+	for time.Since(start) < round/4 || k < 3 {
+		if err := lease(); err != nil {
+			return Measurement{}, err
+		}
+		k++
+	}
+	perRound := max(1, int(float64(k)*float64(round)/float64(time.Since(start))))
+	m := Measurement{Model: preset, Batch: batch, LocalSteps: localSteps, NumParams: model.NumParams}
+	for range rounds {
+		t0 := time.Now()
+		for range perRound {
+			if err := lease(); err != nil {
+				return Measurement{}, err
+			}
+		}
+		m.Rounds = append(m.Rounds, float64(perRound*n)/time.Since(t0).Seconds())
+	}
+	sorted := slices.Clone(m.Rounds)
+	slices.Sort(sorted)
+	m.Median = sorted[len(sorted)/2]
+	return m, nil
+}
