@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,11 @@ type workerConn struct {
 	accepted      atomic.Int64
 	rejected      atomic.Int64
 	lastStaleness atomic.Int64
+
+	rateMu       sync.Mutex // guards the smoothed rate below
+	rateAt       time.Time
+	rateExamples int64
+	rate         float64
 }
 
 // WorkerView is a worker as the API shows it.
@@ -57,16 +63,38 @@ type WorkerView struct {
 	LastStaleness int64     `json:"last_staleness"`
 	ConnectedAt   time.Time `json:"connected_at"`
 	LastSeen      time.Time `json:"last_seen"`
+	// ExamplesPerSec is accepted examples per second, smoothed over a few
+	// seconds of the views asked for.
+	ExamplesPerSec float64  `json:"examples_per_sec"`
+	Leases         []uint64 `json:"leases"` // held now
 }
 
 func (w *workerConn) view() WorkerView {
-	return WorkerView{
+	v := WorkerView{
 		ID: w.id, Kind: w.hello.Kind, Backend: w.hello.Backend, Threads: w.hello.Threads,
 		Client: w.hello.Client, Job: w.job.ID, Remote: w.remote,
 		Examples: w.examples.Load(), Accepted: w.accepted.Load(), Rejected: w.rejected.Load(),
 		LastStaleness: w.lastStaleness.Load(),
 		ConnectedAt:   w.connectedAt, LastSeen: time.Unix(0, w.lastSeen.Load()),
+		Leases: []uint64{},
 	}
+	now := time.Now()
+	w.rateMu.Lock()
+	if w.rateAt.IsZero() {
+		w.rateAt, w.rateExamples = w.connectedAt, 0
+	}
+	if dt := now.Sub(w.rateAt).Seconds(); dt >= 1 {
+		inst := float64(v.Examples-w.rateExamples) / dt
+		if w.rate == 0 {
+			w.rate = inst
+		} else {
+			w.rate = 0.5*w.rate + 0.5*inst
+		}
+		w.rateAt, w.rateExamples = now, v.Examples
+	}
+	v.ExamplesPerSec = w.rate
+	w.rateMu.Unlock()
+	return v
 }
 
 // maxMessageBytes is the read limit for a job's connections: one full

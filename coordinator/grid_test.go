@@ -50,7 +50,7 @@ type testGrid struct {
 func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
 	t.Helper()
 	train, test := loadMNIST(t)
-	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond})
+	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, AdminToken: testAdminToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +106,18 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 	return w
 }
 
-// getJSON fetches an API path into v.
+// testAdminToken is the test grids' admin token.
+const testAdminToken = "test-admin-token-0123456789"
+
+// getJSON fetches an API path into v, as the operator.
 func (g *testGrid) getJSON(path string, v any) int {
 	g.t.Helper()
-	resp, err := http.Get(g.http.URL + path)
+	req, err := http.NewRequest(http.MethodGet, g.http.URL+path, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,11 @@ type Job struct {
 	ckptPool chan *ckptBuffers // two: one being written, one being filled
 	metricCh chan store.Metric
 	lastCkpt atomic.Pointer[CheckpointStats]
+	// onMetric, when set, sees every metrics row as it is recorded (the
+	// admin page's live charts); it runs on the loop and must not block.
+	onMetric func(store.Metric)
+	// onCheckpoint, when set, sees how long each checkpoint write took.
+	onCheckpoint func(time.Duration)
 
 	// Loop-owned state below.
 	st jobState
@@ -144,6 +150,41 @@ type jobState struct {
 	metricAt       time.Time // when the last metrics row was taken, and the counters then
 	metricExamples int64
 	metricApplied  int64
+	// optLR is the rate the optimizer was built with; lrScale turns it
+	// into the rate an operator set since.
+	optLR   float64
+	lrScale float32
+	// stalenessHist[i] counts updates applied at staleness i; the last
+	// bucket holds every staleness at or above its index.
+	stalenessHist []int64
+	// Throughput, smoothed over the loop's ticks.
+	rateAt                    time.Time
+	rateExamples              int64
+	rateApplied               int64
+	examplesPerSec, updPerSec float64
+}
+
+// stalenessBuckets is the staleness histogram's size: 0..31 and 32+.
+const stalenessBuckets = 33
+
+// updateRates folds the counters since the last call into the smoothed
+// throughput.
+func (j *Job) updateRates(now time.Time) {
+	st := &j.st
+	if st.rateAt.IsZero() {
+		st.rateAt, st.rateExamples, st.rateApplied = now, st.examplesSeen, st.applied
+		return
+	}
+	dt := now.Sub(st.rateAt).Seconds()
+	if dt < 0.5 {
+		return
+	}
+	ex := float64(st.examplesSeen-st.rateExamples) / dt
+	up := float64(st.applied-st.rateApplied) / dt
+	const keep = 0.6 // about the last 3 s
+	st.examplesPerSec = keep*st.examplesPerSec + (1-keep)*ex
+	st.updPerSec = keep*st.updPerSec + (1-keep)*up
+	st.rateAt, st.rateExamples, st.rateApplied = now, st.examplesSeen, st.applied
 }
 
 // newJob builds a job at version 0 from spec.
@@ -182,6 +223,8 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	st.params = make([]float32, model.NumParams)
 	model.Init(st.params, spec.Seed)
 	st.opt = opt
+	st.optLR, st.lrScale = spec.Optimizer.LR, 1
+	st.stalenessHist = make([]int64, stalenessBuckets)
 	st.published = -1
 	st.leases = map[uint64]*lease{}
 	st.rejections = map[string]int64{protocol.ReasonStale: 0, protocol.ReasonInvalid: 0}
@@ -210,6 +253,7 @@ func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 			f()
 		case now := <-tick.C:
 			j.expireLeases(now)
+			j.updateRates(now)
 		case <-ckpt:
 			if j.st.version != j.st.ckptVersion {
 				j.recordMetric(nil)
@@ -485,9 +529,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
 			sub.norm, sub.norm/st.normMean, st.normMean, r))
 	}
-	scale := float32(1)
+	scale := st.lrScale
 	if j.Spec.StalenessLR == StalenessLRInverse {
-		scale = 1 / float32(1+ack.Staleness)
+		scale /= float32(1 + ack.Staleness)
 	}
 	st.opt.Step(st.params, res.Update, scale)
 	st.nonFiniteRun = 0
@@ -498,6 +542,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.version++
 	st.applied++
 	st.stalenessSum += ack.Staleness
+	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
 	st.examplesSeen += int64(res.Examples)
 	st.epochExamples += int64(res.Examples)
 	st.remaining--
@@ -625,16 +670,22 @@ type JobView struct {
 	LeasesExpired   int64            `json:"leases_expired"`
 	LeasesHeld      int              `json:"leases_held"`
 	MeanStaleness   float64          `json:"mean_staleness"`
-	Workers         int              `json:"workers"`
-	MaxStaleness    int              `json:"max_staleness"`
-	NumParams       int              `json:"num_params"`
-	Shards          int              `json:"shards"`
-	Eval            *EvalResult      `json:"eval"`
-	Run             int64            `json:"run"` // how many times a coordinator has started this job
-	LastCheckpoint  *CheckpointStats `json:"last_checkpoint"`
-	StartedAt       time.Time        `json:"started_at"`
-	DoneAt          *time.Time       `json:"done_at,omitempty"`
-	Spec            JobSpec          `json:"spec"`
+	// StalenessHistogram[i] counts updates applied at staleness i; the
+	// last bucket counts every staleness at or above its index.
+	StalenessHistogram []int64          `json:"staleness_histogram"`
+	ExamplesPerSec     float64          `json:"examples_per_sec"` // smoothed over a few seconds
+	UpdatesPerSec      float64          `json:"updates_per_sec"`
+	LR                 float64          `json:"lr"` // the outer optimizer's rate now
+	Workers            int              `json:"workers"`
+	MaxStaleness       int              `json:"max_staleness"`
+	NumParams          int              `json:"num_params"`
+	Shards             int              `json:"shards"`
+	Eval               *EvalResult      `json:"eval"`
+	Run                int64            `json:"run"` // how many times a coordinator has started this job
+	LastCheckpoint     *CheckpointStats `json:"last_checkpoint"`
+	StartedAt          time.Time        `json:"started_at"`
+	DoneAt             *time.Time       `json:"done_at,omitempty"`
+	Spec               JobSpec          `json:"spec"`
 }
 
 // view copies the loop's state; call it on the loop.
@@ -647,6 +698,10 @@ func (j *Job) view(st *jobState) JobView {
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LeasesHeld: len(st.leases),
 		MaxStaleness: j.Spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
 		StartedAt: st.startedAt, Spec: j.Spec, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
+		StalenessHistogram: slices.Clone(st.stalenessHist), LR: j.Spec.Optimizer.LR,
+	}
+	if st.state == StateRunning {
+		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}
 	for k, n := range st.rejections {
 		v.Rejections[k] = n

@@ -32,6 +32,7 @@ type progress struct {
 	LeasesIssued   int64            `json:"leases_issued"`
 	LeasesExpired  int64            `json:"leases_expired"`
 	StalenessSum   int64            `json:"staleness_sum"`
+	StalenessHist  []int64          `json:"staleness_hist,omitempty"`
 	NormMean       float64          `json:"norm_mean"`
 	NormCount      int64            `json:"norm_count"`
 	LastEvalAt     int64            `json:"last_eval_at"`
@@ -116,7 +117,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	p := progress{
 		Epoch: st.epoch, ExamplesSeen: st.examplesSeen, EpochExamples: st.epochExamples,
 		Applied: st.applied, Rejected: st.rejected, Rejections: st.rejections,
-		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum,
+		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum, StalenessHist: st.stalenessHist,
 		NormMean: st.normMean, NormCount: st.normCount, LastEvalAt: st.lastEvalAt, Eval: st.eval,
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
 	}
@@ -221,6 +222,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 		st.rejections[k] = v
 	}
 	st.leasesIssued, st.leasesExpired, st.stalenessSum = p.LeasesIssued, p.LeasesExpired, p.StalenessSum
+	copy(st.stalenessHist, p.StalenessHist) // older checkpoints have none
 	st.normMean, st.normCount = p.NormMean, p.NormCount
 	st.lastEvalAt, st.eval, st.finalEvalAfter = p.LastEvalAt, p.Eval, p.FinalEvalAfter
 	if !p.StartedAt.IsZero() {
@@ -291,6 +293,9 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
 		PauseMs: float64(op.pause.Microseconds()) / 1000, WriteMs: float64(took.Microseconds()) / 1000,
 	}
 	j.lastCkpt.Store(&info)
+	if j.onCheckpoint != nil {
+		j.onCheckpoint(took)
+	}
 	if j.verbose {
 		j.logf("job %s: checkpoint v%d written: %.1f MB in %v (loop paused %v)", j.ID, op.c.Version,
 			float64(info.Bytes)/1e6, took.Round(time.Millisecond), op.pause.Round(time.Microsecond))
@@ -301,7 +306,16 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
 // and the evaluation if there is one. Never blocks the loop: when the
 // writer is far behind, the row is dropped.
 func (j *Job) recordMetric(eval *EvalResult) {
-	if j.store == nil {
+	j.addMetric(eval, "")
+}
+
+// recordNote records a metrics row saying what an operator changed.
+func (j *Job) recordNote(note string) {
+	j.addMetric(nil, note)
+}
+
+func (j *Job) addMetric(eval *EvalResult, note string) {
+	if j.store == nil && j.onMetric == nil {
 		return
 	}
 	st := &j.st
@@ -320,6 +334,15 @@ func (j *Job) recordMetric(eval *EvalResult) {
 		} else {
 			m.Note = "non-finite loss"
 		}
+	}
+	if note != "" {
+		m.Note = note
+	}
+	if j.onMetric != nil {
+		j.onMetric(m)
+	}
+	if j.store == nil {
+		return
 	}
 	select {
 	case j.metricCh <- m:

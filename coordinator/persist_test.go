@@ -17,7 +17,7 @@ import (
 func newStoredGrid(t *testing.T, db *store.Store, spec *coordinator.JobSpec) *testGrid {
 	t.Helper()
 	train, test := loadMNIST(t)
-	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db,
+	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db, AdminToken: testAdminToken,
 		CheckpointInterval: 50 * time.Millisecond, KeepCheckpoints: 3, IdleRetry: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -47,6 +47,9 @@ type Config struct {
 	KeepCheckpoints int
 	// Verbose logs every checkpoint written.
 	Verbose bool
+	// AdminToken guards the admin API and page (see auth.go). Empty
+	// disables them: every admin route answers 401.
+	AdminToken string
 	// Pages serves every path the coordinator does not (the contribute
 	// page at / and its assets; see package web). Nil serves a plain index
 	// that links the API.
@@ -100,6 +103,10 @@ type Server struct {
 	jobs    []*Job
 	workers map[string]*workerConn
 
+	auth    *auth
+	events  hub
+	metrics *promMetrics
+
 	loops   sync.WaitGroup // job loops
 	writers sync.WaitGroup // job checkpoint writers
 	conns   sync.WaitGroup // websocket connections
@@ -112,7 +119,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("coordinator: Config.Train and Config.Test are required")
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff}
+	s := &Server{cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff, auth: newAuth(cfg.AdminToken)}
+	s.metrics = newPromMetrics(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
 	s.routes()
@@ -150,6 +158,8 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 // startJob registers j and starts its loop and, with a store, its writer
 // (after a first checkpoint, so the job can be resumed from the start).
 func (s *Server) startJob(j *Job) {
+	j.onMetric = func(m store.Metric) { s.events.publish(MetricEvent{Job: j.ID, Metric: m}) }
+	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.ckptCh = make(chan *checkpointOp, 1)
@@ -376,10 +386,10 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs", s.handleJobs).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}", s.handleJob).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
-	api.HandleFunc("/jobs/{id}/checkpoints", s.handleCheckpoints).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
-	api.HandleFunc("/workers", s.handleWorkers).Methods(http.MethodGet)
+	s.adminRoutes(r, api)
+	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
 	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)
 	})
@@ -431,8 +441,31 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, s.WorkerViews())
+func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.workerViews(r.Context()))
+}
+
+// workerViews is WorkerViews with each worker's held leases.
+func (s *Server) workerViews(ctx context.Context) []WorkerView {
+	views := s.WorkerViews()
+	held := map[string][]uint64{}
+	s.mu.Lock()
+	jobs := slices.Clone(s.jobs)
+	s.mu.Unlock()
+	for _, j := range jobs {
+		_ = j.exec(ctx, func(st *jobState) {
+			for id, l := range st.leases {
+				held[l.worker] = append(held[l.worker], id)
+			}
+		})
+	}
+	for i := range views {
+		if ids := held[views[i].ID]; ids != nil {
+			slices.Sort(ids)
+			views[i].Leases = ids
+		}
+	}
+	return views
 }
 
 // serveImmutable serves bytes that never change under this URL, so any

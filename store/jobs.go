@@ -17,7 +17,7 @@ type JobRecord struct {
 	ID          string
 	Name        string
 	Spec        []byte // JSON, opaque to store
-	State       string // running, paused, done, failed
+	State       string // running, paused, done, failed, stopped
 	Reason      string
 	CreatedAt   time.Time
 	DoneAt      time.Time // zero while not done
@@ -25,7 +25,7 @@ type JobRecord struct {
 }
 
 // JobStates are the states a job may be in.
-var JobStates = []string{"running", "paused", "done", "failed"}
+var JobStates = []string{"running", "paused", "done", "failed", "stopped"}
 
 func checkState(id, state string) error {
 	if !slices.Contains(JobStates, state) {
@@ -75,6 +75,21 @@ func (s *Store) UpdateJobState(ctx context.Context, id, state, reason string, do
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return s.wrap("updating job "+id, err)
+	} else if n == 0 {
+		return notFoundJob(id)
+	}
+	return nil
+}
+
+// UpdateJobSpec replaces a job's stored spec (its settings changed while it
+// runs; a resumed job keeps them); ErrNotFound if there is no such job.
+func (s *Store) UpdateJobSpec(ctx context.Context, id string, spec []byte) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE jobs SET spec = ? WHERE id = ?`, spec, id)
+	if err != nil {
+		return s.wrap("updating job "+id+"'s spec", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.wrap("updating job "+id+"'s spec", err)
 	} else if n == 0 {
 		return notFoundJob(id)
 	}

@@ -129,6 +129,18 @@ func TestJobs(t *testing.T) {
 	if got, _ := s.Job(ctx, "a"); !got.DoneAt.IsZero() || got.State != "running" {
 		t.Errorf("after resuming: %+v, want zero DoneAt", got)
 	}
+	if err := s.UpdateJobState(ctx, "a", "stopped", "stopped by operator", done); err != nil {
+		t.Errorf("UpdateJobState(stopped) = %v", err)
+	}
+	if err := s.UpdateJobSpec(ctx, "a", []byte(`{"max_staleness":16}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Job(ctx, "a"); string(got.Spec) != `{"max_staleness":16}` {
+		t.Errorf("spec after UpdateJobSpec: %s", got.Spec)
+	}
+	if err := s.UpdateJobSpec(ctx, "nope", []byte("{}")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("UpdateJobSpec(missing) = %v, want ErrNotFound", err)
+	}
 	if err := s.UpdateJobState(ctx, "nope", "done", "", done); !errors.Is(err, ErrNotFound) {
 		t.Errorf("UpdateJobState(missing) = %v, want ErrNotFound", err)
 	}

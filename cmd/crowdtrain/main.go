@@ -26,9 +26,10 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 const usage = `crowdtrain — a volunteer compute grid for training neural networks
 
 Usage:
-  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE]
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T]
   crowdtrain work   --coordinator ws://HOST:PORT/ws [--backend auto|cpu|cuda] [--device N] [--threads N]
-  crowdtrain status --coordinator http://HOST:PORT
+  crowdtrain status --coordinator http://HOST:PORT [--token T]
+  crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
 
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = work(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = status(ctx, args[1:], stdout, stderr)
+	case "submit":
+		err = submit(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
 	case "export":

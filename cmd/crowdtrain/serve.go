@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -33,8 +34,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
 	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
 	verbose := fs.Bool("v", false, "log every checkpoint")
+	adminToken := fs.String("admin-token", "", "`TOKEN` for the admin page and API (default: $CROWDTRAIN_ADMIN_TOKEN, else a random one printed at start)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	token, generated := *adminToken, false
+	if token == "" {
+		token = os.Getenv(adminTokenEnv)
+	}
+	if token == "" {
+		token, generated = coordinator.NewAdminToken(), true
+	} else if len(token) < 16 {
+		return usagef("the admin token must be at least 16 characters (it guards job control); leave it unset for a random one")
 	}
 	if *localWorkers < 0 || *threads < 1 {
 		return usagef("--local-workers must be >= 0 and --threads >= 1")
@@ -69,7 +80,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv, err := coordinator.New(coordinator.Config{
 		Train: train, Test: test, Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
-		Pages: pages,
+		Pages: pages, AdminToken: token,
 	})
 	if err != nil {
 		return err
@@ -101,6 +112,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base, base, ln.Addr())
 	if pages.HasWorker() {
 		logger.Printf("contribute from a browser: open %s/ and press Contribute", base)
+	}
+	if generated {
+		logger.Printf("admin page %s/admin; admin token (random, this run only; set --admin-token or $%s to keep one): %s", base, adminTokenEnv, token)
+	} else {
+		logger.Printf("admin page %s/admin (token from --admin-token or $%s)", base, adminTokenEnv)
 	}
 
 	wctx, stopWorkers := context.WithCancel(ctx)

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,21 +20,21 @@ import (
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	coord := fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
+	token := fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+"); without it the workers are not listed")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	base := strings.TrimRight(*coord, "/")
-	base = strings.TrimSuffix(base, "/ws")
-	if strings.HasPrefix(base, "ws") { // accept the worker URL too
-		base = "http" + strings.TrimPrefix(base, "ws")
-	}
+	c := apiClient{base: apiBase(*coord), token: *token}
 	var jobs []coordinator.JobView
-	if err := getJSON(ctx, base+"/api/v1/jobs", &jobs); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs", nil, &jobs); err != nil {
 		return err
 	}
 	var workers []coordinator.WorkerView
-	if err := getJSON(ctx, base+"/api/v1/workers", &workers); err != nil {
-		return err
+	workersErr := error(nil)
+	if c.token == "" {
+		workersErr = errors.New("workers are shown to the operator only: pass --token or set $" + adminTokenEnv)
+	} else {
+		workersErr = c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &workers)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tNAME\tSTATE\tEPOCH\tVERSION\tEXAMPLES\tAPPLIED\tREJECTED\tWORKERS\tACCURACY\tCHECKPOINT")
@@ -53,7 +56,10 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s ago\t%s ago\n", w.ID, w.Kind, w.Backend, w.Threads, w.Job,
 			w.Examples, w.Accepted, w.Rejected, time.Since(w.ConnectedAt).Round(time.Second), time.Since(w.LastSeen).Round(time.Second))
 	}
-	if len(workers) == 0 {
+	switch {
+	case workersErr != nil:
+		fmt.Fprintf(tw, "(%v)\n", workersErr)
+	case len(workers) == 0:
 		fmt.Fprintln(tw, "(no workers connected)")
 	}
 	return tw.Flush()
@@ -72,24 +78,78 @@ func formatRejections(r map[string]int64) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-func getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// adminTokenEnv names the variable that holds the admin token for serve,
+// status and submit.
+const adminTokenEnv = "CROWDTRAIN_ADMIN_TOKEN"
+
+// apiBase turns what a user may pass as --coordinator (the page's URL, the
+// worker's ws:// URL) into the API's base URL.
+func apiBase(coord string) string {
+	base := strings.TrimRight(coord, "/")
+	base = strings.TrimSuffix(base, "/ws")
+	if strings.HasPrefix(base, "ws") {
+		base = "http" + strings.TrimPrefix(base, "ws")
+	}
+	return base
+}
+
+// apiClient calls the coordinator's JSON API, with the admin token when it
+// has one.
+type apiClient struct {
+	base, token string
+}
+
+// apiError is an error answer of the API.
+type apiError struct {
+	Status  int
+	Message string `json:"error"`
+	Key     string `json:"key"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func (c apiClient) do(ctx context.Context, method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return usagef("bad coordinator URL: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the coordinator: %w (is `crowdtrain serve` running there?)", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("%s %s: the coordinator refused the admin token: pass --token or set $%s (serve prints its token at start)", method, path, adminTokenEnv)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: not a coordinator's answer: %w", url, err)
+	if resp.StatusCode >= 300 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		e := &apiError{Status: resp.StatusCode}
+		if json.Unmarshal(raw, e) != nil || e.Message == "" {
+			e.Message = fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(raw)))
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: not a coordinator's answer: %w", method, path, err)
 	}
 	return nil
 }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+)
+
+// submit sends a job spec (a file, or a built-in job's name) to a running
+// coordinator, which validates it and starts the job.
+func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	coord := fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
+	token := fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+")")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", coordinator.JobPresetNames())
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("give one SPEC: a job spec file or a built-in job (%v)", coordinator.JobPresetNames())
+	}
+	if *token == "" {
+		return usagef("submitting needs the admin token: pass --token or set $%s (serve prints its token at start)", adminTokenEnv)
+	}
+	arg := fs.Arg(0)
+	var req coordinator.SubmitRequest
+	if data, err := os.ReadFile(arg); err == nil {
+		req.Spec = string(data)
+	} else if slices.Contains(coordinator.JobPresetNames(), arg) {
+		req.Preset = arg
+	} else {
+		return usagef("%s: %v (and it is not a built-in job: %v)", arg, err, coordinator.JobPresetNames())
+	}
+	c := apiClient{base: apiBase(*coord), token: *token}
+	var v coordinator.JobView
+	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &v); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			return usagef("%s", ae.Message) // the spec is wrong: the message names the key
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "submitted %s (%s): %s, %d parameters, %d shards\n", v.ID, v.Name, v.State, v.NumParams, v.Shards)
+	return nil
+}

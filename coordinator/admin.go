@@ -1,0 +1,232 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/gorilla/mux"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+// maxSpecBytes bounds a submitted job spec.
+const maxSpecBytes = 1 << 20
+
+// SubmitRequest is the body of POST /api/v1/jobs: a spec in YAML or JSON,
+// or the name of a built-in job.
+type SubmitRequest struct {
+	Spec   string `json:"spec,omitempty"`
+	Preset string `json:"preset,omitempty"`
+}
+
+func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
+	r.HandleFunc("/admin/login", s.handleLogin).Methods(http.MethodPost)
+	r.HandleFunc("/admin/logout", s.handleLogout).Methods(http.MethodPost)
+	api.HandleFunc("/session", s.admin(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]bool{"signed_in": true})
+	})).Methods(http.MethodGet)
+	api.HandleFunc("/presets", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, JobPresetNames())
+	}).Methods(http.MethodGet)
+	api.HandleFunc("/jobs", s.admin(s.handleSubmit)).Methods(http.MethodPost)
+	api.HandleFunc("/jobs/{id}", s.admin(s.handlePatch)).Methods(http.MethodPatch)
+	for action, f := range map[string]func(context.Context, string) (JobView, error){
+		"pause": s.PauseJob, "resume": s.ResumeJob, "stop": s.StopJob,
+	} {
+		api.HandleFunc("/jobs/{id}/"+action, s.admin(func(w http.ResponseWriter, r *http.Request) {
+			v, err := f(r.Context(), mux.Vars(r)["id"])
+			writeControl(w, v, err)
+		})).Methods(http.MethodPost)
+	}
+	api.HandleFunc("/jobs/{id}/checkpoints", s.admin(s.handleCheckpoints)).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/checkpoints/{version:[0-9]+}/safetensors", s.admin(s.handleCheckpointDownload)).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/export", s.admin(s.handleExportLive)).Methods(http.MethodGet)
+	api.HandleFunc("/workers", s.admin(s.handleWorkers)).Methods(http.MethodGet)
+	api.HandleFunc("/workers/{id}", s.admin(s.handleDisconnect)).Methods(http.MethodDelete)
+	api.HandleFunc("/events", s.admin(s.handleEvents)).Methods(http.MethodGet)
+}
+
+// writeControl answers a job control request: the job's view, or the
+// error with the status that fits it.
+func writeControl(w http.ResponseWriter, v JobView, err error) {
+	var se *SpecError
+	switch {
+	case err == nil:
+		writeJSON(w, v)
+	case errors.As(err, &se):
+		writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": se.Error(), "key": se.Key, "problem": se.Problem})
+	case errors.Is(err, ErrNoJob):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, ErrTransition):
+		writeError(w, http.StatusConflict, "%v", err)
+	default:
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	}
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSpecBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the request: %v", err)
+		return
+	}
+	if len(raw) > maxSpecBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, "a job spec is at most %d bytes", maxSpecBytes)
+		return
+	}
+	var req SubmitRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, `the body must be JSON {"spec": "<YAML or JSON text>"} or {"preset": "NAME"}: %v`, err)
+		return
+	}
+	var spec JobSpec
+	switch {
+	case req.Preset != "" && req.Spec != "":
+		writeError(w, http.StatusBadRequest, "give a spec or a preset, not both")
+		return
+	case req.Preset != "":
+		mk, ok := jobPresets[req.Preset]
+		if !ok {
+			writeJSONStatus(w, http.StatusBadRequest, map[string]string{
+				"error":   fmt.Sprintf("unknown preset %q (presets: %s)", req.Preset, strings.Join(JobPresetNames(), ", ")),
+				"key":     "preset",
+				"problem": "unknown preset",
+			})
+			return
+		}
+		spec, err = finishSpec(mk())
+	case strings.TrimSpace(req.Spec) != "":
+		spec, err = ParseJobSpec([]byte(req.Spec))
+	default:
+		writeError(w, http.StatusBadRequest, "the spec is empty: paste a YAML or JSON job spec, or pick a preset")
+		return
+	}
+	if err == nil {
+		var j *Job
+		if j, err = s.AddJob(spec); err == nil {
+			v, _, verr := s.JobView(r.Context(), j.ID)
+			if verr != nil {
+				writeError(w, http.StatusServiceUnavailable, "job %s started but cannot be shown: %v", j.ID, verr)
+				return
+			}
+			w.Header().Set("Location", "/api/v1/jobs/"+j.ID)
+			writeJSONStatus(w, http.StatusCreated, v)
+			return
+		}
+	}
+	writeControl(w, JobView{}, err)
+}
+
+func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) {
+	var set Settings
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&set); err != nil {
+		writeError(w, http.StatusBadRequest, `the body must be JSON such as {"lr": 0.0005, "max_staleness": 16}: %v`, err)
+		return
+	}
+	v, err := s.UpdateJob(r.Context(), mux.Vars(r)["id"], set)
+	writeControl(w, v, err)
+}
+
+func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	id := vars["id"]
+	if s.job(id) == nil {
+		writeError(w, http.StatusNotFound, "no job %q", id)
+		return
+	}
+	if s.cfg.Store == nil {
+		writeError(w, http.StatusNotFound, "this coordinator keeps no checkpoints (start it with --db)")
+		return
+	}
+	version, err := strconv.ParseInt(vars["version"], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
+		return
+	}
+	var buf bytes.Buffer
+	if _, err := Export(r.Context(), s.cfg.Store, id, version, &buf); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, store.ErrNotFound) || strings.Contains(err.Error(), "has no checkpoint") {
+			code = http.StatusNotFound
+		}
+		writeError(w, code, "%v", err)
+		return
+	}
+	serveDownload(w, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+}
+
+// handleExportLive writes the job's parameters as they are now.
+func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	j := s.job(id)
+	if j == nil {
+		writeError(w, http.StatusNotFound, "no job %q", id)
+		return
+	}
+	var params []float32
+	var version int64
+	if err := j.exec(r.Context(), func(st *jobState) {
+		params, version = append([]float32(nil), st.params...), st.version
+	}); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
+		return
+	}
+	modelJSON, _ := json.Marshal(j.Spec.Model)
+	var buf bytes.Buffer
+	meta := map[string]string{
+		"format": "pt", "crowdtrain.job": id, "crowdtrain.name": j.Spec.Name,
+		"crowdtrain.version": strconv.FormatInt(version, 10), "crowdtrain.model": string(modelJSON),
+		"crowdtrain.exported": "admin export at " + time.Now().UTC().Format(time.RFC3339),
+	}
+	if err := nn.WriteSafetensors(&buf, j.model.Layout, params, meta); err != nil {
+		writeError(w, http.StatusInternalServerError, "export: %v", err)
+		return
+	}
+	serveDownload(w, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+}
+
+func serveDownload(w http.ResponseWriter, name string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
+
+// DisconnectWorker closes a worker's connection; its leases go back to the
+// queue. A volunteer's worker reconnects by itself after its backoff.
+func (s *Server) DisconnectWorker(id string) bool {
+	s.mu.Lock()
+	wc := s.workers[id]
+	s.mu.Unlock()
+	if wc == nil {
+		return false
+	}
+	s.cfg.Logf("worker %s: disconnected by the operator", id)
+	go wc.ws.Close(websocket.StatusPolicyViolation, "disconnected by the operator")
+	return true
+}
+
+func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request) {
+	id := mux.Vars(r)["id"]
+	if !s.DisconnectWorker(id) {
+		writeError(w, http.StatusNotFound, "no connected worker %q; GET /api/v1/workers lists them", id)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,95 @@
+package coordinator
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// promMetrics serves /metrics. Job and worker figures are read from the
+// same views the API shows, at scrape time, so there is one set of
+// counters, not two that could disagree.
+type promMetrics struct {
+	s   *Server
+	reg *prometheus.Registry
+
+	checkpointSeconds prometheus.Histogram
+
+	applied, rejected, examples, version, accuracy, loss, staleness, workers *prometheus.Desc
+}
+
+func newPromMetrics(s *Server) *promMetrics {
+	m := &promMetrics{
+		s:   s,
+		reg: prometheus.NewRegistry(),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "crowdtrain_checkpoint_duration_seconds",
+			Help:    "Time to write one checkpoint to SQLite.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}),
+		applied:   prometheus.NewDesc("crowdtrain_updates_applied_total", "Updates applied to the model.", []string{"job"}, nil),
+		rejected:  prometheus.NewDesc("crowdtrain_updates_rejected_total", "Results rejected, by reason.", []string{"job", "reason"}, nil),
+		examples:  prometheus.NewDesc("crowdtrain_examples_processed_total", "Training examples in applied updates.", []string{"job"}, nil),
+		version:   prometheus.NewDesc("crowdtrain_model_version", "The model's version: updates applied since version 0.", []string{"job"}, nil),
+		accuracy:  prometheus.NewDesc("crowdtrain_eval_accuracy", "Test accuracy at the last evaluation.", []string{"job"}, nil),
+		loss:      prometheus.NewDesc("crowdtrain_eval_loss", "Test loss at the last evaluation.", []string{"job"}, nil),
+		staleness: prometheus.NewDesc("crowdtrain_staleness", "Staleness of applied updates (versions behind when applied).", []string{"job"}, nil),
+		workers:   prometheus.NewDesc("crowdtrain_workers", "Connected workers, by kind.", []string{"kind"}, nil),
+	}
+	m.reg.MustRegister(m, m.checkpointSeconds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *promMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers} {
+		ch <- d
+	}
+}
+
+func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	jobs, _ := m.s.JobViews(ctx)
+	for _, j := range jobs {
+		ch <- prometheus.MustNewConstMetric(m.applied, prometheus.CounterValue, float64(j.UpdatesApplied), j.ID)
+		for reason, n := range j.Rejections {
+			ch <- prometheus.MustNewConstMetric(m.rejected, prometheus.CounterValue, float64(n), j.ID, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(m.examples, prometheus.CounterValue, float64(j.ExamplesSeen), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.version, prometheus.GaugeValue, float64(j.Version), j.ID)
+		if j.Eval != nil {
+			ch <- prometheus.MustNewConstMetric(m.accuracy, prometheus.GaugeValue, j.Eval.Accuracy, j.ID)
+			ch <- prometheus.MustNewConstMetric(m.loss, prometheus.GaugeValue, j.Eval.Loss, j.ID)
+		}
+		// The job keeps a count per staleness; Prometheus wants cumulative
+		// buckets (the last one, "32 or more", is the +Inf bucket).
+		buckets := map[float64]uint64{}
+		var cum uint64
+		var sum float64
+		for s, n := range j.StalenessHistogram {
+			cum += uint64(n)
+			sum += float64(s) * float64(n)
+			if s < len(j.StalenessHistogram)-1 {
+				buckets[float64(s)] = cum
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(m.staleness, cum, sum, buckets, j.ID)
+	}
+	kinds := map[string]int{protocol.KindBrowser: 0, protocol.KindNative: 0, protocol.KindGPU: 0}
+	for _, w := range m.s.WorkerViews() {
+		kinds[w.Kind]++
+	}
+	for kind, n := range kinds {
+		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(n), kind)
+	}
+}
