@@ -87,12 +87,13 @@ func TestServeStatusAndCleanStop(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	const token = "serve-test-admin-token"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	logs := &lockedBuffer{}
 	go func() {
 		done <- run(ctx, []string{"serve", "--addr", addr, "--job", "mnist-mlp", "--local-workers", "2", "--progress", "200ms",
-			"--db", filepath.Join(t.TempDir(), "ct.db")},
+			"--db", filepath.Join(t.TempDir(), "ct.db"), "--admin-token", token},
 			io.Discard, logs)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
@@ -115,9 +116,32 @@ func TestServeStatusAndCleanStop(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	code, stdout, stderr := runCmd(t, context.Background(), "status", "--coordinator", "http://"+addr)
+	code, stdout, stderr := runCmd(t, context.Background(), "status", "--coordinator", "http://"+addr, "--token", token)
 	if code != 0 || !strings.Contains(stdout, "mnist-mlp") || strings.Count(stdout, "cpu-gonum") != 2 {
 		t.Fatalf("status exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	// Without the token the public summary still shows; the workers do not.
+	code, stdout, _ = runCmd(t, context.Background(), "status", "--coordinator", "http://"+addr, "--token", "")
+	if code != 0 || !strings.Contains(stdout, "mnist-mlp") || strings.Contains(stdout, "cpu-gonum") || !strings.Contains(stdout, "--token") {
+		t.Fatalf("status without the token, exit %d:\n%s", code, stdout)
+	}
+
+	// submit: a preset, a spec file with a bad key, and without the token.
+	code, stdout, stderr = runCmd(t, context.Background(), "submit", "--coordinator", "http://"+addr, "--token", token, "mnist-cnn")
+	if code != 0 || !strings.Contains(stdout, "submitted mnist-cnn-") {
+		t.Fatalf("submit mnist-cnn: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: bad\nmodel: mnist-mlp\nbatch_size: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCmd(t, context.Background(), "submit", "--coordinator", "http://"+addr, "--token", token, bad)
+	if code != 2 || !strings.Contains(stderr, "batch_size") {
+		t.Fatalf("submit a bad spec: exit %d, %s; want 2 naming batch_size", code, stderr)
+	}
+	code, _, stderr = runCmd(t, context.Background(), "submit", "--coordinator", "http://"+addr, "--token", "wrong-token-wrong-token", "mnist-cnn")
+	if code != 1 || !strings.Contains(stderr, "refused the admin token") {
+		t.Fatalf("submit with a wrong token: exit %d, %s", code, stderr)
 	}
 	cancel()
 	select {

@@ -23,16 +23,29 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", coordinator.JobPresetNames())
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
-		return err
+	// SPEC may come before or after the flags.
+	fs.SetOutput(stderr)
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() != 1 {
+	if len(rest) != 1 {
 		return usagef("give one SPEC: a job spec file or a built-in job (%v)", coordinator.JobPresetNames())
 	}
 	if *token == "" {
 		return usagef("submitting needs the admin token: pass --token or set $%s (serve prints its token at start)", adminTokenEnv)
 	}
-	arg := fs.Arg(0)
+	arg := rest[0]
 	var req coordinator.SubmitRequest
 	if data, err := os.ReadFile(arg); err == nil {
 		req.Spec = string(data)
