@@ -450,11 +450,11 @@ function select(id, byUser) {
   drawThroughput();
   renderJobs();
   renderJob();
+  $('checkpoints').replaceChildren();
+  $('job-notes').replaceChildren();
   if (id) {
     loadHistory(id);
     loadCheckpoints(id);
-  } else {
-    $('checkpoints').replaceChildren();
   }
 }
 
@@ -887,6 +887,7 @@ async function loadPresets() {
     sel.replaceChildren(...opts);
     sel.value = keep;
     if (sel.value !== keep) sel.value = '';
+    labelSubmit();
   } catch (e) { /* presets are a convenience; a spec still works */ }
 }
 
@@ -896,6 +897,7 @@ async function loadFile() {
   try {
     $('submit-spec').value = await f.text();
     $('submit-preset').value = '';
+    labelSubmit();
     clearSubmitError();
     text($('submit-done'), 'Loaded ' + f.name + '.');
   } catch (e) {
@@ -946,6 +948,12 @@ async function submitJob(ev) {
   }
 }
 
+// labelSubmit says on the button what Submit sends: the preset or the text.
+function labelSubmit() {
+  const p = $('submit-preset').value;
+  text($('submit'), p ? 'Submit preset ' + p : 'Submit');
+}
+
 // showSubmitError puts the coordinator's complaint next to the spec and,
 // when it names a key, marks the line that holds the key.
 function showSubmitError(e, fromText) {
@@ -964,7 +972,7 @@ function showSubmitError(e, fromText) {
   err.dataset.line = String(line + 1);
   const where = document.createElement('span');
   where.className = 'where';
-  where.textContent = 'line ' + (line + 1) + ': ' + ta.value.split('\n')[line].trim();
+  where.textContent = ' — line ' + (line + 1) + ': ' + ta.value.split('\n')[line].trim();
   err.append(where);
   markLine(ta, line);
 }
@@ -1029,10 +1037,12 @@ function init() {
     $('max-staleness').classList.remove('invalid');
   });
   $('submit-form').addEventListener('submit', submitJob);
+  $('submit-preset').addEventListener('change', labelSubmit);
   $('submit-file').addEventListener('change', loadFile);
   $('submit-spec').addEventListener('input', () => {
     // Editing the text means submitting it, and the old mark is stale.
     $('submit-preset').value = '';
+    labelSubmit();
     if ($('submit-backdrop').firstChild) $('submit-backdrop').replaceChildren();
     $('submit-spec').classList.remove('invalid');
   });
