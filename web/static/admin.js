@@ -250,9 +250,17 @@ function connect() {
   const es = new EventSource('/api/v1/events');
   state.events = es;
   setLive('connecting…', '');
+  let broken = false;
   es.addEventListener('open', () => {
     setLive('live', 'ok');
     stopPolling();
+    if (broken && state.selected) {
+      // Metrics recorded while the stream was down (a coordinator restart)
+      // are only in the history.
+      loadHistory(state.selected);
+      loadCheckpoints(state.selected);
+    }
+    broken = false;
   });
   es.addEventListener('jobs', (e) => {
     const jobs = parse(e.data);
@@ -264,10 +272,11 @@ function connect() {
   });
   es.addEventListener('metric', (e) => {
     const m = parse(e.data);
-    if (m && m.metric && m.job === state.selected) addMetric(m.metric);
+    if (m && m.metric && m.job != null && String(m.job) === state.selected) addMetric(m.metric);
   });
   es.addEventListener('error', () => {
     if (es !== state.events) return;
+    broken = true;
     if (es.readyState === EventSource.CLOSED) {
       // The stream was refused (401 when the session ended, or an older
       // coordinator without it): ask why, and poll meanwhile.
@@ -470,6 +479,7 @@ function renderJob() {
   $('pause').disabled = st !== 'running';
   $('resume').disabled = st !== 'paused';
   $('stop').disabled = st !== 'running' && st !== 'paused';
+  $('apply-settings').disabled = settingsBusy || (st !== 'running' && st !== 'paused');
 
   text($('job-id'), job.id);
   const spec = job.spec || {};
@@ -530,6 +540,7 @@ async function command(verb) {
 // ---- settings ----
 
 const settingsDirty = { lr: false, max: false };
+let settingsBusy = false; // a PATCH is on its way
 
 async function applySettings(ev) {
   ev.preventDefault();
@@ -552,6 +563,7 @@ async function applySettings(ev) {
     text($('settings-done'), 'Nothing to change.');
     return;
   }
+  settingsBusy = true;
   $('apply-settings').disabled = true;
   try {
     const updated = await api('PATCH', '/api/v1/jobs/' + encodeURIComponent(job.id), patch);
@@ -561,7 +573,8 @@ async function applySettings(ev) {
   } catch (e) {
     if (e.status !== 401) settingsError(e.key, e.message);
   } finally {
-    $('apply-settings').disabled = false;
+    settingsBusy = false;
+    renderJob();
   }
 }
 
