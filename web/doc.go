@@ -1,13 +1,24 @@
 // Package web serves the pages a browser meets: the contribute page at /,
-// its scripts, and the browser worker (Go compiled to WebAssembly, with the
-// wasm_exec.js of the toolchain that built it).
+// the admin page at /admin, their scripts, and the browser worker (Go
+// compiled to WebAssembly, with the wasm_exec.js of the toolchain that
+// built it).
 //
-// The pages and scripts are embedded from static/. The worker is embedded
+// The pages and scripts are embedded from static/ (subfolders included,
+// served under the same path below /static/). The worker is embedded
 // from dist/, which `make build` fills (see the Makefile's wasm target); a
 // binary built without it still serves the page, which then says so, and
 // NewHandler logs it. Every asset is served with a strong ETag and
 // "Cache-Control: no-cache" (revalidated, so an upgrade is seen at once),
 // gzip-compressed when the browser accepts it.
+//
+// The admin page is static HTML; admin.js signs in with the admin token
+// and reads and steers jobs and workers through the coordinator's JSON API
+// (/admin/login, /api/v1/...) and its event stream (/api/v1/events), which
+// the coordinator serves, not this package. Its charts use uPlot, vendored
+// unchanged with its license in static/vendor/uplot-<version>/ (see the
+// README there). Every response carries a Content-Security-Policy that
+// allows only the pages' own scripts and styles, so the pages have no
+// inline code or style attributes.
 //
 // web imports nothing of ours: the coordinator mounts its Handler.
 package web

@@ -41,10 +41,12 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Handler serves the contribute page at / and its assets under /static/.
+// Handler serves the contribute page at /, the admin page at /admin, and
+// their assets under /static/.
 type Handler struct {
-	assets  map[string]*asset // by name under /static/
+	assets  map[string]*asset // by slash-separated path under /static/
 	index   *template.Template
+	admin   *asset // the admin page: static HTML, its data comes from the API
 	missing string // why there is no browser worker; "" when there is one
 }
 
@@ -76,21 +78,30 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{assets: map[string]*asset{}}
-	entries, err := fs.ReadDir(static, ".")
+	var indexSrc []byte
+	err = fs.WalkDir(static, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(static, name)
+		if err != nil {
+			return err
+		}
+		switch name {
+		case "index.html":
+			indexSrc = b
+		case "admin.html":
+			h.admin = newAsset(name, b)
+		default:
+			h.assets[name] = newAsset(name, b)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var indexSrc []byte
-	for _, e := range entries {
-		b, err := fs.ReadFile(static, e.Name())
-		if err != nil {
-			return nil, err
-		}
-		if e.Name() == "index.html" {
-			indexSrc = b
-			continue
-		}
-		h.assets[e.Name()] = newAsset(e.Name(), b)
+	if indexSrc == nil || h.admin == nil {
+		return nil, errors.New("web: static/ lacks index.html or admin.html")
 	}
 	h.index, err = template.New("index.html").Parse(string(indexSrc))
 	if err != nil {
@@ -134,9 +145,10 @@ func newAsset(name string, body []byte) *asset {
 // HasWorker reports whether the browser worker is built in.
 func (h *Handler) HasWorker() bool { return h.missing == "" }
 
-// contentSecurityPolicy lets the page run only its own scripts, compile
-// WebAssembly and talk to its own origin (ws: and wss: for the worker's
-// socket).
+// contentSecurityPolicy lets the pages run only their own scripts, compile
+// WebAssembly and talk to their own origin (ws: and wss: for the worker's
+// socket). Styles come only from files: uPlot sizes its elements through
+// the CSSOM, which style-src does not restrict.
 const contentSecurityPolicy = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; " +
 	"connect-src 'self' ws: wss:; worker-src 'self'; img-src 'self' data:; style-src 'self'; " +
 	"object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
@@ -149,9 +161,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY") // for browsers without frame-ancestors
+	w.Header().Set("Referrer-Policy", "same-origin")
 	switch {
 	case r.URL.Path == "/" || r.URL.Path == "/index.html":
 		h.serveIndex(w, r)
+	case r.URL.Path == "/admin" || r.URL.Path == "/admin/":
+		h.admin.serve(w, r)
 	case strings.HasPrefix(r.URL.Path, "/static/"):
 		name := strings.TrimPrefix(r.URL.Path, "/static/")
 		a := h.assets[name]
@@ -165,7 +181,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		a.serve(w, r)
 	default:
-		http.Error(w, "no such page: "+r.URL.Path+"; the contribute page is at /", http.StatusNotFound)
+		http.Error(w, "no such page: "+r.URL.Path+"; the contribute page is at /, the admin page at /admin", http.StatusNotFound)
 	}
 }
 

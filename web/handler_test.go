@@ -136,3 +136,113 @@ func TestPagesAndErrors(t *testing.T) {
 		t.Errorf("POST /: %d", post.Code)
 	}
 }
+
+// The admin page is static HTML whose ids the admin script and the
+// end-to-end tests rely on; its chart library is vendored with its license.
+func TestAdminPage(t *testing.T) {
+	h, _ := newTestHandler(t, fstest.MapFS{})
+	for _, p := range []string{"/admin", "/admin/"} {
+		page := get(t, h, p, nil)
+		if page.Code != 200 {
+			t.Fatalf("GET %s: %d", p, page.Code)
+		}
+		if ct := page.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+			t.Errorf("GET %s: Content-Type %q", p, ct)
+		}
+		body := page.Body.String()
+		for _, id := range []string{
+			"signin-form", "token", "signin", "signin-error", "signout", "admin",
+			"jobs", "job-name", "job-state", "job-version", "pause", "resume", "stop",
+			"lr", "max-staleness", "apply-settings", "settings-error",
+			"chart-accuracy", "chart-version", "chart-throughput", "chart-staleness",
+			"workers", "submit-preset", "submit-spec", "submit-file", "submit", "submit-error",
+			"checkpoints", "export",
+		} {
+			if !strings.Contains(body, `id="`+id+`"`) {
+				t.Errorf("GET %s: no #%s", p, id)
+			}
+		}
+		if !strings.Contains(body, `id="token" name="token" type="password"`) {
+			t.Error("#token is not a password input")
+		}
+		for _, src := range []string{"/static/admin.js", "/static/admin.css", "/static/vendor/uplot-1.6.32/uPlot.iife.min.js", "/static/vendor/uplot-1.6.32/uPlot.min.css"} {
+			if !strings.Contains(body, `"`+src+`"`) {
+				t.Errorf("the page does not load %s", src)
+			}
+			if r := get(t, h, src, nil); r.Code != 200 || r.Body.Len() == 0 {
+				t.Errorf("GET %s: %d", src, r.Code)
+			}
+		}
+		// The CSP forbids inline code and styles, so the page has none.
+		for _, bad := range []string{"<script>", " style=", "<style", " onclick=", " onsubmit=", " onload=", "javascript:"} {
+			if strings.Contains(strings.ToLower(body), bad) {
+				t.Errorf("the page has %q, which the CSP blocks", bad)
+			}
+		}
+	}
+
+	page := get(t, h, "/admin", nil)
+	hd := page.Header()
+	csp := hd.Get("Content-Security-Policy")
+	for _, want := range []string{"script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "object-src 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("CSP %q allows inline code", csp)
+	}
+	for k, want := range map[string]string{"X-Frame-Options": "DENY", "Referrer-Policy": "same-origin", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"} {
+		if got := hd.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	if etag := hd.Get("ETag"); etag == "" {
+		t.Error("the admin page has no ETag")
+	} else if again := get(t, h, "/admin", map[string]string{"If-None-Match": etag}); again.Code != http.StatusNotModified {
+		t.Errorf("revalidating the admin page: %d", again.Code)
+	}
+
+	js := get(t, h, "/static/vendor/uplot-1.6.32/uPlot.iife.min.js", nil)
+	if ct := js.Header().Get("Content-Type"); ct != "text/javascript; charset=utf-8" {
+		t.Errorf("uPlot Content-Type %q", ct)
+	}
+	if !strings.Contains(js.Body.String(), "uPlot (v1.6.32)") {
+		t.Error("the vendored uPlot is not version 1.6.32")
+	}
+	lic := get(t, h, "/static/vendor/uplot-1.6.32/LICENSE", nil)
+	if lic.Code != 200 || !strings.Contains(lic.Body.String(), "MIT License") || !strings.Contains(lic.Body.String(), "Leon Sorokin") {
+		t.Errorf("uPlot's license: %d %q", lic.Code, lic.Body.String())
+	}
+	if r := get(t, h, "/static/vendor/uplot-1.6.32/README.md", nil); r.Code != 200 || !strings.Contains(r.Body.String(), "npm pack uplot@1.6.32") {
+		t.Errorf("the vendor README does not say where uPlot came from: %d", r.Code)
+	}
+
+	// The backend answers /admin/login and the API; this handler serves
+	// only the page, and only to GET and HEAD.
+	if r := get(t, h, "/admin/other", nil); r.Code != 404 {
+		t.Errorf("GET /admin/other: %d", r.Code)
+	}
+	post := httptest.NewRecorder()
+	h.ServeHTTP(post, httptest.NewRequest(http.MethodPost, "/admin", nil))
+	if post.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /admin: %d", post.Code)
+	}
+	head := httptest.NewRecorder()
+	h.ServeHTTP(head, httptest.NewRequest(http.MethodHead, "/admin", nil))
+	if head.Code != 200 || head.Body.Len() != 0 {
+		t.Errorf("HEAD /admin: %d, %d bytes", head.Code, head.Body.Len())
+	}
+}
+
+// Every page carries the same security headers.
+func TestAdminSecurityHeadersOnEveryPage(t *testing.T) {
+	h, _ := newTestHandler(t, fstest.MapFS{})
+	for _, p := range []string{"/", "/admin", "/static/admin.js", "/nope"} {
+		hd := get(t, h, p, nil).Header()
+		if hd.Get("X-Frame-Options") != "DENY" || hd.Get("Referrer-Policy") != "same-origin" || hd.Get("Content-Security-Policy") == "" {
+			t.Errorf("%s: X-Frame-Options %q, Referrer-Policy %q, CSP %q", p,
+				hd.Get("X-Frame-Options"), hd.Get("Referrer-Policy"), hd.Get("Content-Security-Policy"))
+		}
+	}
+}
