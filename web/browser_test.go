@@ -131,7 +131,7 @@ func newSite(t testing.TB, spec coordinator.JobSpec) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := coordinator.New(coordinator.Config{Train: tr, Test: te, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, Pages: pages})
+	srv, err := coordinator.New(coordinator.Config{Train: tr, Test: te, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, Pages: pages, AdminToken: adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +155,9 @@ func newSite(t testing.TB, spec coordinator.JobSpec) *site {
 	})
 	return s
 }
+
+// adminToken is the test sites' admin token.
+const adminToken = "browser-test-admin-token"
 
 func (s *site) wsURL() string { return "ws" + strings.TrimPrefix(s.http.URL, "http") + "/ws" }
 

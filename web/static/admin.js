@@ -31,6 +31,17 @@ const state = {
 
 // ---- formatting ----
 
+// spanAtLeast is a uPlot range for an x scale that spans at least `span`:
+// with one point (a fresh job) uPlot would otherwise stretch it over years.
+function spanAtLeast(span) {
+  return (u, min, max) => {
+    if (min == null || max == null) return [0, span];
+    if (max - min >= span) return [min, max];
+    const mid = (min + max) / 2;
+    return [mid - span / 2, mid + span / 2];
+  };
+}
+
 const intFmt = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 
 function num(v) {
@@ -483,7 +494,9 @@ function renderJob() {
 
   text($('job-id'), job.id);
   const spec = job.spec || {};
-  const model = typeof spec.model === 'string' ? spec.model : spec.model && (spec.model.name || spec.model.type);
+  // A preset's name, else the layer count of a custom model.
+  const layers = spec.model && Array.isArray(spec.model.layers) ? spec.model.layers.length + ' layers' : '';
+  const model = spec.model_preset || (typeof spec.model === 'string' ? spec.model : layers);
   const opt = spec.optimizer && spec.optimizer.type;
   text($('job-model'), [model, opt, num(spec.batch_size) ? 'batch ' + spec.batch_size : ''].filter(Boolean).join(' · ') || '–');
   let epoch = num(job.epoch) ? String(job.epoch) : '–';
@@ -616,7 +629,7 @@ function makeCharts() {
     return u;
   };
   state.charts.accuracy = mk('chart-accuracy', {
-    scales: { x: { time: true }, acc: { range: [0, 1] }, loss: {} },
+    scales: { x: { time: true, range: spanAtLeast(60) }, acc: { range: [0, 1] }, loss: {} },
     series: [
       {},
       { label: 'accuracy', scale: 'acc', stroke: COLORS.acc, width: 2, spanGaps: true, value: pct },
@@ -626,7 +639,7 @@ function makeCharts() {
       axis({ scale: 'loss', side: 1, grid: { show: false } })],
   }, [[], [], []]);
   state.charts.version = mk('chart-version', {
-    scales: { x: { time: false }, acc: { range: [0, 1] } },
+    scales: { x: { time: false, range: spanAtLeast(10) }, acc: { range: [0, 1] } },
     series: [
       { label: 'version' },
       { label: 'accuracy', scale: 'acc', stroke: COLORS.acc, width: 2, spanGaps: true, value: pct, points: { show: true, size: 4 } },
@@ -634,7 +647,7 @@ function makeCharts() {
     axes: [axis({}), axis({ scale: 'acc', values: (u, vs) => vs.map((v) => Math.round(v * 100) + '%') })],
   }, [[], []]);
   state.charts.throughput = mk('chart-throughput', {
-    scales: { x: { time: true }, ex: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] }, up: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
+    scales: { x: { time: true, range: spanAtLeast(60) }, ex: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] }, up: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
     series: [
       {},
       { label: 'examples/s', scale: 'ex', stroke: COLORS.ex, width: 2, spanGaps: true, value: (u, v) => fmtRate(v) },
@@ -709,6 +722,12 @@ function addMetric(row) {
   drawMetrics();
 }
 
+// widenSinglePoint centres a lone point in a span: uPlot skips the range
+// function when min equals max and would stretch one point over years.
+function widenSinglePoint(u, xs, span) {
+  if (xs.length === 1) u.setScale('x', { min: xs[0] - span / 2, max: xs[0] + span / 2 });
+}
+
 function drawMetrics() {
   const rows = state.metrics;
   const c = state.charts;
@@ -723,12 +742,14 @@ function drawMetrics() {
       loss.push(nullable(r.loss));
     }
     c.accuracy.setData([t, acc, loss]);
+    widenSinglePoint(c.accuracy, t, 60);
   }
   if (c.version) {
     const byVersion = new Map(); // the latest evaluation of each version
     for (const r of rows) if (num(r.version) && num(r.accuracy)) byVersion.set(r.version, r.accuracy);
     const vs = Array.from(byVersion.keys()).sort((a, b) => a - b);
     c.version.setData([vs, vs.map((v) => byVersion.get(v))]);
+    widenSinglePoint(c.version, vs, 100);
   }
   renderNotes(rows);
 }
