@@ -197,12 +197,14 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The worker is gone or going: its leases return to the queue now,
-	// before the close handshake, which may wait on an unresponsive peer.
+	// before the close handshake, which may wait on an unresponsive peer;
+	// and before it leaves the list, so no one sees it gone with its
+	// leases still out (its reader has stopped: nothing grants it more).
+	var n int
+	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
 	s.mu.Lock()
 	delete(s.workers, wc.id)
 	s.mu.Unlock()
-	var n int
-	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
 	s.saveWorker(wc)
 	why := reason
 	if why == "" {

@@ -354,17 +354,34 @@ func TestContributeFromBrowser(t *testing.T) {
 	})
 	writeArtifact(t, "contribute.png", get(t, ctx, chromedp.FullScreenshot(100)))
 
-	// A reload takes shards from Cache Storage: no shard reaches the
-	// coordinator twice, and the page counts the cache hits.
+	// A reload takes shards from Cache Storage: the page counts the cache
+	// hits, and the coordinator does not see those shards again.
 	do(t, ctx, 30*time.Second, chromedp.Reload(), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
 	waitPage(t, ctx, "shards from the cache after a reload", func() bool { return number(t, ctx, "#cached") > 0 })
+	// A download cut off by Pause or by the reload itself never reached
+	// the cache and is fetched again; any more than those two means the
+	// cache is not used.
 	s.mu.Lock()
+	again := 0
 	for path, n := range s.shards {
 		if n > 1 {
-			t.Errorf("%s was downloaded %d times; the browser should have cached it", path, n)
+			again += n - 1
+			t.Logf("%s was downloaded %d times", path, n)
 		}
 	}
+	shards := len(s.shards)
 	s.mu.Unlock()
+	if again > 2 {
+		t.Errorf("%d repeated shard downloads across %d shards; the browser should have served them from its cache", again, shards)
+	}
+
+	// Several cores: one Web Worker, one Go instance, one connection each.
+	if cores := get(t, ctx, chromedp.Evaluate[int](`navigator.hardwareConcurrency`)); cores > 1 {
+		choose(t, ctx, "#workers", "2")
+		s.waitFor("two browser workers", time.Minute, func() bool { n, _, _ := s.browserWorkers(); return n == 2 })
+	} else {
+		t.Logf("this browser reports %d core: the several-workers case is not exercised", cores)
+	}
 }
 
 // Closing the tab returns the browser worker's leases at once, not at their
