@@ -354,6 +354,23 @@ func TestContributeFromBrowser(t *testing.T) {
 	})
 	writeArtifact(t, "contribute.png", get(t, ctx, chromedp.FullScreenshot(100)))
 
+	// "Pause while this tab is hidden": hiding the tab pauses, showing it
+	// resumes. Headless tabs are never hidden, so the page is told it is.
+	do(t, ctx, 10*time.Second, chromedp.Click("#pause-hidden"))
+	setHidden := func(hidden bool) {
+		get(t, ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+			Object.defineProperty(document, 'hidden', {configurable: true, get: () => %t});
+			document.dispatchEvent(new Event('visibilitychange')); return true })()`, hidden)))
+	}
+	setHidden(true)
+	s.waitFor("the hidden tab's worker to leave", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 0 })
+	if st := text(t, ctx, "#state"); st != "paused (tab hidden)" {
+		t.Errorf("#state is %q while hidden", st)
+	}
+	setHidden(false)
+	s.waitFor("the worker back when the tab shows again", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 1 })
+	do(t, ctx, 10*time.Second, chromedp.Click("#pause-hidden"))
+
 	// A reload takes shards from Cache Storage: the page counts the cache
 	// hits, and the coordinator does not see those shards again.
 	do(t, ctx, 30*time.Second, chromedp.Reload(), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
