@@ -106,6 +106,7 @@ function render() {
   $('accepted').textContent = sum('accepted').toLocaleString('en-US');
   $('rejected').textContent = sum('rejected').toLocaleString('en-US');
   $('cached').textContent = sum('cacheHits').toLocaleString('en-US');
+  $('memory').textContent = (sum('memoryBytes') / 1048576).toFixed(0) + ' MB';
   let version = -1;
   let reason = '';
   for (const w of workers) {

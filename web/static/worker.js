@@ -72,10 +72,14 @@ self.crowdtrainReady = () => {
   for (const m of pending.splice(0)) self.crowdtrainControl(m);
 };
 
-// Called by Go with each report; cache counters are added here, where they live.
+let wasmMemory = null; // the Go instance's linear memory, once it runs
+
+// Called by Go with each report; cache counters and the size of Go's heap
+// (wasm memory only grows) are added here, where they are known.
 self.crowdtrainReport = (m) => {
   m.cacheHits = cacheStats.hits;
   m.cacheMisses = cacheStats.misses;
+  if (wasmMemory) m.memoryBytes = wasmMemory.buffer.byteLength;
   self.postMessage(m);
 };
 
@@ -92,6 +96,7 @@ async function load() {
     }
     result = await WebAssembly.instantiate(await resp.arrayBuffer(), go.importObject);
   }
+  wasmMemory = result.instance.exports.mem;
   await go.run(result.instance);
   self.postMessage({ type: 'exited' });
 }
