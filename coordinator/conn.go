@@ -332,6 +332,12 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 			s.enqueue(wc, &protocol.Error{Code: "invalid", Message: err.Error()})
 			continue
 		default:
+			if peerGone(wc.ws) {
+				// coder/websocket hands over what arrived of a message
+				// whose connection dropped mid-way (a closed tab) as if
+				// it were whole: the decoder caught the truncation.
+				return websocket.StatusNormalClosure, "connection dropped mid-message"
+			}
 			// Framing we cannot parse: the stream cannot be trusted.
 			s.enqueue(wc, &protocol.Error{Code: "malformed", Message: err.Error()})
 			return websocket.StatusUnsupportedData, truncateReason(err.Error())
@@ -352,6 +358,16 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 			s.enqueue(wc, &protocol.Error{Code: "unexpected", Message: fmt.Sprintf("a worker does not send %s messages", m.MessageType())})
 		}
 	}
+}
+
+// peerGone reports whether the connection has already ended, waiting at
+// most a moment for another message. Only called before closing the
+// connection anyway: a read that times out drops it.
+func peerGone(ws *websocket.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, _, err := ws.Reader(ctx)
+	return err != nil && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // readFrame reads one message into buf, which it resets first.
