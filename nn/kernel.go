@@ -42,6 +42,9 @@ type kernel struct {
 	// skipsZeros: the kernel does less work for zero entries of A (gonum),
 	// which makes the zero-skipping formulations in layers.go pay.
 	skipsZeros bool
+	// sparseA: run op(A) with many zeros through sparseGemm (the pure-Go
+	// kernel, for wasm).
+	sparseA bool
 }
 
 var (
@@ -52,7 +55,7 @@ var (
 
 func init() {
 	kernels = append(kernels, platformKernels()...)
-	goK := &kernel{name: KernelGo, micro: goMicro}
+	goK := &kernel{name: KernelGo, micro: goMicro, sparseA: true}
 	gonumK := &kernel{name: KernelGonum, sgemm: gonumGemm, skipsZeros: true}
 	if goFirst {
 		kernels = append(kernels, goK, gonumK)
@@ -149,13 +152,20 @@ type gemmScratch struct {
 	a    []float32 // blockM × blockK
 	b    []float32 // blockK × blockN
 	tile []float32 // one mr×nr tile, for the edges of C
+	// sparseGemm: the non-zeros of each row of a block of op(A).
+	spVal []float32 // blockM × blockK
+	spIdx []int32   // blockM × blockK
+	spN   []int     // blockM
 }
 
 func newGemmScratch() *gemmScratch {
 	return &gemmScratch{
-		a:    make([]float32, blockM*blockK),
-		b:    make([]float32, blockK*blockN),
-		tile: make([]float32, maxMR*maxNR),
+		a:     make([]float32, blockM*blockK),
+		b:     make([]float32, blockK*blockN),
+		tile:  make([]float32, maxMR*maxNR),
+		spVal: make([]float32, blockM*blockK),
+		spIdx: make([]int32, blockM*blockK),
+		spN:   make([]int, blockM),
 	}
 }
 
@@ -175,8 +185,17 @@ func gemm(s *gemmScratch, transA, transB bool, m, n, k int, alpha float32, a []f
 		kn.sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	if kn.sparseA && m > 0 && n > 0 && k > 0 && alpha != 0 && (sparseForce == 1 || sparseForce == 0 && mostlyZero(transA, m, k, a, lda)) {
+		scaleC(beta, m, n, c, ldc)
+		sparseGemm(s, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
 	packedGemm(kn.micro, s, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
+
+// sparseForce overrides mostlyZero for kernels with sparseA when non-zero
+// (tests use it to check both paths): 1 always takes sparseGemm, 2 never.
+var sparseForce = 0
 
 // skipZeros reports whether the active kernel profits from zero operands.
 func skipZeros() bool { return active.Load().skipsZeros }

@@ -79,6 +79,14 @@ func testKernel(t *testing.T, name string) {
 				}
 				lda, ldb, ldc := ac+3, bc+1, n+2
 				a := randSlice(r, ar*lda)
+				if alpha != 1 {
+					// Half zeros, like relu output: the sparse path's case.
+					for i := range a {
+						if r.IntN(2) == 0 {
+							a[i] = 0
+						}
+					}
+				}
 				b := randSlice(r, br*ldb)
 				c := randSlice(r, m*ldc)
 				if beta == 0 {
@@ -133,6 +141,14 @@ func closeGemm(got, want []float32, m, n, ldc, k int) error {
 func TestKernelsMatchReference(t *testing.T) {
 	for _, name := range Kernels() {
 		t.Run(name, func(t *testing.T) { testKernel(t, name) })
+	}
+	// The pure-Go kernel's two paths, each on every case.
+	for _, force := range []int{1, 2} {
+		t.Run(fmt.Sprintf("go/sparseForce=%d", force), func(t *testing.T) {
+			defer func(old int) { sparseForce = old }(sparseForce)
+			sparseForce = force
+			testKernel(t, KernelGo)
+		})
 	}
 }
 
