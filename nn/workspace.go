@@ -118,6 +118,7 @@ func (m *Model) CheckLabels(labels []int32) error {
 // forward runs all layers on n examples and returns the logits (n×NumClasses,
 // owned by ws).
 func (m *Model) forward(ws *Workspace, params, x []float32, n int) []float32 {
+	ws.gemm.k = active.Load() // this step's kernel, for backward too
 	ws.acts[0] = x[:n*m.InputSize]
 	for i := 0; i < len(m.layers); i++ {
 		l := &m.layers[i]
