@@ -63,7 +63,9 @@ func init() {
 		kernels = append(kernels, gonumK, goK)
 	}
 	k := kernels[0]
-	if name := os.Getenv(EnvKernel); name != "" {
+	// KernelOpenBLAS exists only once nativeworker has loaded the library;
+	// nativeworker.UseKernel applies the variable then.
+	if name := os.Getenv(EnvKernel); name != "" && name != KernelOpenBLAS {
 		if kk := findKernel(name); kk != nil {
 			k = kk
 		} else {
@@ -209,8 +211,8 @@ func (s *gemmScratch) kernel() *kernel {
 // (tests use it to check both paths): 1 always takes sparseGemm, 2 never.
 var sparseForce = 0
 
-// skipZeros reports whether the active kernel profits from zero operands.
-func skipZeros() bool { return active.Load().skipsZeros }
+// skipZeros reports whether the step's kernel profits from zero operands.
+func (s *gemmScratch) skipZeros() bool { return s.kernel().skipsZeros }
 
 // packedGemm is the blocked GEMM around a micro-kernel (the Goto/BLIS
 // scheme): both operands are copied into the contiguous, zero-padded order

@@ -26,7 +26,7 @@ func denseForward(s *gemmScratch, l *layer, params, in, out, wT []float32, n int
 	for e := 0; e < n; e++ {
 		copy(out[e*O:(e+1)*O], b)
 	}
-	if !denseAxpys(in) {
+	if !denseAxpys(s, in) {
 		gemm(s, false, true, n, O, I, 1, in, I, w, I, 1, out, O)
 		return
 	}
@@ -41,11 +41,11 @@ var denseForwardMode = 0
 
 // denseAxpys reports whether denseForward should use the axpy formulation
 // for this input.
-func denseAxpys(in []float32) bool {
+func denseAxpys(s *gemmScratch, in []float32) bool {
 	if denseForwardMode != 0 {
 		return denseForwardMode == 2
 	}
-	if !skipZeros() {
+	if !s.skipZeros() {
 		// A packed kernel does the same work for zeros, so the
 		// transpose would be pure cost.
 		return false
