@@ -44,7 +44,7 @@ func UseKernel(name string) (string, error) {
 	}
 	if name != KernelAuto {
 		if err := nn.UseKernel(name); err != nil {
-			return "", err
+			return "", fmt.Errorf("--kernel %s: %w, or %s where it is installed", name, err, nn.KernelOpenBLAS)
 		}
 		if name == nn.KernelOpenBLAS {
 			return "kernel openblas: " + blasNote, nil

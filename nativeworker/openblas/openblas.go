@@ -63,7 +63,7 @@ func load() (*Library, error) {
 	try := func(path string) (uintptr, bool) {
 		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s: %v", path, err))
+			tried = append(tried, err.Error()) // dlerror names the path
 			return 0, false
 		}
 		return h, true
