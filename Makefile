@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run test bench lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run test bench bench-compare lint clean gpu-check gpu-carry
 
 all: build
 
@@ -50,6 +50,14 @@ bench: data
 	$(GO) test -run '^$$' -bench Checkpoint -benchtime 10x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench SaveCheckpoint -benchtime 10x -count 1 ./store/
 	$(GO) test -run '^$$' -bench WorkerThroughput -benchtime 1x -count 3 ./web/
+
+# Our training step beside PyTorch + OpenBLAS (native, every CPU kernel
+# path) and TF.js's wasm backend (browser, same Chromium), with ratios; see
+# docs/BENCHMARKS.md. BASELINES is the baselines folder (torch_step.py,
+# TF.js's package.json); TF.js is installed with npm into a temporary folder.
+BASELINES ?= $(CURDIR)/../shared/baselines
+bench-compare: data
+	BASELINES="$(BASELINES)" scripts/bench-compare.sh
 
 # The GPU worker's tests and speed figures on a machine with an NVIDIA GPU
 # (see docs/GPU.md); without one it says so and exits 0.

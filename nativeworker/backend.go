@@ -42,7 +42,9 @@ func New(threads int) (*Backend, error) {
 }
 
 func (b *Backend) Kind() string { return protocol.KindNative }
-func (b *Backend) Name() string { return "cpu-gonum" }
+
+// Name is "cpu-" and the GEMM kernel in use, e.g. "cpu-avx512".
+func (b *Backend) Name() string { return "cpu-" + nn.KernelName() }
 func (b *Backend) Threads() int { return b.threads }
 
 // Prepare allocates per-thread workspaces for batches of up to maxBatch.

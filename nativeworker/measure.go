@@ -17,6 +17,7 @@ type Measurement struct {
 	Rounds    []float64 // examples/s of each timed round
 	Median    float64
 	NumParams int
+	Kernel    string // the GEMM kernel that ran (nn.KernelName)
 }
 
 // Measure times training steps (forward, backward, SGD update) on random
@@ -69,7 +70,7 @@ func Measure(preset string, batch, threads, rounds int, round time.Duration) (Me
 		n++
 	}
 	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
-	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams}
+	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams, Kernel: nn.KernelName()}
 	for range rounds {
 		t0 := time.Now()
 		for range perRound {

@@ -14,3 +14,8 @@ const axpyZeroQuarters = 3
 // (see convForward). With short patches the per-row overhead of row mode's
 // zero-skipping GEMMs outweighs the gain.
 const rowModeMinR = 64
+
+// goFirst: where gonum has SIMD assembly it beats the scalar pure-Go kernel
+// (which spills its 16 accumulators on amd64), so without an assembly kernel
+// of ours (-tags purego, or an old CPU) gonum is the default.
+const goFirst = false

@@ -11,3 +11,7 @@ const axpyZeroQuarters = 1
 // rowModeMinR: conv2d layers with patches at least this long use row mode
 // (see convForward); in wasm row mode is faster for every MNIST layer.
 const rowModeMinR = 1
+
+// goFirst: the register-tiled pure-Go kernel beats gonum's scalar loops in
+// wasm (docs/BENCHMARKS.md), so it is the default there.
+const goFirst = true

@@ -8,14 +8,22 @@
 // added, averaged and shipped without knowing the architecture.
 //
 // Constraints that keep it usable everywhere:
-//   - It imports nothing of crowdtrain, only the standard library and gonum
-//     (blas32 with gonum's pure-Go implementation), because it must build for
-//     GOOS=js GOARCH=wasm, where browser workers run it single-threaded.
+//   - It imports nothing of crowdtrain, only the standard library and gonum,
+//     because it must build for GOOS=js GOARCH=wasm, where browser workers
+//     run it single-threaded.
+//   - Matrix products go through one GEMM kernel per process (Kernels,
+//     UseKernel): packed AVX-512 or AVX2 micro-kernels in assembly on amd64,
+//     chosen by CPU feature detection; a pure-Go register-tiled kernel that
+//     skips the zeros relu leaves (the wasm default; always built, and
+//     CROWDTRAIN_KERNEL=go selects it anywhere); gonum's blas32; or one
+//     registered at run time (the host's OpenBLAS, by nativeworker).
+//     -tags purego builds without the assembly. Each kernel is tested
+//     against a plain triple loop.
 //   - Hot paths (Model.Gradient, Model.Evaluate, Optimizer.Step) allocate
 //     nothing: every buffer lives in a caller-owned Workspace or optimizer, so
-//     long training loops put no load on the garbage collector. GEMMs are
-//     issued in tiles small enough that gonum runs them serially; parallelism
-//     comes from running one Workspace per goroutine.
+//     long training loops put no load on the garbage collector (the packed
+//     kernels pack into Workspace buffers). Every kernel runs on the calling
+//     goroutine; parallelism comes from running one Workspace per goroutine.
 //   - Results are deterministic: Init depends only on the seed, on every
 //     platform.
 //

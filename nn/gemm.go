@@ -17,9 +17,13 @@ const (
 	tileK = 256
 )
 
-// gemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices, where
-// op(A) is m×k, op(B) is k×n and C is m×n, via blas32.Gemm in serial tiles.
-func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// gonumGemm is the SgemmFunc of KernelGonum: blas32.Gemm in serial tiles.
+func gonumGemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if k == 0 {
+		// The K loop below would not run, and C still needs its beta.
+		scaleC(beta, m, n, c, ldc)
+		return
+	}
 	tA, tB := blas.NoTrans, blas.NoTrans
 	if transA {
 		tA = blas.Trans

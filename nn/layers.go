@@ -17,7 +17,7 @@ import "math"
 // half zeros, MNIST pixels about 80%) and on the platform (see
 // axpyZeroQuarters), so the input is counted on each call: a cheap pass next
 // to the GEMM.
-func denseForward(l *layer, params, in, out, wT []float32, n int) {
+func denseForward(s *gemmScratch, l *layer, params, in, out, wT []float32, n int) {
 	I, O := l.inSize, l.outSize
 	w := params[l.wOff : l.wOff+l.wLen]
 	b := params[l.bOff : l.bOff+l.bLen]
@@ -26,13 +26,13 @@ func denseForward(l *layer, params, in, out, wT []float32, n int) {
 	for e := 0; e < n; e++ {
 		copy(out[e*O:(e+1)*O], b)
 	}
-	if !denseAxpys(in) {
-		gemm(false, true, n, O, I, 1, in, I, w, I, 1, out, O)
+	if !denseAxpys(s, in) {
+		gemm(s, false, true, n, O, I, 1, in, I, w, I, 1, out, O)
 		return
 	}
 	wT = wT[:I*O]
 	transpose(w, O, I, wT)
-	gemm(false, false, n, O, I, 1, in, I, wT, O, 1, out, O)
+	gemm(s, false, false, n, O, I, 1, in, I, wT, O, 1, out, O)
 }
 
 // denseForwardMode overrides denseAxpys when non-zero (tests use it to
@@ -41,9 +41,14 @@ var denseForwardMode = 0
 
 // denseAxpys reports whether denseForward should use the axpy formulation
 // for this input.
-func denseAxpys(in []float32) bool {
+func denseAxpys(s *gemmScratch, in []float32) bool {
 	if denseForwardMode != 0 {
 		return denseForwardMode == 2
+	}
+	if !s.skipZeros() {
+		// A packed kernel does the same work for zeros, so the
+		// transpose would be pure cost.
+		return false
 	}
 	// Count zeros in an evenly strided sample of at most about 4096 values,
 	// without branches: x = bits<<1 drops the sign, and (x | -x) has its top
@@ -76,10 +81,10 @@ func transpose(a []float32, rows, cols int, t []float32) {
 	}
 }
 
-func denseBackward(l *layer, params, in, dOut, dIn, grad []float32, n int) {
+func denseBackward(s *gemmScratch, l *layer, params, in, dOut, dIn, grad []float32, n int) {
 	I, O := l.inSize, l.outSize
 	// dW[O×I] = dOutᵀ · in
-	gemm(true, false, O, I, n, 1, dOut, O, in, I, 0, grad[l.wOff:l.wOff+l.wLen], I)
+	gemm(s, true, false, O, I, n, 1, dOut, O, in, I, 0, grad[l.wOff:l.wOff+l.wLen], I)
 	db := grad[l.bOff : l.bOff+l.bLen]
 	copy(db, dOut[:O])
 	for e := 1; e < n; e++ {
@@ -87,7 +92,7 @@ func denseBackward(l *layer, params, in, dOut, dIn, grad []float32, n int) {
 	}
 	if dIn != nil {
 		// dIn[n×I] = dOut · W
-		gemm(false, false, n, I, O, 1, dOut, O, params[l.wOff:l.wOff+l.wLen], I, 0, dIn, I)
+		gemm(s, false, false, n, I, O, 1, dOut, O, params[l.wOff:l.wOff+l.wLen], I, 0, dIn, I)
 	}
 }
 
@@ -145,7 +150,7 @@ func (l *layer) convDirect() bool { return l.k == 1 && l.stride == 1 && l.pad ==
 // convForward computes out_e[F×P] = W[F×R] · patches_e + b for each example,
 // keeping the patch matrices in cols for the backward pass. With
 // l.fusedReLU, out is the relu's output and is rectified in place.
-func convForward(l *layer, params, in, out, cols []float32, n int) {
+func convForward(s *gemmScratch, l *layer, params, in, out, cols []float32, n int) {
 	F, R, P := l.out.c, l.colRows, l.colCols
 	w := params[l.wOff : l.wOff+l.wLen]
 	b := params[l.bOff : l.bOff+l.bLen]
@@ -163,15 +168,15 @@ func convForward(l *layer, params, in, out, cols []float32, n int) {
 		}
 		switch {
 		case l.convDirect():
-			gemm(false, false, F, P, R, 1, w, R, inE, P, beta, outE, P)
+			gemm(s, false, false, F, P, R, 1, w, R, inE, P, beta, outE, P)
 		case l.rowMode:
 			rows := cols[e*R*P : (e+1)*R*P]
 			im2row(l, inE, rows)
-			gemm(false, true, F, P, R, 1, w, R, rows, R, beta, outE, P)
+			gemm(s, false, true, F, P, R, 1, w, R, rows, R, beta, outE, P)
 		default:
 			col := cols[e*R*P : (e+1)*R*P]
 			im2col(l, inE, col)
-			gemm(false, false, F, P, R, 1, w, R, col, P, beta, outE, P)
+			gemm(s, false, false, F, P, R, 1, w, R, col, P, beta, outE, P)
 		}
 		if l.fusedReLU {
 			for f := 0; f < F; f++ {
@@ -184,7 +189,7 @@ func convForward(l *layer, params, in, out, cols []float32, n int) {
 
 // convBackward writes dW and db and, if dIn is non-nil, the input gradient,
 // using scratch (R*P floats) for one example's patch gradient.
-func convBackward(l *layer, params, in, cols, dOut, dIn, scratch, grad []float32, n int) {
+func convBackward(s *gemmScratch, l *layer, params, in, cols, dOut, dIn, scratch, grad []float32, n int) {
 	F, R, P := l.out.c, l.colRows, l.colCols
 	w := params[l.wOff : l.wOff+l.wLen]
 	gw := grad[l.wOff : l.wOff+l.wLen]
@@ -206,26 +211,26 @@ func convBackward(l *layer, params, in, cols, dOut, dIn, scratch, grad []float32
 		switch {
 		case l.convDirect():
 			// dW[F×C] (+)= dOut_e · in_eᵀ; dIn_e[C×P] = Wᵀ · dOut_e.
-			gemm(false, true, F, R, P, 1, dOutE, P, in[e*l.inSize:(e+1)*l.inSize], P, beta, gw, R)
+			gemm(s, false, true, F, R, P, 1, dOutE, P, in[e*l.inSize:(e+1)*l.inSize], P, beta, gw, R)
 			if dInE != nil {
-				gemm(true, false, R, P, F, 1, w, R, dOutE, P, 0, dInE, P)
+				gemm(s, true, false, R, P, F, 1, w, R, dOutE, P, 0, dInE, P)
 			}
 		case l.rowMode:
 			rows := cols[e*R*P : (e+1)*R*P]
 			// dW[F×R] (+)= dOut_e[F×P] · rows_e[P×R]
-			gemm(false, false, F, R, P, 1, dOutE, P, rows, R, beta, gw, R)
+			gemm(s, false, false, F, R, P, 1, dOutE, P, rows, R, beta, gw, R)
 			if dInE != nil {
 				// dRows[P×R] = dOut_eᵀ · W, scattered back to the input.
-				gemm(true, false, P, R, F, 1, dOutE, P, w, R, 0, scratch, R)
+				gemm(s, true, false, P, R, F, 1, dOutE, P, w, R, 0, scratch, R)
 				row2im(l, scratch, dInE)
 			}
 		default:
 			col := cols[e*R*P : (e+1)*R*P]
 			// dW[F×R] (+)= dOut_e[F×P] · col_eᵀ
-			gemm(false, true, F, R, P, 1, dOutE, P, col, P, beta, gw, R)
+			gemm(s, false, true, F, R, P, 1, dOutE, P, col, P, beta, gw, R)
 			if dInE != nil {
 				// dCol[R×P] = Wᵀ · dOut_e, scattered back to the input.
-				gemm(true, false, R, P, F, 1, w, R, dOutE, P, 0, scratch, P)
+				gemm(s, true, false, R, P, F, 1, w, R, dOutE, P, 0, scratch, P)
 				col2im(l, scratch, dInE)
 			}
 		}

@@ -14,10 +14,11 @@ type Workspace struct {
 	// where someone reads it; a flatten layer's input gradient aliases its
 	// output gradient.
 	dacts  [][]float32
-	cols   [][]float32 // conv2d: the batch's patch matrices, kept for backward
-	patch  []float32   // conv2d backward: one example's patch gradient
-	argmax [][]int32   // maxpool2d: winning input index per output
-	wT     []float32   // dense forward: a transposed weight matrix
+	cols   [][]float32  // conv2d: the batch's patch matrices, kept for backward
+	patch  []float32    // conv2d backward: one example's patch gradient
+	argmax [][]int32    // maxpool2d: winning input index per output
+	wT     []float32    // dense forward: a transposed weight matrix
+	gemm   *gemmScratch // packed GEMM operands
 	// allDIn makes backward compute every input gradient, down to dacts[0]
 	// (used by tests to check input gradients).
 	allDIn bool
@@ -65,6 +66,7 @@ func (m *Model) newWorkspace(maxBatch int, allDIn bool) *Workspace {
 		}
 	}
 	ws.wT = make([]float32, wT)
+	ws.gemm = newGemmScratch()
 	ws.patch = make([]float32, patch)
 	// Walk backwards so a flatten layer can alias the buffer above it.
 	for j := L; j >= 0; j-- {
@@ -116,6 +118,7 @@ func (m *Model) CheckLabels(labels []int32) error {
 // forward runs all layers on n examples and returns the logits (n×NumClasses,
 // owned by ws).
 func (m *Model) forward(ws *Workspace, params, x []float32, n int) []float32 {
+	ws.gemm.k = active.Load() // this step's kernel, for backward too
 	ws.acts[0] = x[:n*m.InputSize]
 	for i := 0; i < len(m.layers); i++ {
 		l := &m.layers[i]
@@ -128,10 +131,10 @@ func (m *Model) forward(ws *Workspace, params, x []float32, n int) []float32 {
 			// Write the relu's output directly and skip the relu layer.
 			out := ws.acts[i+2][:n*l.outSize]
 			if l.kind == kindDense {
-				denseForward(l, params, in, out, ws.wT, n)
+				denseForward(ws.gemm, l, params, in, out, ws.wT, n)
 				reluForward(out, out)
 			} else {
-				convForward(l, params, in, out, ws.cols[i], n)
+				convForward(ws.gemm, l, params, in, out, ws.cols[i], n)
 			}
 			i++
 			continue
@@ -139,11 +142,11 @@ func (m *Model) forward(ws *Workspace, params, x []float32, n int) []float32 {
 		out := ws.acts[i+1][:n*l.outSize]
 		switch l.kind {
 		case kindDense:
-			denseForward(l, params, in, out, ws.wT, n)
+			denseForward(ws.gemm, l, params, in, out, ws.wT, n)
 		case kindReLU:
 			reluForward(in, out)
 		case kindConv:
-			convForward(l, params, in, out, ws.cols[i], n)
+			convForward(ws.gemm, l, params, in, out, ws.cols[i], n)
 		case kindPool:
 			poolForward(l, in, out, ws.argmax[i][:n*l.outSize], n)
 		}
@@ -166,9 +169,9 @@ func (m *Model) backward(ws *Workspace, params, grad []float32, n int) {
 		}
 		switch l.kind {
 		case kindDense:
-			denseBackward(l, params, ws.acts[i][:n*l.inSize], dOut, dIn, grad, n)
+			denseBackward(ws.gemm, l, params, ws.acts[i][:n*l.inSize], dOut, dIn, grad, n)
 		case kindConv:
-			convBackward(l, params, ws.acts[i][:n*l.inSize], ws.cols[i], dOut, dIn, ws.patch, grad, n)
+			convBackward(ws.gemm, l, params, ws.acts[i][:n*l.inSize], ws.cols[i], dOut, dIn, ws.patch, grad, n)
 		case kindReLU:
 			if dIn != nil {
 				reluBackward(ws.acts[i+1][:n*l.outSize], dOut, dIn)

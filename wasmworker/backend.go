@@ -15,7 +15,10 @@ type Backend struct {
 }
 
 func (b *Backend) Kind() string { return protocol.KindBrowser }
-func (b *Backend) Name() string { return "wasm-go" }
+
+// Name is "wasm-" and the GEMM kernel in use: "wasm-go" unless a test
+// switched kernels.
+func (b *Backend) Name() string { return "wasm-" + nn.KernelName() }
 func (b *Backend) Threads() int { return 1 }
 
 // Prepare allocates the workspace once; later leases reuse it.

@@ -19,6 +19,10 @@ type control struct {
 	client      string
 	duty        float64
 	paused      bool
+	// bench: the model, batch, number of rounds and seconds per round.
+	model         string
+	batch, rounds int
+	seconds       float64
 }
 
 func parseControl(v js.Value) control {
@@ -39,6 +43,14 @@ func parseControl(v js.Value) control {
 		}
 	}
 	c.paused = v.Get("paused").Truthy()
+	c.model = str("model")
+	num := func(k string, def float64) float64 {
+		if f := v.Get(k); f.Type() == js.TypeNumber {
+			return f.Float()
+		}
+		return def
+	}
+	c.batch, c.rounds, c.seconds = int(num("batch", 64)), int(num("rounds", 5)), num("seconds", 1)
 	return c
 }
 
@@ -137,6 +149,8 @@ func (b *bridge) handle(c control) bool {
 				b.logf("%v", err)
 			}
 		}
+	case "bench":
+		b.bench(c)
 	case "stop":
 		b.stop()
 		b.failed = ""
@@ -145,6 +159,29 @@ func (b *bridge) handle(c control) bool {
 		b.logf("ignoring unknown control %q", c.typ)
 	}
 	return true
+}
+
+// bench times training steps (Bench) and reports {type: "bench", ...} or
+// an error. It runs on the loop, so the worker must not be training: the
+// two would share the one thread and both figures would be wrong.
+func (b *bridge) bench(c control) {
+	if b.cancel != nil {
+		report(map[string]any{"type": "error", "message": "bench: the worker is training; pause it first"})
+		return
+	}
+	r, err := Bench(c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)))
+	if err != nil {
+		report(map[string]any{"type": "error", "message": err.Error()})
+		return
+	}
+	rounds := make([]any, len(r.Rounds))
+	for i, v := range r.Rounds {
+		rounds[i] = v
+	}
+	report(map[string]any{
+		"type": "bench", "model": r.Model, "batch": r.Batch, "kernel": r.Kernel,
+		"rounds": rounds, "median": r.Median,
+	})
 }
 
 // start runs the worker loop unless it is running.

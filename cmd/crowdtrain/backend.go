@@ -17,13 +17,19 @@ const (
 
 // openBackend returns the backend --backend asks for and a function that
 // releases it. auto takes the GPU when one is usable and the CPU
-// otherwise, logging which and why.
-func openBackend(kind string, device, threads int, logf func(string, ...any)) (worker.Backend, func(), error) {
+// otherwise, logging which and why; the CPU trains on the GEMM kernel
+// --kernel names (see nativeworker.UseKernel), also logged.
+func openBackend(kind string, device, threads int, kernel string, logf func(string, ...any)) (worker.Backend, func(), error) {
 	cpu := func() (worker.Backend, func(), error) {
 		b, err := nativeworker.New(threads)
 		if err != nil {
 			return nil, nil, usagef("%v", err)
 		}
+		msg, err := nativeworker.UseKernel(kernel)
+		if err != nil {
+			return nil, nil, err
+		}
+		logf("backend cpu: %s", msg)
 		return b, func() {}, nil
 	}
 	switch kind {

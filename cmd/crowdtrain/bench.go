@@ -24,6 +24,7 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", backendCPU, "cpu, cuda, or auto (the GPU if usable, else the CPU)")
 	device := fs.Int("device", 0, "CUDA device number")
 	localSteps := fs.Int("local-steps", 1, "GPU: inner steps per lease (the update is downloaded once per lease)")
+	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, openblas, gonum, go)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -34,7 +35,7 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--batch, --rounds, --round and --local-steps must be positive and --threads >= 0")
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	b, release, err := openBackend(*backend, *device, *threads, logger.Printf)
+	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,8 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d threads, backend cpu-gonum\n", m.Model, m.NumParams, m.Batch, m.Threads)
+		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d threads, backend %s\n", m.Model, m.NumParams, m.Batch, m.Threads, b.Name())
+		fmt.Fprintf(stdout, "kernel: %s\n", m.Kernel)
 		rs, median = m.Rounds, m.Median
 	}
 	for i, r := range rs {

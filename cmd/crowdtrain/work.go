@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -19,11 +20,12 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	token := fs.String("token", "", "join token, if the coordinator asks for one")
 	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
 	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
+	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, openblas, gonum, go)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	b, release, err := openBackend(*backend, *device, *threads, logger.Printf)
+	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
 	if err != nil {
 		return err
 	}

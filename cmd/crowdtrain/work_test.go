@@ -36,7 +36,7 @@ func TestNoGPUIsExplained(t *testing.T) {
 		t.Errorf("bench --backend cuda: exit %d, stderr %q", code, stderr)
 	}
 	code, stdout, stderr := runCmd(t, context.Background(), "bench", "--backend", "auto", "--rounds", "1", "--round", "10ms")
-	if code != 0 || !strings.Contains(stderr, "no usable GPU, training on the CPU") || !strings.Contains(stdout, "cpu-gonum") {
+	if code != 0 || !strings.Contains(stderr, "no usable GPU, training on the CPU") || !strings.Contains(stdout, "backend cpu-") || !strings.Contains(stderr, "backend cpu: kernel ") {
 		t.Errorf("bench --backend auto: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -1,0 +1,48 @@
+package nn
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkGemm times every kernel on the mnist-mlp shapes of one training
+// step at batch 64 (forward A·Bᵀ, the weight gradient Aᵀ·B and the input
+// gradient A·B) and reports GFLOP/s.
+func BenchmarkGemm(b *testing.B) {
+	old := KernelName()
+	defer UseKernel(old)
+	cases := []struct {
+		name    string
+		tA, tB  bool
+		m, n, k int
+	}{
+		{"fwd-64x256x784", false, true, 64, 256, 784},
+		{"dW-256x784x64", true, false, 256, 784, 64},
+		{"dIn-64x256x128", false, false, 64, 256, 128},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, name := range Kernels() {
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("%s/%s", name, c.name), func(b *testing.B) {
+				if err := UseKernel(name); err != nil {
+					b.Fatal(err)
+				}
+				x, y, z := randSlice(r, c.m*c.k), randSlice(r, c.k*c.n), make([]float32, c.m*c.n)
+				lda, ldb := c.k, c.n
+				if c.tA {
+					lda = c.m
+				}
+				if c.tB {
+					ldb = c.k
+				}
+				s := newGemmScratch()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					gemm(s, c.tA, c.tB, c.m, c.n, c.k, 1, x, lda, y, ldb, 0, z, c.n)
+				}
+				b.ReportMetric(2*float64(c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# bench-compare.sh — our training step beside the peers', in one run on this
+# machine, batch 64, one thread (docs/BENCHMARKS.md, "Kernels"):
+#
+#   native: `crowdtrain bench` on each CPU kernel path (auto; auto without
+#           OpenBLAS; avx512; avx2; openblas; gonum; a -tags purego build
+#           without OpenBLAS) against PyTorch + OpenBLAS
+#           (the baselines' torch_step.py), for mnist-mlp and mnist-cnn;
+#   browser: our worker against TensorFlow.js 4.22's wasm backend, each in a
+#           Web Worker in the same headless Chromium (BenchmarkBrowserVsTFJS;
+#           TF.js comes from npm into a temporary folder).
+#
+# Each repetition runs every variant back to back; a variant's figure is the
+# median over REPS repetitions (each itself the median of 5 rounds), and
+# ratios divide medians. Run from the repository root:
+#
+#   scripts/bench-compare.sh        (make bench-compare)
+#
+# BASELINES (default ../shared/baselines) holds torch_step.py and TF.js's
+# package.json; REPS (default 5) repetitions; SKIP_BROWSER=1 skips the
+# browser part. The report goes to stdout and, when $OUT is set, to
+# $OUT/bench-compare.txt.
+set -u
+BASELINES="${BASELINES:-$(pwd)/../shared/baselines}"
+REPS="${REPS:-5}"
+PY="${PYTHON:-/usr/bin/python3}"
+work="$(mktemp -d)"
+report="$work/report"
+: >"$report"
+finish() {
+	if [ -n "${OUT:-}" ]; then
+		mkdir -p "$OUT" && cp "$report" "$OUT/bench-compare.txt"
+	fi
+	rm -rf "$work"
+}
+trap finish EXIT
+say() { echo "$*" | tee -a "$report"; }
+
+# median of the numbers on stdin
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit} print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+say "# bench-compare $(date -u +%Y-%m-%dT%H:%M:%SZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+go build -o "$work/crowdtrain" ./cmd/crowdtrain || exit 1
+go build -tags purego -o "$work/crowdtrain-purego" ./cmd/crowdtrain || exit 1
+
+kernels="$("$work/crowdtrain" bench --rounds 1 --round 10ms 2>&1 | sed -n 's/.*kernel [a-z0-9]* (auto, of \([^;]*\);.*/\1/p' | tr -d ',')"
+say "CPU kernels here: ${kernels:-unknown}"
+variants="auto noblas"
+for k in avx512 avx2 openblas gonum; do
+	case " $kernels " in *" $k "*) variants="$variants $k" ;; esac
+done
+variants="$variants purego"
+
+torch=""
+if [ -f "$BASELINES/torch_step.py" ] && "$PY" -c 'import torch' 2>/dev/null; then
+	torch="$PY $BASELINES/torch_step.py"
+	info="$($torch mlp 1 2>&1 | head -1)"
+	say "PyTorch: $info"
+	case "$info" in *openblas*) ;; *) say "WARNING: PyTorch is not using OpenBLAS (apt-get install libopenblas0-openmp): no fair baseline" ;; esac
+else
+	say "PyTorch: not found (apt-get install -y python3-torch libopenblas0-openmp; BASELINES=$BASELINES)"
+fi
+
+say ""
+say "## native, one thread, batch 64: examples/s, median of $REPS"
+for model in mnist-mlp mnist-cnn; do
+	short="${model#mnist-}"
+	for rep in $(seq "$REPS"); do
+		for v in $variants; do
+			case "$v" in
+			auto) cmd=("$work/crowdtrain" bench --model "$model") ;;
+			# The downloadable binary on a host without OpenBLAS.
+			noblas) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain" bench --model "$model") ;;
+			# No assembly of ours and no OpenBLAS: gonum's.
+			purego) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain-purego" bench --model "$model") ;;
+			*) cmd=("$work/crowdtrain" bench --model "$model" --kernel "$v") ;;
+			esac
+			out="$("${cmd[@]}" 2>&1)"
+			echo "$out" | sed -n 's/^examples\/s: //p' >>"$work/$model.$v"
+			echo "$out" | sed -n 's/^kernel: //p' | tail -1 >"$work/$model.$v.kernel"
+		done
+		if [ -n "$torch" ]; then
+			$torch "$short" 1 2>/dev/null | sed -n 's/^examples\/s: //p' >>"$work/$model.torch"
+		fi
+	done
+	t="nan"
+	[ -s "$work/$model.torch" ] && t="$(median <"$work/$model.torch")"
+	for v in $variants torch; do
+		[ -s "$work/$model.$v" ] || continue
+		m="$(median <"$work/$model.$v")"
+		label="$v"
+		[ -s "$work/$model.$v.kernel" ] && label="$v (kernel $(cat "$work/$model.$v.kernel"))"
+		[ "$v" = torch ] && label="PyTorch + OpenBLAS"
+		runs="$(tr '\n' ' ' <"$work/$model.$v")"
+		ratio="$(awk -v a="$m" -v b="$t" 'BEGIN {if (b == "nan" || b == 0) print "-"; else printf "%.2fx", a/b}')"
+		say "$(printf '%-10s %-34s %9.0f  %6s vs PyTorch   runs: %s' "$model" "$label" "$m" "$ratio" "$runs")"
+	done
+done
+
+if [ "${SKIP_BROWSER:-0}" = 1 ]; then
+	exit 0
+fi
+say ""
+say "## browser, one Web Worker each, same headless Chromium, batch 64: examples/s, median of $REPS"
+tf="$work/tfjs"
+mkdir -p "$tf"
+if ! cp "$BASELINES/package.json" "$tf/" 2>/dev/null; then
+	say "no $BASELINES/package.json: skipping the browser comparison"
+	exit 0
+fi
+if ! (cd "$tf" && npm install --no-audit --no-fund >"$work/npm.log" 2>&1); then
+	say "npm install of TF.js failed (see below): skipping the browser comparison"
+	tail -5 "$work/npm.log" | tee -a "$report"
+	exit 0
+fi
+CROWDTRAIN_TFJS_DIR="$tf/node_modules" go test -run '^$' -bench BrowserVsTFJS -benchtime 1x -count "$REPS" ./web/ >"$work/browser.log" 2>&1
+grep -E '^Benchmark|kernelbench_test' "$work/browser.log" | sed 's/^ *//' >>"$work/browser.lines"
+for model in mnist-mlp mnist-cnn; do
+	ours="$(grep "^BenchmarkBrowserVsTFJS/$model" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="crowdtrain-examples/s") print $i}' | median)"
+	tfjs="$(grep "^BenchmarkBrowserVsTFJS/$model" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="tfjs-examples/s") print $i}' | median)"
+	why="$(grep -m1 "$model: .*TF.js cannot train it" "$work/browser.log" | sed 's/.*TF.js cannot train it: //')"
+	if [ "$tfjs" = nan ]; then
+		say "$(printf '%-10s crowdtrain %7.0f   TF.js wasm: %s' "$model" "$ours" "${why:-no figure (see the log below)}")"
+	else
+		say "$(printf '%-10s crowdtrain %7.0f   TF.js wasm %7.0f   %.2fx' "$model" "$ours" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')")"
+	fi
+done
+say ""
+say "browser runs:"
+grep -E 'kernelbench_test.go:[0-9]+: mnist' "$work/browser.log" | sed 's/^ *kernelbench_test.go:[0-9]*: //' | tee -a "$report"
+if grep -q -E '^(FAIL|--- FAIL)' "$work/browser.log"; then
+	say "the browser benchmark failed:"
+	grep -v 'page console' "$work/browser.log" | tail -20 | tee -a "$report"
+	exit 1
+fi

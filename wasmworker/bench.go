@@ -1,0 +1,85 @@
+package wasmworker
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// BenchResult is the training speed of the browser backend on one model.
+type BenchResult struct {
+	Model  string
+	Batch  int
+	Kernel string    // nn's GEMM kernel that ran
+	Rounds []float64 // examples/s of each timed round
+	Median float64
+}
+
+// Bench times training steps (forward, backward, SGD update) of the
+// browser backend on random inputs, the work of one local step, and
+// returns the examples/s of rounds of about round each after a warm-up of
+// about one round. It is what the page's {type: "bench"} control runs, so
+// that the worker can be compared with other engines in the same browser.
+func Bench(preset string, batch, rounds int, round time.Duration) (BenchResult, error) {
+	spec, err := nn.Preset(preset)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	if batch < 1 || rounds < 1 || round <= 0 {
+		return BenchResult{}, fmt.Errorf("bench: batch, rounds and round must be positive, got %d, %d, %v", batch, rounds, round)
+	}
+	model, err := nn.NewModel(spec)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	var b Backend
+	if err := b.Prepare(model, batch); err != nil {
+		return BenchResult{}, err
+	}
+	params := make([]float32, model.NumParams)
+	model.Init(params, 1)
+	grad := make([]float32, model.NumParams)
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, batch*model.InputSize)
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	labels := make([]int32, batch)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(model.NumClasses))
+	}
+	step := func() error {
+		if _, _, err := b.Gradient(params, x, labels, grad); err != nil {
+			return err
+		}
+		nn.SGDStep(params, grad, 0.01)
+		return nil
+	}
+	// Warm up (the engine compiles hot code in tiers) and size a round so
+	// the clock is read rarely.
+	n, start := 0, time.Now()
+	for time.Since(start) < round || n < 3 {
+		if err := step(); err != nil {
+			return BenchResult{}, err
+		}
+		n++
+	}
+	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
+	r := BenchResult{Model: preset, Batch: batch, Kernel: nn.KernelName()}
+	for range rounds {
+		t0 := time.Now()
+		for range perRound {
+			if err := step(); err != nil {
+				return BenchResult{}, err
+			}
+		}
+		r.Rounds = append(r.Rounds, float64(perRound*batch)/time.Since(t0).Seconds())
+	}
+	sorted := slices.Clone(r.Rounds)
+	slices.Sort(sorted)
+	r.Median = sorted[len(sorted)/2]
+	return r, nil
+}

@@ -1,0 +1,122 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/web"
+)
+
+// EnvTFJS names the environment variable with a node_modules folder that
+// holds @tensorflow/tfjs and @tensorflow/tfjs-backend-wasm 4.22
+// (`make bench-compare` installs them with npm into a temporary folder).
+const EnvTFJS = "CROWDTRAIN_TFJS_DIR"
+
+// benchReport is what both engines' Web Workers answer a {type: "bench"}
+// control with.
+type benchReport struct {
+	Model       string    `json:"model"`
+	Batch       int       `json:"batch"`
+	Kernel      string    `json:"kernel"`
+	Rounds      []float64 `json:"rounds"`
+	Median      float64   `json:"median"`
+	SIMD        bool      `json:"simd"`
+	Multithread bool      `json:"multithread"`
+	Threads     int       `json:"threads"`
+	Unsupported string    `json:"unsupported"` // why the engine cannot train this model
+}
+
+// BenchmarkBrowserVsTFJS times one training step (forward, backward, SGD
+// update; batch 64, random inputs) of crowdtrain's browser worker and of
+// TensorFlow.js's wasm backend, each in its own Web Worker in the same
+// headless Chromium, one after the other: 5 rounds of 1 s after a 1 s
+// warm-up each, medians compared. TF.js runs on one thread with SIMD when
+// the browser has it (it does in Chromium); Go's wasm is one thread
+// without SIMD. Where TF.js's wasm backend cannot train a model (it has no
+// conv2d filter gradient), only ours is reported and the log says why.
+//
+//	CROWDTRAIN_TFJS_DIR=.../node_modules go test -run '^$' -bench BrowserVsTFJS -benchtime 1x -count 5 ./web/
+func BenchmarkBrowserVsTFJS(b *testing.B) {
+	mods := os.Getenv(EnvTFJS)
+	if mods == "" {
+		b.Skipf("$%s is not set: it names a node_modules folder with @tensorflow/tfjs and @tensorflow/tfjs-backend-wasm (make bench-compare sets it up)", EnvTFJS)
+	}
+	for _, f := range []string{"@tensorflow/tfjs/dist/tf.min.js", "@tensorflow/tfjs-backend-wasm/dist/tf-backend-wasm.min.js", "@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm"} {
+		if _, err := os.Stat(filepath.Join(mods, f)); err != nil {
+			b.Fatalf("$%s=%s lacks %s: %v", EnvTFJS, mods, f, err)
+		}
+	}
+	ctx := newBrowser(b)
+	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(b)), Logf: b.Logf})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/static/", pages)
+	mux.Handle("/tfjs/", http.StripPrefix("/tfjs/", http.FileServer(http.Dir(mods))))
+	mux.HandleFunc("/kbench/", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/kbench/":
+			http.ServeFile(w, r, filepath.Join("testdata", "kbench.html"))
+		case "/kbench/tfjs-worker.js":
+			http.ServeFile(w, r, filepath.Join("testdata", "tfjs-worker.js"))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	b.Cleanup(srv.Close)
+	do(b, ctx, 30*time.Second, chromedp.Navigate(srv.URL+"/kbench/"))
+
+	const batch, rounds, seconds = 64, 5, 1.0
+	run := func(b *testing.B, fn, model string) benchReport {
+		expr := fmt.Sprintf(`%s({model: %q, batch: %d, rounds: %d, seconds: %g})`, fn, model, batch, rounds, seconds)
+		tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		out, err := chromedp.Run(tctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+		if err != nil {
+			b.Fatalf("%s: %v", expr, err)
+		}
+		var r benchReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			b.Fatalf("%s answered %.300q: %v", fn, out, err)
+		}
+		if r.Unsupported != "" && r.Model == model {
+			return r
+		}
+		if r.Model != model || r.Batch != batch || len(r.Rounds) != rounds || !(r.Median > 0) {
+			b.Fatalf("%s answered %+v", fn, r)
+		}
+		return r
+	}
+	for _, model := range []string{"mnist-mlp", "mnist-cnn"} {
+		b.Run(model, func(b *testing.B) {
+			for range b.N {
+				ours := run(b, "runOurs", model)
+				tfjs := run(b, "runTFJS", model)
+				b.ReportMetric(ours.Median, "crowdtrain-examples/s")
+				if tfjs.Unsupported != "" {
+					b.Logf("%s: crowdtrain (kernel %s) %.0f examples/s, rounds %.0f; TF.js cannot train it: %s",
+						model, ours.Kernel, ours.Median, ours.Rounds, tfjs.Unsupported)
+					continue
+				}
+				if !tfjs.SIMD || tfjs.Threads != 1 {
+					b.Logf("note: TF.js ran with simd=%v on %d threads", tfjs.SIMD, tfjs.Threads)
+				}
+				b.Logf("%s: crowdtrain (kernel %s) %.0f examples/s, rounds %.0f; %s %.0f examples/s, rounds %.0f",
+					model, ours.Kernel, ours.Median, ours.Rounds, tfjs.Kernel, tfjs.Median, tfjs.Rounds)
+				b.ReportMetric(tfjs.Median, "tfjs-examples/s")
+				b.ReportMetric(ours.Median/tfjs.Median, "crowdtrain/tfjs")
+			}
+		})
+	}
+}
