@@ -386,14 +386,17 @@ func TestMetricsEventsAndDownloads(t *testing.T) {
 
 	// Downloads: a checkpoint and the live model, as safetensors. Paused,
 	// the job takes no new checkpoints, so the listed ones stay.
-	if code, body := g.call(http.MethodPost, "/api/v1/jobs/"+id+"/pause", testAdminToken, nil, nil); code != http.StatusOK {
+	code, body = g.call(http.MethodPost, "/api/v1/jobs/"+id+"/pause", testAdminToken, nil, nil)
+	var paused coordinator.JobView
+	if err := json.Unmarshal(body, &paused); code != http.StatusOK || err != nil {
 		t.Fatalf("pause: %d %s", code, body)
 	}
+	// Pausing writes a checkpoint; once it is listed, the kept set stays.
 	var cks []store.CheckpointInfo
-	if code := g.getJSON("/api/v1/jobs/"+id+"/checkpoints", &cks); code != http.StatusOK || len(cks) == 0 {
-		t.Fatalf("checkpoints: %d, %v", code, cks)
-	}
-	ckpt := cks[len(cks)-1].Version
+	g.waitFor("the pause's checkpoint", 10*time.Second, func(coordinator.JobView) bool {
+		return g.getJSON("/api/v1/jobs/"+id+"/checkpoints", &cks) == http.StatusOK && len(cks) > 0 && cks[0].Version == paused.Version
+	})
+	ckpt := cks[len(cks)-1].Version // the oldest kept
 	for _, path := range []string{
 		"/api/v1/jobs/" + id + "/checkpoints/" + strconv.FormatInt(ckpt, 10) + "/safetensors",
 		"/api/v1/jobs/" + id + "/export",
