@@ -115,14 +115,15 @@ if ! (cd "$tf" && npm install --no-audit --no-fund >"$work/npm.log" 2>&1); then
 fi
 CROWDTRAIN_TFJS_DIR="$tf/node_modules" go test -run '^$' -bench BrowserVsTFJS -benchtime 1x -count "$REPS" ./web/ >"$work/browser.log" 2>&1
 grep -E '^Benchmark|kernelbench_test' "$work/browser.log" | sed 's/^ *//' >>"$work/browser.lines"
-for model in mnist-mlp mnist-cnn; do
-	ours="$(grep "^BenchmarkBrowserVsTFJS/$model" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="crowdtrain-examples/s") print $i}' | median)"
-	tfjs="$(grep "^BenchmarkBrowserVsTFJS/$model" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="tfjs-examples/s") print $i}' | median)"
-	why="$(grep -m1 "$model: .*TF.js cannot train it" "$work/browser.log" | sed 's/.*TF.js cannot train it: //')"
+for case in mnist-mlp/random mnist-mlp/mnist mnist-cnn/random mnist-cnn/mnist; do
+	model="${case%/*}"
+	ours="$(grep "^BenchmarkBrowserVsTFJS/$case" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="crowdtrain-examples/s") print $i}' | median)"
+	tfjs="$(grep "^BenchmarkBrowserVsTFJS/$case" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="tfjs-examples/s") print $i}' | median)"
+	why="$(grep -m1 "$model on .*TF.js cannot train it" "$work/browser.log" | sed 's/.*TF.js cannot train it: //')"
 	if [ "$tfjs" = nan ]; then
-		say "$(printf '%-10s crowdtrain %7.0f   TF.js wasm: %s' "$model" "$ours" "${why:-no figure (see the log below)}")"
+		say "$(printf '%-17s crowdtrain %7.0f   TF.js wasm: %s' "$case" "$ours" "${why:-no figure (see the log below)}")"
 	else
-		say "$(printf '%-10s crowdtrain %7.0f   TF.js wasm %7.0f   %.2fx' "$model" "$ours" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')")"
+		say "$(printf '%-17s crowdtrain %7.0f   TF.js wasm %7.0f   %.2fx' "$case" "$ours" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')")"
 	fi
 done
 say ""

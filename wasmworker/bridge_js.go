@@ -4,8 +4,10 @@ package wasmworker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"syscall/js"
 	"time"
 
@@ -23,6 +25,8 @@ type control struct {
 	model         string
 	batch, rounds int
 	seconds       float64
+	x             []float32 // the batch to time, from xBytes (float32 LE); nil: random
+	labels        []int32   // from labelBytes (one byte each)
 }
 
 func parseControl(v js.Value) control {
@@ -51,7 +55,27 @@ func parseControl(v js.Value) control {
 		return def
 	}
 	c.batch, c.rounds, c.seconds = int(num("batch", 64)), int(num("rounds", 5)), num("seconds", 1)
+	if xb, lb := bytesOf(v.Get("xBytes")), bytesOf(v.Get("labelBytes")); xb != nil && lb != nil {
+		c.x = make([]float32, len(xb)/4)
+		for i := range c.x {
+			c.x[i] = math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:]))
+		}
+		c.labels = make([]int32, len(lb))
+		for i, l := range lb {
+			c.labels[i] = int32(l)
+		}
+	}
 	return c
+}
+
+// bytesOf copies a Uint8Array; nil for anything else.
+func bytesOf(v js.Value) []byte {
+	if v.Type() != js.TypeObject || !v.InstanceOf(js.Global().Get("Uint8Array")) {
+		return nil
+	}
+	b := make([]byte, v.Get("length").Int())
+	js.CopyBytesToGo(b, v)
+	return b
 }
 
 // bridge owns the worker and runs on Main's goroutine; JS callbacks only
@@ -169,7 +193,7 @@ func (b *bridge) bench(c control) {
 		report(map[string]any{"type": "error", "message": "bench: the worker is training; pause it first"})
 		return
 	}
-	r, err := Bench(c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)))
+	r, err := Bench(c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": err.Error()})
 		return

@@ -1,7 +1,9 @@
 // TensorFlow.js 4.22's wasm backend (SIMD where the browser has it, one
 // thread) timing the same training steps as crowdtrain's {type: "bench"}
 // control: forward, softmax cross-entropy, backward and an SGD update at the
-// given batch, on random inputs, with mnist-mlp's or mnist-cnn's layers.
+// given batch, on random inputs or on the batch the message carries (xBytes:
+// float32 pixels, labelBytes: one label per byte), with mnist-mlp's or
+// mnist-cnn's layers.
 'use strict';
 importScripts('/tfjs/@tensorflow/tfjs/dist/tf.min.js', '/tfjs/@tensorflow/tfjs-backend-wasm/dist/tf-backend-wasm.min.js');
 
@@ -11,11 +13,11 @@ function he(shape, fanIn) { return tf.variable(tf.randomNormal(shape, 0, Math.sq
 
 // Each model returns its input batch and a loss function over variables.
 const models = {
-  'mnist-mlp': (B) => {
+  'mnist-mlp': (B, data) => {
     const sizes = [784, 256, 128, 10];
     const p = [];
     for (let i = 0; i + 1 < sizes.length; i++) p.push(he([sizes[i], sizes[i + 1]], sizes[i]), tf.variable(tf.zeros([sizes[i + 1]])));
-    const x = tf.randomUniform([B, 784]);
+    const x = data ? tf.tensor(data, [B, 784]) : tf.randomUniform([B, 784]);
     return { x, loss: (labels) => () => {
       let h = x;
       for (let l = 0; l < 3; l++) {
@@ -26,10 +28,10 @@ const models = {
     }, params: p };
   },
   // conv 5x5x8 pad 2, relu, maxpool 2; conv 5x5x16, relu, maxpool 2; dense 64, relu; dense 10
-  'mnist-cnn': (B) => {
+  'mnist-cnn': (B, data) => {
     const p = [he([5, 5, 1, 8], 25), tf.variable(tf.zeros([8])), he([5, 5, 8, 16], 200), tf.variable(tf.zeros([16])),
       he([400, 64], 400), tf.variable(tf.zeros([64])), he([64, 10], 64), tf.variable(tf.zeros([10]))];
-    const x = tf.randomUniform([B, 28, 28, 1]);
+    const x = data ? tf.tensor(data, [B, 28, 28, 1]) : tf.randomUniform([B, 28, 28, 1]);
     return { x, loss: (labels) => () => {
       let h = tf.maxPool(tf.relu(tf.add(tf.conv2d(x, p[0], 1, 'same'), p[1])), 2, 2, 'valid');
       h = tf.maxPool(tf.relu(tf.add(tf.conv2d(h, p[2], 1, 'valid'), p[3])), 2, 2, 'valid');
@@ -49,8 +51,11 @@ self.onmessage = async (e) => {
     await tf.ready();
     const simd = await tf.env().getAsync('WASM_HAS_SIMD_SUPPORT');
     const multithread = await tf.env().getAsync('WASM_HAS_MULTITHREAD_SUPPORT');
-    const m = models[model](batch);
-    const labels = tf.oneHot(tf.randomUniform([batch], 0, 10, 'int32'), 10);
+    const { xBytes, labelBytes } = e.data;
+    const data = xBytes ? new Float32Array(xBytes.buffer, xBytes.byteOffset, xBytes.byteLength / 4) : null;
+    const m = models[model](batch, data);
+    const labels = labelBytes ? tf.oneHot(tf.tensor1d(Array.from(labelBytes), 'int32'), 10)
+      : tf.oneHot(tf.randomUniform([batch], 0, 10, 'int32'), 10);
     const opt = tf.train.sgd(0.01);
     const lossFn = m.loss(labels);
     const step = () => opt.minimize(lossFn, false);
