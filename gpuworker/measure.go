@@ -3,7 +3,6 @@ package gpuworker
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -57,28 +56,10 @@ func Measure(b *Backend, preset string, batch, localSteps, rounds int, round tim
 		_, _, err := b.Steps(worker.SnapshotID(1), params, x, labels, batch, localSteps, 0.01, update)
 		return err
 	}
-	// Warm up (the first call uploads the snapshot), and size a round so
-	// the clock is read rarely.
-	k, start := 0, time.Now()
-	for time.Since(start) < round/4 || k < 3 {
-		if err := lease(); err != nil {
-			return Measurement{}, err
-		}
-		k++
-	}
-	perRound := max(1, int(float64(k)*float64(round)/float64(time.Since(start))))
+	// The warm-up's first call uploads the snapshot.
 	m := Measurement{Model: preset, Batch: batch, LocalSteps: localSteps, NumParams: model.NumParams}
-	for range rounds {
-		t0 := time.Now()
-		for range perRound {
-			if err := lease(); err != nil {
-				return Measurement{}, err
-			}
-		}
-		m.Rounds = append(m.Rounds, float64(perRound*n)/time.Since(t0).Seconds())
+	if m.Rounds, m.Median, err = worker.TimeRounds(lease, n, rounds, round, round/4); err != nil {
+		return Measurement{}, err
 	}
-	sorted := slices.Clone(m.Rounds)
-	slices.Sort(sorted)
-	m.Median = sorted[len(sorted)/2]
 	return m, nil
 }

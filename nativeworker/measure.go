@@ -3,10 +3,10 @@ package nativeworker
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // Measurement is the training speed of this machine on one model.
@@ -61,27 +61,9 @@ func Measure(preset string, batch, threads, rounds int, round time.Duration) (Me
 		nn.SGDStep(params, grad, 0.01)
 		return nil
 	}
-	// Warm up, and size a round so the clock is read rarely.
-	n, start := 0, time.Now()
-	for time.Since(start) < round/4 || n < 3 {
-		if err := step(); err != nil {
-			return Measurement{}, err
-		}
-		n++
-	}
-	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
 	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams, Kernel: nn.KernelName()}
-	for range rounds {
-		t0 := time.Now()
-		for range perRound {
-			if err := step(); err != nil {
-				return Measurement{}, err
-			}
-		}
-		m.Rounds = append(m.Rounds, float64(perRound*batch)/time.Since(t0).Seconds())
+	if m.Rounds, m.Median, err = worker.TimeRounds(step, batch, rounds, round, round/4); err != nil {
+		return Measurement{}, err
 	}
-	sorted := slices.Clone(m.Rounds)
-	slices.Sort(sorted)
-	m.Median = sorted[len(sorted)/2]
 	return m, nil
 }

@@ -3,10 +3,10 @@ package wasmworker
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // BenchResult is the training speed of the browser backend on one model.
@@ -73,28 +73,9 @@ func Bench(preset string, batch, rounds int, round time.Duration, x []float32, l
 		nn.SGDStep(params, grad, 0.01)
 		return nil
 	}
-	// Warm up (the engine compiles hot code in tiers) and size a round so
-	// the clock is read rarely.
-	n, start := 0, time.Now()
-	for time.Since(start) < round || n < 3 {
-		if err := step(); err != nil {
-			return BenchResult{}, err
-		}
-		n++
-	}
-	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
 	r := BenchResult{Model: preset, Batch: batch, Kernel: nn.KernelName()}
-	for range rounds {
-		t0 := time.Now()
-		for range perRound {
-			if err := step(); err != nil {
-				return BenchResult{}, err
-			}
-		}
-		r.Rounds = append(r.Rounds, float64(perRound*batch)/time.Since(t0).Seconds())
+	if r.Rounds, r.Median, err = worker.TimeRounds(step, batch, rounds, round, round); err != nil {
+		return BenchResult{}, err
 	}
-	sorted := slices.Clone(r.Rounds)
-	slices.Sort(sorted)
-	r.Median = sorted[len(sorted)/2]
 	return r, nil
 }

@@ -1,0 +1,40 @@
+package worker
+
+import (
+	"errors"
+	"slices"
+	"time"
+)
+
+// TimeRounds measures a backend's speed the same way for every worker kind
+// (crowdtrain bench, the browser's bench control): it runs step for about
+// warmup (at least three times; engines compile hot code in tiers, devices
+// upload on first use), sizes a round from that so the clock is read
+// rarely, then times rounds rounds of about round each. step does
+// examplesPerStep examples; the result is each round's examples/s and
+// their median.
+func TimeRounds(step func() error, examplesPerStep, rounds int, round, warmup time.Duration) (rates []float64, median float64, err error) {
+	if examplesPerStep < 1 || rounds < 1 || round <= 0 {
+		return nil, 0, errors.New("timing: examples per step, rounds and the round's length must be positive")
+	}
+	n, start := 0, time.Now()
+	for time.Since(start) < warmup || n < 3 {
+		if err := step(); err != nil {
+			return nil, 0, err
+		}
+		n++
+	}
+	perRound := max(1, int(float64(n)*float64(round)/float64(time.Since(start))))
+	for range rounds {
+		t0 := time.Now()
+		for range perRound {
+			if err := step(); err != nil {
+				return nil, 0, err
+			}
+		}
+		rates = append(rates, float64(perRound*examplesPerStep)/time.Since(t0).Seconds())
+	}
+	sorted := slices.Clone(rates)
+	slices.Sort(sorted)
+	return rates, sorted[len(sorted)/2], nil
+}

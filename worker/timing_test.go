@@ -1,0 +1,27 @@
+package worker
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestTimeRounds(t *testing.T) {
+	calls := 0
+	step := func() error { calls++; time.Sleep(time.Millisecond); return nil }
+	rates, median, err := TimeRounds(step, 64, 3, 10*time.Millisecond, 5*time.Millisecond)
+	if err != nil || len(rates) != 3 || calls < 6 {
+		t.Fatalf("rates %v, %d calls, %v", rates, calls, err)
+	}
+	// About 64 examples per millisecond at most.
+	if median <= 0 || median > 64_000 {
+		t.Errorf("median %v examples/s for 64 examples per >= 1 ms step", median)
+	}
+	boom := errors.New("boom")
+	if _, _, err := TimeRounds(func() error { return boom }, 64, 3, time.Millisecond, 0); !errors.Is(err, boom) {
+		t.Errorf("a failing step gave %v", err)
+	}
+	if _, _, err := TimeRounds(step, 0, 3, time.Millisecond, 0); err == nil {
+		t.Error("0 examples per step accepted")
+	}
+}
