@@ -2,7 +2,6 @@ package gpuworker
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -42,16 +41,8 @@ func Measure(b *Backend, preset string, batch, localSteps, rounds int, round tim
 	params := make([]float32, model.NumParams)
 	model.Init(params, 1)
 	update := make([]float32, model.NumParams)
-	rng := rand.New(rand.NewPCG(1, 2))
 	n := batch * localSteps
-	x := make([]float32, n*model.InputSize)
-	for i := range x {
-		x[i] = rng.Float32()
-	}
-	labels := make([]int32, n)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(model.NumClasses))
-	}
+	x, labels := worker.RandomBatch(model, n)
 	lease := func() error {
 		_, _, err := b.Steps(worker.SnapshotID(1), params, x, labels, batch, localSteps, 0.01, update)
 		return err

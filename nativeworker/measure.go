@@ -2,7 +2,6 @@ package nativeworker
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -45,15 +44,7 @@ func Measure(preset string, batch, threads, rounds int, round time.Duration) (Me
 	params := make([]float32, model.NumParams)
 	model.Init(params, 1)
 	grad := make([]float32, model.NumParams)
-	rng := rand.New(rand.NewPCG(1, 2))
-	x := make([]float32, batch*model.InputSize)
-	for i := range x {
-		x[i] = rng.Float32()
-	}
-	labels := make([]int32, batch)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(model.NumClasses))
-	}
+	x, labels := worker.RandomBatch(model, batch)
 	step := func() error {
 		if _, _, err := b.Gradient(params, x, labels, grad); err != nil {
 			return err

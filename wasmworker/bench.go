@@ -2,7 +2,6 @@ package wasmworker
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -48,15 +47,7 @@ func Bench(preset string, batch, rounds int, round time.Duration, x []float32, l
 	grad := make([]float32, model.NumParams)
 	switch {
 	case x == nil && labels == nil:
-		rng := rand.New(rand.NewPCG(1, 2))
-		x = make([]float32, batch*model.InputSize)
-		for i := range x {
-			x[i] = rng.Float32()
-		}
-		labels = make([]int32, batch)
-		for i := range labels {
-			labels[i] = int32(rng.IntN(model.NumClasses))
-		}
+		x, labels = worker.RandomBatch(model, batch)
 	case len(x) != batch*model.InputSize || len(labels) != batch:
 		return BenchResult{}, fmt.Errorf("bench: a batch of %d needs %d inputs and %d labels, got %d and %d",
 			batch, batch*model.InputSize, batch, len(x), len(labels))

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 // TimeRounds measures a backend's speed the same way for every worker kind
@@ -37,4 +40,19 @@ func TimeRounds(step func() error, examplesPerStep, rounds int, round, warmup ti
 	sorted := slices.Clone(rates)
 	slices.Sort(sorted)
 	return rates, sorted[len(sorted)/2], nil
+}
+
+// RandomBatch is the batch speed measurements time: n examples of inputs
+// in [0, 1) and labels among the model's classes, the same on every call.
+func RandomBatch(m *nn.Model, n int) (x []float32, labels []int32) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x = make([]float32, n*m.InputSize)
+	for i := range x {
+		x[i] = rng.Float32()
+	}
+	labels = make([]int32, n)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(m.NumClasses))
+	}
+	return x, labels
 }

@@ -25,3 +25,22 @@ func TestTimeRounds(t *testing.T) {
 		t.Error("0 examples per step accepted")
 	}
 }
+
+func TestRandomBatchIsRepeatableAndInRange(t *testing.T) {
+	m := smallModel(t)
+	x, labels := RandomBatch(m, 5)
+	x2, labels2 := RandomBatch(m, 5)
+	if len(x) != 5*m.InputSize || len(labels) != 5 {
+		t.Fatalf("%d inputs, %d labels", len(x), len(labels))
+	}
+	for i := range x {
+		if x[i] != x2[i] || x[i] < 0 || x[i] >= 1 {
+			t.Fatalf("input %d: %v then %v; want the same value in [0, 1)", i, x[i], x2[i])
+		}
+	}
+	for i, l := range labels {
+		if l != labels2[i] || l < 0 || int(l) >= m.NumClasses {
+			t.Fatalf("label %d: %d then %d", i, l, labels2[i])
+		}
+	}
+}
