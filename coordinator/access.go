@@ -202,4 +202,3 @@ func (s *Server) guardMetrics(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
-

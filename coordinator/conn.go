@@ -32,6 +32,7 @@ type workerConn struct {
 	hello       protocol.Hello
 	job         *Job
 	remote      string
+	clientKey   string // for per-address limits (clientaddr.go)
 	ws          *websocket.Conn
 	send        chan []byte
 	connectedAt time.Time
@@ -152,6 +153,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		hello:       *hello,
 		job:         job,
 		remote:      r.RemoteAddr,
+		clientKey:   s.clientKey(r),
 		ws:          ws,
 		send:        make(chan []byte, sendQueue),
 		connectedAt: time.Now(),

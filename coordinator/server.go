@@ -444,7 +444,7 @@ func (s *Server) routes() {
 		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)
 	})
 	if s.cfg.Pages != nil {
-		r.PathPrefix("/").Handler(s.cfg.Pages)
+		r.PathPrefix("/").Handler(s.budgetPages(s.cfg.Pages))
 	} else {
 		r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -520,21 +520,28 @@ func (s *Server) workerViews(ctx context.Context) []WorkerView {
 }
 
 // serveImmutable serves bytes that never change under this URL, so any
-// cache between here and the volunteers may keep them.
-func serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte) {
+// cache between here and the volunteers may keep them. Unless free, the
+// body is charged to the client's anonymous budget.
+func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte, free bool) {
 	h := w.Header()
-	h.Set("ETag", etag)
-	h.Set("Cache-Control", "public, max-age=31536000, immutable")
-	h.Set("Content-Type", "application/octet-stream")
 	if r.Header.Get("If-None-Match") == etag {
+		h.Set("ETag", etag)
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	if r.Method != http.MethodHead && !free && !s.chargeBulk(w, r, len(body)) {
+		return
+	}
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {
 		return
 	}
-	_, _ = w.Write(body)
+	if err := s.writePaced(w, body); err != nil {
+		s.cfg.Logf("%s %s from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+	}
 }
 
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -559,7 +566,8 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
-	serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body)
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.base == version })
+	s.serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
 }
 
 func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
@@ -574,7 +582,8 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "job %s has shards 0..%d, not %q", j.ID, len(j.shardBody)-1, vars["shard"])
 		return
 	}
-	serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard])
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.task.shard == shard })
+	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard], free)
 }
 
 func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
@@ -591,33 +600,6 @@ func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out = append(out, cs...)
-	}
-	writeJSON(w, out)
-}
-
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["id"]
-	if s.job(id) == nil {
-		writeError(w, http.StatusNotFound, "no job %q", id)
-		return
-	}
-	limit := 0
-	if q := r.URL.Query().Get("limit"); q != "" {
-		n, err := strconv.Atoi(q)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit must be a number >= 0, got %q", q)
-			return
-		}
-		limit = n
-	}
-	out := []store.Metric{}
-	if s.cfg.Store != nil {
-		ms, err := s.cfg.Store.Metrics(r.Context(), id, limit)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "reading metrics: %v", err)
-			return
-		}
-		out = append(out, ms...)
 	}
 	writeJSON(w, out)
 }
