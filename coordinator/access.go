@@ -139,18 +139,19 @@ func (p *hostPolicy) scheme(r *http.Request) string {
 }
 
 // originAllowed reports whether a browser Origin may use the coordinator:
-// it is the very scheme, host and port of this request, or one of the
-// public URLs.
+// one of the public URLs, or, on a loopback name, the very scheme, host and
+// port of this request.
 func (p *hostPolicy) originAllowed(r *http.Request, origin string) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Hostname() == "" || u.Path != "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return false // "null" (sandboxed frames, file: pages) too
 	}
 	o := siteName{u.Scheme, normalHost(u.Hostname()), portOr(u.Port(), u.Scheme)}
-	scheme := p.scheme(r)
-	host, port := splitHost(r.Host)
-	if o == (siteName{scheme, host, portOr(port, scheme)}) {
-		return true
+	// Loopback names are allowed on any port, so for them the page must
+	// come from this very scheme, host and port.
+	if host, port := splitHost(r.Host); isLoopbackName(host) {
+		scheme := p.scheme(r)
+		return o == siteName{scheme, host, portOr(port, scheme)}
 	}
 	for _, n := range p.names {
 		if o == n {
@@ -194,8 +195,8 @@ func (s *Server) guardMetrics(h http.Handler) http.Handler {
 			writeAuthRefusal(w, authDenied, 0)
 			return
 		}
-		token, _ := strings.CutPrefix(h0, "Bearer ")
-		if res, wait := s.auth.checkToken(token, want, true, s.clientKey(r), time.Now()); res != authOK {
+		token, isBearer := strings.CutPrefix(h0, "Bearer ")
+		if res, wait := s.auth.checkToken(token, want, isBearer, s.clientKey(r), time.Now()); res != authOK {
 			writeAuthRefusal(w, res, wait)
 			return
 		}

@@ -118,8 +118,8 @@ func (a *auth) endSession(id string) {
 // ignores it.
 func (a *auth) authorized(r *http.Request, key string, now time.Time) (authResult, time.Duration) {
 	if h := r.Header.Get("Authorization"); h != "" {
-		token, _ := strings.CutPrefix(h, "Bearer ")
-		return a.checkToken(token, a.tokenSum, a.enabled && strings.HasPrefix(h, "Bearer "), key, now)
+		token, isBearer := strings.CutPrefix(h, "Bearer ")
+		return a.checkToken(token, a.tokenSum, a.enabled && isBearer, key, now)
 	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || !a.sessionOK(c.Value, now) {
