@@ -14,7 +14,7 @@ import (
 // MetricsPageMax rows at once (docs/API.md):
 //
 //	?points=N           at most N rows sampled over the whole history
-//	?after=CURSOR&limit=N   the page after CURSOR, oldest first
+//	?after=CURSOR&limit=N   the page after CURSOR ("" is the start), oldest first
 //	?limit=N            the newest N rows
 //	(nothing)           the first page
 //

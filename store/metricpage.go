@@ -19,8 +19,11 @@ type MetricCursor struct{ at, id int64 }
 // String is the cursor as an API client passes it back.
 func (c MetricCursor) String() string { return fmt.Sprintf("%d.%d", c.at, c.id) }
 
-// ParseMetricCursor reads a cursor written by String.
+// ParseMetricCursor reads a cursor written by String; "" is the start.
 func ParseMetricCursor(s string) (MetricCursor, error) {
+	if s == "" {
+		return MetricCursor{}, nil
+	}
 	a, b, ok := strings.Cut(s, ".")
 	at, err1 := strconv.ParseInt(a, 10, 64)
 	id, err2 := strconv.ParseInt(b, 10, 64)
