@@ -84,21 +84,62 @@ func (s *Store) MetricsSampled(ctx context.Context, jobID string, n int) ([]Metr
 		}
 		return (count + budget - 1) / budget
 	}
-	rows, err := s.r.QueryContext(ctx, `WITH m AS (
-			SELECT `+metricCols+`, (accuracy IS NOT NULL OR note != '') AS marked FROM metrics WHERE job_id = ?
-		), r AS (
-			SELECT *, ROW_NUMBER() OVER (PARTITION BY marked ORDER BY at, id) - 1 AS k,
-				ROW_NUMBER() OVER (ORDER BY at, id) AS rn FROM m
-		)
-		SELECT `+metricCols+` FROM r
-		WHERE rn = 1 OR rn = ? OR (marked AND ? > 0 AND k % ? = 0) OR (NOT marked AND ? > 0 AND k % ? = 0)
-		ORDER BY at, id`,
-		jobID, total, step(marked, markedBudget), step(marked, markedBudget), step(plain, plainBudget), step(plain, plainBudget))
+	stepMarked, stepPlain := step(marked, markedBudget), step(plain, plainBudget)
+	// One pass over the ids in order picks the rows (SQLite's window
+	// functions sort the whole history, several times slower); a second
+	// reads the picked ones.
+	ids, err := s.r.QueryContext(ctx, `SELECT id, accuracy IS NOT NULL OR note != '' FROM metrics
+		WHERE job_id = ? ORDER BY at, id`, jobID)
+	if err != nil {
+		return nil, s.wrap("sampling metrics of job "+jobID, err)
+	}
+	defer ids.Close()
+	var picked []any
+	var rn, kMarked, kPlain int64
+	for ids.Next() {
+		var id int64
+		var isMarked bool
+		if err := ids.Scan(&id, &isMarked); err != nil {
+			return nil, s.wrap("sampling metrics of job "+jobID, err)
+		}
+		rn++
+		take := rn == 1 || rn == total
+		if isMarked {
+			take = take || stepMarked > 0 && kMarked%stepMarked == 0
+			kMarked++
+		} else {
+			take = take || stepPlain > 0 && kPlain%stepPlain == 0
+			kPlain++
+		}
+		if take && len(picked) < n { // rows added since the count wait for the next sample
+			picked = append(picked, id)
+		}
+	}
+	if err := ids.Err(); err != nil {
+		return nil, s.wrap("sampling metrics of job "+jobID, err)
+	}
+	ids.Close()
+	rows, err := s.r.QueryContext(ctx, `SELECT `+metricCols+` FROM metrics
+		WHERE id IN (SELECT value FROM json_each(?)) ORDER BY at, id`, jsonInts(picked))
 	if err != nil {
 		return nil, s.wrap("sampling metrics of job "+jobID, err)
 	}
 	list, _, err := s.scanMetrics(ctx, rows, jobID)
 	return list, err
+}
+
+// jsonInts writes ids as a JSON array, for json_each.
+func jsonInts(ids []any) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id.(int64), 10))
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // scanMetrics reads rows of metricCols and closes them; an empty result
