@@ -18,7 +18,7 @@ import (
 // without these limits.
 
 // paceChunk is how much is written under one write deadline.
-const paceChunk = 64 << 10
+const paceChunk = 256 << 10
 
 // chargeBulk spends n bytes of the anonymous budget of r's client, or
 // answers 429 and returns false. Headers already set for the body are

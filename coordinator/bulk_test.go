@@ -2,9 +2,11 @@ package coordinator_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,9 +14,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/web"
 )
 
 // An address holding no lease may download only its budget of snapshots
@@ -156,5 +160,45 @@ func TestSlowReaderIsCut(t *testing.T) {
 	want, got, err = readPaced(t, addr, shard, 1<<20, 5*time.Second)
 	if err != nil || got != want || want == 0 {
 		t.Errorf("a reader at 1 MiB/s: read %d of %d bytes, ended by %v; want the whole body", got, want, err)
+	}
+}
+
+// The pages' files count toward the same budget: a new visitor loads the
+// contribute page and the browser worker, a client fetching the worker
+// again and again is refused.
+func TestPageFilesCountTowardTheBudget(t *testing.T) {
+	wasm := make([]byte, 5<<20)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(wasm) // incompressible: served whole either way
+	pages, err := web.NewHandler(web.Options{Dist: fstest.MapFS{
+		web.WasmFile:     {Data: wasm},
+		web.WasmExecFile: {Data: []byte("// wasm_exec.js")},
+	}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.Pages, c.AnonBulkBurst, c.AnonBulkRate = pages, 8<<20, 1
+	})
+	visitor := clientFrom(t, "127.0.0.2")
+	gz := map[string]string{"Accept-Encoding": "gzip"}
+	if resp, body := g.send(visitor, http.MethodGet, "/", nil, gz); resp.StatusCode != http.StatusOK || len(body) == 0 {
+		t.Fatalf("the contribute page: %d", resp.StatusCode)
+	}
+	resp, body := g.send(visitor, http.MethodGet, "/static/"+web.WasmFile, nil, gz)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, wasm) {
+		t.Fatalf("a new visitor's browser worker: %d, %d bytes of %d", resp.StatusCode, len(body), len(wasm))
+	}
+	etag := resp.Header.Get("ETag")
+	resp, body = g.send(visitor, http.MethodGet, "/static/"+web.WasmFile, nil, gz)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || resp.Header.Get("ETag") != "" {
+		t.Fatalf("the browser worker again, past the budget: %d, Retry-After %q, ETag %q, %d bytes; want 429 with a wait and no cache headers",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("ETag"), len(body))
+	}
+	resp, _ = g.send(visitor, http.MethodGet, "/static/"+web.WasmFile, nil, map[string]string{"If-None-Match": etag})
+	if resp.StatusCode != http.StatusNotModified {
+		t.Errorf("revalidating the cached worker past the budget: %d, want 304", resp.StatusCode)
+	}
+	if resp, _ := g.send(clientFrom(t, "127.0.0.3"), http.MethodGet, "/static/"+web.WasmFile, nil, gz); resp.StatusCode != http.StatusOK {
+		t.Errorf("another visitor: %d, want 200", resp.StatusCode)
 	}
 }
