@@ -67,15 +67,19 @@ func TestServePublicURLsAndIdleTimeout(t *testing.T) {
 }
 
 // On a wildcard address with no --public-url, serve says how to let other
-// machines in.
+// machines in; its own workers and loopback clients still get in.
 func TestServeOnAWildcardSaysHowToLetOthersIn(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
-	srv := startProc(t, "serve", "--addr", "0.0.0.0:"+port, "--db", "")
+	srv := startProc(t, "serve", "--addr", "0.0.0.0:"+port, "--db", "", "--local-workers", "1")
 	line := srv.waitLine("--public-url", 60*time.Second) // logged once listening
 	if !strings.Contains(line, "http://HOSTNAME:"+port) {
 		t.Errorf("advice %q does not show the flag with this port", line)
 	}
 	if got := hostStatus(t, "127.0.0.1:"+port, "127.0.0.1:"+port); got != http.StatusOK {
 		t.Errorf("loopback on a wildcard address: %d", got)
+	}
+	srv.waitLine("joined job", 30*time.Second) // the local worker
+	if got := hostStatus(t, "127.0.0.1:"+port, "0.0.0.0:"+port); got != http.StatusForbidden {
+		t.Errorf("Host 0.0.0.0: %d, want 403 (it is not a name of this coordinator)", got)
 	}
 }

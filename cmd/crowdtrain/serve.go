@@ -139,7 +139,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		wl := log.New(stderr, fmt.Sprintf("local worker %d: ", i+1), log.LstdFlags)
 		w, err := worker.New(worker.Config{
-			Coordinator: "ws://" + ln.Addr().String() + "/ws", Backend: b,
+			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b,
 			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		})

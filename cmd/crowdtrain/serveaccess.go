@@ -76,6 +76,16 @@ func (a *accessFlags) advice(listen string) string {
 	return fmt.Sprintf("listening on every interface, but answering only to loopback names: to let other machines in, name how they reach this one, e.g. --public-url http://HOSTNAME:%s (repeatable; add --trusted-proxy for a proxy in front)", port)
 }
 
+// loopbackAddr is where this process reaches its own listener: a wildcard
+// address is not a name the coordinator answers to, 127.0.0.1 is.
+func loopbackAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil || !isWildcard(host) {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
 func isWildcard(host string) bool {
 	if host == "" {
 		return true
