@@ -71,13 +71,15 @@ const (
 // the address is over its failures, every token is refused unchecked, the
 // right one included, so a right guess does not stand out.
 func (a *auth) checkToken(token string, want [32]byte, enabled bool, key string, now time.Time) (authResult, time.Duration) {
-	if limited, wait := a.fails.limited(key, now); limited {
+	// A failure is charged before the check and refunded on success, so
+	// parallel guesses cannot all slip through while one token is left.
+	if ok, wait := a.fails.take(key, 1, now); !ok {
 		return authLimited, wait
 	}
 	if enabled && sameSecret(token, want) {
+		a.fails.refund(key, 1, now)
 		return authOK, 0
 	}
-	a.fails.spend(key, now)
 	return authDenied, 0
 }
 

@@ -80,27 +80,12 @@ func (l *rateLimiter) take(key string, n float64, now time.Time) (ok bool, retry
 	return true, 0
 }
 
-// limited reports whether key has less than one token, without spending.
-func (l *rateLimiter) limited(key string, now time.Time) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	el := l.entries[key]
-	if el == nil {
-		return false, 0
-	}
-	e := l.entry(key, now)
-	if e.tokens < 1 {
-		return true, l.wait(e, 1)
-	}
-	return false, 0
-}
-
-// spend takes one token of key even when that leaves it limited.
-func (l *rateLimiter) spend(key string, now time.Time) {
+// refund gives back n tokens taken for something that turned out free.
+func (l *rateLimiter) refund(key string, n float64, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(key, now)
-	e.tokens = math.Max(e.tokens-1, 0)
+	e.tokens = math.Min(l.burst, e.tokens+n)
 }
 
 // size is how many keys the table holds.

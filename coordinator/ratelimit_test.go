@@ -8,45 +8,51 @@ import (
 	"time"
 )
 
-// The failure limiter as the admin routes use it: a burst, then one per
-// interval, on a fake clock.
+// The failure limiter as the token checks use it (one token per check,
+// refunded when the token was right): a burst, then one per interval, on a
+// fake clock.
 func TestLimiterRefillsOnePerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(1/(10*time.Second).Seconds(), 5, 100)
 		for i := range 5 {
-			if limited, _ := l.limited("a", time.Now()); limited {
+			if ok, _ := l.take("a", 1, time.Now()); !ok {
 				t.Fatalf("limited after %d failures, want a burst of 5", i)
 			}
-			l.spend("a", time.Now())
 		}
-		limited, wait := l.limited("a", time.Now())
-		if !limited || !near(wait, 10*time.Second) {
-			t.Fatalf("after 5 failures: limited %v, wait %v; want limited for 10s", limited, wait)
+		ok, wait := l.take("a", 1, time.Now())
+		if ok || !near(wait, 10*time.Second) {
+			t.Fatalf("after 5 failures: allowed %v, wait %v; want limited for 10s", ok, wait)
 		}
-		if limited, _ := l.limited("b", time.Now()); limited {
+		if ok, _ := l.take("b", 1, time.Now()); !ok {
 			t.Fatal("another address is limited too")
 		}
 		time.Sleep(9 * time.Second)
-		if limited, wait := l.limited("a", time.Now()); !limited || !near(wait, time.Second) {
-			t.Fatalf("after 9s: limited %v, wait %v; want 1s more", limited, wait)
+		if ok, wait := l.take("a", 1, time.Now()); ok || !near(wait, time.Second) {
+			t.Fatalf("after 9s: allowed %v, wait %v; want 1s more", ok, wait)
 		}
 		time.Sleep(time.Second)
-		if limited, _ := l.limited("a", time.Now()); limited {
+		if ok, _ := l.take("a", 1, time.Now()); !ok {
 			t.Fatal("still limited after the interval")
 		}
-		l.spend("a", time.Now())
-		if limited, _ := l.limited("a", time.Now()); !limited {
+		if ok, _ := l.take("a", 1, time.Now()); ok {
 			t.Fatal("one interval refilled more than one attempt")
 		}
 		time.Sleep(time.Hour)
 		for i := range 5 {
-			if limited, _ := l.limited("a", time.Now()); limited {
-				t.Fatalf("after an hour, limited after %d failures: the bucket must refill to the burst, no further", i)
+			if ok, _ := l.take("a", 1, time.Now()); !ok {
+				t.Fatalf("after an hour, limited after %d failures: the bucket must refill to the burst", i)
 			}
-			l.spend("a", time.Now())
 		}
-		if limited, _ := l.limited("a", time.Now()); !limited {
+		if ok, _ := l.take("a", 1, time.Now()); ok {
 			t.Fatal("an hour's wait banked more than the burst")
+		}
+		// Right tokens are refunded: they never use up the budget.
+		time.Sleep(time.Hour)
+		for range 100 {
+			if ok, _ := l.take("a", 1, time.Now()); !ok {
+				t.Fatal("refunded checks used up the budget")
+			}
+			l.refund("a", 1, time.Now())
 		}
 	})
 }
@@ -82,25 +88,25 @@ func TestLimiterTakeBytes(t *testing.T) {
 func TestLimiterEvictsOldestAtTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newRateLimiter(0.1, 1, 3)
-		l.spend("guesser", time.Now()) // now limited
-		l.spend("b", time.Now())
-		l.spend("c", time.Now())
+		for _, k := range []string{"guesser", "b", "c"} {
+			l.take(k, 1, time.Now()) // each now limited
+		}
 		time.Sleep(time.Second)
-		if limited, _ := l.limited("guesser", time.Now()); !limited { // seen again: the newest
+		if ok, _ := l.take("guesser", 1, time.Now()); ok { // seen again: the newest
 			t.Fatal("guesser not limited")
 		}
-		l.spend("d", time.Now()) // evicts b, the least recently seen
+		l.take("d", 1, time.Now()) // evicts b, the least recently seen
 		if n := l.size(); n != 3 {
 			t.Fatalf("%d entries, want the bound of 3", n)
 		}
-		if limited, _ := l.limited("b", time.Now()); limited {
-			t.Fatal("b is still known: the oldest entry was not the one evicted")
-		}
-		if limited, _ := l.limited("guesser", time.Now()); !limited {
+		if ok, _ := l.take("guesser", 1, time.Now()); ok {
 			t.Fatal("a new address reset the guesser's limit")
 		}
+		if ok, _ := l.take("b", 1, time.Now()); !ok { // evicts c
+			t.Fatal("b is still limited: the oldest entry was not the one evicted")
+		}
 		for i := range 10000 {
-			l.spend(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String(), time.Now())
+			l.take(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String(), 1, time.Now())
 		}
 		if n := l.size(); n != 3 {
 			t.Fatalf("%d entries after a spray, want the bound of 3", n)
