@@ -166,7 +166,7 @@ func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request
 		writeError(w, code, "%v", err)
 		return
 	}
-	serveDownload(w, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
 }
 
 // handleExportLive writes the job's parameters as they are now.
@@ -196,16 +196,18 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "export: %v", err)
 		return
 	}
-	serveDownload(w, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
 }
 
-func serveDownload(w http.ResponseWriter, name string, body []byte) {
+func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request, name string, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
-	_, _ = w.Write(body)
+	if err := s.writePaced(w, body); err != nil {
+		s.cfg.Logf("%s %s from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+	}
 }
 
 // DisconnectWorker closes a worker's connection; its leases go back to the

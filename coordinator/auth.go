@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,11 +23,6 @@ import (
 const (
 	sessionCookie = "crowdtrain_session"
 	sessionTTL    = 12 * time.Hour
-	// Sign-in attempts: a burst of loginBurst per client address, then
-	// one per loginEvery. A 32-byte token is not guessable anyway; this
-	// keeps a weak operator-chosen one from being brute-forced.
-	loginBurst = 5
-	loginEvery = 10 * time.Second
 )
 
 // NewAdminToken returns a random token for an operator who set none.
@@ -43,55 +36,51 @@ type auth struct {
 	tokenSum [32]byte // SHA-256 of the token: compared in constant time whatever its length
 	enabled  bool
 
+	// fails limits failed token checks per client address, on every
+	// route that checks a token (sign-in, Bearer, /metrics): a burst,
+	// then one per interval. A 32-byte token is not guessable anyway;
+	// this keeps a weak operator-chosen one from being brute-forced.
+	fails *rateLimiter
+
 	mu       sync.Mutex
 	sessions map[string]time.Time // session id → expiry
-	attempts map[string]*bucket   // client address → sign-in budget
 }
 
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-func newAuth(token string) *auth {
+func newAuth(token string, fails *rateLimiter) *auth {
 	return &auth{
 		tokenSum: sha256.Sum256([]byte(token)), enabled: token != "",
-		sessions: map[string]time.Time{}, attempts: map[string]*bucket{},
+		sessions: map[string]time.Time{}, fails: fails,
 	}
 }
 
-func (a *auth) tokenOK(token string) bool {
-	if !a.enabled {
-		return false
-	}
-	sum := sha256.Sum256([]byte(token))
-	return subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) == 1
+// sameSecret compares in constant time whatever the lengths.
+func sameSecret(given string, wantSum [32]byte) bool {
+	sum := sha256.Sum256([]byte(given))
+	return subtle.ConstantTimeCompare(sum[:], wantSum[:]) == 1
 }
 
-// allowLogin spends one sign-in attempt of the client at addr; when none is
-// left it says how long to wait.
-func (a *auth) allowLogin(addr string, now time.Time) (bool, time.Duration) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
+type authResult int
+
+const (
+	authDenied  authResult = iota
+	authOK                 // the token or a live session
+	authLimited            // too many failures from this address: not even checked
+)
+
+// checkToken checks a token the client at key presents against want. While
+// the address is over its failures, every token is refused unchecked, the
+// right one included, so a right guess does not stand out.
+func (a *auth) checkToken(token string, want [32]byte, enabled bool, key string, now time.Time) (authResult, time.Duration) {
+	// A failure is charged before the check and refunded on success, so
+	// parallel guesses cannot all slip through while one token is left.
+	if ok, wait := a.fails.take(key, 1, now); !ok {
+		return authLimited, wait
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b := a.attempts[host]
-	if b == nil {
-		if len(a.attempts) > 10000 { // bounded memory under a spray of addresses
-			clear(a.attempts)
-		}
-		b = &bucket{tokens: loginBurst, at: now}
-		a.attempts[host] = b
+	if enabled && sameSecret(token, want) {
+		a.fails.refund(key, 1, now)
+		return authOK, 0
 	}
-	b.tokens = math.Min(loginBurst, b.tokens+now.Sub(b.at).Seconds()/loginEvery.Seconds())
-	b.at = now
-	if b.tokens < 1 {
-		return false, time.Duration((1 - b.tokens) * float64(loginEvery))
-	}
-	b.tokens--
-	return true, 0
+	return authDenied, 0
 }
 
 func (a *auth) newSession(now time.Time) string {
@@ -122,37 +111,54 @@ func (a *auth) endSession(id string) {
 	a.mu.Unlock()
 }
 
-// authorized reports whether r carries the token or a live session. A
-// cookie-authenticated request that changes something must also come from
-// this origin: SameSite=Strict already keeps other sites' requests from
-// carrying the cookie, and this holds where a browser ignores it.
-func (a *auth) authorized(r *http.Request) bool {
+// authorized checks r's token or session. A Bearer token counts toward the
+// address's failures; a session cookie does not (it is 32 random bytes, and
+// an operator signed in keeps working while someone at the same address
+// guesses). A cookie-authenticated request that changes something must
+// also come from this origin: SameSite=Strict already keeps other sites'
+// requests from carrying the cookie, and this holds where a browser
+// ignores it.
+func (a *auth) authorized(r *http.Request, key string, now time.Time) (authResult, time.Duration) {
 	if h := r.Header.Get("Authorization"); h != "" {
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		return ok && a.tokenOK(token)
+		token, isBearer := strings.CutPrefix(h, "Bearer ")
+		return a.checkToken(token, a.tokenSum, a.enabled && isBearer, key, now)
 	}
 	c, err := r.Cookie(sessionCookie)
-	if err != nil || !a.sessionOK(c.Value, time.Now()) {
-		return false
+	if err != nil || !a.sessionOK(c.Value, now) {
+		return authDenied, 0
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return true
+		return authOK, 0
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return true
+		return authOK, 0
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	if err == nil && u.Host == r.Host {
+		return authOK, 0
+	}
+	return authDenied, 0
+}
+
+// writeAuthRefusal answers a request that failed a token check.
+func writeAuthRefusal(w http.ResponseWriter, res authResult, wait time.Duration) {
+	if res == authLimited {
+		secs := retryAfterSeconds(wait)
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
+		writeError(w, http.StatusTooManyRequests, "too many failed token checks from this address; try again in %d s", secs)
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="crowdtrain"`)
+	writeJSONStatus(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
 }
 
 // admin wraps h so that only the operator reaches it. Anyone else gets 401
-// and no detail.
+// and no detail, or 429 after too many failures.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.auth.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="crowdtrain"`)
-			writeJSONStatus(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
+		if res, wait := s.auth.authorized(r, s.clientKey(r), time.Now()); res != authOK {
+			writeAuthRefusal(w, res, wait)
 			return
 		}
 		h(w, r)
@@ -160,18 +166,14 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
-	if ok, wait := s.auth.allowLogin(r.RemoteAddr, time.Now()); !ok {
-		secs := int(math.Ceil(wait.Seconds()))
-		w.Header().Set("Retry-After", fmt.Sprint(secs))
-		writeError(w, http.StatusTooManyRequests, "too many sign-in attempts; try again in %d s", secs)
-		return
-	}
 	var body struct {
 		Token string `json:"token"`
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, 4096))
-	if err != nil || json.Unmarshal(raw, &body) != nil || !s.auth.tokenOK(body.Token) {
-		writeJSONStatus(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
+	raw, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
+	_ = json.Unmarshal(raw, &body) // a malformed body is a wrong token
+	a := s.auth
+	if res, wait := a.checkToken(body.Token, a.tokenSum, a.enabled, s.clientKey(r), time.Now()); res != authOK {
+		writeAuthRefusal(w, res, wait)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{

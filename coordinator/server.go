@@ -34,9 +34,6 @@ type Config struct {
 	WriteTimeout time.Duration
 	// MaxLeases is how many leases one worker may hold at once.
 	MaxLeases int
-	// OriginPatterns lists extra browser origins allowed to open /ws (the
-	// coordinator's own host is always allowed).
-	OriginPatterns []string
 	// Store keeps jobs, checkpoints, metrics and workers; nil keeps
 	// nothing (a coordinator that dies loses its jobs).
 	Store *store.Store
@@ -54,6 +51,41 @@ type Config struct {
 	// page at / and its assets; see package web). Nil serves a plain index
 	// that links the API.
 	Pages http.Handler
+
+	// HTTP access: who may reach what (access.go, docs/SECURITY.md).
+	//
+	// PublicURLs are the URLs volunteers and the operator reach the
+	// coordinator by ("https://grid.example.org", "http://10.0.0.5:8080"):
+	// requests naming another Host, and browser requests from another
+	// Origin (scheme, host and port), are refused. Loopback names are
+	// always allowed.
+	PublicURLs []string
+	// TrustedProxies are addresses or CIDRs whose X-Forwarded-For header
+	// names the client; from anyone else it is ignored.
+	TrustedProxies []string
+	// AuthFailBurst failed token checks per client address, then one per
+	// AuthFailEvery; while an address is over, even the right token from
+	// it is refused (a signed-in session still works).
+	AuthFailBurst int
+	AuthFailEvery time.Duration
+	// ClientTableSize bounds each per-address table; the least recently
+	// seen address is forgotten first.
+	ClientTableSize int
+	// AnonBulkRate (bytes/s) and AnonBulkBurst (bytes) are what an address
+	// holding no lease may download of snapshots, shards and the pages'
+	// assets. A worker's own leases' snapshots and shards are free.
+	AnonBulkRate, AnonBulkBurst int64
+	// MinReadRate (bytes/s) is the slowest a client may read a snapshot,
+	// shard, download or page asset once MinReadGrace has passed; a slower
+	// one is disconnected.
+	MinReadRate  int64
+	MinReadGrace time.Duration
+	// MetricsToken, when set, must come as "Authorization: Bearer TOKEN"
+	// to read /metrics.
+	MetricsToken string
+	// MetricsPageMax is the most rows one /api/v1/jobs/{id}/metrics
+	// response holds.
+	MetricsPageMax int
 }
 
 func (c *Config) setDefaults() {
@@ -78,6 +110,7 @@ func (c *Config) setDefaults() {
 	if c.KeepCheckpoints <= 0 {
 		c.KeepCheckpoints = 5
 	}
+	c.setAccessDefaults()
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -104,6 +137,10 @@ type Server struct {
 	workers map[string]*workerConn
 
 	auth    *auth
+	proxies trustedProxies
+	hosts   *hostPolicy
+	bulk    *rateLimiter // anonymous downloads, bytes per client address
+	handler http.Handler // router behind the Host/Origin check
 	events  hub
 	metrics *promMetrics
 
@@ -119,7 +156,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("coordinator: Config.Train and Config.Test are required")
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff, auth: newAuth(cfg.AdminToken)}
+	proxies, err := parseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	hosts, err := newHostPolicy(cfg.PublicURLs, proxies)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	fails := newRateLimiter(1/cfg.AuthFailEvery.Seconds(), float64(cfg.AuthFailBurst), cfg.ClientTableSize)
+	s := &Server{
+		cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff,
+		auth: newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
+		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
+	}
 	s.metrics = newPromMetrics(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
@@ -236,7 +286,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 }
 
 // Handler returns the HTTP handler: API, snapshots, shards and /ws.
-func (s *Server) Handler() http.Handler { return s.router }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close tells every worker the coordinator is going away, writes a final
 // checkpoint of every job, stops the job loops and waits for all of it.
@@ -389,12 +439,12 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	s.adminRoutes(r, api)
-	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
+	r.Handle("/metrics", s.guardMetrics(s.metrics.handler())).Methods(http.MethodGet)
 	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)
 	})
 	if s.cfg.Pages != nil {
-		r.PathPrefix("/").Handler(s.cfg.Pages)
+		r.PathPrefix("/").Handler(s.budgetPages(s.cfg.Pages))
 	} else {
 		r.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -404,6 +454,7 @@ func (s *Server) routes() {
 		}).Methods(http.MethodGet)
 	}
 	s.router = r
+	s.handler = s.checkAccess(r)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -469,21 +520,28 @@ func (s *Server) workerViews(ctx context.Context) []WorkerView {
 }
 
 // serveImmutable serves bytes that never change under this URL, so any
-// cache between here and the volunteers may keep them.
-func serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte) {
+// cache between here and the volunteers may keep them. Unless free, the
+// body is charged to the client's anonymous budget.
+func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte, free bool) {
 	h := w.Header()
-	h.Set("ETag", etag)
-	h.Set("Cache-Control", "public, max-age=31536000, immutable")
-	h.Set("Content-Type", "application/octet-stream")
 	if r.Header.Get("If-None-Match") == etag {
+		h.Set("ETag", etag)
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
+	if r.Method != http.MethodHead && !free && !s.chargeBulk(w, r, len(body)) {
+		return
+	}
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {
 		return
 	}
-	_, _ = w.Write(body)
+	if err := s.writePaced(w, body); err != nil {
+		s.cfg.Logf("%s %s from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+	}
 }
 
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -508,7 +566,8 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
-	serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body)
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.base == version })
+	s.serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
 }
 
 func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
@@ -523,7 +582,8 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "job %s has shards 0..%d, not %q", j.ID, len(j.shardBody)-1, vars["shard"])
 		return
 	}
-	serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard])
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.task.shard == shard })
+	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard], free)
 }
 
 func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
@@ -540,33 +600,6 @@ func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out = append(out, cs...)
-	}
-	writeJSON(w, out)
-}
-
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["id"]
-	if s.job(id) == nil {
-		writeError(w, http.StatusNotFound, "no job %q", id)
-		return
-	}
-	limit := 0
-	if q := r.URL.Query().Get("limit"); q != "" {
-		n, err := strconv.Atoi(q)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "limit must be a number >= 0, got %q", q)
-			return
-		}
-		limit = n
-	}
-	out := []store.Metric{}
-	if s.cfg.Store != nil {
-		ms, err := s.cfg.Store.Metrics(r.Context(), id, limit)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "reading metrics: %v", err)
-			return
-		}
-		out = append(out, ms...)
 	}
 	writeJSON(w, out)
 }

@@ -35,6 +35,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
 	verbose := fs.Bool("v", false, "log every checkpoint")
 	adminToken := fs.String("admin-token", "", "`TOKEN` for the admin page and API (default: $CROWDTRAIN_ADMIN_TOKEN, else a random one printed at start)")
+	// HTTP access: names, proxies, limits (serveaccess.go).
+	var access accessFlags
+	access.register(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -77,13 +80,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := coordinator.New(coordinator.Config{
+	cfg := coordinator.Config{
 		Train: train, Test: test, Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
-	})
-	if err != nil {
+	}
+	if err := access.apply(&cfg, *addr); err != nil {
 		return err
+	}
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		return &usageError{err.Error()}
 	}
 	defer srv.Close()
 	// Unfinished jobs in the database carry on; --job starts a new one
@@ -104,12 +111,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
 	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator ws://%s/ws",
 		base, base, ln.Addr())
+	if msg := access.advice(*addr); msg != "" {
+		logger.Print(msg)
+	}
 	if pages.HasWorker() {
 		logger.Printf("contribute from a browser: open %s/ and press Contribute", base)
 	}
@@ -129,7 +139,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		wl := log.New(stderr, fmt.Sprintf("local worker %d: ", i+1), log.LstdFlags)
 		w, err := worker.New(worker.Config{
-			Coordinator: "ws://" + ln.Addr().String() + "/ws", Backend: b,
+			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b,
 			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		})

@@ -7,7 +7,7 @@
 
 const $ = (id) => document.getElementById(id);
 
-const HISTORY_LIMIT = 5000; // metrics rows fetched when a job is selected
+const HISTORY_POINTS = 2000; // metrics rows, sampled over the whole history, fetched when a job is selected
 const LIVE_POINTS = 3600; // throughput points kept from the live feed
 
 const state = {
@@ -372,7 +372,7 @@ function setJobs(jobs, live) {
     const tp = state.throughput;
     if (!tp.length || t - tp[tp.length - 1][0] >= 0.5) {
       tp.push([t, nullable(job.examples_per_sec), nullable(job.updates_per_sec)]);
-      if (tp.length > HISTORY_LIMIT + LIVE_POINTS) tp.splice(0, tp.length - HISTORY_LIMIT - LIVE_POINTS);
+      if (tp.length > HISTORY_POINTS + LIVE_POINTS) tp.splice(0, tp.length - HISTORY_POINTS - LIVE_POINTS);
       drawThroughput();
     }
   }
@@ -691,7 +691,7 @@ async function loadHistory(id) {
   const token = state.selectToken;
   state.historyLoading = true;
   try {
-    const rows = await api('GET', '/api/v1/jobs/' + encodeURIComponent(id) + '/metrics?limit=' + HISTORY_LIMIT);
+    const rows = await api('GET', '/api/v1/jobs/' + encodeURIComponent(id) + '/metrics?points=' + HISTORY_POINTS);
     if (token !== state.selectToken) return;
     const hist = Array.isArray(rows) ? rows.filter((r) => r && Number.isFinite(seconds(r.at))) : [];
     const last = hist.length ? seconds(hist[hist.length - 1].at) : -Infinity;
@@ -718,7 +718,7 @@ function addMetric(row) {
     return;
   }
   state.metrics.push(row);
-  if (state.metrics.length > HISTORY_LIMIT * 2) state.metrics.splice(0, state.metrics.length - HISTORY_LIMIT * 2);
+  if (state.metrics.length > HISTORY_POINTS * 2) state.metrics.splice(0, state.metrics.length - HISTORY_POINTS * 2);
   drawMetrics();
 }
 
