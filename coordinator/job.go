@@ -154,7 +154,7 @@ type jobState struct {
 	startedAt      time.Time
 	doneAt         time.Time
 	reason         string // why the job is done or failed
-	ckptVersion    int64  // version of the newest checkpoint taken
+	ckptVersion    int64  // version of the newest checkpoint handed to the writer, which retries it until durable
 	ckptAt         time.Time
 	metricAt       time.Time // when the last metrics row was taken, and the counters then
 	metricExamples int64
