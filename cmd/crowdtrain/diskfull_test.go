@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,50 +14,16 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testdisk"
 )
 
-// smallDisk mounts a tmpfs of size MiB for the test: a disk that can
-// really fill up. It skips, saying why, where mounting is not allowed.
+// smallDisk is a tmpfs of mib MiB that the test can fill.
 func smallDisk(t *testing.T, mib int) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs coordinator processes on a tmpfs; skipped with -short")
 	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", mib), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs root, which CI has): %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fillDisk writes a file in dir until the file system has no space left,
-// and returns its path: removing it frees the space.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 256<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling the disk: %v", err)
-			}
-			break
-		}
-	}
-	// The last partial chunk may leave a few blocks free.
-	for {
-		if _, err := f.Write(chunk[:4096]); err != nil {
-			break
-		}
-	}
-	return path
+	return testdisk.Mount(t, mib)
 }
 
 func metricsText(t *testing.T, addr string) string {
@@ -93,7 +58,7 @@ func TestDiskFullAtTheEndRetriesTheFinalCheckpoint(t *testing.T) {
 		"--checkpoint-retry-min", "100ms", "--checkpoint-retry-max", "400ms"}
 	srv := startProc(t, append(args, "--local-workers", "1")...)
 	waitJob(t, addr, time.Minute, "the first checkpoint", func(v coordinator.JobView) bool { return v.LastCheckpoint != nil })
-	filler := fillDisk(t, disk)
+	freeDisk := testdisk.Fill(t, disk)
 
 	ended := waitJob(t, addr, 2*time.Minute, "the job to end with its final checkpoint failing", func(v coordinator.JobView) bool {
 		return v.State == coordinator.StateFinishing && v.CheckpointFailure != nil && v.CheckpointFailure.Failures >= 2
@@ -112,7 +77,7 @@ func TestDiskFullAtTheEndRetriesTheFinalCheckpoint(t *testing.T) {
 		t.Error("/metrics says no checkpoint is pending")
 	}
 
-	os.Remove(filler)
+	freeDisk()
 	done := waitJob(t, addr, 30*time.Second, "the final checkpoint to be written once space is back", func(v coordinator.JobView) bool {
 		return v.State != coordinator.StateFinishing
 	})
@@ -165,7 +130,7 @@ func TestSIGTERMWithTheDiskFullExitsNonZeroAndResumes(t *testing.T) {
 	written := waitJob(t, addr, time.Minute, "a checkpoint past version 0", func(v coordinator.JobView) bool {
 		return v.LastCheckpoint != nil && v.LastCheckpoint.Version > 0
 	})
-	filler := fillDisk(t, disk)
+	freeDisk := testdisk.Fill(t, disk)
 	failing := waitJob(t, addr, time.Minute, "a checkpoint to fail", func(v coordinator.JobView) bool { return v.CheckpointFailure != nil })
 	durable := failing.LastCheckpoint.Version
 	if durable < written.LastCheckpoint.Version {
@@ -192,7 +157,7 @@ func TestSIGTERMWithTheDiskFullExitsNonZeroAndResumes(t *testing.T) {
 	}
 	t.Logf("exited in %v: %s", time.Since(start).Round(time.Millisecond), log[strings.LastIndex(log, "crowdtrain serve:"):])
 
-	os.Remove(filler)
+	freeDisk()
 	db := openChecked(t, dbPath)
 	last, err := db.LatestCheckpoint(context.Background(), failing.ID)
 	db.Close()
