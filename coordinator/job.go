@@ -697,12 +697,13 @@ type JobView struct {
 	Eval               *EvalResult      `json:"eval"`
 	Run                int64            `json:"run"` // how many times a coordinator has started this job
 	LastCheckpoint     *CheckpointStats `json:"last_checkpoint"`
+	StartedAt          time.Time        `json:"started_at"`
+	DoneAt             *time.Time       `json:"done_at,omitempty"`
+	Spec               JobSpec          `json:"spec"`
+
 	// CheckpointFailure is set while the newest checkpoint could not be
 	// written and is being retried.
 	CheckpointFailure *CheckpointFailure `json:"checkpoint_failure,omitempty"`
-	StartedAt         time.Time          `json:"started_at"`
-	DoneAt            *time.Time         `json:"done_at,omitempty"`
-	Spec              JobSpec            `json:"spec"`
 }
 
 // view copies the loop's state; call it on the loop.

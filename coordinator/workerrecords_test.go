@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,7 +88,21 @@ func TestBlockedStoreDelaysNeitherJoinNorShutdown(t *testing.T) {
 	}
 	spec := quietJob(t)
 	const shutdownTimeout = 2 * time.Second
-	g := newStoredGridWith(t, db, &spec, func(c *coordinator.Config) { c.StoreShutdownTimeout = shutdownTimeout })
+	// Writes blocked at shutdown finish after the test: their logs must not
+	// reach a finished test.
+	var logMu sync.Mutex
+	testOver := false
+	defer func() { logMu.Lock(); testOver = true; logMu.Unlock() }()
+	g := newStoredGridWith(t, db, &spec, func(c *coordinator.Config) {
+		c.StoreShutdownTimeout = shutdownTimeout
+		c.Logf = func(format string, args ...any) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			if !testOver {
+				t.Logf(format, args...)
+			}
+		}
+	})
 	g.waitFor("the first checkpoint", 10*time.Second, func(v coordinator.JobView) bool { return v.LastCheckpoint != nil })
 	release := holdWriteLock(t, path)
 
