@@ -66,6 +66,10 @@ func TestDiskFullAtTheEndRetriesTheFinalCheckpoint(t *testing.T) {
 	if f := ended.CheckpointFailure; f.Version != ended.Version || !strings.Contains(f.LastError, "full") {
 		t.Fatalf("checkpoint failure %+v; want the final version %d failing with disk full", f, ended.Version)
 	}
+	code, stdout, stderr := runCmd(t, context.Background(), "status", "--coordinator", "http://"+addr)
+	if code != 0 || !strings.Contains(stdout, "finishing") || !strings.Contains(stdout, "NOT WRITTEN") {
+		t.Errorf("status exit %d while the final checkpoint fails; want it to show finishing and the checkpoint NOT WRITTEN:\n%s%s", code, stdout, stderr)
+	}
 	m := metricsText(t, addr)
 	for _, want := range []string{`crowdtrain_checkpoint_write_failures_total{job="` + ended.ID + `"}`,
 		`crowdtrain_checkpoint_last_error_info{error=`, `crowdtrain_checkpoint_pending_since_seconds{job="` + ended.ID + `"}`} {
