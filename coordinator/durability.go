@@ -60,12 +60,11 @@ func (s *Server) waitForStore(start time.Time) error {
 		s.writers.Wait()
 		close(writersDone)
 	}()
-	var errs []error
+	var recordsErr error
 	if s.workerRecords != nil {
-		if err := s.workerRecords.close(hardStop); err != nil {
-			errs = append(errs, err)
-		}
+		recordsErr = s.workerRecords.close(hardStop) // meanwhile the writers go on
 	}
+	var errs []error
 	timer := time.NewTimer(time.Until(hardStop))
 	defer timer.Stop()
 	select {
@@ -77,7 +76,7 @@ func (s *Server) waitForStore(start time.Time) error {
 	s.mu.Lock()
 	errs = append(errs, s.writerErrs...)
 	s.mu.Unlock()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, recordsErr)...) // checkpoints first: they matter most
 }
 
 // workerRecorder writes worker records off the join path: joining and

@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -132,4 +135,69 @@ func TestPowerCutAtTheReportLosesNothingReported(t *testing.T) {
 		t.Fatalf("checkpoint v%d was reported written, but after a power cut the latest is v%d (%v)", reported, c.Version, err)
 	}
 	t.Logf("checkpoint v%d reported; after the power cut the latest is v%d", reported, c.Version)
+}
+
+// freeze freezes the file system (fsfreeze): every write to it blocks
+// until thaw, as a hung disk or a snapshotting tool would make them. The
+// returned func thaws it; it also runs at cleanup, before the processes
+// are killed (a process blocked on a frozen file system dies only once it
+// is thawed).
+func (d *loopDisk) freeze() (thaw func()) {
+	d.t.Helper()
+	if out, err := exec.Command("fsfreeze", "-f", d.mnt).CombinedOutput(); err != nil {
+		d.t.Skipf("fsfreeze: %v: %s", err, out)
+	}
+	thawed := false
+	thaw = func() {
+		if !thawed {
+			thawed = true
+			exec.Command("fsfreeze", "-u", d.mnt).Run()
+		}
+	}
+	d.t.Cleanup(thaw)
+	return thaw
+}
+
+// With the database's file system frozen, a worker joining still gets its
+// welcome at once, and SIGTERM ends serve within --store-shutdown-timeout,
+// saying that the final checkpoint was not written. (Before, joining waited
+// on the worker's record: no welcome within 15 s, and SIGTERM hung.)
+func TestFrozenFileSystemDelaysNeitherJoinNorSIGTERM(t *testing.T) {
+	if _, err := exec.LookPath("fsfreeze"); err != nil {
+		t.Skipf("no fsfreeze: %v", err)
+	}
+	disk := newLoopDisk(t, 96)
+	addr := freeAddr(t)
+	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(disk.mnt, "ct.db"), "--job", "mnist-mlp",
+		"--local-workers", "1", "--checkpoint-interval", "100ms", "--store-shutdown-timeout", "2s")
+	waitJob(t, addr, time.Minute, "a checkpoint past version 0", func(v coordinator.JobView) bool {
+		return v.LastCheckpoint != nil && v.LastCheckpoint.Version > 0
+	})
+	thaw := disk.freeze()
+	time.Sleep(300 * time.Millisecond) // a checkpoint and metrics are now stuck in write
+
+	for i := range 3 {
+		start := time.Now()
+		snapshotOfFirstLease(t, addr) // hello, welcome, a lease and its snapshot, bye
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("worker %d waited %v for its welcome and lease with the file system frozen; want them at once", i, took.Round(time.Millisecond))
+		}
+	}
+
+	start := time.Now()
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	line := srv.waitLine("crowdtrain serve:", 10*time.Second)
+	if took := time.Since(start); took > 6*time.Second {
+		t.Fatalf("serve took %v to give up on a frozen store after SIGTERM; want about --store-shutdown-timeout (2s)", took.Round(time.Millisecond))
+	}
+	if !strings.Contains(line, "did not finish writing the final checkpoints within 2s") {
+		t.Fatalf("serve's last words with the store frozen: %q; want them to say the final checkpoints were not written\n%s", line, srv.logText())
+	}
+	t.Logf("gave up %v after SIGTERM: %s", time.Since(start).Round(time.Millisecond), line)
+	thaw() // a process blocked on a frozen file system exits only once it is thawed
+	var ee *exec.ExitError
+	if err := <-srv.done; !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("serve exited with %v; want status 1", err)
+	}
+	srv.cmd.ProcessState = &os.ProcessState{}
 }
