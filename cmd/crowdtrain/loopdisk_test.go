@@ -103,6 +103,7 @@ func TestPowerCutAtTheReportLosesNothingReported(t *testing.T) {
 	if err != nil {
 		t.Fatalf("database after a power cut at the job's creation: %v", err)
 	}
+	t.Cleanup(func() { db.Close() }) // before the copy is unmounted
 	if _, err := db.Job(ctx, created[1]); err != nil {
 		t.Fatalf("job %s was reported created, but after a power cut: %v", created[1], err)
 	}
@@ -126,7 +127,7 @@ func TestPowerCutAtTheReportLosesNothingReported(t *testing.T) {
 	if err != nil {
 		t.Fatalf("database after a power cut at a checkpoint report: %v", err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	if err := db.IntegrityCheck(ctx); err != nil {
 		t.Fatal(err)
 	}
