@@ -432,18 +432,17 @@ func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {
 	s.enqueue(wc, &ack)
 }
 
-// saveWorker records the worker in the store, if there is one.
+// saveWorker queues the worker's record for the store, if there is one.
+// It never waits for the store: joining and leaving must not stall on a
+// slow or frozen disk.
 func (s *Server) saveWorker(wc *workerConn) {
-	if s.cfg.Store == nil {
+	if s.workerRecords == nil {
 		return
 	}
 	v := wc.view()
-	err := s.cfg.Store.UpsertWorker(context.Background(), store.WorkerRecord{
+	s.workerRecords.record(store.WorkerRecord{
 		ID: v.ID, JobID: v.Job, Kind: v.Kind, Backend: v.Backend, Client: v.Client, Remote: v.Remote,
 		Threads: v.Threads, FirstSeen: v.ConnectedAt, LastSeen: v.LastSeen,
 		Examples: v.Examples, Accepted: v.Accepted, Rejected: v.Rejected,
 	})
-	if err != nil {
-		s.cfg.Logf("worker %s: recording it: %v", wc.id, err)
-	}
 }

@@ -170,7 +170,7 @@ func (g *testGrid) waitFor(what string, timeout time.Duration, cond func(v coord
 func (g *testGrid) waitDone(timeout time.Duration) coordinator.JobView {
 	g.t.Helper()
 	return g.waitFor("the job to finish", timeout, func(v coordinator.JobView) bool {
-		return v.State != coordinator.StateRunning
+		return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
 	})
 }
 

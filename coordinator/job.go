@@ -24,6 +24,11 @@ const (
 	StatePaused  = "paused"
 	StateDone    = "done"
 	StateFailed  = "failed"
+	// StateFinishing is a job that has ended (done, failed or stopped) but
+	// whose final checkpoint, the one that records the end, is not durable
+	// yet: the API shows it until that write succeeds. A job is never
+	// "done" while a restart could still find it running.
+	StateFinishing = "finishing"
 )
 
 // errJobStopped is returned to callers of a job whose loop has ended.
@@ -107,6 +112,10 @@ type Job struct {
 	ckptPool chan *ckptBuffers // two: one being written, one being filled
 	metricCh chan store.Metric
 	lastCkpt atomic.Pointer[CheckpointStats]
+	// saveCheckpoint writes a checkpoint with the job's state (the store's
+	// SaveCheckpointState; tests put failing ones in).
+	saveCheckpoint func(context.Context, store.Checkpoint, int, store.JobState) error
+	health         ckptHealth // what the writer has made durable, and what it has not
 	// onMetric, when set, sees every metrics row as it is recorded (the
 	// admin page's live charts); it runs on the loop and must not block.
 	onMetric func(store.Metric)
@@ -145,7 +154,7 @@ type jobState struct {
 	startedAt      time.Time
 	doneAt         time.Time
 	reason         string // why the job is done or failed
-	ckptVersion    int64  // version of the newest checkpoint taken
+	ckptVersion    int64  // version of the newest checkpoint handed to the writer, which retries it until durable
 	ckptAt         time.Time
 	metricAt       time.Time // when the last metrics row was taken, and the counters then
 	metricExamples int64
@@ -653,6 +662,11 @@ func evaluate(m *nn.Model, params []float32, set *dataset.Set) (accuracy, loss f
 	return float64(correct) / float64(set.N), lossSum / float64(set.N)
 }
 
+// ended reports whether a job in state will hand out no more work.
+func ended(state string) bool {
+	return state == StateDone || state == StateFailed || state == StateStopped
+}
+
 // JobView is a job as the API shows it.
 type JobView struct {
 	ID              string           `json:"id"`
@@ -686,6 +700,10 @@ type JobView struct {
 	StartedAt          time.Time        `json:"started_at"`
 	DoneAt             *time.Time       `json:"done_at,omitempty"`
 	Spec               JobSpec          `json:"spec"`
+
+	// CheckpointFailure is set while the newest checkpoint could not be
+	// written and is being retried.
+	CheckpointFailure *CheckpointFailure `json:"checkpoint_failure,omitempty"`
 }
 
 // view copies the loop's state; call it on the loop.
@@ -702,6 +720,13 @@ func (j *Job) view(st *jobState) JobView {
 	}
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
+	}
+	if j.store != nil {
+		failure, _, durable := j.health.get()
+		v.CheckpointFailure = failure
+		if ended(st.state) && (durable == nil || durable.state != st.state) {
+			v.State = StateFinishing
+		}
 	}
 	for k, n := range st.rejections {
 		v.Rejections[k] = n

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -237,69 +236,6 @@ func (j *Job) restore(c store.Checkpoint) error {
 		j.startEpoch()
 	}
 	return nil
-}
-
-// writeLoop is the job's writer: checkpoints and metrics, in order, off
-// the update loop. It returns when ckptCh is closed, after writing what
-// was queued.
-func (j *Job) writeLoop(keep int) {
-	ctx := context.Background()
-	for {
-		select {
-		case op, ok := <-j.ckptCh:
-			if !ok {
-				j.flushMetrics(ctx)
-				return
-			}
-			j.writeCheckpoint(ctx, op, keep)
-		case m := <-j.metricCh:
-			if err := j.store.AddMetric(ctx, m); err != nil {
-				j.logf("job %s: recording metrics: %v", j.ID, err)
-			}
-		}
-	}
-}
-
-func (j *Job) flushMetrics(ctx context.Context) {
-	for {
-		select {
-		case m := <-j.metricCh:
-			if err := j.store.AddMetric(ctx, m); err != nil {
-				j.logf("job %s: recording metrics: %v", j.ID, err)
-			}
-		default:
-			return
-		}
-	}
-}
-
-func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) {
-	if j.verbose {
-		j.logf("job %s: writing checkpoint v%d", j.ID, op.c.Version)
-	}
-	start := time.Now()
-	// With the job's state in the same transaction: a finished job is never
-	// found without its final checkpoint.
-	err := j.store.SaveCheckpointState(ctx, op.c, keep, store.JobState{State: op.state, Reason: op.reason, DoneAt: op.doneAt})
-	took := time.Since(start)
-	defer j.putBuffers(op.bufs)
-	if err != nil {
-		j.logf("job %s: checkpoint v%d NOT written: %v", j.ID, op.c.Version, err)
-		return
-	}
-	info := CheckpointStats{
-		Version: op.c.Version, At: op.c.CreatedAt,
-		Bytes:   int64(len(op.c.Params) + len(op.c.OptState) + len(op.c.Progress)),
-		PauseMs: float64(op.pause.Microseconds()) / 1000, WriteMs: float64(took.Microseconds()) / 1000,
-	}
-	j.lastCkpt.Store(&info)
-	if j.onCheckpoint != nil {
-		j.onCheckpoint(took)
-	}
-	if j.verbose {
-		j.logf("job %s: checkpoint v%d written: %.1f MB in %v (loop paused %v)", j.ID, op.c.Version,
-			float64(info.Bytes)/1e6, took.Round(time.Millisecond), op.pause.Round(time.Microsecond))
-	}
 }
 
 // recordMetric queues a metrics row: throughput since the previous row,

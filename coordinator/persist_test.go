@@ -16,9 +16,20 @@ import (
 // real SQLite file.
 func newStoredGrid(t *testing.T, db *store.Store, spec *coordinator.JobSpec) *testGrid {
 	t.Helper()
+	return newStoredGridWith(t, db, spec, nil)
+}
+
+// newStoredGridWith is newStoredGrid with edit, if not nil, changing the
+// coordinator's Config first.
+func newStoredGridWith(t *testing.T, db *store.Store, spec *coordinator.JobSpec, edit func(*coordinator.Config)) *testGrid {
+	t.Helper()
 	train, test := loadMNIST(t)
-	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db, AdminToken: testAdminToken,
-		CheckpointInterval: 50 * time.Millisecond, KeepCheckpoints: 3, IdleRetry: 50 * time.Millisecond})
+	cfg := coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db, AdminToken: testAdminToken,
+		CheckpointInterval: 50 * time.Millisecond, KeepCheckpoints: 3, IdleRetry: 50 * time.Millisecond}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

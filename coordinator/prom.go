@@ -42,7 +42,7 @@ func newPromMetrics(s *Server) *promMetrics {
 		staleness: prometheus.NewDesc("crowdtrain_staleness", "Staleness of applied updates (versions behind when applied).", []string{"job"}, nil),
 		workers:   prometheus.NewDesc("crowdtrain_workers", "Connected workers, by kind.", []string{"kind"}, nil),
 	}
-	m.reg.MustRegister(m, m.checkpointSeconds, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -86,6 +86,24 @@ type Config struct {
 	// MetricsPageMax is the most rows one /api/v1/jobs/{id}/metrics
 	// response holds.
 	MetricsPageMax int
+
+	// Durability (see durability.go and docs/SECURITY.md).
+	// CheckpointRetryMin and CheckpointRetryMax bound the backoff between
+	// attempts to write a checkpoint that failed (disk full, file system
+	// read-only): the wait doubles from Min up to Max.
+	CheckpointRetryMin, CheckpointRetryMax time.Duration
+	// StoreShutdownTimeout bounds how long Close waits for the store: the
+	// final checkpoints (retried until then if they fail) and the last
+	// worker records. A frozen file system cannot hang shutdown past it.
+	StoreShutdownTimeout time.Duration
+	// MaxWorkerRecords is how many worker records the store keeps (the
+	// most recently seen); WorkerRecordMaxAge drops records not seen for
+	// that long (0 keeps any age).
+	MaxWorkerRecords   int
+	WorkerRecordMaxAge time.Duration
+	// WorkerRecordQueue bounds the worker records waiting to be written;
+	// past it, a record is dropped (and counted), never waited for.
+	WorkerRecordQueue int
 }
 
 func (c *Config) setDefaults() {
@@ -111,6 +129,7 @@ func (c *Config) setDefaults() {
 		c.KeepCheckpoints = 5
 	}
 	c.setAccessDefaults()
+	c.setDurabilityDefaults()
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -148,6 +167,13 @@ type Server struct {
 	writers sync.WaitGroup // job checkpoint writers
 	conns   sync.WaitGroup // websocket connections
 	once    sync.Once
+
+	// storeDeadline is set by Close before it closes the writers' queues:
+	// until then they retry failed checkpoints.
+	storeDeadline time.Time
+	writerErrs    []error // guarded by mu
+	closeErr      error
+	workerRecords *workerRecorder
 }
 
 // New returns a running server with no jobs.
@@ -171,6 +197,9 @@ func New(cfg Config) (*Server, error) {
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
 	s.metrics = newPromMetrics(s)
+	if cfg.Store != nil {
+		s.workerRecords = newWorkerRecorder(cfg.Store, cfg.MaxWorkerRecords, cfg.WorkerRecordMaxAge, cfg.WorkerRecordQueue, cfg.Logf)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
 	s.routes()
@@ -212,6 +241,7 @@ func (s *Server) startJob(j *Job) {
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
+		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState
 		j.ckptCh = make(chan *checkpointOp, 1)
 		j.ckptPool = make(chan *ckptBuffers, 2)
 		j.metricCh = make(chan store.Metric, 64)
@@ -221,7 +251,12 @@ func (s *Server) startJob(j *Job) {
 		s.writers.Add(1)
 		go func() {
 			defer s.writers.Done()
-			j.writeLoop(s.cfg.KeepCheckpoints)
+			policy := backoff{Min: s.cfg.CheckpointRetryMin, Max: s.cfg.CheckpointRetryMax}
+			if err := j.writeLoop(s.cfg.KeepCheckpoints, policy, func() time.Time { return s.storeDeadline }); err != nil {
+				s.mu.Lock()
+				s.writerErrs = append(s.writerErrs, err)
+				s.mu.Unlock()
+			}
 		}()
 	}
 	s.mu.Lock()
@@ -267,6 +302,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 			}
 		}
+		j.health.markDurable(j.st.version, rec.State) // read back from the store
 		if j.st.state == StateRunning || j.st.state == StatePaused {
 			if j.run, err = st.NextIncarnation(ctx, rec.ID); err != nil {
 				return nil, err
@@ -289,9 +325,12 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close tells every worker the coordinator is going away, writes a final
-// checkpoint of every job, stops the job loops and waits for all of it.
-// It is safe to call more than once.
-func (s *Server) Close() {
+// checkpoint of every job, stops the job loops and waits for all of it,
+// but for the store no longer than Config.StoreShutdownTimeout. The error
+// says what could not be made durable (a checkpoint the disk had no room
+// for, a store that did not answer); the next start resumes each job from
+// its last durable checkpoint. It is safe to call more than once.
+func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -310,16 +349,21 @@ func (s *Server) Close() {
 		}
 		s.stopLoops()
 		s.loops.Wait()
+		// Failed final checkpoints are retried through the first half of
+		// the store's time; waitForStore stops waiting at the end of it.
+		start := time.Now()
+		s.storeDeadline = start.Add(s.cfg.StoreShutdownTimeout / 2)
 		for _, j := range jobs {
 			if j.ckptCh != nil {
 				close(j.ckptCh)
 			}
 		}
-		s.writers.Wait()
+		s.closeErr = s.waitForStore(start)
 		for _, j := range jobs {
 			j.evals.Wait()
 		}
 	})
+	return s.closeErr
 }
 
 // currentJob is the job new workers join: the newest running one, else

@@ -118,7 +118,38 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 			return s.wrap(doing+": updating the job's state", err)
 		}
 	}
-	return s.wrap(doing, tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return s.wrap(doing, err)
+	}
+	s.truncateWAL(ctx)
+	return nil
+}
+
+// truncateWAL copies the WAL into the main file and truncates it to zero
+// bytes, so that the WAL holds at most about one checkpoint and the main
+// file is the copy of record. It never waits for readers (busy_timeout 0
+// for the call): one reading an older snapshot makes it do what it can,
+// and wal_autocheckpoint catches up later. A failure here loses nothing:
+// the checkpoint is already durable in the WAL.
+//
+// Truncating also means the next checkpoint needs new blocks for its WAL
+// frames, so a full disk fails it at once with SQLITE_FULL rather than
+// after it has silently reused the space of old frames: the failure is
+// seen, retried and reported while there is still time to free space.
+func (s *Store) truncateWAL(ctx context.Context) {
+	if !s.mode.truncateWAL {
+		return
+	}
+	c, err := s.w.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		return
+	}
+	_, _ = c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	_, _ = c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeoutMs))
 }
 
 // LatestCheckpoint returns the job's checkpoint of the highest version;

@@ -5,7 +5,10 @@
 // It exists so that a coordinator killed at any moment (SIGKILL, OOM,
 // power cut of the process) loses at most the seconds since its last
 // checkpoint, never a job, and never leaves a damaged database. Every
-// write is one SQLite transaction in WAL mode; Open refuses, without
+// write is one SQLite transaction in WAL mode, fsynced before it returns
+// (synchronous=FULL), so what a caller was told is written survives an OS
+// crash or a power cut too; the WAL is truncated after each checkpoint,
+// so it never holds more than about one. Open refuses, without
 // writing a byte, files that are not ours, were written by a newer
 // crowdtrain, or are corrupt (see ErrNotCrowdtrain, ErrNewerSchema,
 // ErrCorrupt). Checkpoint data carries a CRC-32C, so damage inside a

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -146,7 +147,7 @@ func TestOpenNewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "newer.db")
 	checkInitialised(t, path)
 	foreign(t, path, "PRAGMA user_version = 99")
-	refused(t, path, ErrNewerSchema, "schema 99", "this build knows 1", "upgrade crowdtrain")
+	refused(t, path, ErrNewerSchema, "schema 99", fmt.Sprintf("this build knows %d", SchemaVersion()), "upgrade crowdtrain")
 }
 
 func TestOpenNotADatabase(t *testing.T) {

@@ -74,6 +74,8 @@ CREATE TABLE workers (
 	rejected   INTEGER NOT NULL
 ) STRICT;
 `,
+	// 1 -> 2: PruneWorkers finds the oldest workers without a scan.
+	`CREATE INDEX workers_by_last_seen ON workers (last_seen, id);`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build

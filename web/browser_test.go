@@ -125,13 +125,24 @@ type site struct {
 
 func newSite(t testing.TB, spec coordinator.JobSpec) *site {
 	t.Helper()
+	return newSiteWith(t, spec, nil)
+}
+
+// newSiteWith is newSite with edit, if not nil, changing the coordinator's
+// Config first.
+func newSiteWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.Config)) *site {
+	t.Helper()
 	chromium(t)
 	tr, te := loadMNIST(t)
 	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := coordinator.New(coordinator.Config{Train: tr, Test: te, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, Pages: pages, AdminToken: adminToken})
+	cfg := coordinator.Config{Train: tr, Test: te, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, Pages: pages, AdminToken: adminToken}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

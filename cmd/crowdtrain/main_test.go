@@ -37,6 +37,8 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"serve", "--job", unknownKey}, []string{"learning_rate", "unknown key"}},
 		{[]string{"serve", "--job", badValue}, []string{"batch_size", "-3"}},
 		{[]string{"serve", "--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"serve", "--checkpoint-retry-min", "2m", "--checkpoint-retry-max", "1m"}, []string{"--checkpoint-retry-min", "--checkpoint-retry-max"}},
+		{[]string{"serve", "--max-worker-records", "0"}, []string{"--max-worker-records"}},
 		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
 		{[]string{"work", "--coordinator", "http://x"}, []string{"ws://"}},
 		{[]string{"frobnicate"}, []string{"unknown command"}},

@@ -85,7 +85,9 @@ func TestSIGKILLResumesFromTheLatestCheckpoint(t *testing.T) {
 	w1.cmd.Process.Signal(syscall.SIGCONT)
 	w2.cmd.Process.Signal(syscall.SIGCONT)
 
-	done := waitJob(t, addr, 4*time.Minute, "the job to finish", func(v coordinator.JobView) bool { return v.State != coordinator.StateRunning })
+	done := waitJob(t, addr, 4*time.Minute, "the job to finish", func(v coordinator.JobView) bool {
+		return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
+	})
 	if done.State != coordinator.StateDone || done.Eval == nil || done.Eval.Accuracy < 0.97 {
 		t.Fatalf("job ended %s (%s), eval %+v; want done at >= 0.97", done.State, done.Reason, done.Eval)
 	}

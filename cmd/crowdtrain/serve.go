@@ -34,6 +34,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
 	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
 	verbose := fs.Bool("v", false, "log every checkpoint")
+	// Durability.
+	ckptRetryMin := fs.Duration("checkpoint-retry-min", time.Second, "first wait before retrying a checkpoint write that failed (disk full, read-only file system); doubles up to --checkpoint-retry-max")
+	ckptRetryMax := fs.Duration("checkpoint-retry-max", time.Minute, "longest wait between retries of a failed checkpoint write")
+	storeShutdown := fs.Duration("store-shutdown-timeout", 20*time.Second, "longest shutdown waits for the database: failed final checkpoints are retried for half of it")
+	maxWorkerRecords := fs.Int("max-worker-records", 10000, "worker records kept in the database (the most recently seen)")
+	workerRecordAge := fs.Duration("worker-record-max-age", 30*24*time.Hour, "worker records not seen for this long are deleted")
 	adminToken := fs.String("admin-token", "", "`TOKEN` for the admin page and API (default: $CROWDTRAIN_ADMIN_TOKEN, else a random one printed at start)")
 	// HTTP access: names, proxies, limits (serveaccess.go).
 	var access accessFlags
@@ -56,6 +62,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *ckptInterval <= 0 || *keepCkpts < 1 {
 		return usagef("--checkpoint-interval must be positive and --keep-checkpoints >= 1")
 	}
+	if *ckptRetryMin <= 0 || *ckptRetryMax < *ckptRetryMin || *storeShutdown <= 0 || *maxWorkerRecords < 1 || *workerRecordAge <= 0 {
+		return usagef("--checkpoint-retry-min must be positive and at most --checkpoint-retry-max, --store-shutdown-timeout " +
+			"and --worker-record-max-age positive, and --max-worker-records >= 1")
+	}
 	spec, err := coordinator.LoadJobSpec(*jobArg)
 	if err != nil {
 		var se *coordinator.SpecError
@@ -70,11 +80,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var db *store.Store
+	storeStuck := false // a frozen store: closing it would hang
 	if *dbPath != "" {
 		if db, err = store.Open(*dbPath); err != nil {
 			return err
 		}
-		defer db.Close()
+		defer func() {
+			if !storeStuck {
+				db.Close()
+			}
+		}()
 	}
 	pages, err := web.NewHandler(web.Options{Logf: logger.Printf})
 	if err != nil {
@@ -84,6 +99,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Train: train, Test: test, Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
+		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
+		MaxWorkerRecords: *maxWorkerRecords, WorkerRecordMaxAge: *workerRecordAge,
 	}
 	if err := access.apply(&cfg, *addr); err != nil {
 		return err
@@ -92,7 +109,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	defer srv.Close()
+	defer srv.Close() // on early returns; the shutdown below closes it first
 	// Unfinished jobs in the database carry on; --job starts a new one
 	// only when there are none, so restarting never duplicates a job.
 	resumed, err := srv.ResumeJobs(ctx)
@@ -160,7 +177,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer tick.Stop()
 	var lastExamples int64
 	lastAt := time.Now()
-	announced := false
+	announced := ""
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -181,10 +198,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				acc = fmt.Sprintf("%.4f (v%d)", v.Eval.Accuracy, v.Eval.Version)
 			}
 			if v.State == coordinator.StateRunning {
+				if f := v.CheckpointFailure; f != nil {
+					logger.Printf("job %s: checkpoint v%d not written yet (%d failures since %s, retrying): %s",
+						v.ID, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError)
+				}
 				logger.Printf("job %s: epoch %d (%.0f%%), version %d, %.0f examples/s, %d workers, rejected %d, test accuracy %s",
 					v.ID, v.Epoch, 100*v.EpochProgress, v.Version, rate, v.Workers, v.UpdatesRejected, acc)
-			} else if !announced {
-				announced = true
+			} else if v.State == coordinator.StateFinishing {
+				if f := v.CheckpointFailure; f != nil {
+					logger.Printf("job %s has ended (%s) but its final checkpoint v%d is not written yet (%d failures since %s, retrying): %s",
+						v.ID, v.Reason, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError)
+				}
+			} else if announced != v.State {
+				announced = v.State
 				logger.Printf("job %s is %s: %s. Still serving the API; Ctrl-C to stop.", v.ID, v.State, v.Reason)
 			}
 		}
@@ -192,7 +218,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Printf("shutting down")
 	stopWorkers()
 	wg.Wait()
-	srv.Close() // tells remote workers the coordinator is going away, writes final checkpoints
+	// Tells remote workers the coordinator is going away and writes final
+	// checkpoints; an error means one is not durable, and the exit status
+	// says so.
+	closeErr := srv.Close()
+	if closeErr != nil {
+		storeStuck = true // it may still be inside a write
+		closeErr = fmt.Errorf("shutting down: %w", closeErr)
+	}
 	// Shutdown waits for in-flight requests; a connection that never sent
 	// one (a client's speculative dial) would hold it for seconds, so after
 	// a grace period the rest is closed outright.
@@ -202,5 +235,5 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		hs.Close()
 		logger.Printf("closed the HTTP connections still open after 3s")
 	}
-	return nil
+	return closeErr
 }

@@ -47,6 +47,10 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if c := j.LastCheckpoint; c != nil {
 			ckpt = fmt.Sprintf("v%d, %s ago", c.Version, time.Since(c.At).Round(time.Second))
 		}
+		if f := j.CheckpointFailure; f != nil {
+			ckpt += fmt.Sprintf("; v%d NOT WRITTEN (%d failures in %s): %s", f.Version, f.Failures,
+				time.Since(f.PendingSince).Round(time.Second), f.LastError)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d%s\t%d\t%s\t%s\n", j.ID, j.Name, j.State, j.Epoch, j.Version,
 			j.ExamplesSeen, j.UpdatesApplied, j.UpdatesRejected, formatRejections(j.Rejections), j.Workers, acc, ckpt)
 	}

@@ -514,6 +514,13 @@ function renderJob() {
     (num(ev.version) ? ' at version ' + ev.version : '') + (ev.at ? ', ' + ago(ev.at) : '') : 'not yet');
   const cp = job.last_checkpoint;
   text($('job-checkpoint'), cp ? 'version ' + (num(cp.version) ? cp.version : '?') + (cp.at || cp.created_at ? ', ' + ago(cp.at || cp.created_at) : '') : 'none yet');
+  // A checkpoint the coordinator could not write (disk full, read-only
+  // file system) is retried; until it succeeds the operator must know.
+  const cf = job.checkpoint_failure;
+  text($('job-checkpoint-failure'), cf ? 'Checkpoint version ' + (num(cf.version) ? cf.version : '?') + ' is NOT written: ' +
+    fmtInt(cf.failures) + ' failed attempts' + (cf.pending_since ? ' since ' + when(cf.pending_since) : '') +
+    ', retrying' + (cf.next_retry ? ' ' + when(cf.next_retry) : '') + '. Last error: ' + (cf.last_error || 'unknown') +
+    (st === 'finishing' ? '. The job has ended but stays “finishing” until its final checkpoint is written.' : '') : '');
   text($('job-started'), job.started_at ? when(job.started_at) + (job.done_at ? ', ended ' + when(job.done_at) : '') : '–');
   text($('job-reason'), job.reason || '–');
 
