@@ -112,44 +112,49 @@ type Job struct {
 	onMetric func(store.Metric)
 	// onCheckpoint, when set, sees how long each checkpoint write took.
 	onCheckpoint func(time.Duration)
+	// nonFiniteEvalEvery is the least time between evaluations that runs
+	// of non-finite results start (Config.NonFiniteEvalInterval).
+	nonFiniteEvalEvery time.Duration
 
 	// Loop-owned state below.
 	st jobState
 }
 
 type jobState struct {
-	state          string
-	params         []float32
-	opt            nn.Optimizer
-	version        int64
-	published      int64 // newest published snapshot version, -1 before the first
-	epoch          int
-	queue          []task // tasks not leased yet in this epoch; requeued ones go first
-	leases         map[uint64]*lease
-	remaining      int // tasks of this epoch not yet done
-	examplesSeen   int64
-	epochExamples  int64
-	applied        int64
-	rejected       int64
-	rejections     map[string]int64
-	leasesExpired  int64
-	leasesIssued   int64
-	stalenessSum   int64
-	normMean       float64 // running mean of accepted update norms
-	normCount      int64
-	nonFiniteRun   int // results with NaN/Inf since the last accepted one
-	evalRunning    bool
-	lastEvalAt     int64 // version of the last evaluation started
-	eval           *EvalResult
-	finalEvalAfter bool // stop once the running evaluation finishes
-	startedAt      time.Time
-	doneAt         time.Time
-	reason         string // why the job is done or failed
-	ckptVersion    int64  // version of the newest checkpoint taken
-	ckptAt         time.Time
-	metricAt       time.Time // when the last metrics row was taken, and the counters then
-	metricExamples int64
-	metricApplied  int64
+	state         string
+	params        []float32
+	opt           nn.Optimizer
+	version       int64
+	published     int64 // newest published snapshot version, -1 before the first
+	epoch         int
+	queue         []task // tasks not leased yet in this epoch; requeued ones go first
+	leases        map[uint64]*lease
+	remaining     int // tasks of this epoch not yet done
+	examplesSeen  int64
+	epochExamples int64
+	applied       int64
+	rejected      int64
+	rejections    map[string]int64
+	leasesExpired int64
+	leasesIssued  int64
+	stalenessSum  int64
+	normMean      float64 // running mean of accepted update norms
+	normCount     int64
+	nonFiniteRun  int // results with NaN/Inf since the last accepted one
+	// nonFiniteEvalAt is when a run of them last started an evaluation.
+	nonFiniteEvalAt time.Time
+	evalRunning     bool
+	lastEvalAt      int64 // version of the last evaluation started
+	eval            *EvalResult
+	finalEvalAfter  bool // stop once the running evaluation finishes
+	startedAt       time.Time
+	doneAt          time.Time
+	reason          string // why the job is done or failed
+	ckptVersion     int64  // version of the newest checkpoint taken
+	ckptAt          time.Time
+	metricAt        time.Time // when the last metrics row was taken, and the counters then
+	metricExamples  int64
+	metricApplied   int64
 	// optLR is the rate the optimizer was built with; lrScale turns it
 	// into the rate an operator set since.
 	optLR   float64
@@ -496,9 +501,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if sub.reason != "" {
 		j.requeue(l.task)
 		if sub.nonFinite {
-			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning {
+			// Each evaluation scores the whole test set: a flood of NaN
+			// results must not buy one every few hundred milliseconds.
+			// The first comes at once, so real divergence is caught as
+			// fast as before; the run keeps counting in between.
+			now := time.Now()
+			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning &&
+				(st.nonFiniteEvalAt.IsZero() || now.Sub(st.nonFiniteEvalAt) >= j.nonFiniteEvalEvery) {
+				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, st.nonFiniteRun)
 				st.nonFiniteRun = 0
-				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, nonFiniteCheck)
+				st.nonFiniteEvalAt = now
 				j.startEval(false)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -54,7 +55,40 @@ type Config struct {
 	// page at / and its assets; see package web). Nil serves a plain index
 	// that links the API.
 	Pages http.Handler
+
+	// Wire: what one websocket connection may send, hold and owe
+	// (docs/SECURITY.md, section Wire).
+	//
+	// MaxControlBytes is the size limit of every message but a result
+	// (hello, want, release, bye); only results get the job's limit of
+	// one full update plus 64 KiB.
+	MaxControlBytes int64
+	// FrameBounds limit every received frame's nesting and element count
+	// (protocol.CheckFrame); zero fields take protocol.DefaultBounds'.
+	FrameBounds protocol.Bounds
+	// DecodeBuffers is how many frame and update buffers are kept between
+	// messages, shared by every connection. More are allocated while that
+	// many are in use and dropped afterwards, so what an idle connection
+	// holds does not depend on what it sent.
+	DecodeBuffers int
+	// PingInterval is how often each connection is pinged; a connection
+	// that leaves MaxMissedPings pings in a row unanswered (no pong
+	// within PingInterval each) is closed. Negative disables pings.
+	PingInterval   time.Duration
+	MaxMissedPings int
+	// NonFiniteEvalInterval is the least time between the evaluations
+	// that runs of non-finite results start (each scores the test set).
+	NonFiniteEvalInterval time.Duration
 }
+
+// Wire defaults (docs/SECURITY.md, section Wire).
+const (
+	DefaultMaxControlBytes       = 64 << 10
+	DefaultDecodeBuffers         = 8
+	DefaultPingInterval          = 30 * time.Second
+	DefaultMaxMissedPings        = 3
+	DefaultNonFiniteEvalInterval = 30 * time.Second
+)
 
 func (c *Config) setDefaults() {
 	if c.Logf == nil {
@@ -77,6 +111,21 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeepCheckpoints <= 0 {
 		c.KeepCheckpoints = 5
+	}
+	if c.MaxControlBytes <= 0 {
+		c.MaxControlBytes = DefaultMaxControlBytes
+	}
+	if c.DecodeBuffers <= 0 {
+		c.DecodeBuffers = DefaultDecodeBuffers
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.MaxMissedPings <= 0 {
+		c.MaxMissedPings = DefaultMaxMissedPings
+	}
+	if c.NonFiniteEvalInterval <= 0 {
+		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
 	}
 }
 
@@ -103,9 +152,10 @@ type Server struct {
 	jobs    []*Job
 	workers map[string]*workerConn
 
-	auth    *auth
-	events  hub
-	metrics *promMetrics
+	auth       *auth
+	decodeBufs *decodePool
+	events     hub
+	metrics    *promMetrics
 
 	loops   sync.WaitGroup // job loops
 	writers sync.WaitGroup // job checkpoint writers
@@ -120,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff, auth: newAuth(cfg.AdminToken)}
+	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
@@ -160,6 +211,7 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 func (s *Server) startJob(j *Job) {
 	j.onMetric = func(m store.Metric) { s.events.publish(MetricEvent{Job: j.ID, Metric: m}) }
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
+	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.ckptCh = make(chan *checkpointOp, 1)

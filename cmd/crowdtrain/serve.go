@@ -35,8 +35,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
 	verbose := fs.Bool("v", false, "log every checkpoint")
 	adminToken := fs.String("admin-token", "", "`TOKEN` for the admin page and API (default: $CROWDTRAIN_ADMIN_TOKEN, else a random one printed at start)")
+	// Wire: limits on what one websocket connection may send and hold (docs/SECURITY.md).
+	maxControlBytes := fs.Int64("max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
+	decodeBuffers := fs.Int("decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
+	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
+	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
+	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 {
+		return usagef("--max-control-bytes must be >= 1024, --decode-buffers and --ping-misses >= 1, --ping-interval non-zero, --nonfinite-eval-interval positive")
 	}
 	token, generated := *adminToken, false
 	if token == "" {
@@ -81,6 +90,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Train: train, Test: test, Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
+		// Wire
+		MaxControlBytes: *maxControlBytes, DecodeBuffers: *decodeBuffers,
+		PingInterval: *pingInterval, MaxMissedPings: *pingMisses, NonFiniteEvalInterval: *nonFiniteEval,
 	})
 	if err != nil {
 		return err
