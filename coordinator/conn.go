@@ -32,7 +32,7 @@ type workerConn struct {
 	job         *Job
 	remote      string
 	ws          *websocket.Conn
-	send        chan []byte
+	out         outbox
 	connectedAt time.Time
 	// closedBy says why the coordinator ended the connection from outside
 	// the read loop (missed pings), for the log line when it leaves.
@@ -113,7 +113,12 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered the request already
 	}
-	defer ws.CloseNow()
+	handedOff := false // to the session goroutine, which closes it
+	defer func() {
+		if !handedOff {
+			ws.CloseNow()
+		}
+	}()
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
@@ -124,7 +129,11 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
 		return
 	}
-	defer s.conns.Done()
+	defer func() {
+		if !handedOff {
+			s.conns.Done()
+		}
+	}()
 	// Before the welcome only a hello may come: the control limit. After
 	// it, readFrame applies each type's own limit; the library's limit is
 	// the backstop at the largest (a result's).
@@ -159,19 +168,30 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		job:         job,
 		remote:      r.RemoteAddr,
 		ws:          ws,
-		send:        make(chan []byte, sendQueue),
 		connectedAt: time.Now(),
 	}
+	wc.out.idle.L = &wc.out.mu
 	wc.lastSeen.Store(time.Now().UnixNano())
-	ws.SetReadLimit(job.maxMessageBytes())
-
-	// The writer drains wc.send until the read loop closes it, so a last
-	// error message still goes out before the close frame. It also pings.
-	writerDone := make(chan struct{})
+	// The websocket has taken the connection over from the HTTP server,
+	// so the session can outlive this handler: a goroutine of its own
+	// waits for an idle worker's next message with a small stack, instead
+	// of the HTTP server's goroutine with its deeper stack, the request
+	// and its headers.
+	handedOff = true
 	go func() {
-		defer close(writerDone)
-		s.writeLoop(wc)
+		defer s.conns.Done()
+		defer ws.CloseNow()
+		s.session(wc)
 	}()
+}
+
+// session runs an admitted worker's connection: welcome, messages until
+// it leaves, then its leases back to the queue and the close.
+func (s *Server) session(wc *workerConn) {
+	ws, job, hello := wc.ws, wc.job, &wc.hello
+	ws.SetReadLimit(job.maxMessageBytes())
+	stopPings := s.startPings(wc)
+	defer stopPings()
 	// Cancelling a Read's context would drop the TCP connection without a
 	// close frame; on shutdown, close with "going away" instead, which
 	// also ends the read loop. AfterFunc spends no goroutine until then.
@@ -186,7 +206,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	// Every string a worker chooses is quoted: a newline or an escape
 	// sequence in it must not forge or garble log lines.
 	s.cfg.Logf("worker %s joined job %s: %s/%q, %d threads, client %q, from %s",
-		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, r.RemoteAddr)
+		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.remote)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
@@ -221,15 +241,14 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Logf("worker %s left (%s; %d leases queued again): %d accepted, %d rejected",
 		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load())
-	close(wc.send)
-	<-writerDone
+	// A last error message goes out before the close frame.
+	wc.out.flush()
 	ws.Close(code, reason)
 }
 
 func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, error) {
-	buf := s.decodeBufs.get()
-	defer s.decodeBufs.put(buf)
-	if err := s.readFrame(ctx, ws, nil, buf); err != nil {
+	buf, err := s.readFrame(ctx, ws, nil)
+	if err != nil {
 		if errors.Is(err, errTextFrame) {
 			return nil, errors.New("hello must be a binary msgpack frame")
 		}
@@ -239,6 +258,7 @@ func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.H
 		}
 		return nil, fmt.Errorf("no hello: %w", err)
 	}
+	defer s.decodeBufs.put(buf)
 	buf.dec.MaxBytes, buf.dec.Bounds = int(s.cfg.MaxControlBytes), s.cfg.FrameBounds
 	m, err := buf.dec.Decode(buf.frame)
 	if err != nil {
@@ -277,14 +297,12 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 		s.cfg.Logf("worker %s: encode %s: %v", wc.id, m.MessageType(), err)
 		return false
 	}
-	select {
-	case wc.send <- b:
+	if s.push(wc, b) {
 		return true
-	default:
-		s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
-		wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
-		return false
 	}
+	s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
+	wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
+	return false
 }
 
 // readLoop handles messages until the worker leaves, breaks the protocol
@@ -305,9 +323,10 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, string, bool) {
 	job := wc.job
 	ctx := s.ctx
-	buf := s.decodeBufs.get()
-	defer s.decodeBufs.put(buf)
-	err := s.readFrame(context.Background(), wc.ws, job, buf)
+	buf, err := s.readFrame(context.Background(), wc.ws, job)
+	if buf != nil {
+		defer s.decodeBufs.put(buf)
+	}
 	var tooBig *frameTooBigError
 	switch {
 	case err == nil:

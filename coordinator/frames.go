@@ -78,19 +78,31 @@ func (s *Server) frameLimit(job *Job, t protocol.Type) int64 {
 	return s.cfg.MaxControlBytes
 }
 
-// readFrame reads one binary message into buf.frame. The type is peeked
-// from the first bytes so that its own size limit applies while the rest
-// arrives: a hello or want can never make the coordinator buffer an
-// update's worth of bytes. Errors: errTextFrame, *frameTooBigError, or
-// the connection's own (it closed or broke).
-func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job, buf *decodeBuf) error {
+// readFrame waits for the next message and reads it, if it is binary, into
+// a buffer from the pool, which the caller puts back. The buffer is taken
+// only once a message has begun: a connection waiting for its next
+// message holds none. The type is peeked from the first bytes so that its
+// own size limit applies while the rest arrives: a hello or want can never
+// make the coordinator buffer an update's worth of bytes. Errors:
+// errTextFrame, *frameTooBigError, or the connection's own (it closed or
+// broke).
+func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*decodeBuf, error) {
 	typ, r, err := ws.Reader(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if typ != websocket.MessageBinary {
-		return errTextFrame
+		return nil, errTextFrame
 	}
+	buf := s.decodeBufs.get()
+	if err := s.readInto(r, job, buf); err != nil {
+		s.decodeBufs.put(buf)
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (s *Server) readInto(r io.Reader, job *Job, buf *decodeBuf) error {
 	var head [peekBytes]byte
 	n, err := io.ReadFull(r, head[:])
 	switch {

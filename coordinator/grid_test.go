@@ -49,8 +49,19 @@ type testGrid struct {
 
 func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
 	t.Helper()
+	return newTestGridConfig(t, spec, nil)
+}
+
+// newTestGridConfig is newTestGrid with edit, if not nil, applied to the
+// coordinator's Config.
+func newTestGridConfig(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.Config)) *testGrid {
+	t.Helper()
 	train, test := loadMNIST(t)
-	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, AdminToken: testAdminToken})
+	cfg := coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, AdminToken: testAdminToken}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := coordinator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

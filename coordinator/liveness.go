@@ -4,57 +4,53 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
-
-	"github.com/coder/websocket"
 )
 
-// writeLoop drains wc.send until the read loop closes it, and pings the
-// worker every PingInterval while it does. A worker that leaves
-// MaxMissedPings pings in a row unanswered is closed: a volunteer that is
-// idle but alive (a paused tab, a daemon waiting for work) answers pings
-// from its websocket stack; one that stopped answering is gone, and would
+// startPings pings wc every PingInterval and closes it after
+// MaxMissedPings pings in a row go unanswered. A volunteer that is idle
+// but alive (a paused tab, a daemon waiting for work) answers pings from
+// its websocket stack; one that stopped answering is gone, and would
 // otherwise hold a connection, and maybe leases, until the TCP stack
-// notices, which can take hours.
-func (s *Server) writeLoop(wc *workerConn) {
-	var tick <-chan time.Time
-	if s.cfg.PingInterval > 0 {
-		t := time.NewTicker(s.cfg.PingInterval)
-		defer t.Stop()
-		tick = t.C
+// notices, which can take hours. Between pings this costs a timer, not a
+// goroutine. The returned stop ends the pings.
+func (s *Server) startPings(wc *workerConn) (stop func()) {
+	interval := s.cfg.PingInterval
+	if interval <= 0 {
+		return func() {}
 	}
-	missed := 0
-	for {
-		select {
-		case b, ok := <-wc.send:
-			if !ok {
+	var mu sync.Mutex
+	stopped := false
+	missed := 0 // only the timer's function, one run at a time, uses it
+	var t *time.Timer
+	t = time.AfterFunc(interval, func() {
+		switch err := s.ping(wc); {
+		case err == nil:
+			missed = 0
+		case errors.Is(err, context.DeadlineExceeded):
+			if missed++; missed >= s.cfg.MaxMissedPings {
+				why := fmt.Sprintf("no answer to %d pings in a row, %v apart", missed, interval)
+				wc.closedBy.Store(&why)
+				// It reads nothing, so it would not read a close frame
+				// either: drop it at once, which ends the read loop.
+				wc.ws.CloseNow()
 				return
 			}
-			wctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
-			err := wc.ws.Write(wctx, websocket.MessageBinary, b)
-			cancel()
-			if err != nil {
-				s.abandon(wc)
-				return
-			}
-		case <-tick:
-			switch err := s.ping(wc); {
-			case err == nil:
-				missed = 0
-			case errors.Is(err, context.DeadlineExceeded):
-				if missed++; missed >= s.cfg.MaxMissedPings {
-					why := fmt.Sprintf("no answer to %d pings in a row, %v apart", missed, s.cfg.PingInterval)
-					wc.closedBy.Store(&why)
-					// It reads nothing, so it would not read a close
-					// frame either: drop it at once.
-					s.abandon(wc)
-					return
-				}
-			default: // the connection is closed
-				s.abandon(wc)
-				return
-			}
+		default:
+			return // the connection is closed
 		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(interval)
+		}
+		mu.Unlock()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 
@@ -64,12 +60,4 @@ func (s *Server) ping(wc *workerConn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingInterval)
 	defer cancel()
 	return wc.ws.Ping(ctx)
-}
-
-// abandon drops the connection, which ends the read loop, and drains
-// wc.send so that the read loop never blocks on it.
-func (s *Server) abandon(wc *workerConn) {
-	wc.ws.CloseNow()
-	for range wc.send {
-	}
 }
