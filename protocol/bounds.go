@@ -219,5 +219,14 @@ func PeekType(prefix []byte) (t Type, ok bool) {
 	if n > len(prefix)-i {
 		return "", false
 	}
-	return Type(prefix[i : i+n]), true
+	name := prefix[i : i+n]
+	for _, t := range knownTypes {
+		if string(name) == string(t) { // no allocation for a known type
+			return t, true
+		}
+	}
+	return Type(name), true
 }
+
+var knownTypes = [...]Type{TypeResult, TypeWant, TypeAck, TypeLease, TypeHello, TypeWelcome,
+	TypeIdle, TypeRelease, TypeBye, TypeError}

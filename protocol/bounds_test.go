@@ -105,6 +105,14 @@ func TestCheckFrameAcceptsWhatEncodeWrites(t *testing.T) {
 			t.Errorf("PeekType of a %s frame: %q, %v", m.MessageType(), got, ok)
 		}
 	}
+	// Both run on every frame a coordinator receives: neither allocates.
+	frame, _ := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 1000), Examples: 1})
+	if n := testing.AllocsPerRun(10, func() {
+		_ = CheckFrame(frame, DefaultBounds)
+		_, _ = PeekType(frame[:16])
+	}); n != 0 {
+		t.Errorf("CheckFrame and PeekType of a result: %v allocations, want 0", n)
+	}
 	// The limits are exactly the stated ones.
 	if err := CheckFrame(deepArray(3), Bounds{MaxDepth: 3, MaxElements: 10}); err != nil {
 		t.Errorf("depth 3 with MaxDepth 3: %v", err)
