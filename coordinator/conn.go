@@ -297,8 +297,9 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 		s.cfg.Logf("worker %s: encode %s: %v", wc.id, m.MessageType(), err)
 		return false
 	}
-	if s.push(wc, b) {
-		return true
+	ok, full := s.push(wc, b)
+	if ok || !full {
+		return ok // not queued when a write failed: the connection is going
 	}
 	s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
 	wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")

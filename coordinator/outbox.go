@@ -20,21 +20,24 @@ type outbox struct {
 }
 
 // push queues b and starts a writer if none runs. It reports false when
-// sendQueue frames are already waiting (the peer is too slow) or the
-// connection broke.
-func (s *Server) push(wc *workerConn, b []byte) bool {
+// sendQueue frames are already waiting (full: the peer is too slow) or
+// the connection broke.
+func (s *Server) push(wc *workerConn, b []byte) (ok, full bool) {
 	o := &wc.out
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.broken || len(o.queue) >= sendQueue {
-		return false
+	if o.broken {
+		return false, false
+	}
+	if len(o.queue) >= sendQueue {
+		return false, true
 	}
 	o.queue = append(o.queue, b)
 	if !o.writing {
 		o.writing = true
 		go s.drain(wc)
 	}
-	return true
+	return true, false
 }
 
 // drain writes queued frames until none is left.

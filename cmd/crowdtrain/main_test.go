@@ -37,6 +37,8 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"serve", "--job", unknownKey}, []string{"learning_rate", "unknown key"}},
 		{[]string{"serve", "--job", badValue}, []string{"batch_size", "-3"}},
 		{[]string{"serve", "--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"serve", "--ping-misses", "0"}, []string{"--ping-misses"}},
+		{[]string{"serve", "--max-control-bytes", "10"}, []string{"--max-control-bytes", "1024"}},
 		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
 		{[]string{"work", "--coordinator", "http://x"}, []string{"ws://"}},
 		{[]string{"frobnicate"}, []string{"unknown command"}},
