@@ -26,9 +26,11 @@ type Bounds struct {
 const maxDepthCap = 64
 
 // DefaultBounds fit every message of this protocol with room to grow: the
-// deepest (welcome with a model spec) nests 5 levels, the largest (a
-// welcome, or a release of 64 ids) holds a few hundred elements.
-var DefaultBounds = Bounds{MaxDepth: 16, MaxElements: 4096}
+// deepest (a welcome's model spec) nests 6 levels; the largest holds a
+// few hundred elements (a welcome holds about 13 per layer, so 65,536
+// leave room for models of thousands of layers). Refusing more costs
+// nothing: a container's declared count is checked when it opens.
+var DefaultBounds = Bounds{MaxDepth: 16, MaxElements: 1 << 16}
 
 func (b Bounds) orDefault() Bounds {
 	if b.MaxDepth <= 0 {

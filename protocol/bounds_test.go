@@ -39,7 +39,7 @@ func withUnknownKey(t testing.TB, m Message, v []byte) []byte {
 // bombValues are values that cost a naive decoder far more than their
 // size: nesting that recursion follows, and lengths the bytes do not hold.
 func bombValues() map[string][]byte {
-	many := append([]byte{0xdc, 0x40, 0x00}, bytes.Repeat([]byte{0xc0}, 1<<14)...) // array16 of 16384 nils
+	many := append([]byte{0xdd, 0x00, 0x01, 0x11, 0x70}, bytes.Repeat([]byte{0xc0}, 70000)...) // array32 of 70,000 nils
 	return map[string][]byte{
 		"deep array":         deepArray(1 << 16),
 		"deep map":           append(bytes.Repeat([]byte{0x81, 0xc0}, 1<<15), 0xc0),
