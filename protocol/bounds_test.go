@@ -9,6 +9,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 // deepArray is a value nested n arrays deep: [[[...nil...]]].
@@ -104,6 +106,20 @@ func TestCheckFrameAcceptsWhatEncodeWrites(t *testing.T) {
 		if got, ok := PeekType(b[:min(len(b), 16)]); !ok || got != m.MessageType() {
 			t.Errorf("PeekType of a %s frame: %q, %v", m.MessageType(), got, ok)
 		}
+	}
+	// A welcome for a model of 2,000 layers is well within the bounds.
+	var spec nn.ModelSpec
+	spec.Input = []int{1, 28, 28}
+	for range 1000 {
+		spec.Layers = append(spec.Layers, nn.LayerSpec{Type: "dense", Units: 8}, nn.LayerSpec{Type: "relu"})
+	}
+	big, err := Encode(&Welcome{WorkerID: "w", Job: JobInfo{ID: "j", Model: spec, NumParams: 1},
+		Limits: Limits{MaxMessageBytes: 1, LeaseTimeoutMs: 1, MaxLeases: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(big, 1<<20); err != nil {
+		t.Errorf("welcome for 2,000 layers: %v", err)
 	}
 	// Both run on every frame a coordinator receives: neither allocates.
 	frame, _ := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 1000), Examples: 1})
