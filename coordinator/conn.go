@@ -239,7 +239,8 @@ func (s *Server) session(wc *workerConn) {
 	if why == "" {
 		why = "connection closed"
 	}
-	s.cfg.Logf("worker %s left (%s; %d leases queued again): %d accepted, %d rejected",
+	// Quoted: a decoding error may quote what the worker sent.
+	s.cfg.Logf("worker %s left (%q; %d leases queued again): %d accepted, %d rejected",
 		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load())
 	// A last error message goes out before the close frame.
 	wc.out.flush()

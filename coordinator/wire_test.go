@@ -217,7 +217,7 @@ func TestConnectionsThatStopAnsweringPingsAreClosed(t *testing.T) {
 	if !connected(aliveID) {
 		t.Fatal("an idle worker that answers pings was disconnected")
 	}
-	if !strings.Contains(rec.text(), "worker "+deadID+" left (no answer to 2 pings") {
+	if !strings.Contains(rec.text(), "worker "+deadID+` left ("no answer to 2 pings`) {
 		t.Errorf("the log does not say why %s left:\n%s", deadID, rec.text())
 	}
 }
