@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -249,5 +250,32 @@ func TestFullSizeFramesAreNotHeldPerConnection(t *testing.T) {
 		conns, len(frame), float64(held)/(1<<20), float64(limit)/(1<<20))
 	if held > limit {
 		t.Fatalf("%d connections that each sent one %d-byte result hold %d bytes, want under %d (10 frames)", conns, len(frame), held, limit)
+	}
+}
+
+// End to end: a worker flooding NaN results over a real websocket buys one
+// test-set evaluation per NonFiniteEvalInterval, not one per 20 results.
+func TestNaNFloodStartsOneEvaluationPerInterval(t *testing.T) {
+	rec := &logRecorder{t: t}
+	g := newTestGridConfig(t, quietJob(t), func(c *coordinator.Config) {
+		c.Logf, c.NonFiniteEvalInterval = rec.Logf, time.Hour
+	})
+	rc := g.joinRaw()
+	nan := make(protocol.Floats, rc.welcome.Job.NumParams)
+	nan[0] = float32(math.NaN())
+	const results = 100
+	for range results {
+		l := rc.leases(1)[0]
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: nan, Examples: l.Count, LossSum: 1})
+		if a := rc.ack(l.ID); a.Accepted || a.Reason != protocol.ReasonInvalid {
+			t.Fatalf("NaN result: %+v, want rejected as invalid", a)
+		}
+	}
+	if n := strings.Count(rec.text(), "evaluating the model for divergence"); n != 1 {
+		t.Fatalf("%d NaN results started %d evaluations, want 1 within the interval", results, n)
+	}
+	if v := g.jobView(); v.State != coordinator.StateRunning || v.Version != 0 {
+		t.Fatalf("job %s at version %d after NaN results, want running at 0", v.State, v.Version)
 	}
 }
