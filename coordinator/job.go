@@ -121,40 +121,38 @@ type Job struct {
 }
 
 type jobState struct {
-	state         string
-	params        []float32
-	opt           nn.Optimizer
-	version       int64
-	published     int64 // newest published snapshot version, -1 before the first
-	epoch         int
-	queue         []task // tasks not leased yet in this epoch; requeued ones go first
-	leases        map[uint64]*lease
-	remaining     int // tasks of this epoch not yet done
-	examplesSeen  int64
-	epochExamples int64
-	applied       int64
-	rejected      int64
-	rejections    map[string]int64
-	leasesExpired int64
-	leasesIssued  int64
-	stalenessSum  int64
-	normMean      float64 // running mean of accepted update norms
-	normCount     int64
-	nonFiniteRun  int // results with NaN/Inf since the last accepted one
-	// nonFiniteEvalAt is when a run of them last started an evaluation.
-	nonFiniteEvalAt time.Time
-	evalRunning     bool
-	lastEvalAt      int64 // version of the last evaluation started
-	eval            *EvalResult
-	finalEvalAfter  bool // stop once the running evaluation finishes
-	startedAt       time.Time
-	doneAt          time.Time
-	reason          string // why the job is done or failed
-	ckptVersion     int64  // version of the newest checkpoint taken
-	ckptAt          time.Time
-	metricAt        time.Time // when the last metrics row was taken, and the counters then
-	metricExamples  int64
-	metricApplied   int64
+	state          string
+	params         []float32
+	opt            nn.Optimizer
+	version        int64
+	published      int64 // newest published snapshot version, -1 before the first
+	epoch          int
+	queue          []task // tasks not leased yet in this epoch; requeued ones go first
+	leases         map[uint64]*lease
+	remaining      int // tasks of this epoch not yet done
+	examplesSeen   int64
+	epochExamples  int64
+	applied        int64
+	rejected       int64
+	rejections     map[string]int64
+	leasesExpired  int64
+	leasesIssued   int64
+	stalenessSum   int64
+	normMean       float64 // running mean of accepted update norms
+	normCount      int64
+	nonFiniteRun   int // results with NaN/Inf since the last accepted one
+	evalRunning    bool
+	lastEvalAt     int64 // version of the last evaluation started
+	eval           *EvalResult
+	finalEvalAfter bool // stop once the running evaluation finishes
+	startedAt      time.Time
+	doneAt         time.Time
+	reason         string // why the job is done or failed
+	ckptVersion    int64  // version of the newest checkpoint taken
+	ckptAt         time.Time
+	metricAt       time.Time // when the last metrics row was taken, and the counters then
+	metricExamples int64
+	metricApplied  int64
 	// optLR is the rate the optimizer was built with; lrScale turns it
 	// into the rate an operator set since.
 	optLR   float64
@@ -167,6 +165,10 @@ type jobState struct {
 	rateExamples              int64
 	rateApplied               int64
 	examplesPerSec, updPerSec float64
+
+	// nonFiniteEvalAt is when a run of non-finite results last started
+	// an evaluation (see apply).
+	nonFiniteEvalAt time.Time
 }
 
 // stalenessBuckets is the staleness histogram's size: 0..31 and 32+.

@@ -152,10 +152,11 @@ type Server struct {
 	jobs    []*Job
 	workers map[string]*workerConn
 
-	auth       *auth
-	decodeBufs *decodePool
-	events     hub
-	metrics    *promMetrics
+	auth    *auth
+	events  hub
+	metrics *promMetrics
+
+	decodeBufs *decodePool // frame and update buffers shared by connections
 
 	loops   sync.WaitGroup // job loops
 	writers sync.WaitGroup // job checkpoint writers
