@@ -48,6 +48,7 @@ bench: data
 	$(GO) test -run '^$$' -bench Ingest -benchtime 3s -count 5 ./coordinator/
 	$(GO) test -run '^$$' -bench TimeTo97 -benchtime 1x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench Checkpoint -benchtime 10x -count 3 ./coordinator/
+	$(GO) test -run '^$$' -bench ConnMemory -benchtime 1x -count 3 ./coordinator/
 	$(GO) test -run '^$$' -bench SaveCheckpoint -benchtime 10x -count 1 ./store/
 	$(GO) test -run '^$$' -bench WorkerThroughput -benchtime 1x -count 3 ./web/
 

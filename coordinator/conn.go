@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,8 +33,11 @@ type workerConn struct {
 	remote      string
 	clientKey   string // for per-address limits (clientaddr.go)
 	ws          *websocket.Conn
-	send        chan []byte
+	out         outbox
 	connectedAt time.Time
+	// closedBy says why the coordinator ended the connection from outside
+	// the read loop (missed pings), for the log line when it leaves.
+	closedBy atomic.Pointer[string]
 
 	lastSeen      atomic.Int64 // unix nanoseconds
 	examples      atomic.Int64
@@ -115,7 +117,12 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered the request already
 	}
-	defer ws.CloseNow()
+	handedOff := false // to the session goroutine, which closes it
+	defer func() {
+		if !handedOff {
+			ws.CloseNow()
+		}
+	}()
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
@@ -126,9 +133,15 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
 		return
 	}
-	defer s.conns.Done()
-	// Hellos are small; the limit rises after the welcome.
-	ws.SetReadLimit(64 << 10)
+	defer func() {
+		if !handedOff {
+			s.conns.Done()
+		}
+	}()
+	// Before the welcome only a hello may come: the control limit. After
+	// it, readFrame applies each type's own limit; the library's limit is
+	// the backstop at the largest (a result's).
+	ws.SetReadLimit(s.cfg.MaxControlBytes)
 
 	job := s.currentJob()
 	if job == nil {
@@ -139,10 +152,15 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	hello, err := s.readHello(hctx, ws)
 	cancel()
 	if err != nil {
-		s.cfg.Logf("worker %s: refused: %v", r.RemoteAddr, err)
+		// Quoted: the error may carry what the client sent.
+		s.cfg.Logf("worker %s: refused: %q", r.RemoteAddr, err.Error())
 		code := websocket.StatusPolicyViolation
-		if errors.Is(err, protocol.ErrVersion) {
+		var tooBig *frameTooBigError
+		switch {
+		case errors.Is(err, protocol.ErrVersion):
 			code = websocket.StatusUnsupportedData
+		case errors.As(err, &tooBig):
+			code = websocket.StatusMessageTooBig
 		}
 		s.refuse(ws, code, "bad_hello", err.Error())
 		return
@@ -155,37 +173,45 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		remote:      r.RemoteAddr,
 		clientKey:   s.clientKey(r),
 		ws:          ws,
-		send:        make(chan []byte, sendQueue),
 		connectedAt: time.Now(),
 	}
+	wc.out.idle.L = &wc.out.mu
 	wc.lastSeen.Store(time.Now().UnixNano())
-	ws.SetReadLimit(job.maxMessageBytes())
-
-	// The writer drains wc.send until the read loop closes it, so a last
-	// error message still goes out before the close frame.
-	writerDone := make(chan struct{})
+	// The websocket has taken the connection over from the HTTP server,
+	// so the session can outlive this handler: a goroutine of its own
+	// waits for an idle worker's next message with a small stack, instead
+	// of the HTTP server's goroutine with its deeper stack, the request
+	// and its headers.
+	handedOff = true
 	go func() {
-		defer close(writerDone)
-		s.writeLoop(wc)
+		defer s.conns.Done()
+		defer ws.CloseNow()
+		s.session(wc)
 	}()
+}
+
+// session runs an admitted worker's connection: welcome, messages until
+// it leaves, then its leases back to the queue and the close.
+func (s *Server) session(wc *workerConn) {
+	ws, job, hello := wc.ws, wc.job, &wc.hello
+	ws.SetReadLimit(job.maxMessageBytes())
+	stopPings := s.startPings(wc)
+	defer stopPings()
 	// Cancelling a Read's context would drop the TCP connection without a
 	// close frame; on shutdown, close with "going away" instead, which
-	// also ends the read loop.
-	readDone := make(chan struct{})
-	defer close(readDone)
-	go func() {
-		select {
-		case <-s.ctx.Done():
-			ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
-		case <-readDone:
-		}
-	}()
+	// also ends the read loop. AfterFunc spends no goroutine until then.
+	stopWatch := context.AfterFunc(s.ctx, func() {
+		ws.Close(websocket.StatusGoingAway, "coordinator shutting down")
+	})
+	defer stopWatch()
 
 	s.mu.Lock()
 	s.workers[wc.id] = wc
 	s.mu.Unlock()
-	s.cfg.Logf("worker %s joined job %s: %s/%s, %d threads, %s, from %s",
-		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, r.RemoteAddr)
+	// Every string a worker chooses is quoted: a newline or an escape
+	// sequence in it must not forge or garble log lines.
+	s.cfg.Logf("worker %s joined job %s: %s/%q, %d threads, client %q, from %s",
+		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.remote)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
@@ -212,25 +238,35 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	s.saveWorker(wc)
 	why := reason
+	if p := wc.closedBy.Load(); p != nil {
+		why = *p
+	}
 	if why == "" {
 		why = "connection closed"
 	}
-	s.cfg.Logf("worker %s left (%s; %d leases queued again): %d accepted, %d rejected",
+	// Quoted: a decoding error may quote what the worker sent.
+	s.cfg.Logf("worker %s left (%q; %d leases queued again): %d accepted, %d rejected",
 		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load())
-	close(wc.send)
-	<-writerDone
+	// A last error message goes out before the close frame.
+	wc.out.flush()
 	ws.Close(code, reason)
 }
 
 func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, error) {
-	typ, data, err := ws.Read(ctx)
+	buf, err := s.readFrame(ctx, ws, nil)
 	if err != nil {
+		if errors.Is(err, errTextFrame) {
+			return nil, errors.New("hello must be a binary msgpack frame")
+		}
+		var tooBig *frameTooBigError
+		if errors.As(err, &tooBig) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("no hello: %w", err)
 	}
-	if typ != websocket.MessageBinary {
-		return nil, errors.New("hello must be a binary msgpack frame")
-	}
-	m, err := protocol.Decode(data, 64<<10)
+	defer s.decodeBufs.put(buf)
+	buf.dec.MaxBytes, buf.dec.Bounds = int(s.cfg.MaxControlBytes), s.cfg.FrameBounds
+	m, err := buf.dec.Decode(buf.frame)
 	if err != nil {
 		return nil, err
 	}
@@ -267,125 +303,99 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 		s.cfg.Logf("worker %s: encode %s: %v", wc.id, m.MessageType(), err)
 		return false
 	}
-	select {
-	case wc.send <- b:
-		return true
-	default:
-		s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
-		wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
-		return false
+	ok, full := s.push(wc, b)
+	if ok || !full {
+		return ok // not queued when a write failed: the connection is going
 	}
-}
-
-func (s *Server) writeLoop(wc *workerConn) {
-	for b := range wc.send {
-		wctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
-		err := wc.ws.Write(wctx, websocket.MessageBinary, b)
-		cancel()
-		if err != nil {
-			wc.ws.CloseNow()
-			for range wc.send { // drain so the reader never blocks
-			}
-			return
-		}
-	}
+	s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
+	wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
+	return false
 }
 
 // readLoop handles messages until the worker leaves, breaks the protocol
 // or the server shuts down; it returns how to close the connection.
 func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
-	job := wc.job
-	ctx := s.ctx
-	// Frames and their float vectors are read into buffers reused for the
-	// whole connection: each result is applied (or rejected) before the
-	// next frame is read, so nothing still refers to the previous one.
-	dec := &protocol.Decoder{MaxBytes: int(job.maxMessageBytes())}
-	var frame bytes.Buffer
 	bad := 0
 	for {
-		typ, data, err := readFrame(wc.ws, &frame)
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return websocket.StatusGoingAway, "coordinator shutting down"
-			}
-			// Includes a message over the read limit: the library has
-			// already closed with 1009 (message too big).
-			return websocket.StatusNormalClosure, ""
-		}
-		wc.lastSeen.Store(time.Now().UnixNano())
-		if typ != websocket.MessageBinary {
-			return websocket.StatusUnsupportedData, "messages are binary msgpack frames"
-		}
-		m, err := dec.Decode(data)
-		var ve *protocol.ValidationError
-		switch {
-		case err == nil:
-		case errors.As(err, &ve) && m != nil:
-			// Well framed but invalid. An invalid result is rejected
-			// like any other (a diverged model makes honest workers send
-			// NaNs); other messages get an error, and the connection
-			// closes if this keeps happening.
-			if res, ok := m.(*protocol.Result); ok {
-				nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
-				s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
-					nonFinite: nonFinite})
-				continue
-			}
-			if bad++; bad > maxBadMessages {
-				return websocket.StatusPolicyViolation, "too many invalid messages"
-			}
-			s.enqueue(wc, &protocol.Error{Code: "invalid", Message: err.Error()})
-			continue
-		default:
-			if peerGone(wc.ws) {
-				// coder/websocket hands over what arrived of a message
-				// whose connection dropped mid-way (a closed tab) as if
-				// it were whole: the decoder caught the truncation.
-				return websocket.StatusNormalClosure, "connection dropped mid-message"
-			}
-			// Framing we cannot parse: the stream cannot be trusted.
-			s.enqueue(wc, &protocol.Error{Code: "malformed", Message: err.Error()})
-			return websocket.StatusUnsupportedData, truncateReason(err.Error())
-		}
-		switch m := m.(type) {
-		case *protocol.Want:
-			s.want(ctx, wc, m.N)
-		case *protocol.Result:
-			s.submit(ctx, wc, submission{worker: wc.id, res: m, norm: m.Update.Norm()})
-		case *protocol.Release:
-			_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
-		case *protocol.Bye:
-			return websocket.StatusNormalClosure, "bye"
-		default:
-			if bad++; bad > maxBadMessages {
-				return websocket.StatusPolicyViolation, "too many invalid messages"
-			}
-			s.enqueue(wc, &protocol.Error{Code: "unexpected", Message: fmt.Sprintf("a worker does not send %s messages", m.MessageType())})
+		code, reason, done := s.readMessage(wc, &bad)
+		if done {
+			return code, reason
 		}
 	}
 }
 
-// peerGone reports whether the connection has already ended, waiting at
-// most a moment for another message. Only called before closing the
-// connection anyway: a read that times out drops it.
-func peerGone(ws *websocket.Conn) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, _, err := ws.Reader(ctx)
-	return err != nil && !errors.Is(err, context.DeadlineExceeded)
-}
-
-// readFrame reads one message into buf, which it resets first.
-func readFrame(ws *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
-	typ, r, err := ws.Reader(context.Background())
-	if err != nil {
-		return 0, nil, err
+// readMessage reads and handles one message with a buffer from the shared
+// pool, returned before the next read: each result is applied (or
+// rejected) before this returns, so nothing refers to the buffer after.
+func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, string, bool) {
+	job := wc.job
+	ctx := s.ctx
+	buf, err := s.readFrame(context.Background(), wc.ws, job)
+	if buf != nil {
+		defer s.decodeBufs.put(buf)
 	}
-	buf.Reset()
-	if _, err := buf.ReadFrom(r); err != nil {
-		return 0, nil, err
+	var tooBig *frameTooBigError
+	switch {
+	case err == nil:
+	case s.ctx.Err() != nil:
+		return websocket.StatusGoingAway, "coordinator shutting down", true
+	case errors.Is(err, errTextFrame):
+		s.enqueue(wc, &protocol.Error{Code: "malformed", Message: err.Error()})
+		return websocket.StatusUnsupportedData, err.Error(), true
+	case errors.As(err, &tooBig):
+		s.enqueue(wc, &protocol.Error{Code: "too_big", Message: err.Error()})
+		return websocket.StatusMessageTooBig, truncateReason(err.Error()), true
+	default:
+		// The connection closed or broke; over the library's own read
+		// limit it has already closed with 1009 (message too big).
+		return websocket.StatusNormalClosure, "", true
 	}
-	return typ, buf.Bytes(), nil
+	wc.lastSeen.Store(time.Now().UnixNano())
+	buf.dec.MaxBytes, buf.dec.Bounds = int(job.maxMessageBytes()), s.cfg.FrameBounds
+	m, err := buf.dec.Decode(buf.frame)
+	var ve *protocol.ValidationError
+	switch {
+	case err == nil:
+	case errors.As(err, &ve) && m != nil:
+		// Well framed but invalid. An invalid result is rejected
+		// like any other (a diverged model makes honest workers send
+		// NaNs); other messages get an error, and the connection
+		// closes if this keeps happening.
+		if res, ok := m.(*protocol.Result); ok {
+			nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
+			s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
+				nonFinite: nonFinite})
+			return 0, "", false
+		}
+		if *bad++; *bad > maxBadMessages {
+			return websocket.StatusPolicyViolation, "too many invalid messages", true
+		}
+		s.enqueue(wc, &protocol.Error{Code: "invalid", Message: err.Error()})
+		return 0, "", false
+	default:
+		// Framing we cannot parse: the stream cannot be trusted. The
+		// peer may already be gone (coder/websocket hands over what
+		// arrived of a message whose connection dropped as if it were
+		// whole); then the error and the close frame simply fail.
+		s.enqueue(wc, &protocol.Error{Code: "malformed", Message: err.Error()})
+		return websocket.StatusUnsupportedData, truncateReason(err.Error()), true
+	}
+	switch m := m.(type) {
+	case *protocol.Want:
+		s.want(ctx, wc, m.N)
+	case *protocol.Result:
+		s.submit(ctx, wc, submission{worker: wc.id, res: m, norm: m.Update.Norm()})
+	case *protocol.Release:
+		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
+	case *protocol.Bye:
+		return websocket.StatusNormalClosure, "bye", true
+	default:
+		if *bad++; *bad > maxBadMessages {
+			return websocket.StatusPolicyViolation, "too many invalid messages", true
+		}
+		s.enqueue(wc, &protocol.Error{Code: "unexpected", Message: fmt.Sprintf("a worker does not send %s messages", m.MessageType())})
+	}
+	return 0, "", false
 }
 
 func (s *Server) want(ctx context.Context, wc *workerConn, n int) {

@@ -121,6 +121,9 @@ type Job struct {
 	onMetric func(store.Metric)
 	// onCheckpoint, when set, sees how long each checkpoint write took.
 	onCheckpoint func(time.Duration)
+	// nonFiniteEvalEvery is the least time between evaluations that runs
+	// of non-finite results start (Config.NonFiniteEvalInterval).
+	nonFiniteEvalEvery time.Duration
 
 	// Loop-owned state below.
 	st jobState
@@ -171,6 +174,10 @@ type jobState struct {
 	rateExamples              int64
 	rateApplied               int64
 	examplesPerSec, updPerSec float64
+
+	// nonFiniteEvalAt is when a run of non-finite results last started
+	// an evaluation (see apply).
+	nonFiniteEvalAt time.Time
 }
 
 // stalenessBuckets is the staleness histogram's size: 0..31 and 32+.
@@ -505,9 +512,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if sub.reason != "" {
 		j.requeue(l.task)
 		if sub.nonFinite {
-			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning {
+			// Each evaluation scores the whole test set: a flood of NaN
+			// results must not buy one every few hundred milliseconds.
+			// The first comes at once, so real divergence is caught as
+			// fast as before; the run keeps counting in between.
+			now := time.Now()
+			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning &&
+				(st.nonFiniteEvalAt.IsZero() || now.Sub(st.nonFiniteEvalAt) >= j.nonFiniteEvalEvery) {
+				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, st.nonFiniteRun)
 				st.nonFiniteRun = 0
-				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, nonFiniteCheck)
+				st.nonFiniteEvalAt = now
 				j.startEval(false)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -104,7 +105,40 @@ type Config struct {
 	// WorkerRecordQueue bounds the worker records waiting to be written;
 	// past it, a record is dropped (and counted), never waited for.
 	WorkerRecordQueue int
+
+	// Wire: what one websocket connection may send, hold and owe
+	// (docs/SECURITY.md, section Wire).
+	//
+	// MaxControlBytes is the size limit of every message but a result
+	// (hello, want, release, bye); only results get the job's limit of
+	// one full update plus 64 KiB.
+	MaxControlBytes int64
+	// FrameBounds limit every received frame's nesting and element count
+	// (protocol.CheckFrame); zero fields take protocol.DefaultBounds'.
+	FrameBounds protocol.Bounds
+	// DecodeBuffers is how many frame and update buffers are kept between
+	// messages, shared by every connection. More are allocated while that
+	// many are in use and dropped afterwards, so what an idle connection
+	// holds does not depend on what it sent.
+	DecodeBuffers int
+	// PingInterval is how often each connection is pinged; a connection
+	// that leaves MaxMissedPings pings in a row unanswered (no pong
+	// within PingInterval each) is closed. Negative disables pings.
+	PingInterval   time.Duration
+	MaxMissedPings int
+	// NonFiniteEvalInterval is the least time between the evaluations
+	// that runs of non-finite results start (each scores the test set).
+	NonFiniteEvalInterval time.Duration
 }
+
+// Wire defaults (docs/SECURITY.md, section Wire).
+const (
+	DefaultMaxControlBytes       = 64 << 10
+	DefaultDecodeBuffers         = 8
+	DefaultPingInterval          = 30 * time.Second
+	DefaultMaxMissedPings        = 3
+	DefaultNonFiniteEvalInterval = 30 * time.Second
+)
 
 func (c *Config) setDefaults() {
 	if c.Logf == nil {
@@ -130,6 +164,21 @@ func (c *Config) setDefaults() {
 	}
 	c.setAccessDefaults()
 	c.setDurabilityDefaults()
+	if c.MaxControlBytes <= 0 {
+		c.MaxControlBytes = DefaultMaxControlBytes
+	}
+	if c.DecodeBuffers <= 0 {
+		c.DecodeBuffers = DefaultDecodeBuffers
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.MaxMissedPings <= 0 {
+		c.MaxMissedPings = DefaultMaxMissedPings
+	}
+	if c.NonFiniteEvalInterval <= 0 {
+		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
+	}
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -162,6 +211,8 @@ type Server struct {
 	handler http.Handler // router behind the Host/Origin check
 	events  hub
 	metrics *promMetrics
+
+	decodeBufs *decodePool // frame and update buffers shared by connections
 
 	loops   sync.WaitGroup // job loops
 	writers sync.WaitGroup // job checkpoint writers
@@ -196,6 +247,7 @@ func New(cfg Config) (*Server, error) {
 		auth: newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
+	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {
 		s.workerRecords = newWorkerRecorder(cfg.Store, cfg.MaxWorkerRecords, cfg.WorkerRecordMaxAge, cfg.WorkerRecordQueue, cfg.Logf)
@@ -239,6 +291,7 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 func (s *Server) startJob(j *Job) {
 	j.onMetric = func(m store.Metric) { s.events.publish(MetricEvent{Job: j.ID, Metric: m}) }
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
+	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState

@@ -174,30 +174,38 @@ func AppendEncode(dst []byte, m Message) ([]byte, error) {
 // allocates nothing per update this way. Not safe for concurrent use.
 type Decoder struct {
 	MaxBytes int
-	floats   Floats
+	// Bounds limit the frame's shape; zero fields take DefaultBounds'.
+	Bounds Bounds
+	floats Floats
 }
 
-// Decode is Decode(b, d.MaxBytes) with buffer reuse.
+// Decode is Decode(b, d.MaxBytes) with buffer reuse and d.Bounds.
 func (d *Decoder) Decode(b []byte) (Message, error) {
-	m, err := decode(b, d.MaxBytes, d.floats[:0])
+	m, err := decode(b, d.MaxBytes, d.Bounds, d.floats[:0])
 	if r, ok := m.(*Result); ok && cap(r.Update) > cap(d.floats) {
 		d.floats = r.Update[:0]
 	}
 	return m, err
 }
 
-// Decode checks b's size against maxBytes, decodes one frame and validates
+// Decode checks b's size against maxBytes and its shape against
+// DefaultBounds (see CheckFrame), decodes one frame and validates
 // its body. The returned message never aliases b. When the frame decodes
 // but its body fails validation, Decode returns the message together with a
 // *ValidationError, so a receiver can answer it (a rejected result is
 // acknowledged, not ignored); it must not act on the message otherwise.
 func Decode(b []byte, maxBytes int) (Message, error) {
-	return decode(b, maxBytes, nil)
+	return decode(b, maxBytes, DefaultBounds, nil)
 }
 
-func decode(b []byte, maxBytes int, floats Floats) (Message, error) {
+func decode(b []byte, maxBytes int, bounds Bounds, floats Floats) (Message, error) {
 	if len(b) > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooBig, len(b), maxBytes)
+	}
+	// Untrusted bytes reach msgpack/v5 only once their shape is known to
+	// be bounded: its skipping of unknown keys recurses.
+	if err := CheckFrame(b, bounds); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	r := bytes.NewReader(b)
 	dec := msgpack.NewDecoder(r)

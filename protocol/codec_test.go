@@ -143,6 +143,9 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte{0x93, 0x01, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81, 0xa6, 'u', 'p', 'd', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xf0})
 	f.Add([]byte{})
+	for _, b := range bombFrames(f) {
+		f.Add(b)
+	}
 	warm, _ := Encode(&Result{LeaseID: 1, JobID: "j", Codec: CodecF32, Update: make(Floats, 64), Examples: 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b, 1<<16)

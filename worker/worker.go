@@ -247,7 +247,8 @@ func (w *Worker) session(ctx context.Context) error {
 		st.Connected, st.WorkerID, st.JobID, st.JobName = true, s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name
 		st.Connects++
 	})
-	w.cfg.Logf("connected as %s to job %s (%s, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
+	// Strings from the other end are quoted: they must not forge log lines.
+	w.cfg.Logf("connected as %q to job %q (%q, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
 	return s.work(ctx)
 }
 
@@ -465,7 +466,7 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 				}
 			})
 			if !m.Accepted {
-				s.w.cfg.Logf("result for lease %d rejected: %s: %s", m.LeaseID, m.Reason, m.Detail)
+				s.w.cfg.Logf("result for lease %d rejected: %q: %q", m.LeaseID, m.Reason, m.Detail)
 			}
 		case *protocol.Idle:
 			s.w.update(func(st *Stats) { st.Idle = true })
@@ -476,7 +477,7 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 				}
 			})
 		case *protocol.Error:
-			s.w.cfg.Logf("coordinator says: %s: %s", m.Code, m.Message)
+			s.w.cfg.Logf("coordinator says: %q: %q", m.Code, m.Message)
 		default:
 			s.w.cfg.Logf("ignoring unexpected %s message", m.MessageType())
 		}

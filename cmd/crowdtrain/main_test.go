@@ -39,6 +39,8 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"serve", "--no-such-flag"}, []string{"no-such-flag"}},
 		{[]string{"serve", "--checkpoint-retry-min", "2m", "--checkpoint-retry-max", "1m"}, []string{"--checkpoint-retry-min", "--checkpoint-retry-max"}},
 		{[]string{"serve", "--max-worker-records", "0"}, []string{"--max-worker-records"}},
+		{[]string{"serve", "--ping-misses", "0"}, []string{"--ping-misses"}},
+		{[]string{"serve", "--max-control-bytes", "10"}, []string{"--max-control-bytes", "1024"}},
 		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
 		{[]string{"work", "--coordinator", "http://x"}, []string{"ws://"}},
 		{[]string{"frobnicate"}, []string{"unknown command"}},

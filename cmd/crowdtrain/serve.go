@@ -44,8 +44,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// HTTP access: names, proxies, limits (serveaccess.go).
 	var access accessFlags
 	access.register(fs)
+	// Wire: limits on what one websocket connection may send and hold (docs/SECURITY.md).
+	maxControlBytes := fs.Int64("max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
+	decodeBuffers := fs.Int("decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
+	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
+	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
+	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 {
+		return usagef("--max-control-bytes must be >= 1024, --decode-buffers and --ping-misses >= 1, --ping-interval non-zero, --nonfinite-eval-interval positive")
 	}
 	token, generated := *adminToken, false
 	if token == "" {
@@ -101,6 +110,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Pages: pages, AdminToken: token,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
 		MaxWorkerRecords: *maxWorkerRecords, WorkerRecordMaxAge: *workerRecordAge,
+		MaxControlBytes: *maxControlBytes, DecodeBuffers: *decodeBuffers,
+		PingInterval: *pingInterval, MaxMissedPings: *pingMisses, NonFiniteEvalInterval: *nonFiniteEval,
 	}
 	if err := access.apply(&cfg, *addr); err != nil {
 		return err
