@@ -206,7 +206,7 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request, name stri
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logf("%s %s from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
 	}
 }
 

@@ -637,7 +637,7 @@ func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, etag str
 		return
 	}
 	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logf("%s %s from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
 	}
 }
 
