@@ -137,13 +137,16 @@ func TestGarbageNeverPanicsTheCoordinator(t *testing.T) {
 	frames := [][]byte{
 		nil,
 		{0xc1},
-		{0x93, 0x01, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0xc6, 0xff, 0xff, 0xff, 0xff},
+		{0x93, protocol.Version, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0xc6, 0xff, 0xff, 0xff, 0xff},
 		func() []byte {
-			b, _ := msgpack.Marshal([]any{1, "result", map[string]any{"update": []int{1, 2}}})
+			b, _ := msgpack.Marshal([]any{protocol.Version, "result", map[string]any{"update": []int{1, 2}}})
 			return b
 		}(),
-		func() []byte { b, _ := msgpack.Marshal([]any{1, "lease", map[string]any{"id": -1}}); return b }(),
-		func() []byte { b, _ := msgpack.Marshal([]any{1, "welcome", nil}); return b }(),
+		func() []byte {
+			b, _ := msgpack.Marshal([]any{protocol.Version, "lease", map[string]any{"id": -1}})
+			return b
+		}(),
+		func() []byte { b, _ := msgpack.Marshal([]any{protocol.Version, "welcome", nil}); return b }(),
 		bytes.Repeat([]byte{0xdd, 0xff, 0xff, 0xff, 0xff}, 100),
 	}
 	for i, f := range frames {

@@ -131,8 +131,10 @@ func TestLocalSGDReaches95(t *testing.T) {
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.95 {
 		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.95", v.State, v.Reason, v.Eval)
 	}
-	if per := float64(v.ExamplesSeen) / float64(v.UpdatesApplied); per < 250 {
-		t.Errorf("%.0f examples per update, want 4 steps of 64 (256) per task", per)
+	// Shards of 1000 split into tasks of 256, 256, 256 and 232: 250 a task
+	// on average, against 64 for one step.
+	if per := float64(v.ExamplesSeen) / float64(v.UpdatesApplied); per < 240 {
+		t.Errorf("%.1f examples per update, want about 250 (4 steps of 64 a task)", per)
 	}
 	t.Logf("local SGD: accuracy %.4f at version %d, %d examples", v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen)
 }

@@ -347,7 +347,9 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 			SnapshotURL:    baseURL + j.snapshotPath(l.base),
 			BatchSize:      j.Spec.BatchSize,
 			LocalSteps:     j.Spec.LocalSteps,
-			InnerLR:        float32(j.Spec.InnerLR),
+			Inner:          protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: float32(j.Spec.InnerLR)},
+			UpdateKind:     protocol.UpdateGradient,
+			Snapshot:       protocol.SnapshotGranted,
 			DeadlineUnixMs: l.deadline.UnixMilli(),
 		})
 	}

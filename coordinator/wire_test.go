@@ -133,7 +133,7 @@ func TestEachMessageTypeHasItsOwnSizeLimit(t *testing.T) {
 	c := g.dialRaw()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = c.Write(ctx, websocket.MessageBinary, padded("hello", map[string]any{"protocol": 1, "kind": "native", "backend": "raw", "threads": 1}))
+	_ = c.Write(ctx, websocket.MessageBinary, padded("hello", map[string]any{"protocol": protocol.Version, "kind": "native", "backend": "raw", "threads": 1}))
 	_, _, err := c.Read(ctx)
 	for err == nil {
 		_, _, err = c.Read(ctx)

@@ -231,4 +231,4 @@ func PeekType(prefix []byte) (t Type, ok bool) {
 }
 
 var knownTypes = [...]Type{TypeResult, TypeWant, TypeAck, TypeLease, TypeHello, TypeWelcome,
-	TypeIdle, TypeRelease, TypeBye, TypeError}
+	TypeIdle, TypeStart, TypeStarted, TypeRelease, TypeBye, TypeError}

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -29,11 +30,19 @@ func withUnknownKey(t testing.TB, m Message, v []byte) []byte {
 	}
 	// [0x93, version, type str, body map...]: find the body's map header.
 	i := 2 + 1 + len(m.MessageType())
-	if b[i]&0xf0 != 0x80 || b[i]&0x0f == 0x0f {
-		t.Fatalf("%s body is not a small fixmap (0x%02x)", m.MessageType(), b[i])
+	var out []byte
+	switch {
+	case b[i]&0xf0 == 0x80 && b[i] != 0x8f: // fixmap of up to 14 keys: one more still fits
+		out = append([]byte(nil), b...)
+		out[i]++
+	case b[i] == 0x8f: // fixmap of 15 keys: 16 need a map16 header
+		out = append(append(append([]byte(nil), b[:i]...), 0xde, 0x00, 0x10), b[i+1:]...)
+	case b[i] == 0xde:
+		out = append([]byte(nil), b...)
+		binary.BigEndian.PutUint16(out[i+1:], binary.BigEndian.Uint16(out[i+1:])+1)
+	default:
+		t.Fatalf("%s body is not a map (0x%02x)", m.MessageType(), b[i])
 	}
-	out := append([]byte(nil), b...)
-	out[i]++
 	out = append(out, 0xa2, 'z', 'z')
 	return append(out, v...)
 }
@@ -241,10 +250,10 @@ func bombFrames(t testing.TB) [][]byte {
 	}
 	// Bombs in known fields, where decoding reads rather than skips.
 	for _, s := range []string{
-		"\x93\x01\xa5hello\x81\xa6codecs\xdd\xff\xff\xff\xff",
-		"\x93\x01\xa7release\x81\xa9lease_ids\xdd\x7f\xff\xff\xff",
-		"\x93\x01\xa6result\x81\xa6update\xdc\x00\x03\xca\x00\x00\x00\x00\xca\x00\x00\x00\x00\xca\x00\x00\x00\x00",
-		"\x93\x01\xa7welcome\x81\xa3job" + string(deepArray(100)),
+		"\x93" + string(rune(Version)) + "\xa5hello\x81\xa6codecs\xdd\xff\xff\xff\xff",
+		"\x93" + string(rune(Version)) + "\xa7release\x81\xa9lease_ids\xdd\x7f\xff\xff\xff",
+		"\x93" + string(rune(Version)) + "\xa6result\x81\xa6update\xdc\x00\x03\xca\x00\x00\x00\x00\xca\x00\x00\x00\x00\xca\x00\x00\x00\x00",
+		"\x93" + string(rune(Version)) + "\xa7welcome\x81\xa3job" + string(deepArray(100)),
 	} {
 		out = append(out, []byte(s))
 	}

@@ -21,7 +21,13 @@ func sampleMessages() []Message {
 			Limits: Limits{MaxMessageBytes: 1 << 20, LeaseTimeoutMs: 30000, MaxLeases: 2}},
 		&Want{N: 2},
 		&Lease{ID: 7, JobID: "job-1", ShardID: 3, ShardURL: "/s/3", Start: 64, Count: 64, BaseVersion: 12,
-			SnapshotURL: "/snap/12", BatchSize: 64, LocalSteps: 1, InnerLR: 0.01, DeadlineUnixMs: 1e12},
+			SnapshotURL: "/snap/12", BatchSize: 64, LocalSteps: 1, DeadlineUnixMs: 1e12,
+			Inner: InnerOptimizer{Type: InnerSGD, LR: 0.01}, UpdateKind: UpdateGradient, Snapshot: SnapshotGranted},
+		&Lease{ID: 8, JobID: "job-1", ShardID: 3, ShardURL: "/s/3", Start: 0, Count: 1024, BatchSize: 64, LocalSteps: 16,
+			DeadlineUnixMs: 1e12, Round: 4, UpdateKind: UpdateDelta, Snapshot: SnapshotLatest,
+			Inner: InnerOptimizer{Type: InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}},
+		&Start{LeaseID: 8},
+		&Started{LeaseID: 8, BaseVersion: 13, SnapshotURL: "/snap/13", DeadlineUnixMs: 1e12},
 		&Result{LeaseID: 7, JobID: "job-1", BaseVersion: 12, Codec: CodecF32, Update: Floats{1, -2.5, 3e-8},
 			Examples: 64, LossSum: 12.5, Correct: 60, ComputeMs: 4.2},
 		&Ack{LeaseID: 7, Accepted: false, Reason: ReasonStale, Detail: "staleness 5 > 2", Staleness: 5, Version: 17},
@@ -141,7 +147,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	f.Add([]byte{0x93, 0x01, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81, 0xa6, 'u', 'p', 'd', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xf0})
+	f.Add([]byte{0x93, Version, 0xa6, 'r', 'e', 's', 'u', 'l', 't', 0x81, 0xa6, 'u', 'p', 'd', 'a', 't', 'e', 0xc6, 0xff, 0xff, 0xff, 0xf0})
 	f.Add([]byte{})
 	for _, b := range bombFrames(f) {
 		f.Add(b)

@@ -10,7 +10,7 @@ import (
 
 // Version is the protocol version. A peer speaking another version is
 // refused with a message that says which one to upgrade.
-const Version = 1
+const Version = 2
 
 // Type names a message kind on the wire.
 type Type string
@@ -23,6 +23,8 @@ const (
 	TypeResult  Type = "result"  // worker → coordinator: a finished task
 	TypeAck     Type = "ack"     // coordinator → worker: result accepted or rejected
 	TypeIdle    Type = "idle"    // coordinator → worker: no work now, ask again later
+	TypeStart   Type = "start"   // worker → coordinator: computing this lease now (snapshot "latest")
+	TypeStarted Type = "started" // coordinator → worker: the base version a started lease computes from
 	TypeRelease Type = "release" // worker → coordinator: give leases back unfinished
 	TypeBye     Type = "bye"     // worker → coordinator: leaving
 	TypeError   Type = "error"   // either way: a problem, usually followed by a close
@@ -38,12 +40,39 @@ const (
 // CodecF32 is the only update codec every peer speaks: little-endian float32.
 const CodecF32 = "f32"
 
+// What a result's update holds (Lease.UpdateKind).
+const (
+	// UpdateGradient is the pseudo-gradient (w_base - w_after) / inner lr:
+	// the gradient itself for one SGD step.
+	UpdateGradient = "gradient"
+	// UpdateDelta is the plain difference w_base - w_after (DiLoCo's
+	// outer gradient, whatever the inner optimizer).
+	UpdateDelta = "delta"
+)
+
+// Which snapshot a lease computes from (Lease.Snapshot).
+const (
+	// SnapshotGranted: BaseVersion and SnapshotURL are fixed in the lease.
+	SnapshotGranted = "granted"
+	// SnapshotLatest: the lease carries no base; the worker sends start
+	// when it begins computing and the coordinator answers started with
+	// the newest published snapshot.
+	SnapshotLatest = "latest"
+)
+
+// Inner optimizers a lease may ask for (InnerOptimizer.Type).
+const (
+	InnerSGD   = "sgd"
+	InnerAdamW = "adamw"
+)
+
 // Rejection reasons an Ack carries, also the keys of a job's rejections.
 const (
 	ReasonStale        = "stale"         // base version further behind than max_staleness
 	ReasonInvalid      = "invalid"       // wrong length, non-finite values, bad fields
 	ReasonUnknownLease = "unknown_lease" // never issued, expired, or not this worker's
 	ReasonNotRunning   = "not_running"   // the job is paused, done or failed
+	ReasonLate         = "late"          // its round closed before it arrived (sync, diloco)
 )
 
 // Bounds on what a peer may ask for, checked by Validate.
@@ -102,22 +131,54 @@ type Want struct {
 	N int `msgpack:"n"`
 }
 
+// InnerOptimizer is the optimizer a worker runs its local steps with. Its
+// state starts fresh with every lease: volunteers come and go, so no state
+// is carried between tasks.
+type InnerOptimizer struct {
+	Type        string  `msgpack:"type"` // InnerSGD or InnerAdamW
+	LR          float32 `msgpack:"lr"`
+	WeightDecay float32 `msgpack:"weight_decay,omitempty"` // adamw: decoupled, lr * wd * w per step
+	Beta1       float32 `msgpack:"beta1,omitempty"`        // adamw
+	Beta2       float32 `msgpack:"beta2,omitempty"`        // adamw
+	Epsilon     float32 `msgpack:"epsilon,omitempty"`      // adamw
+}
+
 // Lease is one task: from the snapshot at BaseVersion, run LocalSteps
 // steps of BatchSize examples each over examples [Start, Start+Count) of a
-// shard, and return the pseudo-gradient.
+// shard with the inner optimizer, and return the update UpdateKind names.
+// With Snapshot "latest" the lease has no base yet: BaseVersion is 0 and
+// SnapshotURL empty until the coordinator answers the worker's start.
 type Lease struct {
-	ID             uint64  `msgpack:"id"`
-	JobID          string  `msgpack:"job_id"`
-	ShardID        int     `msgpack:"shard_id"`
-	ShardURL       string  `msgpack:"shard_url"`
-	Start          int     `msgpack:"start"`
-	Count          int     `msgpack:"count"`
-	BaseVersion    int64   `msgpack:"base_version"`
-	SnapshotURL    string  `msgpack:"snapshot_url"`
-	BatchSize      int     `msgpack:"batch_size"`
-	LocalSteps     int     `msgpack:"local_steps"`
-	InnerLR        float32 `msgpack:"inner_lr"`
-	DeadlineUnixMs int64   `msgpack:"deadline_unix_ms"`
+	ID             uint64 `msgpack:"id"`
+	JobID          string `msgpack:"job_id"`
+	ShardID        int    `msgpack:"shard_id"`
+	ShardURL       string `msgpack:"shard_url"`
+	Start          int    `msgpack:"start"`
+	Count          int    `msgpack:"count"`
+	BaseVersion    int64  `msgpack:"base_version"`
+	SnapshotURL    string `msgpack:"snapshot_url"`
+	BatchSize      int    `msgpack:"batch_size"`
+	LocalSteps     int    `msgpack:"local_steps"`
+	DeadlineUnixMs int64  `msgpack:"deadline_unix_ms"`
+
+	Inner      InnerOptimizer `msgpack:"inner_optimizer"`
+	UpdateKind string         `msgpack:"update_kind"` // UpdateGradient or UpdateDelta
+	Snapshot   string         `msgpack:"snapshot"`    // SnapshotGranted or SnapshotLatest
+	Round      uint64         `msgpack:"round,omitempty"`
+}
+
+// Start tells the coordinator the worker begins computing a lease whose
+// Snapshot is "latest"; the coordinator fixes its base version now.
+type Start struct {
+	LeaseID uint64 `msgpack:"lease_id"`
+}
+
+// Started answers a start: compute from the snapshot at BaseVersion.
+type Started struct {
+	LeaseID        uint64 `msgpack:"lease_id"`
+	BaseVersion    int64  `msgpack:"base_version"`
+	SnapshotURL    string `msgpack:"snapshot_url"`
+	DeadlineUnixMs int64  `msgpack:"deadline_unix_ms"`
 }
 
 // Result carries a finished lease's pseudo-gradient
@@ -175,6 +236,8 @@ func (*Lease) MessageType() Type   { return TypeLease }
 func (*Result) MessageType() Type  { return TypeResult }
 func (*Ack) MessageType() Type     { return TypeAck }
 func (*Idle) MessageType() Type    { return TypeIdle }
+func (*Start) MessageType() Type   { return TypeStart }
+func (*Started) MessageType() Type { return TypeStarted }
 func (*Release) MessageType() Type { return TypeRelease }
 func (*Bye) MessageType() Type     { return TypeBye }
 func (*Error) MessageType() Type   { return TypeError }
@@ -196,6 +259,10 @@ func newMessage(t Type) Message {
 		return new(Ack)
 	case TypeIdle:
 		return new(Idle)
+	case TypeStart:
+		return new(Start)
+	case TypeStarted:
+		return new(Started)
 	case TypeRelease:
 		return new(Release)
 	case TypeBye:
@@ -302,13 +369,58 @@ func (m *Lease) Validate() error {
 		return invalid(TypeLease, "batch_size", "must be positive, got %d", m.BatchSize)
 	case m.LocalSteps < 1:
 		return invalid(TypeLease, "local_steps", "must be positive, got %d", m.LocalSteps)
-	case !finite(float64(m.InnerLR)) || m.InnerLR <= 0:
-		return invalid(TypeLease, "inner_lr", "must be a finite number > 0, got %v", m.InnerLR)
+	case m.UpdateKind != UpdateGradient && m.UpdateKind != UpdateDelta:
+		return invalid(TypeLease, "update_kind", "%q is not %q or %q", m.UpdateKind, UpdateGradient, UpdateDelta)
+	}
+	if err := m.Inner.validate(); err != nil {
+		return err
 	}
 	if err := checkText(TypeLease, "shard_url", m.ShardURL, maxLongText, true); err != nil {
 		return err
 	}
-	return checkText(TypeLease, "snapshot_url", m.SnapshotURL, maxLongText, true)
+	switch m.Snapshot {
+	case SnapshotGranted:
+		return checkText(TypeLease, "snapshot_url", m.SnapshotURL, maxLongText, true)
+	case SnapshotLatest:
+		if m.SnapshotURL != "" || m.BaseVersion != 0 {
+			return invalid(TypeLease, "snapshot_url", "a lease with snapshot %q names no base until started", SnapshotLatest)
+		}
+		return nil
+	default:
+		return invalid(TypeLease, "snapshot", "%q is not %q or %q", m.Snapshot, SnapshotGranted, SnapshotLatest)
+	}
+}
+
+func (o *InnerOptimizer) validate() error {
+	f := func(v float32) bool { return finite(float64(v)) && v >= 0 }
+	switch {
+	case o.Type != InnerSGD && o.Type != InnerAdamW:
+		return invalid(TypeLease, "inner_optimizer.type", "%q is not %q or %q", o.Type, InnerSGD, InnerAdamW)
+	case !finite(float64(o.LR)) || o.LR <= 0:
+		return invalid(TypeLease, "inner_optimizer.lr", "must be a finite number > 0, got %v", o.LR)
+	case !f(o.WeightDecay) || !f(o.Epsilon):
+		return invalid(TypeLease, "inner_optimizer", "weight_decay and epsilon must be finite and >= 0, got %v and %v", o.WeightDecay, o.Epsilon)
+	case !f(o.Beta1) || o.Beta1 >= 1 || !f(o.Beta2) || o.Beta2 >= 1:
+		return invalid(TypeLease, "inner_optimizer", "beta1 and beta2 must be in [0, 1), got %v and %v", o.Beta1, o.Beta2)
+	}
+	return nil
+}
+
+func (m *Start) Validate() error {
+	if m.LeaseID == 0 {
+		return invalid(TypeStart, "lease_id", "must not be 0")
+	}
+	return nil
+}
+
+func (m *Started) Validate() error {
+	switch {
+	case m.LeaseID == 0:
+		return invalid(TypeStarted, "lease_id", "must not be 0")
+	case m.BaseVersion < 0:
+		return invalid(TypeStarted, "base_version", "must not be negative, got %d", m.BaseVersion)
+	}
+	return checkText(TypeStarted, "snapshot_url", m.SnapshotURL, maxLongText, true)
 }
 
 func (m *Result) Validate() error {

@@ -46,6 +46,10 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 		}
 	}()
 	l := t.lease
+	if l.Inner.Type != protocol.InnerSGD || l.UpdateKind != protocol.UpdateGradient || l.Snapshot != protocol.SnapshotGranted {
+		return nil, fmt.Errorf("this worker computes only inner sgd, update_kind %q and snapshot %q, not %q/%q/%q: update crowdtrain",
+			protocol.UpdateGradient, protocol.SnapshotGranted, l.Inner.Type, l.UpdateKind, l.Snapshot)
+	}
 	if l.BatchSize > c.prepared {
 		if err := c.backend.Prepare(c.model, l.BatchSize); err != nil {
 			return nil, fmt.Errorf("backend %s: %w", c.backend.Name(), err)
@@ -57,7 +61,7 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	var lossSum float64
 	var correct int
 	if st, ok := c.backend.(Stepper); ok {
-		lossSum, correct, err = st.Steps(t.snap, t.params, t.x[:l.Count*in], t.labels[:l.Count], l.BatchSize, l.LocalSteps, l.InnerLR, c.update)
+		lossSum, correct, err = st.Steps(t.snap, t.params, t.x[:l.Count*in], t.labels[:l.Count], l.BatchSize, l.LocalSteps, l.Inner.LR, c.update)
 		if err != nil {
 			return nil, err
 		}
@@ -84,9 +88,9 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 			}
 			lossSum += ls
 			correct += cor
-			nn.SGDStep(c.local, c.grad, l.InnerLR)
+			nn.SGDStep(c.local, c.grad, l.Inner.LR)
 		}
-		inv := 1 / l.InnerLR
+		inv := 1 / l.Inner.LR
 		for i, w := range c.local {
 			c.update[i] = (t.params[i] - w) * inv
 		}

@@ -42,7 +42,8 @@ func smallModel(t *testing.T) *nn.Model {
 func randomTask(m *nn.Model, count, batch, steps int, lr float32) *task {
 	rng := rand.New(rand.NewPCG(5, 6))
 	t := &task{
-		lease:  protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: steps, InnerLR: lr},
+		lease: protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: steps, Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: lr},
+			UpdateKind: protocol.UpdateGradient, Snapshot: protocol.SnapshotGranted},
 		params: make([]float32, m.NumParams),
 		x:      make([]float32, count*m.InputSize),
 		labels: make([]int32, count),

@@ -261,7 +261,7 @@ func TestHostileFramesKeepMemoryBounded(t *testing.T) {
 		{"deep hello", false, hostileFrame(t, "hello", helloBody(), deepArray(60_000))},
 		{"deep result", true, hostileFrame(t, "result", result, deepArray(limit-head-1))},
 		{"length bomb", true, hostileFrame(t, "result", result, []byte{0xdd, 0x7f, 0xff, 0xff, 0xff})},
-		{"bin length bomb", true, []byte("\x93\x01\xa6result\x81\xa6update\xc6\x7f\xff\xff\xff")},
+		{"bin length bomb", true, []byte("\x93" + string(rune(protocol.Version)) + "\xa6result\x81\xa6update\xc6\x7f\xff\xff\xff")},
 		{"oversized result", true, hostileFrame(t, "result", result, append([]byte{0xc6, 0x00, 0x90, 0x00, 0x00}, make([]byte, 0x900000)...))},
 		{"oversized hello", false, hostileFrame(t, "hello", helloBody(), append([]byte{0xc6, 0x00, 0x10, 0x00, 0x00}, make([]byte, 0x100000)...))},
 	}
