@@ -42,6 +42,10 @@ func watchLiveness(p pinger, interval time.Duration, misses int, gone func(why s
 	stopped := false
 	missed := 0 // only the timer's function, one run at a time, uses it
 	var t *time.Timer
+	// The first ping may fire before AfterFunc returns: t is assigned, and
+	// read by the ping, under mu.
+	mu.Lock()
+	defer mu.Unlock()
 	t = time.AfterFunc(interval, func() {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), interval)
