@@ -594,6 +594,7 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	}
 	copy(t.params, f.snap)
 	t.snap = f.snapID
+	t.base = l.BaseVersion
 	return nil
 }
 
