@@ -570,4 +570,3 @@ func (s *session) examplesOf(id uint64) int {
 	}
 	return v.(int)
 }
-
