@@ -136,7 +136,7 @@ def run_lease(model, lease, base, x, labels):
         loss, hits = model.gradient(w, x[lo:hi], labels[lo:hi], g)
         loss_sum += loss
         correct += hits
-        if lease["update_kind"] == "gradient" and kind == "sgd" and (steps == 1 or hi >= count):
+        if t == 1 and lease["update_kind"] == "gradient" and kind == "sgd" and (steps == 1 or hi >= count):
             return g, loss_sum, correct  # one sgd step: the gradient itself
         if kind == "sgd":
             w -= lr * g

@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +16,9 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // pythonWithModules returns a Python 3 that imports numpy, websockets and
@@ -111,4 +118,135 @@ func pythonWorkers(t *testing.T, addr, token string) []coordinator.WorkerView {
 		}
 	}
 	return py
+}
+
+// pyworker.py's inner steps compute what the Go worker computes for the
+// same lease: sgd and adamw, both update kinds, over a short last batch.
+func TestPythonWorkerComputesWhatGoComputes(t *testing.T) {
+	python := pythonWithModules(t)
+	spec, _ := nn.Preset("mnist-mlp")
+	m, _ := nn.NewModel(spec)
+	const count, batch = 40, 16
+	rng := rand.New(rand.NewPCG(3, 4))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 11)
+	x := make([]float32, count*m.InputSize)
+	for i := range x {
+		x[i] = float32(rng.IntN(256)) / 255
+	}
+	labels := make([]int32, count)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("params", protocol.EncodeFloats(params))
+	write("x", protocol.EncodeFloats(x))
+	lb := make([]byte, 0, 4*count)
+	for _, l := range labels {
+		lb = binary.LittleEndian.AppendUint32(lb, uint32(l))
+	}
+	write("labels", lb)
+	specJSON, _ := json.Marshal(spec)
+	write("model.json", specJSON)
+	scripts, _ := filepath.Abs(filepath.Join("..", "..", "scripts"))
+	// Reads the lease (JSON) from argv, the arrays from dir, and writes the
+	// update, loss_sum and correct.
+	const probe = `
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import pyworker
+d, lease = sys.argv[2], json.loads(sys.argv[3])
+spec = json.load(open(d + "/model.json"))
+params = np.fromfile(d + "/params", dtype="<f4")
+model = pyworker.Model(spec, len(params))
+x = np.fromfile(d + "/x", dtype="<f4").reshape(lease["count"], model.input_size)
+labels = np.fromfile(d + "/labels", dtype="<i4").astype(np.int64)
+update, loss, correct = pyworker.run_lease(model, lease, params, x, labels)
+np.asarray(update, dtype="<f4").tofile(d + "/update")
+print(json.dumps({"loss_sum": loss, "correct": correct}))
+`
+	for _, tc := range []struct {
+		inner protocol.InnerOptimizer
+		kind  string
+		steps int
+		tol   float64
+	}{
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 1, 1e-5},
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 3, 1e-4},
+		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}, protocol.UpdateDelta, 3, 1e-4},
+	} {
+		name := fmt.Sprintf("%s %s %d steps", tc.inner.Type, tc.kind, tc.steps)
+		lease := protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: tc.steps,
+			Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
+		n := count
+		if tc.steps == 1 {
+			n = batch
+		}
+		lease.Count = n
+		want, err := worker.ComputeLease(&nnBackend{}, m, lease, params, x[:n*m.InputSize], labels[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaseJSON, _ := json.Marshal(map[string]any{"count": n, "batch_size": batch, "local_steps": tc.steps, "update_kind": tc.kind,
+			"inner_optimizer": map[string]any{"type": tc.inner.Type, "lr": tc.inner.LR, "weight_decay": tc.inner.WeightDecay,
+				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon}})
+		write("x", protocol.EncodeFloats(x[:n*m.InputSize]))
+		write("labels", lb[:4*n])
+		out, err := exec.Command(python, "-c", probe, scripts, dir, string(leaseJSON)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		var stats struct {
+			LossSum float64 `json:"loss_sum"`
+			Correct int     `json:"correct"`
+		}
+		if err := json.Unmarshal(out, &stats); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, out)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "update"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, m.NumParams)
+		if err := protocol.DecodeFloatsInto(got, raw); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var diff, norm float64
+		for i, g := range want.Update {
+			diff += (float64(got[i]) - float64(g)) * (float64(got[i]) - float64(g))
+			norm += float64(g) * float64(g)
+		}
+		rel := math.Sqrt(diff / norm)
+		t.Logf("%s: update within %.2g relative of Go's, loss %.4f vs %.4f", name, rel, stats.LossSum, want.LossSum)
+		if norm == 0 || rel > tc.tol {
+			t.Errorf("%s: update differs from Go's by %.3g relative, want ≤ %g", name, rel, tc.tol)
+		}
+		if math.Abs(stats.LossSum-want.LossSum) > 1e-4*want.LossSum || stats.Correct != want.Correct {
+			t.Errorf("%s: loss %v, %d correct; Go has %v, %d", name, stats.LossSum, stats.Correct, want.LossSum, want.Correct)
+		}
+	}
+}
+
+// nnBackend computes with package nn on one thread.
+type nnBackend struct {
+	m  *nn.Model
+	ws *nn.Workspace
+}
+
+func (b *nnBackend) Kind() string { return protocol.KindNative }
+func (b *nnBackend) Name() string { return "nn" }
+func (b *nnBackend) Threads() int { return 1 }
+func (b *nnBackend) Prepare(m *nn.Model, maxBatch int) error {
+	b.m, b.ws = m, m.NewWorkspace(maxBatch)
+	return nil
+}
+func (b *nnBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	l, c := b.m.Gradient(b.ws, params, x, labels, grad)
+	return l, c, nil
 }
