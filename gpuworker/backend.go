@@ -259,21 +259,26 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 }
 
 // Steps implements worker.Stepper: the snapshot is uploaded only when id
-// is new, and the inner steps run on the device.
-func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (float64, int, error) {
+// is new, and the inner steps (SGD or AdamW, its moments zeroed first) run
+// on the device.
+func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (float64, int, error) {
 	if err := b.ready(params, labels); err != nil {
 		return 0, 0, err
 	}
 	count := len(labels)
 	in := b.net.model.InputSize
-	switch {
-	case batchSize < 1 || batchSize > b.net.maxBatch:
-		return 0, 0, fmt.Errorf("gpuworker: batch of %d, prepared for 1..%d", batchSize, b.net.maxBatch)
-	case steps < 1 || count < 1 || len(x) != count*in || len(update) != len(params):
-		return 0, 0, fmt.Errorf("gpuworker: Steps with %d steps, %d examples of %d values (want %d), update %d", steps, count, len(x)/max(in, 1), in, len(update))
-	case !(lr > 0) || math.IsInf(float64(lr), 0):
-		return 0, 0, fmt.Errorf("gpuworker: inner learning rate %v must be positive", lr)
+	if err := plan.Check(); err != nil {
+		return 0, 0, fmt.Errorf("gpuworker: %w", err)
 	}
+	switch {
+	case plan.BatchSize > b.net.maxBatch:
+		return 0, 0, fmt.Errorf("gpuworker: batch of %d, prepared for 1..%d", plan.BatchSize, b.net.maxBatch)
+	case count < 1 || len(x) != count*in || len(update) != len(params):
+		return 0, 0, fmt.Errorf("gpuworker: Steps with %d examples of %d values (want %d), update %d", count, len(x)/max(in, 1), in, len(update))
+	}
+	o := plan.Inner
+	adamw := o.Type == protocol.InnerAdamW
+	n := len(params)
 	var loss float64
 	var correct int
 	err := b.th.do(func() error {
@@ -285,7 +290,7 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 			}
 			nt.snap = id
 		}
-		if err := b.d.Copy(nt.w, nt.base, 4*len(params)); err != nil {
+		if err := b.d.Copy(nt.w, nt.base, 4*n); err != nil {
 			return err
 		}
 		if err := nt.uploadBatch(b.d, x, labels); err != nil {
@@ -294,26 +299,38 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 		if err := b.d.Memset32(nt.acc, 0, 4); err != nil {
 			return err
 		}
-		executed := 0
-		for step := 0; step < steps; step++ {
-			lo := step * batchSize
+		if adamw {
+			for _, p := range []cuda.DevicePtr{nt.moment1, nt.moment2} {
+				if err := b.d.Memset32(p, 0, n); err != nil {
+					return err
+				}
+			}
+		}
+		for step := 0; step < plan.Steps; step++ {
+			lo := step * plan.BatchSize
 			if lo >= count {
 				break
 			}
-			hi := min(lo+batchSize, count)
+			hi := min(lo+plan.BatchSize, count)
 			if err := nt.gradient(b, nt.w, nt.x+cuda.DevicePtr(4*lo*in), nt.labels+cuda.DevicePtr(4*lo), hi-lo, nt.grad); err != nil {
 				return err
 			}
-			executed++
-			if step == 0 && (steps == 1 || hi >= count) {
+			if plan.GradientOnly(count) {
 				break // the only step: its gradient is the update
 			}
-			if err := b.launch("sgd_step", len(params), nt.w, nt.grad, lr, len(params)); err != nil {
+			var err error
+			if adamw {
+				c1, c2 := nn.AdamWScales(step+1, o.Beta1, o.Beta2)
+				err = b.launch("adamw_step", n, nt.w, nt.grad, nt.moment1, nt.moment2, o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon, c1, c2, n)
+			} else {
+				err = b.launch("sgd_step", n, nt.w, nt.grad, o.LR, n)
+			}
+			if err != nil {
 				return err
 			}
 		}
-		if executed > 1 {
-			if err := b.launch("pseudo_gradient", len(params), nt.base, nt.w, nt.grad, 1/lr, len(params)); err != nil {
+		if !plan.GradientOnly(count) {
+			if err := b.launch("pseudo_gradient", n, nt.base, nt.w, nt.grad, plan.UpdateScale(), n); err != nil {
 				return err
 			}
 		}

@@ -28,6 +28,6 @@ func (b *Backend) Prepare(*nn.Model, int) error { return errUnsupported }
 func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	return 0, 0, errUnsupported
 }
-func (b *Backend) Steps(worker.SnapshotID, []float32, []float32, []int32, int, int, float32, []float32) (float64, int, error) {
+func (b *Backend) Steps(worker.SnapshotID, []float32, []float32, []int32, worker.InnerSteps, []float32) (float64, int, error) {
 	return 0, 0, errUnsupported
 }

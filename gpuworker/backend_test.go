@@ -4,6 +4,7 @@ package gpuworker
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -231,32 +233,32 @@ func checkGradient(t *testing.T, b *Backend, m *nn.Model, n int, what string) {
 	compareGradients(t, m, got, want, what)
 }
 
-// referenceSteps is what the CPU worker does for a lease: inner SGD steps,
-// then the pseudo-gradient (the gradient itself for one step).
-func referenceSteps(m *nn.Model, params, x []float32, labels []int32, batch, steps int, lr float32) ([]float32, float64, int) {
-	in := m.InputSize
-	ws := m.NewWorkspace(batch)
-	w := append([]float32(nil), params...)
-	g := make([]float32, len(params))
-	var loss float64
-	var hits, ran int
-	for s := 0; s < steps && s*batch < len(labels); s++ {
-		lo, hi := s*batch, min((s+1)*batch, len(labels))
-		l, h := m.Gradient(ws, w, x[lo*in:hi*in], labels[lo:hi], g)
-		loss += l
-		hits += h
-		ran++
-		nn.SGDStep(w, g, lr)
-	}
-	if ran == 1 {
-		return g, loss, hits
-	}
-	for i := range w {
-		g[i] = (params[i] - w[i]) / lr
-	}
-	return g, loss, hits
+// cpuBackend is package nn on the host: what worker.ComputeLease runs
+// the CPU path with.
+type cpuBackend struct {
+	m  *nn.Model
+	ws *nn.Workspace
 }
 
+func (c *cpuBackend) Kind() string { return "native" }
+func (c *cpuBackend) Name() string { return "cpu-reference" }
+func (c *cpuBackend) Threads() int { return 1 }
+func (c *cpuBackend) Prepare(m *nn.Model, maxBatch int) error {
+	c.m, c.ws = m, m.NewWorkspace(maxBatch)
+	return nil
+}
+func (c *cpuBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	l, h := c.m.Gradient(c.ws, params, x, labels, grad)
+	return l, h, nil
+}
+
+var (
+	innerSGD   = protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.05}
+	innerAdamW = protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}
+)
+
+// A lease's inner steps on the device (SGD or AdamW, either update kind)
+// give the update the CPU worker computes for the same lease.
 func TestStepsMatchCPU(t *testing.T) {
 	for _, dev := range devices() {
 		t.Run(dev.name, func(t *testing.T) {
@@ -264,30 +266,49 @@ func TestStepsMatchCPU(t *testing.T) {
 			defer b.Close()
 			spec, _ := nn.Preset("mnist-cnn")
 			m, _ := nn.NewModel(spec)
-			const batch, count, lr = 8, 21, 0.05 // a short last batch
+			const batch, count = 8, 21 // a short last batch
 			params, x, labels := randomBatch(m, count, 5)
 			if err := b.Prepare(m, batch); err != nil {
 				t.Fatal(err)
 			}
-			for _, steps := range []int{1, 3, 5} {
+			id := worker.SnapshotID(0)
+			for _, tc := range []struct {
+				inner protocol.InnerOptimizer
+				kind  string
+				steps int
+			}{
+				{innerSGD, protocol.UpdateGradient, 1}, {innerSGD, protocol.UpdateGradient, 3}, {innerSGD, protocol.UpdateGradient, 5},
+				{innerSGD, protocol.UpdateDelta, 1}, {innerSGD, protocol.UpdateDelta, 3},
+				{innerAdamW, protocol.UpdateDelta, 1}, {innerAdamW, protocol.UpdateDelta, 3}, {innerAdamW, protocol.UpdateGradient, 3},
+			} {
+				what := fmt.Sprintf("%s %s, %d steps", tc.inner.Type, tc.kind, tc.steps)
 				n := count
-				if steps == 1 {
+				if tc.steps == 1 {
 					n = batch
 				}
-				want, wantLoss, wantHits := referenceSteps(m, params, x[:n*m.InputSize], labels[:n], batch, steps, lr)
-				got := make([]float32, m.NumParams)
-				loss, hits, err := b.Steps(worker.SnapshotID(steps), params, x[:n*m.InputSize], labels[:n], batch, steps, lr, got)
+				lease := protocol.Lease{ID: 1, JobID: "j", Count: n, BatchSize: batch, LocalSteps: tc.steps,
+					Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
+				want, err := worker.ComputeLease(&cpuBackend{}, m, lease, params, x[:n*m.InputSize], labels[:n])
 				if err != nil {
 					t.Fatal(err)
 				}
-				if math.Abs(loss-wantLoss) > 1e-4*math.Abs(wantLoss) || hits != wantHits {
-					t.Errorf("%d steps: loss %v, %d correct; the CPU has %v, %d", steps, loss, hits, wantLoss, wantHits)
+				got := make([]float32, m.NumParams)
+				id++
+				plan := worker.InnerSteps{BatchSize: batch, Steps: tc.steps, Inner: tc.inner, UpdateKind: tc.kind}
+				loss, hits, err := b.Steps(id, params, x[:n*m.InputSize], labels[:n], plan, got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(loss-want.LossSum) > 1e-4*math.Abs(want.LossSum) || hits != want.Correct {
+					t.Errorf("%s: loss %v, %d correct; the CPU has %v, %d", what, loss, hits, want.LossSum, want.Correct)
 				}
 				// Several steps amplify rounding differences a little:
 				// the pseudo-gradient divides a difference by lr.
-				if d := relDiff(got, want); d > 1e-3 {
-					t.Errorf("%d steps: pseudo-gradient differs from the CPU's by %.3g relative", steps, d)
+				d := relDiff(got, want.Update)
+				if d > 1e-3 || math.IsNaN(d) {
+					t.Errorf("%s: update differs from the CPU's by %.3g relative", what, d)
 				}
+				t.Logf("%s: update within %.2g relative of the CPU's", what, d)
 			}
 		})
 	}
@@ -307,7 +328,7 @@ func TestStepsUploadsASnapshotOnce(t *testing.T) {
 	}
 	step := func(id worker.SnapshotID, p []float32) []float32 {
 		u := make([]float32, m.NumParams)
-		if _, _, err := b.Steps(id, p, x, labels, 4, 1, 0.1, u); err != nil {
+		if _, _, err := b.Steps(id, p, x, labels, worker.InnerSteps{BatchSize: 4, Steps: 1, Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, UpdateKind: protocol.UpdateGradient}, u); err != nil {
 			t.Fatal(err)
 		}
 		return u
@@ -348,10 +369,10 @@ func TestBadInputIsAnError(t *testing.T) {
 		t.Errorf("bad label: %v", err)
 	}
 	labels[2] = 1
-	if _, _, err := b.Steps(1, params, x, labels, 8, 1, 0.1, g); err == nil {
+	if _, _, err := b.Steps(1, params, x, labels, worker.InnerSteps{BatchSize: 8, Steps: 1, Inner: innerSGD, UpdateKind: protocol.UpdateGradient}, g); err == nil {
 		t.Error("a batch larger than prepared was accepted")
 	}
-	if _, _, err := b.Steps(1, params, x, labels, 4, 1, 0, g); err == nil {
+	if _, _, err := b.Steps(1, params, x, labels, worker.InnerSteps{BatchSize: 4, Steps: 1, Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD}, UpdateKind: protocol.UpdateGradient}, g); err == nil {
 		t.Error("learning rate 0 was accepted")
 	}
 	if _, _, err := b.Gradient(params[:5], x, labels, g); err == nil {

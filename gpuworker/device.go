@@ -60,7 +60,7 @@ func (t *thread) stop() {
 // kernelNames are the kernels of kernels.cu the backend launches.
 var kernelNames = []string{
 	"add_bias", "relu_forward", "relu_backward", "im2row", "row2im", "conv_output", "conv_grad_rows",
-	"column_sums", "maxpool_forward", "maxpool_backward", "softmax_xent", "sgd_step", "pseudo_gradient",
+	"column_sums", "maxpool_forward", "maxpool_backward", "softmax_xent", "sgd_step", "pseudo_gradient", "adamw_step",
 }
 
 // chooseArch picks what to compile for: the device's own architecture when

@@ -1,5 +1,5 @@
 // Package gpuworker is the CUDA backend for worker: forward, backward and
-// the inner SGD steps of a lease run on an NVIDIA GPU, with GEMMs in cuBLAS
+// the inner steps (SGD or AdamW) of a lease run on an NVIDIA GPU, with GEMMs in cuBLAS
 // and the other layers in kernels compiled at start by NVRTC from
 // kernels.cu (embedded). The libraries are loaded at run time (package
 // cuda), so the binary needs no CUDA toolkit to build or to start on a

@@ -185,3 +185,20 @@ extern "C" __global__ void sgd_step(float *w, const float *g, float lr, int n) {
 extern "C" __global__ void pseudo_gradient(const float *base, const float *w, float *out, float inv_lr, int n) {
 	GRID_STRIDE(i, n) { out[i] = (base[i] - w[i]) * inv_lr; }
 }
+
+// One AdamW step with decoupled weight decay, in the order of nn.AdamWUpdate:
+// w -= lr*wd*w; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g²;
+// w -= lr * (m*c1) / (sqrt(v)*c2 + eps), where c1 = 1/(1-b1^t) and
+// c2 = 1/sqrt(1-b2^t) come from the host (nn.AdamWScales).
+extern "C" __global__ void adamw_step(float *w, const float *g, float *m, float *v, float lr, float wd, float b1, float b2, float eps,
+		float c1, float c2, int n) {
+	GRID_STRIDE(i, n) {
+		float wi = w[i] - lr * wd * w[i];
+		float gi = g[i];
+		float mi = b1 * m[i] + (1.f - b1) * gi;
+		float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		w[i] = wi - lr * (mi * c1) / (sqrtf(vi) * c2 + eps);
+	}
+}

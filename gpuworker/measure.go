@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -43,8 +44,10 @@ func Measure(b *Backend, preset string, batch, localSteps, rounds int, round tim
 	update := make([]float32, model.NumParams)
 	n := batch * localSteps
 	x, labels := worker.RandomBatch(model, n)
+	plan := worker.InnerSteps{BatchSize: batch, Steps: localSteps, UpdateKind: protocol.UpdateGradient,
+		Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.01}}
 	lease := func() error {
-		_, _, err := b.Steps(worker.SnapshotID(1), params, x, labels, batch, localSteps, 0.01, update)
+		_, _, err := b.Steps(worker.SnapshotID(1), params, x, labels, plan, update)
 		return err
 	}
 	// The warm-up's first call uploads the snapshot.

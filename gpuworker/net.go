@@ -27,13 +27,14 @@ type net struct {
 	scratchT    cuda.DevicePtr   // conv2d: the GEMM's (n*P)×F output and gradient
 	scratchRows cuda.DevicePtr   // conv2d: the patches' gradient
 
-	base, w, grad  cuda.DevicePtr // NumParams each
-	snap           worker.SnapshotID
-	x, labels      cuda.DevicePtr
-	xCap, labelCap int            // examples x and labels hold
-	acc            cuda.DevicePtr // float64 loss sum, int32 correct count
-	stage          *cuda.HostBuffer
-	allocs         []cuda.DevicePtr
+	base, w, grad    cuda.DevicePtr // NumParams each
+	moment1, moment2 cuda.DevicePtr // inner AdamW's m and v, NumParams each
+	snap             worker.SnapshotID
+	x, labels        cuda.DevicePtr
+	xCap, labelCap   int            // examples x and labels hold
+	acc              cuda.DevicePtr // float64 loss sum, int32 correct count
+	stage            *cuda.HostBuffer
+	allocs           []cuda.DevicePtr
 }
 
 func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
@@ -96,7 +97,7 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 	if nt.dacts[L], err = alloc(maxBatch * model.NumClasses); err != nil {
 		return nil, err
 	}
-	for _, p := range []*cuda.DevicePtr{&nt.base, &nt.w, &nt.grad} {
+	for _, p := range []*cuda.DevicePtr{&nt.base, &nt.w, &nt.grad, &nt.moment1, &nt.moment2} {
 		if *p, err = alloc(model.NumParams); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,12 @@
 package worker
 
-import "github.com/crowdtrain/crowdtrain/nn"
+import (
+	"fmt"
+	"math"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
 
 // Backend computes gradients for one worker. The loop calls Prepare once
 // per job, then Gradient from a single goroutine.
@@ -25,16 +31,69 @@ type Backend interface {
 // them on a device may skip uploading them again. Zero means unknown.
 type SnapshotID uint64
 
+// InnerSteps is what a lease asks of its local steps: up to Steps steps
+// of BatchSize examples with the inner optimizer, and the update it
+// returns.
+type InnerSteps struct {
+	BatchSize  int
+	Steps      int
+	Inner      protocol.InnerOptimizer
+	UpdateKind string // protocol.UpdateGradient or protocol.UpdateDelta
+}
+
+// Check says what is wrong with s for a worker of this build: an unknown
+// optimizer or update kind, a learning rate that is not positive, an AdamW
+// without a positive epsilon.
+func (s InnerSteps) Check() error {
+	o := s.Inner
+	switch {
+	case s.BatchSize < 1 || s.Steps < 1:
+		return fmt.Errorf("batch size %d and local steps %d must be positive", s.BatchSize, s.Steps)
+	case o.Type != protocol.InnerSGD && o.Type != protocol.InnerAdamW:
+		return fmt.Errorf("inner optimizer %q is not %q or %q: update crowdtrain", o.Type, protocol.InnerSGD, protocol.InnerAdamW)
+	case s.UpdateKind != protocol.UpdateGradient && s.UpdateKind != protocol.UpdateDelta:
+		return fmt.Errorf("update kind %q is not %q or %q: update crowdtrain", s.UpdateKind, protocol.UpdateGradient, protocol.UpdateDelta)
+	case !(o.LR > 0) || math.IsInf(float64(o.LR), 0):
+		return fmt.Errorf("inner learning rate %v must be a finite number > 0", o.LR)
+	case o.Type == protocol.InnerAdamW && !(o.Epsilon > 0):
+		return fmt.Errorf("inner adamw needs epsilon > 0 (got %v): with 0 a parameter whose gradient is 0 divides 0 by 0", o.Epsilon)
+	case o.Type == protocol.InnerAdamW && !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1):
+		return fmt.Errorf("inner adamw betas must be in [0, 1), got %v and %v", o.Beta1, o.Beta2)
+	}
+	return nil
+}
+
+// gradientOnly reports whether the update is the gradient of the first
+// batch itself: one SGD step (the rest of the examples or the step budget
+// ends there) and update kind gradient. (w_base - (w_base - lr*g))/lr
+// would only round g.
+func (s InnerSteps) gradientOnly(count int) bool {
+	return s.Inner.Type == protocol.InnerSGD && s.UpdateKind == protocol.UpdateGradient && (s.Steps == 1 || count <= s.BatchSize)
+}
+
+// GradientOnly is gradientOnly for backends in other packages.
+func (s InnerSteps) GradientOnly(count int) bool { return s.gradientOnly(count) }
+
+// UpdateScale is what w_base - w_after is multiplied by: 1/lr for update
+// kind gradient, 1 for delta.
+func (s InnerSteps) UpdateScale() float32 {
+	if s.UpdateKind == protocol.UpdateDelta {
+		return 1
+	}
+	return 1 / s.Inner.LR
+}
+
 // Stepper is an optional extension of Backend for backends that keep the
 // model in their own memory (a GPU): the loop hands it a whole lease at
 // once, instead of calling Gradient per batch and stepping on the host.
 type Stepper interface {
-	// Steps runs up to steps inner SGD steps (learning rate lr) from
-	// params, each on the next batchSize examples of x (len(labels)
-	// examples), stopping early when the examples run out. It writes the
-	// pseudo-gradient (params - w_after) / lr into update; when one step
-	// runs, that is the gradient itself, written as computed. It returns
-	// the loss summed over every example and the correct predictions.
-	// batchSize is at most the Prepare'd maxBatch.
-	Steps(id SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (lossSum float64, correct int, err error)
+	// Steps runs up to s.Steps inner steps of s.Inner from params, each
+	// on the next s.BatchSize examples of x (len(labels) examples),
+	// stopping early when the examples run out, with optimizer state
+	// fresh for this call. It writes (params - w_after) * s.UpdateScale()
+	// into update; when s.GradientOnly, that is the first batch's
+	// gradient, written as computed. It returns the loss summed over every
+	// example and the correct predictions. s.BatchSize is at most the
+	// Prepare'd maxBatch; s has passed Check.
+	Steps(id SnapshotID, params, x []float32, labels []int32, s InnerSteps, update []float32) (lossSum float64, correct int, err error)
 }

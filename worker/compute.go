@@ -12,7 +12,8 @@ import (
 // Task buffers are recycled, never reallocated per lease.
 type task struct {
 	lease  protocol.Lease
-	params []float32 // the snapshot at lease.BaseVersion
+	params []float32 // the snapshot at base
+	base   int64     // its version: the lease's, or started's for snapshot "latest"
 	snap   SnapshotID
 	x      []float32
 	labels []int32
@@ -27,6 +28,7 @@ type computer struct {
 	update   protocol.Floats
 	grad     []float32
 	local    []float32
+	adamw    nn.AdamW
 	result   protocol.Result
 }
 
@@ -34,11 +36,13 @@ func newComputer(b Backend, m *nn.Model) *computer {
 	return &computer{backend: b, model: m, update: make(protocol.Floats, m.NumParams)}
 }
 
-// compute runs the lease: LocalSteps inner SGD steps of BatchSize examples
-// from the base parameters, then the pseudo-gradient
-// (w_base - w_after) / inner_lr. For one step that is the gradient itself,
-// so it is written straight into the update. A panic in the backend is
-// turned into an error here, so one bad task never kills the worker.
+// compute runs the lease: up to LocalSteps inner steps of BatchSize
+// examples from the base parameters with the lease's inner optimizer (its
+// state fresh for this lease), then the update its update kind names:
+// (w_base - w_after) / inner lr, or w_base - w_after. For one SGD step of
+// kind gradient that is the gradient itself, written straight into the
+// update. A panic in the backend is turned into an error here, so one bad
+// task never kills the worker.
 func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -46,9 +50,12 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 		}
 	}()
 	l := t.lease
-	if l.Inner.Type != protocol.InnerSGD || l.UpdateKind != protocol.UpdateGradient || l.Snapshot != protocol.SnapshotGranted {
-		return nil, fmt.Errorf("this worker computes only inner sgd, update_kind %q and snapshot %q, not %q/%q/%q: update crowdtrain",
-			protocol.UpdateGradient, protocol.SnapshotGranted, l.Inner.Type, l.UpdateKind, l.Snapshot)
+	if l.Snapshot != protocol.SnapshotGranted && l.Snapshot != protocol.SnapshotLatest {
+		return nil, fmt.Errorf("snapshot policy %q is not %q or %q: update crowdtrain", l.Snapshot, protocol.SnapshotGranted, protocol.SnapshotLatest)
+	}
+	plan := InnerSteps{BatchSize: l.BatchSize, Steps: l.LocalSteps, Inner: l.Inner, UpdateKind: l.UpdateKind}
+	if err := plan.Check(); err != nil {
+		return nil, err
 	}
 	if l.BatchSize > c.prepared {
 		if err := c.backend.Prepare(c.model, l.BatchSize); err != nil {
@@ -58,47 +65,82 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	}
 	start := time.Now()
 	in := c.model.InputSize
+	x, labels := t.x[:l.Count*in], t.labels[:l.Count]
 	var lossSum float64
 	var correct int
 	if st, ok := c.backend.(Stepper); ok {
-		lossSum, correct, err = st.Steps(t.snap, t.params, t.x[:l.Count*in], t.labels[:l.Count], l.BatchSize, l.LocalSteps, l.Inner.LR, c.update)
-		if err != nil {
-			return nil, err
-		}
-	} else if l.LocalSteps == 1 && l.Count <= l.BatchSize {
-		lossSum, correct, err = c.backend.Gradient(t.params, t.x[:l.Count*in], t.labels[:l.Count], c.update)
-		if err != nil {
-			return nil, err
-		}
+		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
+	} else if plan.gradientOnly(l.Count) {
+		n := min(l.Count, l.BatchSize)
+		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n], c.update)
 	} else {
-		if c.grad == nil {
-			c.grad = make([]float32, c.model.NumParams)
-			c.local = make([]float32, c.model.NumParams)
-		}
-		copy(c.local, t.params)
-		for step := 0; step < l.LocalSteps; step++ {
-			lo := step * l.BatchSize
-			if lo >= l.Count {
-				break
-			}
-			hi := min(lo+l.BatchSize, l.Count)
-			ls, cor, err := c.backend.Gradient(c.local, t.x[lo*in:hi*in], t.labels[lo:hi], c.grad)
-			if err != nil {
-				return nil, err
-			}
-			lossSum += ls
-			correct += cor
-			nn.SGDStep(c.local, c.grad, l.Inner.LR)
-		}
-		inv := 1 / l.Inner.LR
-		for i, w := range c.local {
-			c.update[i] = (t.params[i] - w) * inv
-		}
+		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
+	}
+	if err != nil {
+		return nil, err
 	}
 	c.result = protocol.Result{
-		LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+		LeaseID: l.ID, JobID: l.JobID, BaseVersion: t.base, Codec: protocol.CodecF32,
 		Update: c.update, Examples: l.Count, LossSum: lossSum, Correct: correct,
 		ComputeMs: float64(time.Since(start).Microseconds()) / 1000,
 	}
 	return &c.result, nil
+}
+
+// localSteps runs the inner steps on the host, one Gradient call per
+// batch, and writes the update.
+func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
+	if c.grad == nil {
+		c.grad = make([]float32, c.model.NumParams)
+		c.local = make([]float32, c.model.NumParams)
+	}
+	in := c.model.InputSize
+	count := len(labels)
+	copy(c.local, base)
+	o := plan.Inner
+	if o.Type == protocol.InnerAdamW {
+		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
+		c.adamw.Reset(len(c.local))
+	}
+	for step := 0; step < plan.Steps; step++ {
+		lo := step * plan.BatchSize
+		if lo >= count {
+			break
+		}
+		hi := min(lo+plan.BatchSize, count)
+		ls, cor, err := c.backend.Gradient(c.local, x[lo*in:hi*in], labels[lo:hi], c.grad)
+		if err != nil {
+			return 0, 0, err
+		}
+		lossSum += ls
+		correct += cor
+		if o.Type == protocol.InnerAdamW {
+			c.adamw.Step(c.local, c.grad)
+		} else {
+			nn.SGDStep(c.local, c.grad, o.LR)
+		}
+	}
+	scale := plan.UpdateScale()
+	for i, w := range c.local {
+		c.update[i] = (base[i] - w) * scale
+	}
+	return lossSum, correct, nil
+}
+
+// ComputeLease runs lease l on b from params over the lease's examples x
+// and labels (l.Count of them) as a worker would, for tools and tests that
+// compare backends and builds. The result's update is a fresh slice.
+func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
+	if len(labels) != l.Count || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
+		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",
+			l.Count, len(labels), len(x), len(params), m.InputSize, m.NumParams)
+	}
+	c := newComputer(b, m)
+	res, err := c.compute(&task{lease: l, params: params, base: l.BaseVersion, x: x, labels: labels})
+	if err != nil {
+		return nil, err
+	}
+	r := *res
+	r.Update = append(protocol.Floats(nil), res.Update...)
+	return &r, nil
 }

@@ -133,9 +133,8 @@ type stepperBackend struct {
 	calls     int
 	gradients int
 	id        SnapshotID
-	n, batch  int
-	steps     int
-	lr        float32
+	n         int
+	plan      InnerSteps
 	err       error
 }
 
@@ -144,9 +143,9 @@ func (b *stepperBackend) Gradient(params, x []float32, labels []int32, grad []fl
 	return b.refBackend.Gradient(params, x, labels, grad)
 }
 
-func (b *stepperBackend) Steps(id SnapshotID, params, x []float32, labels []int32, batchSize, steps int, lr float32, update []float32) (float64, int, error) {
+func (b *stepperBackend) Steps(id SnapshotID, params, x []float32, labels []int32, plan InnerSteps, update []float32) (float64, int, error) {
 	b.calls++
-	b.id, b.n, b.batch, b.steps, b.lr = id, len(labels), batchSize, steps, lr
+	b.id, b.n, b.plan = id, len(labels), plan
 	if len(x) != len(labels)*b.model.InputSize || len(params) != len(update) {
 		return 0, 0, fmt.Errorf("bad lengths: x %d, labels %d, params %d, update %d", len(x), len(labels), len(params), len(update))
 	}
@@ -172,8 +171,8 @@ func TestStepperGetsTheWholeLease(t *testing.T) {
 	if b.calls != 1 || b.gradients != 0 {
 		t.Fatalf("%d Steps and %d Gradient calls, want 1 and 0", b.calls, b.gradients)
 	}
-	if b.id != 42 || b.n != 10 || b.batch != 4 || b.steps != 3 || b.lr != 0.25 {
-		t.Errorf("Steps got id %d, %d examples, batch %d, %d steps, lr %v; want 42, 10, 4, 3, 0.25", b.id, b.n, b.batch, b.steps, b.lr)
+	if want := (InnerSteps{BatchSize: 4, Steps: 3, Inner: tk.lease.Inner, UpdateKind: protocol.UpdateGradient}); b.id != 42 || b.n != 10 || b.plan != want {
+		t.Errorf("Steps got id %d, %d examples, %+v; want 42, 10, %+v", b.id, b.n, b.plan, want)
 	}
 	if res.LossSum != 2.5 || res.Correct != 7 || res.Examples != 10 || res.Update[5] != 5 {
 		t.Errorf("result %+v does not carry what Steps returned", res)
@@ -181,5 +180,127 @@ func TestStepperGetsTheWholeLease(t *testing.T) {
 	b.err = errors.New("device lost")
 	if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), "device lost") {
 		t.Errorf("compute returned %v, want the Steps error", err)
+	}
+}
+
+// referenceAdamW runs H inner AdamW steps in float64, written out from the
+// paper's rule independently of nn.AdamW, and returns w_after.
+func referenceAdamW(m *nn.Model, tk *task, o protocol.InnerOptimizer) []float64 {
+	l := tk.lease
+	w := make([]float64, m.NumParams)
+	for i, p := range tk.params {
+		w[i] = float64(p)
+	}
+	mom, vel := make([]float64, len(w)), make([]float64, len(w))
+	w32, g := make([]float32, len(w)), make([]float32, len(w))
+	ws := m.NewWorkspace(l.BatchSize)
+	in := m.InputSize
+	lr, wd, b1, b2, eps := float64(o.LR), float64(o.WeightDecay), float64(o.Beta1), float64(o.Beta2), float64(o.Epsilon)
+	for s := 0; s < l.LocalSteps && s*l.BatchSize < l.Count; s++ {
+		lo, hi := s*l.BatchSize, min((s+1)*l.BatchSize, l.Count)
+		for i := range w {
+			w32[i] = float32(w[i])
+		}
+		m.Gradient(ws, w32, tk.x[lo*in:hi*in], tk.labels[lo:hi], g)
+		t := float64(s + 1)
+		for i, gi := range g {
+			w[i] -= lr * wd * w[i]
+			mom[i] = b1*mom[i] + (1-b1)*float64(gi)
+			vel[i] = b2*vel[i] + (1-b2)*float64(gi)*float64(gi)
+			w[i] -= lr * (mom[i] / (1 - math.Pow(b1, t))) / (math.Sqrt(vel[i]/(1-math.Pow(b2, t))) + eps)
+		}
+	}
+	return w
+}
+
+// A lease with inner AdamW runs H AdamW steps (decoupled weight decay,
+// bias-corrected) and returns, as update kind delta, w_base - w_after; as
+// kind gradient the same divided by the inner lr. The state starts fresh
+// for each lease: computing the same lease twice gives the same update.
+func TestInnerAdamWLease(t *testing.T) {
+	m := smallModel(t)
+	const batch, steps = 4, 3
+	o := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.01, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8}
+	tk := randomTask(m, 11, batch, steps, o.LR)
+	tk.lease.Inner, tk.lease.UpdateKind = o, protocol.UpdateDelta
+	want := referenceAdamW(m, tk, o)
+	c := newComputer(&refBackend{}, m)
+	for try := range 2 {
+		res, err := c.compute(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var moved float64
+		for i, w := range want {
+			d := float64(tk.params[i]) - w
+			moved = max(moved, math.Abs(d))
+			if math.Abs(float64(res.Update[i])-d) > 2e-6 {
+				t.Fatalf("try %d: delta[%d] = %v, want w_base - w_after = %v", try, i, res.Update[i], d)
+			}
+		}
+		// Adam moves each weight by about lr per step: the check above
+		// must not pass on an update of zeros.
+		if moved < 0.5*float64(o.LR) {
+			t.Fatalf("largest move %v; AdamW should move weights by about lr = %v per step", moved, o.LR)
+		}
+	}
+	delta := append([]float32(nil), c.update...)
+	tk.lease.UpdateKind = protocol.UpdateGradient
+	res, err := c.compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range delta {
+		if want := delta[i] / o.LR; math.Abs(float64(res.Update[i]-want)) > 1e-4*(1+math.Abs(float64(want))) {
+			t.Fatalf("gradient[%d] = %v, want delta/lr = %v", i, res.Update[i], want)
+		}
+	}
+}
+
+// Update kind delta with inner SGD is lr times kind gradient, even for one
+// step (where kind gradient is the gradient itself).
+func TestDeltaIsLRTimesGradient(t *testing.T) {
+	m := smallModel(t)
+	for _, steps := range []int{1, 3} {
+		const lr = 0.25
+		tk := randomTask(m, 12, 4, steps, lr)
+		c := newComputer(&refBackend{}, m)
+		res, err := c.compute(tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grad := append([]float32(nil), res.Update...)
+		tk.lease.UpdateKind = protocol.UpdateDelta
+		if res, err = c.compute(tk); err != nil {
+			t.Fatal(err)
+		}
+		for i := range grad {
+			if want := lr * grad[i]; math.Abs(float64(res.Update[i]-want)) > 1e-6*(1+math.Abs(float64(want))) {
+				t.Fatalf("%d steps: delta[%d] = %v, want lr*gradient = %v", steps, i, res.Update[i], want)
+			}
+		}
+	}
+}
+
+// A lease the worker cannot compute is an error that says what to fix.
+func TestUnsupportedLeaseIsAnError(t *testing.T) {
+	m := smallModel(t)
+	c := newComputer(&refBackend{}, m)
+	for _, tc := range []struct {
+		edit func(*protocol.Lease)
+		want string
+	}{
+		{func(l *protocol.Lease) { l.Inner.Type = "lion" }, "inner optimizer"},
+		{func(l *protocol.Lease) { l.UpdateKind = "sign" }, "update kind"},
+		{func(l *protocol.Lease) {
+			l.Inner = protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.1, Beta1: 0.9, Beta2: 0.99}
+		}, "epsilon"},
+		{func(l *protocol.Lease) { l.Snapshot = "oldest" }, "snapshot"},
+	} {
+		tk := randomTask(m, 4, 4, 1, 0.1)
+		tc.edit(&tk.lease)
+		if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("lease %+v: error %v, want one about %s", tk.lease, err, tc.want)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 // Package worker is the loop every worker kind shares: connect to the
 // coordinator, say hello, ask for leases, fetch each lease's shard and
-// snapshot ahead of time, compute the pseudo-gradient with a Backend, push
-// the result, and reconnect with backoff when the connection drops.
+// snapshot ahead of time (a snapshot-"latest" lease's snapshot when it
+// starts, after start/started), run its inner steps (sgd or adamw) with a
+// Backend, push the update the lease asks for, and reconnect with backoff
+// when the connection drops. docs/PROTOCOL.md is the contract.
 //
 // A worker kind (nativeworker, gpuworker, the browser's wasmworker) plugs
 // in a Backend; none of them import each other. worker imports protocol,

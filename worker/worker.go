@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"maps"
 	"math"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -216,6 +214,13 @@ type session struct {
 	// counts maps lease id → example count until its ack arrives (acks
 	// carry only the id).
 	counts sync.Map
+	// starting maps the id of a lease whose start was sent → a chan
+	// *protocol.Started (capacity 1) that gets the answer, or nil when the
+	// coordinator refused to start it (an ack rejecting it).
+	starting sync.Map
+	// readerDone is closed when the reader stops: nothing more will
+	// answer a start.
+	readerDone chan struct{}
 }
 
 func (w *Worker) session(ctx context.Context) error {
@@ -228,7 +233,7 @@ func (w *Worker) session(ctx context.Context) error {
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 20)
 
-	s := &session{w: w, conn: conn, batch: batch}
+	s := &session{w: w, conn: conn, batch: batch, readerDone: make(chan struct{})}
 	s.base, _ = url.Parse(w.cfg.Coordinator)
 	s.base.Scheme = map[string]string{"ws": "http", "wss": "https"}[s.base.Scheme]
 	s.base.Path, s.base.RawQuery = "", ""
@@ -343,7 +348,7 @@ func (s *session) work(parent context.Context) error {
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); errc <- s.readLoop(ctx, leases) }()
+	go func() { defer wg.Done(); defer close(s.readerDone); errc <- s.readLoop(ctx, leases) }()
 	go func() { defer wg.Done(); errc <- f.run(ctx, leases) }()
 	defer func() {
 		cancel()
@@ -366,7 +371,7 @@ func (s *session) work(parent context.Context) error {
 			return parent.Err()
 		case t := <-f.ready:
 			start := time.Now()
-			err := s.computeAndSend(ctx, c, t)
+			err := s.computeAndSend(ctx, c, f, t)
 			f.free <- t
 			if err == nil {
 				if rest := s.w.rest(time.Since(start)); rest > 0 {
@@ -406,8 +411,25 @@ func (s *session) goodbye() {
 	}
 }
 
-func (s *session) computeAndSend(ctx context.Context, c *computer, t *task) error {
-	res, err := c.compute(t)
+func (s *session) computeAndSend(ctx context.Context, c *computer, f *fetcher, t *task) error {
+	var res *protocol.Result
+	var err error
+	if t.lease.Snapshot == protocol.SnapshotLatest {
+		var refused bool
+		refused, err = s.begin(ctx, f, t)
+		if refused {
+			// The coordinator answered the start with a rejection: the
+			// lease is over there, and the ack was counted by the reader.
+			s.held.Add(-1)
+			return s.send(ctx, &protocol.Want{N: 1})
+		}
+		if err != nil && (ctx.Err() != nil || isClosed(s.readerDone)) {
+			return fmt.Errorf("lease %d: %w", t.lease.ID, err)
+		}
+	}
+	if err == nil {
+		res, err = c.compute(t)
+	}
 	s.held.Add(-1)
 	if err != nil {
 		s.counts.Delete(t.lease.ID) // no ack will come for it
@@ -422,6 +444,53 @@ func (s *session) computeAndSend(ctx context.Context, c *computer, t *task) erro
 		}
 	}
 	return s.send(ctx, &protocol.Want{N: 1})
+}
+
+// startTimeout bounds the wait for the coordinator's started.
+const startTimeout = 30 * time.Second
+
+// begin fixes the base of a lease with snapshot "latest": it sends start,
+// waits for started, and fills t with that snapshot, downloading it only
+// when it is not the one the fetcher holds. refused is true when the
+// coordinator answered with a rejection instead (the lease expired, or its
+// job stopped).
+func (s *session) begin(ctx context.Context, f *fetcher, t *task) (refused bool, err error) {
+	id := t.lease.ID
+	answer := make(chan *protocol.Started, 1)
+	s.starting.Store(id, answer)
+	defer s.starting.Delete(id)
+	if err := s.send(ctx, &protocol.Start{LeaseID: id}); err != nil {
+		return false, err
+	}
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	var st *protocol.Started
+	select {
+	case st = <-answer:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-s.readerDone:
+		return false, errors.New("the connection closed while waiting for started")
+	case <-timer.C:
+		return false, fmt.Errorf("the coordinator did not answer start within %v", startTimeout)
+	}
+	if st == nil {
+		return true, nil
+	}
+	if err := f.fillSnapshot(ctx, t, st.SnapshotURL); err != nil {
+		return false, err
+	}
+	t.base = st.BaseVersion
+	return false, nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func truncate(s string, n int) string {
@@ -449,7 +518,16 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 			default:
 				return errors.New("coordinator sent more leases than asked for")
 			}
+		case *protocol.Started:
+			if ch, ok := s.starting.LoadAndDelete(m.LeaseID); ok {
+				ch.(chan *protocol.Started) <- m
+			} else {
+				s.w.cfg.Logf("ignoring started for lease %d, which this worker is not starting", m.LeaseID)
+			}
 		case *protocol.Ack:
+			if ch, ok := s.starting.LoadAndDelete(m.LeaseID); ok {
+				ch.(chan *protocol.Started) <- nil // start refused
+			}
 			examples := s.examplesOf(m.LeaseID)
 			s.w.update(func(st *Stats) {
 				st.LastStaleness, st.Version = m.Staleness, m.Version
@@ -492,210 +570,3 @@ func (s *session) examplesOf(id uint64) int {
 	}
 	return v.(int)
 }
-
-// fetcher downloads each lease's shard and snapshot into a task buffer.
-type fetcher struct {
-	s          *session
-	ready      chan *task
-	free       chan *task
-	shards     map[string]*dataset.ShardData
-	shardOrder []string
-	lastSnap   string
-	snap       []float32
-	snapID     SnapshotID
-	body       []byte
-	failures   int
-}
-
-// maxCachedShards bounds the shard cache; consecutive leases usually come
-// from the same few shards.
-const maxCachedShards = 8
-
-func newFetcher(s *session, buffers int) *fetcher {
-	f := &fetcher{
-		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
-		shards: map[string]*dataset.ShardData{},
-	}
-	for range buffers {
-		f.free <- &task{params: make([]float32, s.model.NumParams)}
-	}
-	return f
-}
-
-func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
-	for {
-		var l protocol.Lease
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case l = <-leases:
-		}
-		var t *task
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case t = <-f.free:
-		}
-		if err := f.fill(ctx, t, l); err != nil {
-			f.free <- t
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			f.s.held.Add(-1)
-			f.s.w.cfg.Logf("lease %d: %v; giving it back", l.ID, err)
-			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
-				return err
-			}
-			if err := f.s.send(ctx, &protocol.Want{N: 1}); err != nil {
-				return err
-			}
-			if f.failures++; f.failures >= 5 {
-				return fmt.Errorf("5 downloads failed in a row, last: %w", err)
-			}
-			continue
-		}
-		f.failures = 0
-		f.s.counts.Store(l.ID, l.Count)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case f.ready <- t:
-		}
-	}
-}
-
-func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
-	t.lease = l
-	shard, err := f.shard(ctx, l.ShardURL)
-	if err != nil {
-		return err
-	}
-	if shard.ExampleSize() != f.s.model.InputSize {
-		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), f.s.model.InputSize)
-	}
-	if shard.Classes > f.s.model.NumClasses {
-		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
-	}
-	if l.Start+l.Count > shard.Count {
-		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.Count)
-	}
-	n := l.Count * shard.ExampleSize()
-	t.x = grow(t.x, n)
-	shard.Floats(t.x, l.Start, l.Count)
-	if cap(t.labels) < l.Count {
-		t.labels = make([]int32, l.Count)
-	}
-	t.labels = t.labels[:l.Count]
-	shard.LabelsInt32(t.labels, l.Start, l.Count)
-	if l.SnapshotURL != f.lastSnap {
-		if err := f.snapshot(ctx, l.SnapshotURL); err != nil {
-			return err
-		}
-	}
-	copy(t.params, f.snap)
-	t.snap = f.snapID
-	return nil
-}
-
-func grow(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
-	}
-	return b[:n]
-}
-
-func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
-	u, err := f.s.base.Parse(ref)
-	if err != nil {
-		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
-	}
-	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
-	if fetch := f.s.w.cfg.Fetch; fetch != nil {
-		body, err := fetch(ctx, u.String(), f.body[:0])
-		if err != nil {
-			return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
-		}
-		if int64(len(body)) > limit {
-			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
-		}
-		f.body = body
-		return body, nil
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := f.s.w.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
-	}
-	// Reuse one body buffer: snapshots are large and arrive constantly.
-	buf := f.body[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("failed to read %s: %w", u, err)
-		}
-		if int64(len(buf)) > limit {
-			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
-		}
-	}
-	f.body = buf
-	return buf, nil
-}
-
-func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.ShardData, error) {
-	if d := f.shards[ref]; d != nil {
-		return d, nil
-	}
-	body, err := f.get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	// DecodeShard may alias its input; the body buffer is reused, so copy.
-	d, err := dataset.DecodeShard(append([]byte(nil), body...), 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", ref, err)
-	}
-	if len(f.shardOrder) >= maxCachedShards {
-		delete(f.shards, f.shardOrder[0])
-		f.shardOrder = f.shardOrder[1:]
-	}
-	f.shards[ref] = d
-	f.shardOrder = append(f.shardOrder, ref)
-	return d, nil
-}
-
-func (f *fetcher) snapshot(ctx context.Context, ref string) error {
-	body, err := f.get(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if f.snap == nil {
-		f.snap = make([]float32, f.s.model.NumParams)
-	}
-	if err := protocol.DecodeFloatsInto(f.snap, body); err != nil {
-		f.lastSnap = ""
-		return fmt.Errorf("snapshot %s: %w", ref, err)
-	}
-	f.lastSnap = ref
-	f.snapID = SnapshotID(snapshotDownloads.Add(1))
-	return nil
-}
-
-// snapshotDownloads numbers every snapshot download in the process, so a
-// SnapshotID is never reused, even across sessions or a coordinator that
-// restarted from an older checkpoint and reuses version numbers.
-var snapshotDownloads atomic.Uint64

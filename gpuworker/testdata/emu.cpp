@@ -43,11 +43,17 @@ static void w_softmax_xent(void **p) {
 static void w_sgd_step(void **p) { sgd_step(A(0, float *), A(1, const float *), A(2, float), A(3, int)); }
 static void w_pseudo_gradient(void **p) { pseudo_gradient(A(0, const float *), A(1, const float *), A(2, float *), A(3, float), A(4, int)); }
 
+static void w_adamw_step(void **p) {
+	adamw_step(A(0, float *), A(1, const float *), A(2, float *), A(3, float *), A(4, float), A(5, float), A(6, float), A(7, float), A(8, float),
+		A(9, float), A(10, float), A(11, int));
+}
+
 static const struct { const char *name; wrapper w; } table[] = {
 	{"add_bias", w_add_bias}, {"relu_forward", w_relu_forward}, {"relu_backward", w_relu_backward},
 	{"im2row", w_im2row}, {"row2im", w_row2im}, {"conv_output", w_conv_output}, {"conv_grad_rows", w_conv_grad_rows},
 	{"column_sums", w_column_sums}, {"maxpool_forward", w_maxpool_forward}, {"maxpool_backward", w_maxpool_backward},
 	{"softmax_xent", w_softmax_xent}, {"sgd_step", w_sgd_step}, {"pseudo_gradient", w_pseudo_gradient},
+	{"adamw_step", w_adamw_step},
 };
 
 extern "C" void *emu_function(const char *name) {

@@ -6,6 +6,12 @@
 // same numbers as a native worker.
 //
 //	gradprobe -data DIR -model mnist-mlp
+//
+// With -inner, it runs a whole lease through the worker's compute path
+// instead: -steps inner steps of -batch examples with that inner optimizer,
+// printing the update -update names (gradient or delta).
+//
+//	gradprobe -data DIR -model mnist-mlp -inner adamw -steps 4 -update delta
 package main
 
 import (
@@ -17,6 +23,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // Output is what gradprobe prints.
@@ -31,14 +38,25 @@ func main() {
 	data := flag.String("data", "", "directory with the MNIST IDX files")
 	preset := flag.String("model", "mnist-mlp", "model preset")
 	batch := flag.Int("batch", 64, "examples in the batch")
+	inner := flag.String("inner", "", "run a lease with this inner optimizer (sgd or adamw) instead of one gradient")
+	steps := flag.Int("steps", 1, "inner steps of the lease (with -inner)")
+	update := flag.String("update", protocol.UpdateGradient, "update kind of the lease (with -inner): gradient or delta")
 	flag.Parse()
-	if err := run(*data, *preset, *batch); err != nil {
+	var lease *protocol.Lease
+	if *inner != "" {
+		lease = &protocol.Lease{ID: 1, JobID: "probe", Count: *batch * *steps, BatchSize: *batch, LocalSteps: *steps,
+			Inner: protocol.InnerOptimizer{Type: *inner, LR: 0.05}, UpdateKind: *update, Snapshot: protocol.SnapshotGranted}
+		if *inner == protocol.InnerAdamW {
+			lease.Inner = protocol.InnerOptimizer{Type: *inner, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}
+		}
+	}
+	if err := run(*data, *preset, *batch, lease); err != nil {
 		fmt.Fprintln(os.Stderr, "gradprobe:", err)
 		os.Exit(1)
 	}
 }
 
-func run(data, preset string, batch int) error {
+func run(data, preset string, batch int, lease *protocol.Lease) error {
 	train, _, err := dataset.LoadMNIST(data)
 	if err != nil {
 		return err
@@ -53,11 +71,24 @@ func run(data, preset string, batch int) error {
 	}
 	params := make([]float32, model.NumParams)
 	model.Init(params, 1)
-	x := make([]float32, batch*model.InputSize)
-	labels := make([]int32, batch)
-	train.Floats(x, 0, batch)
-	train.LabelsInt32(labels, 0, batch)
+	n := batch
+	if lease != nil {
+		n = lease.Count
+	}
+	x := make([]float32, n*model.InputSize)
+	labels := make([]int32, n)
+	train.Floats(x, 0, n)
+	train.LabelsInt32(labels, 0, n)
 	b := newBackend()
+	if lease != nil {
+		res, err := worker.ComputeLease(b, model, *lease, params, x, labels)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(Output{
+			Backend: b.Kind() + "/" + b.Name(), LossSum: res.LossSum, Correct: res.Correct, Grad: protocol.EncodeFloats(res.Update),
+		})
+	}
 	if err := b.Prepare(model, batch); err != nil {
 		return err
 	}

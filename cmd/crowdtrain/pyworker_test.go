@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// pythonWithModules returns a Python 3 that imports numpy, websockets and
+// msgpack, or skips the test saying what to install (and fails instead
+// when CROWDTRAIN_REQUIRE_BROWSER=1 says CI installed them).
+func pythonWithModules(t *testing.T) string {
+	t.Helper()
+	candidates := []string{"python3", "/usr/bin/python3"}
+	for _, c := range candidates {
+		path, err := exec.LookPath(c)
+		if err != nil {
+			continue
+		}
+		if exec.Command(path, "-c", "import numpy, websockets, msgpack").Run() == nil {
+			return path
+		}
+	}
+	msg := "no python3 with numpy, websockets and msgpack (apt-get install python3-numpy python3-websockets python3-msgpack)"
+	if os.Getenv("CROWDTRAIN_REQUIRE_BROWSER") == "1" {
+		t.Fatal(msg + "; CROWDTRAIN_REQUIRE_BROWSER=1 says these tests must run")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// scripts/pyworker.py, written from docs/PROTOCOL.md alone, trains
+// mnist-mlp against a real coordinator: alone on the job, its results are
+// accepted, none is rejected, and the job's evaluation after 300 of its
+// updates (the one at version 250) is well above chance.
+func TestPythonWorkerFromTheProtocolDoc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a coordinator and a Python worker; skipped with -short")
+	}
+	python := pythonWithModules(t)
+	const token = "pyworker-test-admin-token"
+	addr := freeAddr(t)
+	startProc(t, "serve", "--addr", addr, "--job", "mnist-mlp", "--db", "", "--admin-token", token)
+	waitJob(t, addr, 30*time.Second, "the coordinator", func(coordinator.JobView) bool { return true })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	py := exec.CommandContext(ctx, python, filepath.Join("..", "..", "scripts", "pyworker.py"),
+		"--coordinator", "ws://"+addr+"/ws", "--seconds", "80", "--results", "300")
+	var out strings.Builder
+	py.Stdout, py.Stderr = &out, &out
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- py.Wait() }()
+
+	// While it works, the admin API shows it with accepted results.
+	var seen coordinator.WorkerView
+	deadline := time.Now().Add(60 * time.Second)
+	for seen.Accepted < 3 && time.Now().Before(deadline) {
+		for _, w := range pythonWorkers(t, addr, token) {
+			seen = w
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if seen.Accepted < 3 {
+		t.Fatalf("the Python worker has %d accepted results after 60 s (%+v); its output:\n%s", seen.Accepted, seen, out.String())
+	}
+	if seen.Rejected != 0 {
+		t.Errorf("the Python worker, alone on the job, had %d results rejected; its output:\n%s", seen.Rejected, out.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("pyworker.py: %v\n%s", err, out.String())
+	}
+	v := waitJob(t, addr, 30*time.Second, "an evaluation of the Python worker's model", func(v coordinator.JobView) bool { return v.Eval != nil })
+	if v.UpdatesApplied < 300 || v.UpdatesRejected != 0 {
+		t.Errorf("job applied %d updates and rejected %d; the Python worker alone had 300 accepted", v.UpdatesApplied, v.UpdatesRejected)
+	}
+	if v.Eval.Accuracy < 0.85 {
+		t.Errorf("test accuracy %.4f at version %d after the Python worker's updates, want > 0.85 (SGD on mnist-mlp gets there in 250 steps)", v.Eval.Accuracy, v.Eval.Version)
+	}
+	t.Logf("pyworker: job version %d, test accuracy %.4f at version %d; %s", v.Version, v.Eval.Accuracy, v.Eval.Version, strings.TrimSpace(out.String()))
+}
+
+// pythonWorkers lists the connected workers whose backend is numpy.
+func pythonWorkers(t *testing.T, addr, token string) []coordinator.WorkerView {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/workers", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var all []coordinator.WorkerView
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&all) != nil {
+		return nil
+	}
+	var py []coordinator.WorkerView
+	for _, w := range all {
+		if w.Backend == "numpy" {
+			py = append(py, w)
+		}
+	}
+	return py
+}
+
+// pyworker.py's inner steps compute what the Go worker computes for the
+// same lease: sgd and adamw, both update kinds, over a short last batch.
+func TestPythonWorkerComputesWhatGoComputes(t *testing.T) {
+	python := pythonWithModules(t)
+	spec, _ := nn.Preset("mnist-mlp")
+	m, _ := nn.NewModel(spec)
+	const count, batch = 40, 16
+	rng := rand.New(rand.NewPCG(3, 4))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 11)
+	x := make([]float32, count*m.InputSize)
+	for i := range x {
+		x[i] = float32(rng.IntN(256)) / 255
+	}
+	labels := make([]int32, count)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("params", protocol.EncodeFloats(params))
+	write("x", protocol.EncodeFloats(x))
+	lb := make([]byte, 0, 4*count)
+	for _, l := range labels {
+		lb = binary.LittleEndian.AppendUint32(lb, uint32(l))
+	}
+	write("labels", lb)
+	specJSON, _ := json.Marshal(spec)
+	write("model.json", specJSON)
+	scripts, _ := filepath.Abs(filepath.Join("..", "..", "scripts"))
+	// Reads the lease (JSON) from argv, the arrays from dir, and writes the
+	// update, loss_sum and correct.
+	const probe = `
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import pyworker
+d, lease = sys.argv[2], json.loads(sys.argv[3])
+spec = json.load(open(d + "/model.json"))
+params = np.fromfile(d + "/params", dtype="<f4")
+model = pyworker.Model(spec, len(params))
+x = np.fromfile(d + "/x", dtype="<f4").reshape(lease["count"], model.input_size)
+labels = np.fromfile(d + "/labels", dtype="<i4").astype(np.int64)
+update, loss, correct = pyworker.run_lease(model, lease, params, x, labels)
+np.asarray(update, dtype="<f4").tofile(d + "/update")
+print(json.dumps({"loss_sum": loss, "correct": correct}))
+`
+	for _, tc := range []struct {
+		inner protocol.InnerOptimizer
+		kind  string
+		steps int
+		tol   float64
+	}{
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 1, 1e-5},
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 3, 1e-4},
+		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}, protocol.UpdateDelta, 3, 1e-4},
+	} {
+		name := fmt.Sprintf("%s %s %d steps", tc.inner.Type, tc.kind, tc.steps)
+		lease := protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: tc.steps,
+			Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
+		n := count
+		if tc.steps == 1 {
+			n = batch
+		}
+		lease.Count = n
+		want, err := worker.ComputeLease(&nnBackend{}, m, lease, params, x[:n*m.InputSize], labels[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaseJSON, _ := json.Marshal(map[string]any{"count": n, "batch_size": batch, "local_steps": tc.steps, "update_kind": tc.kind,
+			"inner_optimizer": map[string]any{"type": tc.inner.Type, "lr": tc.inner.LR, "weight_decay": tc.inner.WeightDecay,
+				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon}})
+		write("x", protocol.EncodeFloats(x[:n*m.InputSize]))
+		write("labels", lb[:4*n])
+		out, err := exec.Command(python, "-c", probe, scripts, dir, string(leaseJSON)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		var stats struct {
+			LossSum float64 `json:"loss_sum"`
+			Correct int     `json:"correct"`
+		}
+		if err := json.Unmarshal(out, &stats); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, out)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "update"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, m.NumParams)
+		if err := protocol.DecodeFloatsInto(got, raw); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var diff, norm float64
+		for i, g := range want.Update {
+			diff += (float64(got[i]) - float64(g)) * (float64(got[i]) - float64(g))
+			norm += float64(g) * float64(g)
+		}
+		rel := math.Sqrt(diff / norm)
+		t.Logf("%s: update within %.2g relative of Go's, loss %.4f vs %.4f", name, rel, stats.LossSum, want.LossSum)
+		if norm == 0 || rel > tc.tol {
+			t.Errorf("%s: update differs from Go's by %.3g relative, want ≤ %g", name, rel, tc.tol)
+		}
+		if math.Abs(stats.LossSum-want.LossSum) > 1e-4*want.LossSum || stats.Correct != want.Correct {
+			t.Errorf("%s: loss %v, %d correct; Go has %v, %d", name, stats.LossSum, stats.Correct, want.LossSum, want.Correct)
+		}
+	}
+}
+
+// nnBackend computes with package nn on one thread.
+type nnBackend struct {
+	m  *nn.Model
+	ws *nn.Workspace
+}
+
+func (b *nnBackend) Kind() string { return protocol.KindNative }
+func (b *nnBackend) Name() string { return "nn" }
+func (b *nnBackend) Threads() int { return 1 }
+func (b *nnBackend) Prepare(m *nn.Model, maxBatch int) error {
+	b.m, b.ws = m, m.NewWorkspace(maxBatch)
+	return nil
+}
+func (b *nnBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	l, c := b.m.Gradient(b.ws, params, x, labels, grad)
+	return l, c, nil
+}

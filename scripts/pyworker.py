@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""A crowdtrain worker in Python with numpy, written from docs/PROTOCOL.md.
+
+It joins a coordinator, takes leases one at a time, downloads their shard and
+snapshot over HTTP, runs the lease's inner steps (sgd or adamw) on a model of
+dense, relu and flatten layers (mnist-mlp, for one), and sends the update the
+lease asks for. It shows that the protocol document is enough to write a
+worker without reading the Go code.
+
+    python3 scripts/pyworker.py --coordinator ws://127.0.0.1:8080/ws --seconds 60 [--results N]
+
+Needs numpy, websockets and msgpack (Debian: python3-numpy python3-websockets
+python3-msgpack). Exits 0 after --seconds, or at once with a message saying
+what is wrong. With --results it stops after that many accepted results.
+"""
+
+import argparse
+import asyncio
+import struct
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import msgpack
+import numpy as np
+import websockets
+
+PROTOCOL = 2
+
+
+def frame(mtype, body):
+    return msgpack.packb([PROTOCOL, mtype, body], use_bin_type=True)
+
+
+def unframe(data):
+    if isinstance(data, str):
+        raise ValueError("the coordinator sent a text frame")
+    version, mtype, body = msgpack.unpackb(data, raw=False)
+    if version != PROTOCOL:
+        raise ValueError(f"the coordinator speaks protocol {version}, this worker {PROTOCOL}")
+    return mtype, body
+
+
+class Model:
+    """Dense/relu/flatten layers over one flat float32 parameter vector,
+    laid out as docs/PROTOCOL.md says: per dense layer weight [units, in]
+    then bias [units]."""
+
+    def __init__(self, spec, num_params):
+        c, h, w = spec["input"]
+        size = c * h * w
+        self.input_size = size
+        self.layers = []  # ("dense", w_off, units, in) or ("relu",)
+        off = 0
+        for layer in spec["layers"]:
+            kind = layer["type"]
+            if kind == "dense":
+                units = layer["units"]
+                self.layers.append(("dense", off, units, size))
+                off += units * size + units
+                size = units
+            elif kind == "relu":
+                self.layers.append(("relu",))
+            elif kind == "flatten":
+                pass  # inputs are already flat, in C, H, W order
+            else:
+                raise ValueError(f"layer type {kind!r} is not supported by this worker (dense, relu, flatten only)")
+        if off != num_params:
+            raise ValueError(f"the model has {off} parameters here, {num_params} at the coordinator")
+        self.num_params = off
+
+    def tensors(self, params, layer):
+        _, off, units, n_in = layer
+        weight = params[off:off + units * n_in].reshape(units, n_in)
+        bias = params[off + units * n_in:off + units * n_in + units]
+        return weight, bias
+
+    def gradient(self, params, x, labels, grad):
+        """Writes the gradient of the mean loss into grad; returns the summed
+        loss and the number of correct predictions."""
+        acts = [x]
+        for layer in self.layers:
+            a = acts[-1]
+            if layer[0] == "dense":
+                weight, bias = self.tensors(params, layer)
+                acts.append(a @ weight.T + bias)
+            else:
+                acts.append(np.maximum(a, 0))
+        z = acts[-1].astype(np.float64)
+        zmax = z.max(axis=1, keepdims=True)
+        e = np.exp(z - zmax)
+        s = e.sum(axis=1, keepdims=True)
+        n = len(labels)
+        rows = np.arange(n)
+        loss = float((zmax[:, 0] + np.log(s[:, 0]) - z[rows, labels]).sum())
+        correct = int((z.argmax(axis=1) == labels).sum())
+        d = e / s
+        d[rows, labels] -= 1
+        d = (d / n).astype(np.float32)
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[i]
+            if layer[0] == "relu":
+                d = d * (acts[i + 1] > 0)
+                continue
+            weight, _ = self.tensors(params, layer)
+            gw, gb = self.tensors(grad, layer)
+            gw[:] = d.T @ acts[i]
+            gb[:] = d.sum(axis=0)
+            if i > 0:
+                d = d @ weight
+        return loss, correct
+
+
+def run_lease(model, lease, base, x, labels):
+    """The inner steps of docs/PROTOCOL.md ("Computing a lease")."""
+    opt = lease["inner_optimizer"]
+    kind, lr = opt["type"], np.float32(opt["lr"])
+    batch, steps, count = lease["batch_size"], lease["local_steps"], lease["count"]
+    w = base.copy()
+    g = np.zeros_like(w)
+    if kind == "adamw":
+        wd = np.float32(opt.get("weight_decay", 0))
+        b1, b2 = np.float32(opt.get("beta1", 0)), np.float32(opt.get("beta2", 0))
+        eps = np.float32(opt.get("epsilon", 0))
+        if not eps > 0:
+            raise ValueError("inner adamw needs epsilon > 0")
+        m, v = np.zeros_like(w), np.zeros_like(w)
+    elif kind != "sgd":
+        raise ValueError(f"inner optimizer {kind!r} is not supported")
+    loss_sum, correct = 0.0, 0
+    for t in range(1, steps + 1):
+        lo, hi = (t - 1) * batch, min(t * batch, count)
+        if lo >= hi:
+            break
+        loss, hits = model.gradient(w, x[lo:hi], labels[lo:hi], g)
+        loss_sum += loss
+        correct += hits
+        if t == 1 and lease["update_kind"] == "gradient" and kind == "sgd" and (steps == 1 or hi >= count):
+            return g, loss_sum, correct  # one sgd step: the gradient itself
+        if kind == "sgd":
+            w -= lr * g
+        else:
+            c1 = np.float32(1 / (1 - float(b1) ** t))
+            c2 = np.float32(1 / (1 - float(b2) ** t) ** 0.5)
+            w -= lr * wd * w
+            m[:] = b1 * m + (1 - b1) * g
+            v[:] = b2 * v + (1 - b2) * g * g
+            w -= lr * (m * c1) / (np.sqrt(v) * c2 + eps)
+    update = base - w
+    if lease["update_kind"] == "gradient":
+        update /= lr
+    elif lease["update_kind"] != "delta":
+        raise ValueError(f"update kind {lease['update_kind']!r} is not supported")
+    return update, loss_sum, correct
+
+
+def parse_shard(data):
+    magic, version, _, channels, rows, cols, classes, count = struct.unpack_from("<4sBBHHHHI", data, 0)
+    if magic != b"CTSH" or version != 1:
+        raise ValueError("not a version 1 shard")
+    size = channels * rows * cols
+    if len(data) != 18 + count * (size + 1):
+        raise ValueError(f"shard of {len(data)} bytes, want {18 + count * (size + 1)}")
+    pixels = np.frombuffer(data, dtype=np.uint8, count=count * size, offset=18).reshape(count, size)
+    labels = np.frombuffer(data, dtype=np.uint8, count=count, offset=18 + count * size).astype(np.int64)
+    return pixels.astype(np.float32) / np.float32(255), labels
+
+
+class Worker:
+    def __init__(self, url, seconds, results):
+        self.url = url
+        self.results = results
+        u = urllib.parse.urlparse(url)
+        self.origin = ("https" if u.scheme == "wss" else "http") + "://" + u.netloc
+        self.deadline = time.monotonic() + seconds
+        self.shards = {}
+        self.snap_url, self.snap = None, None
+        self.accepted = self.rejected = 0
+
+    def get(self, ref):
+        with urllib.request.urlopen(urllib.parse.urljoin(self.origin, ref), timeout=30) as resp:
+            return resp.read()
+
+    def shard(self, ref):
+        if ref not in self.shards:
+            if len(self.shards) >= 8:
+                self.shards.pop(next(iter(self.shards)))
+            self.shards[ref] = parse_shard(self.get(ref))
+        return self.shards[ref]
+
+    def snapshot(self, ref, num_params):
+        if ref != self.snap_url:
+            snap = np.frombuffer(self.get(ref), dtype="<f4").astype(np.float32)
+            if len(snap) != num_params or not np.isfinite(snap).all():
+                raise ValueError(f"snapshot {ref} has {len(snap)} values or non-finite ones, want {num_params} finite")
+            self.snap_url, self.snap = ref, snap
+        return self.snap
+
+    def on_ack(self, body):
+        if body["accepted"]:
+            self.accepted += 1
+        else:
+            self.rejected += 1
+            print(f"pyworker: lease {body['lease_id']} rejected: {body.get('reason')}: {body.get('detail', '')}", flush=True)
+
+    async def recv(self, ws):
+        timeout = max(0.1, self.deadline - time.monotonic())
+        return unframe(await asyncio.wait_for(ws.recv(), timeout))
+
+    async def start(self, ws, lease):
+        """Sends start for a snapshot-"latest" lease and waits for started;
+        returns it, or None when the coordinator refused with an ack."""
+        await ws.send(frame("start", {"lease_id": lease["id"]}))
+        while True:
+            mtype, body = await self.recv(ws)
+            if mtype == "started" and body["lease_id"] == lease["id"]:
+                return body
+            if mtype == "ack":
+                self.on_ack(body)
+                if body["lease_id"] == lease["id"]:
+                    return None
+            elif mtype == "error":
+                print(f"pyworker: coordinator says {body.get('code')}: {body.get('message')}", flush=True)
+
+    async def session(self):
+        async with websockets.connect(self.url, max_size=None, ping_interval=None) as ws:
+            await ws.send(frame("hello", {"protocol": PROTOCOL, "kind": "native", "backend": "numpy", "threads": 1,
+                                          "client": "pyworker.py", "codecs": ["f32"]}))
+            mtype, body = await self.recv(ws)
+            if mtype != "welcome":
+                raise RuntimeError(f"expected welcome, got {mtype}: {body}")
+            job = body["job"]
+            model = Model(job["model"], job["num_params"])
+            print(f"pyworker: connected as {body['worker_id']} to job {job['id']} ({job['num_params']} parameters)", flush=True)
+            await ws.send(frame("want", {"n": 1}))
+            try:
+                while time.monotonic() < self.deadline and not (self.results and self.accepted >= self.results):
+                    mtype, body = await self.recv(ws)
+                    if mtype == "lease":
+                        await self.lease(ws, model, body)
+                    elif mtype == "ack":
+                        self.on_ack(body)
+                    elif mtype == "idle":
+                        await asyncio.sleep(body.get("retry_ms", 1000) / 1000)
+                        await ws.send(frame("want", {"n": 1}))
+                    elif mtype == "error":
+                        print(f"pyworker: coordinator says {body.get('code')}: {body.get('message')}", flush=True)
+            except asyncio.TimeoutError:
+                pass  # --seconds are up
+            await ws.send(frame("bye", {"reason": "pyworker done"}))
+
+    async def lease(self, ws, model, lease):
+        try:
+            x_all, labels_all = await asyncio.to_thread(self.shard, lease["shard_url"])
+            start, count = lease["start"], lease["count"]
+            x, labels = x_all[start:start + count], labels_all[start:start + count]
+            base_version, snap_url = lease["base_version"], lease["snapshot_url"]
+            if lease["snapshot"] == "latest":
+                started = await self.start(ws, lease)
+                if started is None:
+                    await ws.send(frame("want", {"n": 1}))
+                    return
+                base_version, snap_url = started["base_version"], started["snapshot_url"]
+            base = await asyncio.to_thread(self.snapshot, snap_url, model.num_params)
+            t0 = time.perf_counter()
+            update, loss_sum, correct = await asyncio.to_thread(run_lease, model, lease, base, x, labels)
+            ms = (time.perf_counter() - t0) * 1000
+        except (ValueError, OSError) as e:
+            print(f"pyworker: lease {lease['id']}: {e}; giving it back", flush=True)
+            await ws.send(frame("release", {"lease_ids": [lease["id"]], "reason": str(e)[:1000]}))
+            await ws.send(frame("want", {"n": 1}))
+            return
+        await ws.send(frame("result", {
+            "lease_id": lease["id"], "job_id": lease["job_id"], "base_version": base_version, "codec": "f32",
+            "update": np.ascontiguousarray(update, dtype="<f4").tobytes(), "examples": count,
+            "loss_sum": loss_sum, "correct": correct, "compute_ms": ms,
+        }))
+        await ws.send(frame("want", {"n": 1}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--coordinator", required=True, help="websocket URL, e.g. ws://127.0.0.1:8080/ws")
+    ap.add_argument("--seconds", type=float, default=60, help="how long to work at most")
+    ap.add_argument("--results", type=int, default=0, help="stop after this many accepted results (0: no limit)")
+    args = ap.parse_args()
+    w = Worker(args.coordinator, args.seconds, args.results)
+    try:
+        asyncio.run(w.session())
+    except (OSError, RuntimeError, ValueError, websockets.exceptions.WebSocketException) as e:
+        print(f"pyworker: {e}", file=sys.stderr)
+        return 1
+    print(f"pyworker: {w.accepted} results accepted, {w.rejected} rejected", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// fetcher downloads each lease's shard and snapshot into a task buffer.
+type fetcher struct {
+	s          *session
+	ready      chan *task
+	free       chan *task
+	shards     map[string]*dataset.ShardData
+	shardOrder []string
+	failures   int
+
+	// mu guards the snapshot and the body buffer: the computing goroutine
+	// fetches the snapshot of a started lease while this one prefetches
+	// the next lease's shard.
+	mu       sync.Mutex
+	lastSnap string
+	snap     []float32
+	snapID   SnapshotID
+	body     []byte
+}
+
+// maxCachedShards bounds the shard cache; consecutive leases usually come
+// from the same few shards.
+const maxCachedShards = 8
+
+func newFetcher(s *session, buffers int) *fetcher {
+	f := &fetcher{
+		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
+		shards: map[string]*dataset.ShardData{},
+	}
+	for range buffers {
+		f.free <- &task{params: make([]float32, s.model.NumParams)}
+	}
+	return f
+}
+
+func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
+	for {
+		var l protocol.Lease
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case l = <-leases:
+		}
+		var t *task
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case t = <-f.free:
+		}
+		if err := f.fill(ctx, t, l); err != nil {
+			f.free <- t
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			f.s.held.Add(-1)
+			f.s.w.cfg.Logf("lease %d: %v; giving it back", l.ID, err)
+			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
+				return err
+			}
+			if err := f.s.send(ctx, &protocol.Want{N: 1}); err != nil {
+				return err
+			}
+			if f.failures++; f.failures >= 5 {
+				return fmt.Errorf("5 downloads failed in a row, last: %w", err)
+			}
+			continue
+		}
+		f.failures = 0
+		f.s.counts.Store(l.ID, l.Count)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f.ready <- t:
+		}
+	}
+}
+
+// fill downloads what lease l needs into t: its examples and, unless its
+// snapshot is "latest" (fetched when it starts), its snapshot.
+func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.lease = l
+	shard, err := f.shard(ctx, l.ShardURL)
+	if err != nil {
+		return err
+	}
+	if shard.ExampleSize() != f.s.model.InputSize {
+		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), f.s.model.InputSize)
+	}
+	if shard.Classes > f.s.model.NumClasses {
+		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
+	}
+	if l.Start+l.Count > shard.Count {
+		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.Count)
+	}
+	n := l.Count * shard.ExampleSize()
+	t.x = grow(t.x, n)
+	shard.Floats(t.x, l.Start, l.Count)
+	if cap(t.labels) < l.Count {
+		t.labels = make([]int32, l.Count)
+	}
+	t.labels = t.labels[:l.Count]
+	shard.LabelsInt32(t.labels, l.Start, l.Count)
+	if l.Snapshot == protocol.SnapshotLatest {
+		t.snap, t.base = 0, -1 // set when it starts
+		return nil
+	}
+	if err := f.copySnapshot(ctx, t, l.SnapshotURL); err != nil {
+		return err
+	}
+	t.base = l.BaseVersion
+	return nil
+}
+
+// fillSnapshot puts the snapshot at ref into t, downloading it unless it
+// is the one the fetcher holds.
+func (f *fetcher) fillSnapshot(ctx context.Context, t *task, ref string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.copySnapshot(ctx, t, ref)
+}
+
+func (f *fetcher) copySnapshot(ctx context.Context, t *task, ref string) error {
+	if ref != f.lastSnap {
+		if err := f.snapshot(ctx, ref); err != nil {
+			return err
+		}
+	}
+	copy(t.params, f.snap)
+	t.snap = f.snapID
+	return nil
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
+	u, err := f.s.base.Parse(ref)
+	if err != nil {
+		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
+	}
+	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
+	if fetch := f.s.w.cfg.Fetch; fetch != nil {
+		body, err := fetch(ctx, u.String(), f.body[:0])
+		if err != nil {
+			return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+		}
+		if int64(len(body)) > limit {
+			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+		}
+		f.body = body
+		return body, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.s.w.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
+	}
+	// Reuse one body buffer: snapshots are large and arrive constantly.
+	buf := f.body[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to read %s: %w", u, err)
+		}
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+		}
+	}
+	f.body = buf
+	return buf, nil
+}
+
+func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.ShardData, error) {
+	if d := f.shards[ref]; d != nil {
+		return d, nil
+	}
+	body, err := f.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	// DecodeShard may alias its input; the body buffer is reused, so copy.
+	d, err := dataset.DecodeShard(append([]byte(nil), body...), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", ref, err)
+	}
+	if len(f.shardOrder) >= maxCachedShards {
+		delete(f.shards, f.shardOrder[0])
+		f.shardOrder = f.shardOrder[1:]
+	}
+	f.shards[ref] = d
+	f.shardOrder = append(f.shardOrder, ref)
+	return d, nil
+}
+
+func (f *fetcher) snapshot(ctx context.Context, ref string) error {
+	body, err := f.get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if f.snap == nil {
+		f.snap = make([]float32, f.s.model.NumParams)
+	}
+	if err := protocol.DecodeFloatsInto(f.snap, body); err != nil {
+		f.lastSnap = ""
+		return fmt.Errorf("snapshot %s: %w", ref, err)
+	}
+	f.lastSnap = ref
+	f.snapID = SnapshotID(snapshotDownloads.Add(1))
+	return nil
+}
+
+// snapshotDownloads numbers every snapshot download in the process, so a
+// SnapshotID is never reused, even across sessions or a coordinator that
+// restarted from an older checkpoint and reuses version numbers.
+var snapshotDownloads atomic.Uint64
