@@ -129,6 +129,10 @@ type Config struct {
 	// NonFiniteEvalInterval is the least time between the evaluations
 	// that runs of non-finite results start (each scores the test set).
 	NonFiniteEvalInterval time.Duration
+	// MaxConnsPerAddress is how many websocket connections one client
+	// address (an IPv6 /64) may hold open at once, from the upgrade on,
+	// hello or not; more are refused with 429 before the upgrade.
+	MaxConnsPerAddress int
 }
 
 // Wire defaults (docs/SECURITY.md, section Wire).
@@ -138,6 +142,7 @@ const (
 	DefaultPingInterval          = 30 * time.Second
 	DefaultMaxMissedPings        = 3
 	DefaultNonFiniteEvalInterval = 30 * time.Second
+	DefaultMaxConnsPerAddress    = 32
 )
 
 func (c *Config) setDefaults() {
@@ -179,6 +184,9 @@ func (c *Config) setDefaults() {
 	if c.NonFiniteEvalInterval <= 0 {
 		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
 	}
+	if c.MaxConnsPerAddress <= 0 {
+		c.MaxConnsPerAddress = DefaultMaxConnsPerAddress
+	}
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -203,6 +211,9 @@ type Server struct {
 	closed  bool // set by Close before it waits; guards conns.Add
 	jobs    []*Job
 	workers map[string]*workerConn
+	// connsFrom counts open websocket connections per client key; an
+	// entry goes when its count reaches zero.
+	connsFrom map[string]int
 
 	auth    *auth
 	proxies trustedProxies
@@ -243,7 +254,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	fails := newRateLimiter(1/cfg.AuthFailEvery.Seconds(), float64(cfg.AuthFailBurst), cfg.ClientTableSize)
 	s := &Server{
-		cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff,
+		cfg: cfg, workers: map[string]*workerConn{}, connsFrom: map[string]int{}, bootID: rand.Uint32() & 0xffff,
 		auth: newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
