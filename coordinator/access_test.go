@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,5 +216,44 @@ func TestForeignHostAndOriginAreRefused(t *testing.T) {
 	// Load balancers probe /healthz by address.
 	if resp, _ := g.send(http.DefaultClient, http.MethodGet, "/healthz", nil, map[string]string{"Host": "10.9.9.9"}); resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz by address: %d", resp.StatusCode)
+	}
+}
+
+// A request body trickled a byte at a time held its connection (and its
+// goroutine) for ever, on any route: 300 such sign-ins from one address
+// were all still open after 90 s. The body must arrive within
+// ReadBodyTimeout of the headers, or the connection is closed.
+func TestTrickledRequestBodiesAreCut(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.ReadBodyTimeout = 300 * time.Millisecond })
+	for _, path := range []string{"/admin/login", "/healthz", "/api/v1/jobs"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(g.http.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		host := strings.TrimPrefix(g.http.URL, "http://")
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", path, host); err != nil {
+			t.Fatal(err)
+		}
+		// Keep trickling, and read whatever comes, until the coordinator
+		// closes the connection.
+		start := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			_, _ = io.Copy(io.Discard, conn)
+		}()
+	trickle:
+		for {
+			select {
+			case <-closed:
+				break trickle
+			case <-time.After(50 * time.Millisecond):
+				if time.Since(start) > 5*time.Second {
+					t.Fatalf("POST %s: a body trickled for 5 s is still being read (body timeout 300ms)", path)
+				}
+				_, _ = conn.Write([]byte(" "))
+			}
+		}
 	}
 }

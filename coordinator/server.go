@@ -87,6 +87,9 @@ type Config struct {
 	// MetricsPageMax is the most rows one /api/v1/jobs/{id}/metrics
 	// response holds.
 	MetricsPageMax int
+	// ReadBodyTimeout bounds how long a client may take to send a
+	// request's body (the header timeout is the HTTP server's).
+	ReadBodyTimeout time.Duration
 
 	// Durability (see durability.go and docs/SECURITY.md).
 	// CheckpointRetryMin and CheckpointRetryMax bound the backoff between
