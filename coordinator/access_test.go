@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -255,5 +256,58 @@ func TestTrickledRequestBodiesAreCut(t *testing.T) {
 				_, _ = conn.Write([]byte(" "))
 			}
 		}
+	}
+}
+
+// One address may hold only so many HTTP connections: each can pin kernel
+// memory with a response it does not read (a worker holding a lease got
+// its snapshot free 500 times over, unread, and pinned 630 MB), or hold
+// a goroutine. Connections past the limit are closed as they arrive,
+// another address is unaffected, and a slot comes back when a connection
+// closes.
+func TestHTTPConnectionsPerAddressAreLimited(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.MaxHTTPConnsPerAddress = 3 })
+	addr := strings.TrimPrefix(g.http.URL, "http://")
+	dialFrom := func(ip string) net.Conn {
+		t.Helper()
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// answers reports whether the server answers a request on c.
+	answers := func(c net.Conn) bool {
+		t.Helper()
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	held := []net.Conn{dialFrom("127.0.0.2"), dialFrom("127.0.0.2"), dialFrom("127.0.0.2")}
+	for i, c := range held {
+		if !answers(c) {
+			t.Fatalf("connection %d of 3 was not served", i+1)
+		}
+	}
+	if answers(dialFrom("127.0.0.2")) {
+		t.Fatal("a 4th connection from one address was served; want it closed")
+	}
+	if !answers(dialFrom("127.0.0.3")) {
+		t.Fatal("another address was refused")
+	}
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !answers(dialFrom("127.0.0.2")) {
+		if time.Now().After(deadline) {
+			t.Fatal("no slot came back after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

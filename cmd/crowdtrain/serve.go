@@ -142,7 +142,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
+	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
