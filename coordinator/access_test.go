@@ -311,3 +311,23 @@ func TestHTTPConnectionsPerAddressAreLimited(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Behind a TLS proxy (named by --trusted-proxy, saying X-Forwarded-Proto:
+// https) the session cookie is Secure, so a browser never sends it over
+// plain HTTP; from anyone else the header changes nothing.
+func TestSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.TrustedProxies = []string{"127.0.0.1"} })
+	login, _ := json.Marshal(map[string]string{"token": testAdminToken})
+	for _, c := range []struct {
+		from   string
+		secure bool
+	}{{"127.0.0.1", true}, {"127.0.0.2", false}} {
+		resp, body := g.send(clientFrom(t, c.from), http.MethodPost, "/admin/login", bytes.NewReader(login), map[string]string{"X-Forwarded-Proto": "https"})
+		if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+			t.Fatalf("sign-in from %s: %d %s", c.from, resp.StatusCode, body)
+		}
+		if got := resp.Cookies()[0].Secure; got != c.secure {
+			t.Errorf("sign-in from %s with X-Forwarded-Proto https: Secure %v, want %v", c.from, got, c.secure)
+		}
+	}
+}

@@ -187,7 +187,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: s.auth.newSession(time.Now()), Path: "/",
 		MaxAge: int(sessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil,
+		Secure: s.hosts.scheme(r) == "https", // TLS here or at a trusted proxy
 	})
 	w.WriteHeader(http.StatusNoContent)
 }
