@@ -20,10 +20,11 @@ const (
 	defaultAnonBulkRate    = 256 << 10 // bytes/s
 	// The contribute page and its wasm (about 3 MB gzipped, 11.5 MB raw
 	// for a client that does not ask for gzip) load in one go.
-	defaultAnonBulkBurst  = 16 << 20
-	defaultMinReadRate    = 64 << 10 // bytes/s, well under a 10 Mbit/s home link
-	defaultMinReadGrace   = 10 * time.Second
-	defaultMetricsPageMax = 5000
+	defaultAnonBulkBurst   = 16 << 20
+	defaultMinReadRate     = 64 << 10 // bytes/s, well under a 10 Mbit/s home link
+	defaultMinReadGrace    = 10 * time.Second
+	defaultMetricsPageMax  = 5000
+	defaultReadBodyTimeout = 10 * time.Second
 )
 
 func (c *Config) setAccessDefaults() {
@@ -50,6 +51,9 @@ func (c *Config) setAccessDefaults() {
 	}
 	if c.MetricsPageMax <= 0 {
 		c.MetricsPageMax = defaultMetricsPageMax
+	}
+	if c.ReadBodyTimeout <= 0 {
+		c.ReadBodyTimeout = defaultReadBodyTimeout
 	}
 }
 
@@ -166,6 +170,14 @@ func (p *hostPolicy) originAllowed(r *http.Request, origin string) bool {
 // address and which shows nothing).
 func (s *Server) checkAccess(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A body trickled a byte at a time would hold the connection and
+		// its goroutine for ever: the header timeout ends with the headers,
+		// and the server reads what a handler left of a body before it
+		// answers. Deadlines are per request (the server sets the next
+		// request's), and a websocket upgrade has no body.
+		if r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadBodyTimeout))
+		}
 		if r.URL.Path == "/healthz" {
 			next.ServeHTTP(w, r)
 			return

@@ -1,9 +1,11 @@
 package coordinator_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,5 +217,117 @@ func TestForeignHostAndOriginAreRefused(t *testing.T) {
 	// Load balancers probe /healthz by address.
 	if resp, _ := g.send(http.DefaultClient, http.MethodGet, "/healthz", nil, map[string]string{"Host": "10.9.9.9"}); resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz by address: %d", resp.StatusCode)
+	}
+}
+
+// A request body trickled a byte at a time held its connection (and its
+// goroutine) for ever, on any route: 300 such sign-ins from one address
+// were all still open after 90 s. The body must arrive within
+// ReadBodyTimeout of the headers, or the connection is closed.
+func TestTrickledRequestBodiesAreCut(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.ReadBodyTimeout = 300 * time.Millisecond })
+	for _, path := range []string{"/admin/login", "/healthz", "/api/v1/jobs"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(g.http.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		host := strings.TrimPrefix(g.http.URL, "http://")
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", path, host); err != nil {
+			t.Fatal(err)
+		}
+		// Keep trickling, and read whatever comes, until the coordinator
+		// closes the connection.
+		start := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			_, _ = io.Copy(io.Discard, conn)
+		}()
+	trickle:
+		for {
+			select {
+			case <-closed:
+				break trickle
+			case <-time.After(50 * time.Millisecond):
+				if time.Since(start) > 5*time.Second {
+					t.Fatalf("POST %s: a body trickled for 5 s is still being read (body timeout 300ms)", path)
+				}
+				_, _ = conn.Write([]byte(" "))
+			}
+		}
+	}
+}
+
+// One address may hold only so many HTTP connections: each can pin kernel
+// memory with a response it does not read (a worker holding a lease got
+// its snapshot free 500 times over, unread, and pinned 630 MB), or hold
+// a goroutine. Connections past the limit are closed as they arrive,
+// another address is unaffected, and a slot comes back when a connection
+// closes.
+func TestHTTPConnectionsPerAddressAreLimited(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.MaxHTTPConnsPerAddress = 3 })
+	addr := strings.TrimPrefix(g.http.URL, "http://")
+	dialFrom := func(ip string) net.Conn {
+		t.Helper()
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// answers reports whether the server answers a request on c.
+	answers := func(c net.Conn) bool {
+		t.Helper()
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	held := []net.Conn{dialFrom("127.0.0.2"), dialFrom("127.0.0.2"), dialFrom("127.0.0.2")}
+	for i, c := range held {
+		if !answers(c) {
+			t.Fatalf("connection %d of 3 was not served", i+1)
+		}
+	}
+	if answers(dialFrom("127.0.0.2")) {
+		t.Fatal("a 4th connection from one address was served; want it closed")
+	}
+	if !answers(dialFrom("127.0.0.3")) {
+		t.Fatal("another address was refused")
+	}
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !answers(dialFrom("127.0.0.2")) {
+		if time.Now().After(deadline) {
+			t.Fatal("no slot came back after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Behind a TLS proxy (named by --trusted-proxy, saying X-Forwarded-Proto:
+// https) the session cookie is Secure, so a browser never sends it over
+// plain HTTP; from anyone else the header changes nothing.
+func TestSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.TrustedProxies = []string{"127.0.0.1"} })
+	login, _ := json.Marshal(map[string]string{"token": testAdminToken})
+	for _, c := range []struct {
+		from   string
+		secure bool
+	}{{"127.0.0.1", true}, {"127.0.0.2", false}} {
+		resp, body := g.send(clientFrom(t, c.from), http.MethodPost, "/admin/login", bytes.NewReader(login), map[string]string{"X-Forwarded-Proto": "https"})
+		if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+			t.Fatalf("sign-in from %s: %d %s", c.from, resp.StatusCode, body)
+		}
+		if got := resp.Cookies()[0].Secure; got != c.secure {
+			t.Errorf("sign-in from %s with X-Forwarded-Proto https: Secure %v, want %v", c.from, got, c.secure)
+		}
 	}
 }

@@ -141,6 +141,14 @@ func (a *auth) authorized(r *http.Request, key string, now time.Time) (authResul
 	return authDenied, 0
 }
 
+// signedIn reports whether r carries the session of a signed-in operator
+// (the admin page's cookie). It counts no failures: it only exempts the
+// operator from limits meant for anonymous clients.
+func (s *Server) signedIn(r *http.Request) bool {
+	c, err := r.Cookie(sessionCookie)
+	return err == nil && s.auth.sessionOK(c.Value, time.Now())
+}
+
 // writeAuthRefusal answers a request that failed a token check.
 func writeAuthRefusal(w http.ResponseWriter, res authResult, wait time.Duration) {
 	if res == authLimited {
@@ -179,7 +187,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: s.auth.newSession(time.Now()), Path: "/",
 		MaxAge: int(sessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil,
+		Secure: s.hosts.scheme(r) == "https", // TLS here or at a trusted proxy
 	})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -99,3 +99,54 @@ func clientKey(a netip.Addr) string {
 func (s *Server) clientKey(r *http.Request) string {
 	return clientKey(s.proxies.clientIP(r))
 }
+
+// ConnState is for http.Server.ConnState: it holds each peer address (an
+// IPv6 /64) to Config.MaxHTTPConnsPerAddress open HTTP connections,
+// closing any more as they arrive. Every open connection can pin kernel
+// memory with a response its client does not read (a snapshot or shard
+// a worker with a lease gets free: 500 unread from one worker pinned
+// 630 MB), or hold a goroutine while its headers trickle. A trusted
+// proxy's connections are not counted; a connection handed to a
+// websocket stops counting here (/ws has its own limit).
+func (s *Server) ConnState(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		ip := remoteIPOf(c.RemoteAddr())
+		if ip.IsValid() && s.proxies.contains(ip) {
+			return
+		}
+		key := clientKey(ip)
+		s.mu.Lock()
+		over := s.httpConnsFrom[key] >= s.cfg.MaxHTTPConnsPerAddress
+		if !over {
+			s.httpConnsFrom[key]++
+			s.httpConns[c] = key
+		}
+		s.mu.Unlock()
+		if over {
+			c.Close()
+		}
+	case http.StateHijacked, http.StateClosed:
+		s.mu.Lock()
+		if key, ok := s.httpConns[c]; ok {
+			delete(s.httpConns, c)
+			if s.httpConnsFrom[key]--; s.httpConnsFrom[key] <= 0 {
+				delete(s.httpConnsFrom, key)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// remoteIPOf is a connection's peer address, or an invalid Addr.
+func remoteIPOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		return ip.Unmap()
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}

@@ -110,17 +110,28 @@ func (j *Job) maxMessageBytes() int64 {
 // and a bye. Nothing a worker sends can touch the model without passing
 // protocol.Decode and the job's own checks.
 func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
+	// Each connection costs memory whether or not it ever says hello (a
+	// frame buffer while a message arrives, up to a result's size): one
+	// address may hold only so many, counted until the connection ends.
+	key := s.clientKey(r)
+	if !s.takeConnSlot(key) {
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusTooManyRequests, "too many connections from this address (at most %d)", s.cfg.MaxConnsPerAddress)
+		return
+	}
 	// checkAccess has vetted Host and Origin (scheme included, which the
 	// library's own check ignores); a second check would only refuse the
 	// --public-url origins it does not know.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
+		s.releaseConnSlot(key)
 		return // Accept has answered the request already
 	}
 	handedOff := false // to the session goroutine, which closes it
 	defer func() {
 		if !handedOff {
 			ws.CloseNow()
+			s.releaseConnSlot(key)
 		}
 	}()
 	s.mu.Lock()
@@ -171,7 +182,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		hello:       *hello,
 		job:         job,
 		remote:      r.RemoteAddr,
-		clientKey:   s.clientKey(r),
+		clientKey:   key,
 		ws:          ws,
 		connectedAt: time.Now(),
 	}
@@ -185,9 +196,30 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	handedOff = true
 	go func() {
 		defer s.conns.Done()
+		defer s.releaseConnSlot(key)
 		defer ws.CloseNow()
 		s.session(wc)
 	}()
+}
+
+// takeConnSlot counts a new connection from key, unless key already holds
+// Config.MaxConnsPerAddress.
+func (s *Server) takeConnSlot(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connsFrom[key] >= s.cfg.MaxConnsPerAddress {
+		return false
+	}
+	s.connsFrom[key]++
+	return true
+}
+
+func (s *Server) releaseConnSlot(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connsFrom[key]--; s.connsFrom[key] <= 0 {
+		delete(s.connsFrom, key)
+	}
 }
 
 // session runs an admitted worker's connection: welcome, messages until

@@ -137,6 +137,7 @@ func BenchmarkConnMemory(b *testing.B) {
 			for range b.N {
 				g := newTestGridWith(b, jobSpec(b, "mnist-mlp", nil), func(cfg *coordinator.Config) {
 					cfg.Logf = func(string, ...any) {}
+					cfg.MaxConnsPerAddress = memConns // all from 127.0.0.1
 				})
 				per := memPerConn(b, g.wsURL(), memConns, c.fullFrame)
 				b.ReportMetric(per, "B/conn")

@@ -76,7 +76,10 @@ func newTestGridWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordina
 }
 
 func newHTTPServer(srv *coordinator.Server) *httptest.Server {
-	return httptest.NewServer(srv.Handler())
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Config.ConnState = srv.ConnState
+	hs.Start()
+	return hs
 }
 
 func (g *testGrid) close() {

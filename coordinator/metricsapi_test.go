@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -126,6 +127,64 @@ func TestMetricsHistoryIsPagedAndSampled(t *testing.T) {
 		resp, body := g.send(http.DefaultClient, http.MethodGet, "/api/v1/jobs/"+id+"/metrics"+q, nil, nil)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "error") {
 			t.Errorf("metrics%s: %d %s; want 400 saying what is wrong", q, resp.StatusCode, body)
+		}
+	}
+}
+
+// A metrics page is bulk (5,000 rows are about 1 MB, asked for with 100
+// bytes; 600 unread ones from one address pinned 930 MB of kernel memory):
+// it is charged to the address's anonymous budget like a shard, while the
+// signed-in operator's admin page is not limited.
+func TestMetricsPagesSpendTheAnonymousBudget(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const burst = 256 << 10
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.Store, c.MetricsPageMax = db, 1000
+		c.AnonBulkBurst, c.AnonBulkRate = burst, 1
+	})
+	ctx := context.Background()
+	id := g.job.ID
+	if _, err := g.srv.StopJob(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Hour)
+	for i := range 1000 {
+		if err := db.AddMetric(ctx, store.Metric{JobID: id, At: t0.Add(time.Duration(i) * time.Millisecond), Version: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	anon, operator := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.3")
+	page := "/api/v1/jobs/" + id + "/metrics?limit=1000"
+	resp, body := g.send(anon, http.MethodGet, page, nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first page: %d %s", resp.StatusCode, body)
+	}
+	n := burst/len(body) + 2
+	refused := false
+	for range n {
+		resp, _ := g.send(anon, http.MethodGet, page, nil, nil)
+		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "" {
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		t.Fatalf("%d pages of %d bytes from one address past a %d-byte budget were all served", n+1, len(body), burst)
+	}
+
+	login, _ := json.Marshal(map[string]string{"token": testAdminToken})
+	resp, _ = g.send(operator, http.MethodPost, "/admin/login", bytes.NewReader(login), nil)
+	if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	session := map[string]string{"Cookie": resp.Cookies()[0].Name + "=" + resp.Cookies()[0].Value}
+	for i := range n {
+		if resp, body := g.send(operator, http.MethodGet, page, nil, session); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the operator's page %d: %d %s", i, resp.StatusCode, body)
 		}
 	}
 }

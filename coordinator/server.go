@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -87,6 +88,9 @@ type Config struct {
 	// MetricsPageMax is the most rows one /api/v1/jobs/{id}/metrics
 	// response holds.
 	MetricsPageMax int
+	// ReadBodyTimeout bounds how long a client may take to send a
+	// request's body (the header timeout is the HTTP server's).
+	ReadBodyTimeout time.Duration
 
 	// Durability (see durability.go and docs/SECURITY.md).
 	// CheckpointRetryMin and CheckpointRetryMax bound the backoff between
@@ -129,6 +133,15 @@ type Config struct {
 	// NonFiniteEvalInterval is the least time between the evaluations
 	// that runs of non-finite results start (each scores the test set).
 	NonFiniteEvalInterval time.Duration
+	// MaxHTTPConnsPerAddress is how many HTTP connections one peer
+	// address (an IPv6 /64) may hold open at once, served by an
+	// http.Server whose ConnState is Server.ConnState; more are closed
+	// as they arrive. A trusted proxy's connections are not counted.
+	MaxHTTPConnsPerAddress int
+	// MaxConnsPerAddress is how many websocket connections one client
+	// address (an IPv6 /64) may hold open at once, from the upgrade on,
+	// hello or not; more are refused with 429 before the upgrade.
+	MaxConnsPerAddress int
 }
 
 // Wire defaults (docs/SECURITY.md, section Wire).
@@ -138,7 +151,12 @@ const (
 	DefaultPingInterval          = 30 * time.Second
 	DefaultMaxMissedPings        = 3
 	DefaultNonFiniteEvalInterval = 30 * time.Second
+	DefaultMaxConnsPerAddress    = 32
 )
+
+// DefaultMaxHTTPConnsPerAddress is the default of
+// Config.MaxHTTPConnsPerAddress (docs/SECURITY.md, section HTTP access).
+const DefaultMaxHTTPConnsPerAddress = 64
 
 func (c *Config) setDefaults() {
 	if c.Logf == nil {
@@ -179,6 +197,12 @@ func (c *Config) setDefaults() {
 	if c.NonFiniteEvalInterval <= 0 {
 		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
 	}
+	if c.MaxConnsPerAddress <= 0 {
+		c.MaxConnsPerAddress = DefaultMaxConnsPerAddress
+	}
+	if c.MaxHTTPConnsPerAddress <= 0 {
+		c.MaxHTTPConnsPerAddress = DefaultMaxHTTPConnsPerAddress
+	}
 }
 
 // Server is the coordinator: it owns the jobs, accepts worker connections
@@ -203,6 +227,13 @@ type Server struct {
 	closed  bool // set by Close before it waits; guards conns.Add
 	jobs    []*Job
 	workers map[string]*workerConn
+	// connsFrom counts open websocket connections per client key; an
+	// entry goes when its count reaches zero.
+	connsFrom map[string]int
+	// httpConns maps each HTTP connection counted in httpConnsFrom (per
+	// peer key) to its key; guarded by mu.
+	httpConns     map[net.Conn]string
+	httpConnsFrom map[string]int
 
 	auth    *auth
 	proxies trustedProxies
@@ -243,8 +274,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	fails := newRateLimiter(1/cfg.AuthFailEvery.Seconds(), float64(cfg.AuthFailBurst), cfg.ClientTableSize)
 	s := &Server{
-		cfg: cfg, workers: map[string]*workerConn{}, bootID: rand.Uint32() & 0xffff,
-		auth: newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
+		cfg: cfg, workers: map[string]*workerConn{}, connsFrom: map[string]int{}, httpConns: map[net.Conn]string{}, httpConnsFrom: map[string]int{},
+		bootID: rand.Uint32() & 0xffff,
+		auth:   newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)

@@ -228,7 +228,10 @@ func TestConnectionsThatStopAnsweringPingsAreClosed(t *testing.T) {
 // stays near the pool's size, not one update per connection.
 func TestFullSizeFramesAreNotHeldPerConnection(t *testing.T) {
 	const conns, pool = 40, 2
-	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.DecodeBuffers = pool })
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.DecodeBuffers = pool
+		c.MaxConnsPerAddress = conns // all from 127.0.0.1
+	})
 	frame := fullSizeResult(t, g)
 	rcs := make([]*rawClient, conns)
 	before := heapAndStack()
@@ -277,5 +280,54 @@ func TestNaNFloodStartsOneEvaluationPerInterval(t *testing.T) {
 	}
 	if v := g.jobView(); v.State != coordinator.StateRunning || v.Version != 0 {
 		t.Fatalf("job %s at version %d after NaN results, want running at 0", v.State, v.Version)
+	}
+}
+
+// One address may hold only so many websocket connections, whether they
+// said hello or not (3,000 stalled hellos from one address took 430 MB;
+// 300 stalled results 600 MB): the next is refused before the upgrade,
+// a slot comes back when a connection ends, and another address is not
+// affected.
+func TestConnectionsPerAddressAreLimited(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.MaxConnsPerAddress = 3 })
+	dialFrom := func(ip string) (*websocket.Conn, *http.Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, resp, err := websocket.Dial(ctx, g.wsURL(), &websocket.DialOptions{HTTPClient: clientFrom(t, ip)})
+		if err == nil {
+			t.Cleanup(func() { c.CloseNow() })
+		}
+		return c, resp, err
+	}
+	joined := g.joinRaw()                    // one that said hello
+	silent1, _, err := dialFrom("127.0.0.1") // two that never speak
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dialFrom("127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, err := dialFrom("127.0.0.1")
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a 4th connection from one address: err %v, response %+v; want 429 with Retry-After", err, resp)
+	}
+	if _, _, err := dialFrom("127.0.0.2"); err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	// Slots come back as connections end, joined or not.
+	joined.conn.Close(websocket.StatusNormalClosure, "bye")
+	silent1.CloseNow()
+	for range 2 {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, _, err := dialFrom("127.0.0.1")
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no slot came back after connections closed: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -50,11 +50,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
 	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
 	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
+	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 {
-		return usagef("--max-control-bytes must be >= 1024, --decode-buffers and --ping-misses >= 1, --ping-interval non-zero, --nonfinite-eval-interval positive")
+	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 || *maxConnsPerAddr < 1 {
+		return usagef("--max-control-bytes must be >= 1024, --decode-buffers, --ping-misses and --max-conns-per-address >= 1, --ping-interval non-zero, --nonfinite-eval-interval positive")
 	}
 	token, generated := *adminToken, false
 	if token == "" {
@@ -112,6 +113,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		MaxWorkerRecords: *maxWorkerRecords, WorkerRecordMaxAge: *workerRecordAge,
 		MaxControlBytes: *maxControlBytes, DecodeBuffers: *decodeBuffers,
 		PingInterval: *pingInterval, MaxMissedPings: *pingMisses, NonFiniteEvalInterval: *nonFiniteEval,
+		// The local workers connect over loopback, on top of the limit.
+		MaxConnsPerAddress: *maxConnsPerAddr + *localWorkers,
 	}
 	if err := access.apply(&cfg, *addr); err != nil {
 		return err
@@ -139,7 +142,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
+	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	base := "http://" + ln.Addr().String()

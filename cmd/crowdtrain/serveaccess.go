@@ -26,6 +26,8 @@ type accessFlags struct {
 	metricsPageMax    int
 	idleTimeout       time.Duration
 	readHeaderTimeout time.Duration
+	readBodyTimeout   time.Duration
+	maxHTTPConns      int
 }
 
 func (a *accessFlags) register(fs *flag.FlagSet) {
@@ -41,14 +43,16 @@ func (a *accessFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.metricsPageMax, "metrics-page-max", 5000, "most rows of a job's metrics history in one API response")
 	fs.DurationVar(&a.idleTimeout, "idle-timeout", 60*time.Second, "an idle keep-alive HTTP connection is closed after `DURATION`")
 	fs.DurationVar(&a.readHeaderTimeout, "read-header-timeout", 10*time.Second, "a client must send a request's headers within `DURATION`")
+	fs.IntVar(&a.maxHTTPConns, "max-http-conns-per-address", coordinator.DefaultMaxHTTPConnsPerAddress, "HTTP connections one client address (IPv6: its /64) may hold open at once; a --trusted-proxy's are not counted")
+	fs.DurationVar(&a.readBodyTimeout, "read-body-timeout", 10*time.Second, "a client must send a request's body within `DURATION` of its headers")
 }
 
 // apply checks the flags and sets them in cfg. listen is --addr: its host,
 // when not a wildcard, is one of the names the coordinator answers to.
 func (a *accessFlags) apply(cfg *coordinator.Config, listen string) error {
 	if a.authFailBurst < 1 || a.authFailEvery <= 0 || a.anonBulkRate < 1 || a.anonBulkBurst < 1 ||
-		a.minReadRate < 1 || a.minReadGrace <= 0 || a.metricsPageMax < 2 || a.idleTimeout <= 0 || a.readHeaderTimeout <= 0 {
-		return usagef("--auth-fail-burst, --anon-bulk-rate, --anon-bulk-burst and --min-read-rate must be >= 1, --metrics-page-max >= 2, and the durations positive")
+		a.minReadRate < 1 || a.minReadGrace <= 0 || a.metricsPageMax < 2 || a.idleTimeout <= 0 || a.readHeaderTimeout <= 0 || a.readBodyTimeout <= 0 || a.maxHTTPConns < 1 {
+		return usagef("--auth-fail-burst, --anon-bulk-rate, --anon-bulk-burst, --min-read-rate and --max-http-conns-per-address must be >= 1, --metrics-page-max >= 2, and the durations positive")
 	}
 	if a.metricsToken != "" && len(a.metricsToken) < 16 {
 		return usagef("the metrics token must be at least 16 characters")
@@ -63,6 +67,8 @@ func (a *accessFlags) apply(cfg *coordinator.Config, listen string) error {
 	cfg.AnonBulkRate, cfg.AnonBulkBurst = a.anonBulkRate, a.anonBulkBurst
 	cfg.MinReadRate, cfg.MinReadGrace = a.minReadRate, a.minReadGrace
 	cfg.MetricsPageMax = a.metricsPageMax
+	cfg.ReadBodyTimeout = a.readBodyTimeout
+	cfg.MaxHTTPConnsPerAddress = a.maxHTTPConns
 	return nil
 }
 

@@ -237,7 +237,7 @@ func TestHostileFramesKeepMemoryBounded(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("needs /proc to read the coordinator's RSS")
 	}
-	p, addr := startBigJob(t)
+	p, addr := startBigJob(t, "--max-conns-per-address", "64") // all 64 from 127.0.0.1
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	probe, err := dialWS(ctx, addr)
