@@ -313,7 +313,7 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 		}
 	}
 	s.startJob(j)
-	s.cfg.Logf("job %s (%s): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+	s.cfg.Logf("job %s (%q): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
 		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy)
 	return j, nil
 }
@@ -393,7 +393,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 				return nil, err
 			}
 			resumed = append(resumed, j)
-			s.cfg.Logf("job %s (%s): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.version, j.st.epoch, j.run)
+			s.cfg.Logf("job %s (%q): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.version, j.st.epoch, j.run)
 		} else {
 			j.run = rec.Incarnation
 			j.st.queue = j.st.queue[:0]
