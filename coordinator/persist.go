@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -38,6 +39,11 @@ type progress struct {
 	Eval           *EvalResult      `json:"eval,omitempty"`
 	FinalEvalAfter bool             `json:"final_eval_after,omitempty"`
 	StartedAt      time.Time        `json:"started_at"`
+	// Round and RoundResults are a round mode's open round and how many
+	// results it holds; their sum is the last vector of the optimizer
+	// state blob when RoundResults > 0.
+	Round        uint64 `json:"round,omitempty"`
+	RoundResults int    `json:"round_results,omitempty"`
 }
 
 // CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
@@ -94,7 +100,7 @@ func (j *Job) checkpoint(force bool) {
 		return
 	}
 	st := &j.st
-	if !force && (st.version == st.ckptVersion || len(j.ckptCh) > 0) {
+	if !force && (st.model.Version == st.ckptVersion || len(j.ckptCh) > 0) {
 		return
 	}
 	start := time.Now()
@@ -107,7 +113,7 @@ func (j *Job) checkpoint(force bool) {
 	default:
 	}
 	j.ckptCh <- op
-	st.ckptVersion, st.ckptAt = st.version, time.Now()
+	st.ckptVersion, st.ckptAt = st.model.Version, time.Now()
 }
 
 // copyState snapshots everything a resumed job needs, into bufs.
@@ -121,22 +127,30 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
 	}
 	// Leased tasks are not done: a resumed job hands them out again.
-	p.Tasks = make([][3]int, 0, len(st.queue)+len(st.leases))
-	for _, l := range st.leases {
-		p.Tasks = append(p.Tasks, [3]int{l.task.shard, l.task.start, l.task.count})
+	leases, queue := st.sched.Leases(), st.sched.Queue()
+	p.Tasks = make([][3]int, 0, len(queue)+len(leases))
+	for _, l := range leases {
+		p.Tasks = append(p.Tasks, [3]int{l.Task.Shard, l.Task.Start, l.Task.Count})
 	}
-	for _, t := range st.queue {
-		p.Tasks = append(p.Tasks, [3]int{t.shard, t.start, t.count})
+	for _, t := range queue {
+		p.Tasks = append(p.Tasks, [3]int{t.Shard, t.Start, t.Count})
 	}
+	// A partial round is kept whole: its results' examples are done, and
+	// a resumed job closes the round with them.
+	partial := st.agg.Partial()
+	p.Round, p.RoundResults = partial.Round, partial.Results
 	prog, err := json.Marshal(p)
 	if err != nil {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
 	}
-	vectors, steps := st.opt.State()
-	bufs.params = protocol.AppendFloats(bufs.params[:0], st.params)
+	vectors, steps := st.model.Opt.State()
+	if partial.Results > 0 {
+		vectors = append(vectors[:len(vectors):len(vectors)], partial.Sum)
+	}
+	bufs.params = protocol.AppendFloats(bufs.params[:0], st.model.Params)
 	bufs.opt = appendOptState(bufs.opt[:0], vectors, steps)
 	return store.Checkpoint{
-		JobID: j.ID, Version: st.version, Epoch: st.epoch, CreatedAt: time.Now(),
+		JobID: j.ID, Version: st.model.Version, Epoch: st.epoch, CreatedAt: time.Now(),
 		Params: bufs.params, OptState: bufs.opt, Progress: prog,
 	}
 }
@@ -192,29 +206,41 @@ func decodeOptState(b []byte) ([][]float32, int64, error) {
 // starts).
 func (j *Job) restore(c store.Checkpoint) error {
 	st := &j.st
-	if err := protocol.DecodeFloatsInto(st.params, c.Params); err != nil {
+	if err := protocol.DecodeFloatsInto(st.model.Params, c.Params); err != nil {
 		return fmt.Errorf("checkpoint v%d parameters: %w", c.Version, err)
 	}
 	vectors, steps, err := decodeOptState(c.OptState)
 	if err != nil {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
-	if err := st.opt.SetState(vectors, steps); err != nil {
-		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
-	}
 	var p progress
 	if err := json.Unmarshal(c.Progress, &p); err != nil {
 		return fmt.Errorf("checkpoint v%d progress: %w", c.Version, err)
 	}
-	st.version, st.epoch = c.Version, p.Epoch
-	st.queue = st.queue[:0]
+	partial := engine.Partial{Round: p.Round, Results: p.RoundResults}
+	if p.RoundResults > 0 {
+		if len(vectors) == 0 {
+			return fmt.Errorf("checkpoint v%d: a partial round of %d results without its sum", c.Version, p.RoundResults)
+		}
+		partial.Sum, vectors = vectors[len(vectors)-1], vectors[:len(vectors)-1]
+	}
+	if err := st.model.Opt.SetState(vectors, steps); err != nil {
+		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
+	}
+	if err := st.agg.Restore(partial); err != nil {
+		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
+	}
+	st.model.Version, st.epoch = c.Version, p.Epoch
+	tasks := make([]engine.Task, 0, len(p.Tasks))
+	st.remaining = 0
 	for _, t := range p.Tasks {
 		if t[0] < 0 || t[0] >= len(j.shards) || t[1] < 0 || t[2] < 1 || t[1]+t[2] > len(j.shards[t[0]].Indices) {
 			return fmt.Errorf("checkpoint v%d progress names task %v outside the job's shards", c.Version, t)
 		}
-		st.queue = append(st.queue, task{shard: t[0], start: t[1], count: t[2]})
+		tasks = append(tasks, engine.Task{Shard: t[0], Start: t[1], Count: t[2]})
+		st.remaining += int64(t[2])
 	}
-	st.remaining = len(st.queue)
+	st.sched.SetQueue(carve(tasks, st.spec.BatchSize*st.spec.TaskSteps()))
 	st.examplesSeen, st.epochExamples = p.ExamplesSeen, p.EpochExamples
 	st.applied, st.rejected = p.Applied, p.Rejected
 	for k, v := range p.Rejections {
@@ -230,7 +256,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	st.ckptVersion = c.Version
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.
-	if st.state == StateRunning && st.remaining == 0 && st.epoch >= j.Spec.MaxEpochs {
+	if st.state == StateRunning && st.remaining == 0 && st.epoch >= st.spec.MaxEpochs {
 		st.finalEvalAfter = true
 	} else if st.state == StateRunning && st.remaining == 0 {
 		j.startEpoch()
@@ -256,7 +282,7 @@ func (j *Job) addMetric(eval *EvalResult, note string) {
 	}
 	st := &j.st
 	now := time.Now()
-	m := store.Metric{JobID: j.ID, At: now, Version: st.version}
+	m := store.Metric{JobID: j.ID, At: now, Version: st.model.Version}
 	if dt := now.Sub(st.metricAt).Seconds(); !st.metricAt.IsZero() && dt > 0 {
 		m.ExamplesPerSec = float64(st.examplesSeen-st.metricExamples) / dt
 		m.UpdatesPerSec = float64(st.applied-st.metricApplied) / dt
