@@ -135,6 +135,9 @@ func (j *Job) step(now time.Time) {
 		return
 	}
 	st.model.Apply(s)
+	if r, ok := st.agg.(*engine.Rounds); ok && s.Results < r.Size {
+		st.roundsShort++
+	}
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)
 	}

@@ -388,7 +388,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	case *protocol.Start:
 		s.start(ctx, wc, m.LeaseID)
 	case *protocol.Release:
-		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
+		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs, m.Reason) })
 	case *protocol.Bye:
 		return websocket.StatusNormalClosure, "bye", true
 	default:

@@ -132,6 +132,9 @@ type jobState struct {
 	rejected       int64
 	rejections     map[string]int64
 	leasesExpired  int64
+	leasesReleased int64
+	lastRelease    string
+	roundsShort    int64
 	leasesIssued   int64
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
@@ -145,6 +148,7 @@ type jobState struct {
 	doneAt         time.Time
 	reason         string // why the job is done or failed
 	ckptVersion    int64  // version of the newest checkpoint handed to the writer, which retries it until durable
+	ckptApplied    int64  // accepted results then: a partial round moves them, not the version
 	ckptAt         time.Time
 	metricAt       time.Time // when the last metrics row was taken, and the counters then
 	metricExamples int64
@@ -255,7 +259,7 @@ func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 			j.step(now) // a round past its round_timeout
 			j.updateRates(now)
 		case <-ckpt:
-			if j.st.model.Version != j.st.ckptVersion {
+			if j.dirty() {
 				j.recordMetric(nil)
 			}
 			j.checkpoint(false)
@@ -406,6 +410,14 @@ type JobView struct {
 	// it holds so far.
 	Round        uint64 `json:"round,omitempty"`
 	RoundResults int    `json:"round_results,omitempty"`
+	// RoundsShort counts rounds closed by round_timeout with fewer than
+	// round_size results.
+	RoundsShort int64 `json:"rounds_short,omitempty"`
+	// LeasesReleased counts leases workers gave back unfinished, and
+	// LastRelease says why the last one was (a worker that cannot run
+	// the job's mode says so there).
+	LeasesReleased int64  `json:"leases_released"`
+	LastRelease    string `json:"last_release,omitempty"`
 
 	// CheckpointFailure is set while the newest checkpoint could not be
 	// written and is being retried.
@@ -427,6 +439,7 @@ func (j *Job) view(st *jobState) JobView {
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		v.Round, v.RoundResults = r.Round(), r.Partial().Results
 	}
+	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}

@@ -185,12 +185,16 @@ func (j *Job) releaseWorker(worker string) int {
 	return j.unleased(j.st.sched.Release(worker, nil))
 }
 
-// releaseLeases requeues the worker's leases among ids.
-func (j *Job) releaseLeases(worker string, ids []uint64) {
+// releaseLeases requeues the worker's leases among ids, which it gives
+// back unfinished for reason.
+func (j *Job) releaseLeases(worker string, ids []uint64, reason string) {
 	if len(ids) == 0 {
 		return
 	}
-	j.unleased(j.st.sched.Release(worker, ids))
+	if n := j.unleased(j.st.sched.Release(worker, ids)); n > 0 {
+		j.st.leasesReleased += int64(n)
+		j.st.lastRelease = reason
+	}
 }
 
 func (j *Job) heldBy(worker string) int { return j.st.sched.HeldBy(worker) }

@@ -53,6 +53,8 @@ type CheckpointStats struct {
 	Bytes   int64     `json:"bytes"`
 	PauseMs float64   `json:"pause_ms"` // how long the update loop stopped to copy the state
 	WriteMs float64   `json:"write_ms"` // how long the SQLite transaction took
+	// RoundResults is how many results of an open round it holds.
+	RoundResults int `json:"round_results,omitempty"`
 }
 
 // checkpointOp is one checkpoint on its way to the writer, with the job's
@@ -64,6 +66,8 @@ type checkpointOp struct {
 	reason string
 	doneAt time.Time
 	pause  time.Duration
+	// roundResults is the partial round the checkpoint holds.
+	roundResults int
 }
 
 // ckptBuffers hold a checkpoint's copies. They go back to the job's pool
@@ -100,12 +104,13 @@ func (j *Job) checkpoint(force bool) {
 		return
 	}
 	st := &j.st
-	if !force && (st.model.Version == st.ckptVersion || len(j.ckptCh) > 0) {
+	if !force && (!j.dirty() || len(j.ckptCh) > 0) {
 		return
 	}
 	start := time.Now()
 	bufs := j.getBuffers()
-	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt}
+	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt,
+		roundResults: st.agg.Partial().Results}
 	op.pause = time.Since(start)
 	select { // latest wins
 	case old := <-j.ckptCh:
@@ -113,7 +118,13 @@ func (j *Job) checkpoint(force bool) {
 	default:
 	}
 	j.ckptCh <- op
-	st.ckptVersion, st.ckptAt = st.model.Version, time.Now()
+	st.ckptVersion, st.ckptApplied, st.ckptAt = st.model.Version, st.applied, time.Now()
+}
+
+// dirty reports whether the state moved since the last checkpoint: a new
+// version, or results accepted into a round that has not closed yet.
+func (j *Job) dirty() bool {
+	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied
 }
 
 // copyState snapshots everything a resumed job needs, into bufs.
@@ -253,7 +264,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt
 	}
-	st.ckptVersion = c.Version
+	st.ckptVersion, st.ckptApplied = c.Version, st.applied
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.
 	if st.state == StateRunning && st.remaining == 0 && st.epoch >= st.spec.MaxEpochs {

@@ -396,7 +396,7 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		for _, j := range jobs {
 			_ = j.exec(context.Background(), func(st *jobState) {
-				if st.model.Version != st.ckptVersion {
+				if j.dirty() {
 					j.checkpoint(true)
 				}
 			})
