@@ -188,6 +188,15 @@ func Patch(cur Spec, data []byte) (Spec, []string, error) {
 			}
 		}
 		modeDefaults(&next, g)
+		// The shards were cut when the job started: a mode's default H
+		// shrinks to what one shard holds (16 steps of 64 need 1024).
+		fit := max(1, next.ShardSize/next.BatchSize)
+		if !g["local_steps"] && next.LocalSteps > fit {
+			next.LocalSteps = fit
+		}
+		if !g["max_local_steps"] && next.MaxLocalSteps > fit {
+			next.MaxLocalSteps = max(fit, next.MinLocalSteps)
+		}
 	}
 	if lr != nil {
 		next.OuterOptimizer.LR = *lr

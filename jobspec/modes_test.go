@@ -140,6 +140,15 @@ func TestPatch(t *testing.T) {
 	if j := strings.Join(notes, "; "); !strings.Contains(j, "mode async -> diloco") || !strings.Contains(j, "round_size 1 -> 2") {
 		t.Errorf("notes %q", j)
 	}
+	// A job whose shards hold 1000 examples switches to diloco with the
+	// H that fits (15 steps of 64), not the default 16, which does not.
+	small := mustParse(t, "name: a\nmodel: mnist-mlp\n")
+	if d, _, err := Patch(small, []byte(`{"mode": "diloco"}`)); err != nil || d.LocalSteps != 15 {
+		t.Fatalf("diloco on 1000-example shards: H %d, %v; want 15", d.LocalSteps, err)
+	}
+	if _, _, err := Patch(small, []byte(`{"mode": "diloco", "local_steps": 16}`)); err == nil || !strings.Contains(err.Error(), "shard_size") {
+		t.Fatalf("an H given that does not fit: %v", err)
+	}
 	// The mode's keys given beside it win over the mode's defaults.
 	next, _, err = Patch(cur, []byte(`{"mode": "diloco", "inner_optimizer": {"type": "sgd", "lr": 0.1}, "local_steps": 8}`))
 	if err != nil || next.InnerOptimizer.Type != InnerSGD || next.LocalSteps != 8 {
