@@ -102,7 +102,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l)
 		return reject(d.Reason, d.Detail)
 	}
-	st.sched.Observe(sub.worker, res.Examples, time.Duration(res.ComputeMs*float64(time.Millisecond)))
+	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.nonFiniteRun = 0
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the

@@ -24,6 +24,9 @@ type Lease struct {
 	Round      uint64
 	LocalSteps int
 	Deadline   time.Time
+	// Since is when the worker began on it: the grant, or for a "latest"
+	// lease its start. The worker's speed is measured from it.
+	Since time.Time
 }
 
 // NotStarted is the Base of a "latest" lease its worker has not started.
@@ -105,7 +108,10 @@ func (s *Scheduler) LocalStepsFor(worker string) int {
 	return min(max(h, s.MinLocalSteps), s.MaxLocalSteps)
 }
 
-// Observe records that worker computed examples in d.
+// Observe records that worker computed examples in d. The caller measures
+// d itself (from Lease.Since to the result), never trusting a worker's
+// own account: a worker claiming to be fast would shrink everyone
+// else's tasks.
 func (s *Scheduler) Observe(worker string, examples int, d time.Duration) {
 	if examples <= 0 || d <= 0 {
 		return
@@ -145,6 +151,7 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 		ID: s.NextID(), Task: t, Worker: worker, Base: base, Round: round,
 		LocalSteps: min(h, (t.Count+s.BatchSize-1)/s.BatchSize),
 		Deadline:   s.Now().Add(s.LeaseTimeout),
+		Since:      s.Now(),
 	}
 	s.Leases()[l.ID] = l
 	return l, true
@@ -161,12 +168,13 @@ func (s *Scheduler) Start(worker string, id uint64, newest int64) (*Lease, error
 	if !l.Started() {
 		l.Base = newest
 		l.Deadline = s.Now().Add(s.LeaseTimeout)
+		l.Since = s.Now()
 	}
 	return l, nil
 }
 
 // Take settles a lease of worker (its result arrived): it is no longer
-// held. Nil if worker does not hold it.
+// held. Nil if worker does not hold it. Call Observe for an accepted one.
 func (s *Scheduler) Take(worker string, id uint64) *Lease {
 	l := s.leases[id]
 	if l == nil || l.Worker != worker {
