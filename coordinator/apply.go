@@ -164,9 +164,10 @@ func (j *Job) endEpoch() {
 
 // evalEveryVersions turns eval_every, counted in batches of training (one
 // async H=1 result is one), into versions: a diloco round of M results of
-// H steps each is M*H of them.
+// H steps each is M*H of them; with dynamic local steps, H is taken at its
+// most (the fastest worker's).
 func evalEveryVersions(s *JobSpec) int64 {
-	per := s.LocalSteps
+	per := s.TaskSteps()
 	if s.Rounds() {
 		per *= s.RoundSize
 	}
