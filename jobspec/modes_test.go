@@ -149,6 +149,11 @@ func TestPatch(t *testing.T) {
 	if _, _, err := Patch(small, []byte(`{"mode": "diloco", "local_steps": 16}`)); err == nil || !strings.Contains(err.Error(), "shard_size") {
 		t.Fatalf("an H given that does not fit: %v", err)
 	}
+	// And back: diloco's AdamW settings do not follow an inner sgd.
+	d, _, _ := Patch(cur, []byte(`{"mode": "diloco"}`))
+	if back, _, err := Patch(d, []byte(`{"mode": "async"}`)); err != nil || back.InnerOptimizer != (InnerOptimizer{Type: InnerSGD, LR: 0.05}) {
+		t.Fatalf("diloco back to async: %+v, %v", back.InnerOptimizer, err)
+	}
 	// The mode's keys given beside it win over the mode's defaults.
 	next, _, err = Patch(cur, []byte(`{"mode": "diloco", "inner_optimizer": {"type": "sgd", "lr": 0.1}, "local_steps": 8}`))
 	if err != nil || next.InnerOptimizer.Type != InnerSGD || next.LocalSteps != 8 {

@@ -92,6 +92,14 @@ func modeDefaults(s *Spec, g given) {
 			in.LR = 1e-3
 		}
 	}
+	if in.Type == InnerSGD {
+		// Settings left from an adamw before a mode change are not sgd's.
+		for k, f := range map[string]*float64{"weight_decay": &in.WeightDecay, "beta1": &in.Beta1, "beta2": &in.Beta2, "epsilon": &in.Epsilon} {
+			if !g["inner_optimizer."+k] {
+				*f = 0
+			}
+		}
+	}
 	if in.Type == InnerAdamW {
 		if !g["inner_optimizer.weight_decay"] {
 			in.WeightDecay = 0.01
