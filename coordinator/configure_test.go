@@ -86,3 +86,31 @@ func TestModeChangeClosesTheRoundAndRequeuesLeases(t *testing.T) {
 		}
 	})
 }
+
+// A spec stored with a new mode whose checkpoint did not land before a
+// crash resumes from the older checkpoint: the parameters and progress
+// are restored, the other optimizer's state is not forced into this one,
+// and a round mode's results are not forced into async.
+func TestRestoreAcrossAModeChangeNotYetCheckpointed(t *testing.T) {
+	async := tinyJob(t, "")
+	async.st.model.Params[0] = 42
+	c := async.copyState(&ckptBuffers{})
+	diloco := tinyJob(t, "mode: diloco\nround_size: 3\nlocal_steps: 2\n")
+	if err := diloco.restore(c); err != nil {
+		t.Fatalf("diloco from an async checkpoint: %v", err)
+	}
+	if diloco.st.model.Params[0] != 42 {
+		t.Fatalf("parameters not restored: %v", diloco.st.model.Params[0])
+	}
+
+	ls := diloco.grant("w", 1, "")
+	diloco.apply(result(diloco, ls[0], 0.01))
+	c = diloco.copyState(&ckptBuffers{})
+	back := tinyJob(t, "")
+	if err := back.restore(c); err != nil {
+		t.Fatalf("async from a checkpoint with a partial round: %v", err)
+	}
+	if back.st.model.Params[0] != 42 {
+		t.Fatalf("parameters not restored: %v", back.st.model.Params[0])
+	}
+}

@@ -235,10 +235,20 @@ func (j *Job) restore(c store.Checkpoint) error {
 		}
 		partial.Sum, vectors = vectors[len(vectors)-1], vectors[:len(vectors)-1]
 	}
-	if err := st.model.Opt.SetState(vectors, steps); err != nil {
+	if want, _ := st.model.Opt.State(); len(vectors) != len(want) {
+		// The spec was stored with a new mode whose own checkpoint did not
+		// land before the coordinator died: the state is the old optimizer's.
+		j.logf("job %s: checkpoint v%d holds the state of another outer optimizer (%d vectors, this one has %d): a mode change not yet checkpointed; starting the optimizer fresh",
+			j.ID, c.Version, len(vectors), len(want))
+	} else if err := st.model.Opt.SetState(vectors, steps); err != nil {
 		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
 	}
-	if err := st.agg.Restore(partial); err != nil {
+	if _, async := st.agg.(*engine.Async); async && partial.Results > 0 {
+		// Same window, the other way: a round mode's partial round under a
+		// spec stored as async. Its results mean nothing to async.
+		j.logf("job %s: checkpoint v%d holds %d results of a round, but the job is now async (a mode change not yet checkpointed); dropping them",
+			j.ID, c.Version, partial.Results)
+	} else if err := st.agg.Restore(partial); err != nil {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
 	st.model.Version, st.epoch = c.Version, p.Epoch
