@@ -83,8 +83,13 @@ func TestAdminPage(t *testing.T) {
 	do(t, ctx, 10*time.Second, chromedp.Click("#apply-settings"))
 	s.waitFor("max_staleness 3 in the API", 10*time.Second, func() bool { return s.view().MaxStaleness == 3 })
 
-	// The mode too: async warm-up, then DiLoCo, from the page. Chosen
-	// and applied in one go, so the page's refresh cannot come between.
+	// The mode too: async warm-up, then DiLoCo, from the page, once the
+	// page has finished the last change (Apply is disabled until then).
+	// Chosen and applied in one go, so the page's refresh cannot come
+	// between.
+	waitPage(t, ctx, "Apply to be enabled again", func() bool {
+		return get(t, ctx, chromedp.Evaluate[bool](`!document.getElementById('apply-settings').disabled`))
+	})
 	get(t, ctx, chromedp.Evaluate[bool](`(() => { const m = document.getElementById('mode');
 		m.value = 'diloco'; m.dispatchEvent(new Event('change'));
 		document.getElementById('apply-settings').click(); return true; })()`))
