@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -439,7 +440,11 @@ func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
 		return
 	}
 	if serr != nil {
-		s.enqueue(wc, &protocol.Error{Code: "unknown_lease", Message: fmt.Sprintf("cannot start lease %d: %v", leaseID, serr)})
+		code := protocol.ReasonNotRunning
+		if errors.Is(serr, engine.ErrNotHeld) {
+			code = protocol.ReasonUnknownLease
+		}
+		s.enqueue(wc, &protocol.Error{Code: code, Message: fmt.Sprintf("cannot start lease %d: %v", leaseID, serr)})
 		return
 	}
 	s.enqueue(wc, started)

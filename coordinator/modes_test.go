@@ -86,7 +86,7 @@ func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
 		t.Fatalf("result of a lease never started: %+v, want invalid saying to send start", a)
 	}
 	slow.send(&protocol.Start{LeaseID: 999999})
-	if e, ok := slow.read().(*protocol.Error); !ok || !strings.Contains(e.Message, "999999") {
+	if e, ok := slow.read().(*protocol.Error); !ok || e.Code != protocol.ReasonUnknownLease || !strings.Contains(e.Message, "999999") {
 		t.Fatalf("start of a lease not held: %+v", e)
 	}
 }
