@@ -32,7 +32,7 @@ func TestModeDefaults(t *testing.T) {
 	d := mustParse(t, "name: a\nmodel: mnist-mlp\nmode: diloco\n")
 	o := d.OuterOptimizer
 	if o.Type != "momentum" || o.LR != 0.7 || o.Momentum != 0.9 || !o.Nesterov || d.LocalSteps != 16 ||
-		d.InnerOptimizer.Type != InnerAdamW || d.InnerOptimizer.LR != 1e-3 || d.UpdateKind() != UpdateDelta ||
+		d.InnerOptimizer.Type != InnerAdamW || d.InnerOptimizer.LR != 4e-4 || d.UpdateKind() != UpdateDelta ||
 		d.ShardSize != 1024 || !d.Rounds() {
 		t.Errorf("diloco defaults: %+v", d)
 	}

@@ -89,7 +89,7 @@ func modeDefaults(s *Spec, g given) {
 	if !g["inner_optimizer.lr"] {
 		in.LR = 0.05
 		if in.Type == InnerAdamW {
-			in.LR = 1e-3
+			in.LR = 4e-4 // DiLoCo's inner rate (Douillard et al. 2023)
 		}
 	}
 	if in.Type == InnerSGD {
