@@ -193,8 +193,8 @@ func TestDiLoCoTrainsWithProtocolWorkers(t *testing.T) {
 			if v.Rejections["invalid"] != 0 {
 				t.Errorf("rejections %v", v.Rejections)
 			}
-			t.Logf("%s H=16: accuracy %.4f at version %d, %d examples, %d results, rejections %v",
-				c.name, v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections)
+			t.Logf("%s H=%d: accuracy %.4f at version %d, %d examples, %d results, rejections %v",
+				c.name, v.Spec.LocalSteps, v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections)
 		})
 	}
 }
