@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run test bench bench-compare lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run test bench bench-modes bench-compare lint clean gpu-check gpu-carry
 
 all: build
 
@@ -57,6 +57,10 @@ bench: data
 # docs/BENCHMARKS.md. BASELINES is the baselines folder (torch_step.py,
 # TF.js's package.json); TF.js is installed with npm into a temporary folder.
 BASELINES ?= $(CURDIR)/../shared/baselines
+# Each mode to 97% on mnist-mlp with two local workers (docs/BENCHMARKS.md).
+bench-modes: data
+	$(GO) test -run '^$$' -bench ModesTo97 -benchtime 1x -count 3 -timeout 60m ./coordinator/
+
 bench-compare: data
 	BASELINES="$(BASELINES)" scripts/bench-compare.sh
 

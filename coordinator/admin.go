@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -97,7 +98,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "give a spec or a preset, not both")
 		return
 	case req.Preset != "":
-		mk, ok := jobPresets[req.Preset]
+		var ok bool
+		spec, ok = jobspec.Preset(req.Preset)
 		if !ok {
 			writeJSONStatus(w, http.StatusBadRequest, map[string]string{
 				"error":   fmt.Sprintf("unknown preset %q (presets: %s)", req.Preset, strings.Join(JobPresetNames(), ", ")),
@@ -106,7 +108,6 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
-		spec, err = finishSpec(mk())
 	case strings.TrimSpace(req.Spec) != "":
 		spec, err = ParseJobSpec([]byte(req.Spec))
 	default:
@@ -130,14 +131,12 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) {
-	var set Settings
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&set); err != nil {
-		writeError(w, http.StatusBadRequest, `the body must be JSON such as {"lr": 0.0005, "max_staleness": 16}: %v`, err)
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4097))
+	if err != nil || len(body) > 4096 {
+		writeError(w, http.StatusBadRequest, `the body must be a JSON object of at most 4096 bytes, such as {"mode": "diloco"} or {"lr": 0.0005, "max_staleness": 16}`)
 		return
 	}
-	v, err := s.UpdateJob(r.Context(), mux.Vars(r)["id"], set)
+	v, err := s.PatchJob(r.Context(), mux.Vars(r)["id"], body)
 	writeControl(w, v, err)
 }
 
@@ -180,7 +179,7 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 	var params []float32
 	var version int64
 	if err := j.exec(r.Context(), func(st *jobState) {
-		params, version = append([]float32(nil), st.params...), st.version
+		params, version = append([]float32(nil), st.model.Params...), st.model.Version
 	}); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return

@@ -235,8 +235,8 @@ func TestChangeSettingsWhileRunning(t *testing.T) {
 	}
 	var v coordinator.JobView
 	g.getJSON("/api/v1/jobs/"+id, &v)
-	if v.MaxStaleness != 2 || v.LR != 0.0005 || v.Spec.Optimizer.LR != 0.0005 {
-		t.Fatalf("after PATCH: max_staleness %d, lr %v (spec %v)", v.MaxStaleness, v.LR, v.Spec.Optimizer.LR)
+	if v.MaxStaleness != 2 || v.LR != 0.0005 || v.Spec.OuterOptimizer.LR != 0.0005 {
+		t.Fatalf("after PATCH: max_staleness %d, lr %v (spec %v)", v.MaxStaleness, v.LR, v.Spec.OuterOptimizer.LR)
 	}
 	for _, bad := range []struct {
 		body any
@@ -244,7 +244,7 @@ func TestChangeSettingsWhileRunning(t *testing.T) {
 	}{
 		{map[string]any{"lr": -1}, "lr"},
 		{map[string]any{"max_staleness": -3}, "max_staleness"},
-		{map[string]any{"learning_rate": 0.1}, ""},
+		{map[string]any{"learning_rate": 0.1}, "learning_rate"},
 		{map[string]any{}, ""},
 	} {
 		code, body := g.call(http.MethodPatch, "/api/v1/jobs/"+id, testAdminToken, bad.body, nil)
@@ -269,8 +269,8 @@ func TestChangeSettingsWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stored coordinator.JobSpec
-	if err := json.Unmarshal(rec.Spec, &stored); err != nil || stored.MaxStaleness != 2 || stored.Optimizer.LR != 0.0005 {
-		t.Fatalf("stored spec: max_staleness %d, lr %v (%v)", stored.MaxStaleness, stored.Optimizer.LR, err)
+	if err := json.Unmarshal(rec.Spec, &stored); err != nil || stored.MaxStaleness != 2 || stored.OuterOptimizer.LR != 0.0005 {
+		t.Fatalf("stored spec: max_staleness %d, lr %v (%v)", stored.MaxStaleness, stored.OuterOptimizer.LR, err)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
 )
 
 // Bulk data (snapshots, shards, the pages' wasm) is large next to the
@@ -46,7 +48,7 @@ func (s *Server) chargeBulk(w http.ResponseWriter, r *http.Request, n int) bool 
 
 // leaseHeldFrom reports whether a worker connected from r's client address
 // holds a lease of j that match accepts.
-func (s *Server) leaseHeldFrom(ctx context.Context, r *http.Request, j *Job, match func(*lease) bool) bool {
+func (s *Server) leaseHeldFrom(ctx context.Context, r *http.Request, j *Job, match func(*engine.Lease) bool) bool {
 	key := s.clientKey(r)
 	ids := map[string]bool{}
 	s.mu.Lock()
@@ -61,8 +63,8 @@ func (s *Server) leaseHeldFrom(ctx context.Context, r *http.Request, j *Job, mat
 	}
 	held := false
 	_ = j.exec(ctx, func(st *jobState) {
-		for _, l := range st.leases {
-			if ids[l.worker] && match(l) {
+		for _, l := range st.sched.Leases() {
+			if ids[l.Worker] && match(l) {
 				held = true
 				return
 			}

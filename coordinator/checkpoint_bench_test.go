@@ -53,7 +53,7 @@ func benchCheckpoint(b *testing.B, model nn.ModelSpec) {
 	j.ckptPool = make(chan *ckptBuffers, 2)
 	b.ResetTimer()
 	for i := range b.N {
-		j.st.version = int64(i + 1)
+		j.st.model.Version = int64(i + 1)
 		t0 := time.Now()
 		bufs := j.getBuffers()
 		c := j.copyState(bufs)

@@ -212,6 +212,7 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) e
 		Version: op.c.Version, At: op.c.CreatedAt,
 		Bytes:   int64(len(op.c.Params) + len(op.c.OptState) + len(op.c.Progress)),
 		PauseMs: float64(op.pause.Microseconds()) / 1000, WriteMs: float64(took.Microseconds()) / 1000,
+		RoundResults: op.roundResults,
 	}
 	j.lastCkpt.Store(&info)
 	j.health.written(op)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -417,8 +418,10 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		s.want(ctx, wc, m.N)
 	case *protocol.Result:
 		s.submit(ctx, wc, submission{worker: wc.id, res: m, norm: m.Update.Norm()})
+	case *protocol.Start:
+		s.start(ctx, wc, m.LeaseID)
 	case *protocol.Release:
-		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs) })
+		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs, m.Reason) })
 	case *protocol.Bye:
 		return websocket.StatusNormalClosure, "bye", true
 	default:
@@ -457,6 +460,26 @@ func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 		}
 		s.enqueue(wc, idle)
 	}
+}
+
+// start answers a worker that begins computing a "latest" lease with the
+// base version the coordinator fixes now; a lease it does not hold gets
+// an error (its result will be refused as unknown_lease too).
+func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
+	var started *protocol.Started
+	var serr error
+	if err := wc.job.exec(ctx, func(*jobState) { started, serr = wc.job.start(wc.id, leaseID, "") }); err != nil {
+		return
+	}
+	if serr != nil {
+		code := protocol.ReasonNotRunning
+		if errors.Is(serr, engine.ErrNotHeld) {
+			code = protocol.ReasonUnknownLease
+		}
+		s.enqueue(wc, &protocol.Error{Code: code, Message: fmt.Sprintf("cannot start lease %d: %v", leaseID, serr)})
+		return
+	}
+	s.enqueue(wc, started)
 }
 
 func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {

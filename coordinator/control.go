@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
+
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // StateStopped is a job an operator stopped: like done, it hands out no
@@ -55,11 +56,8 @@ func (s *Server) PauseJob(ctx context.Context, id string) (JobView, error) {
 			return fmt.Errorf("job %s is %s, only a running job can be paused: %w", id, st.state, ErrTransition)
 		}
 		st.state = StatePaused
-		for lid, l := range st.leases {
-			j.requeue(l.task)
-			delete(st.leases, lid)
-		}
-		j.logf("job %s: paused by the operator at version %d", id, st.version)
+		j.unleased(st.sched.ReleaseAll())
+		j.logf("job %s: paused by the operator at version %d", id, st.model.Version)
 		j.recordNote("paused")
 		j.checkpoint(true)
 		return nil
@@ -73,7 +71,7 @@ func (s *Server) ResumeJob(ctx context.Context, id string) (JobView, error) {
 			return fmt.Errorf("job %s is %s, only a paused job can be resumed: %w", id, st.state, ErrTransition)
 		}
 		st.state = StateRunning
-		j.logf("job %s: resumed by the operator at version %d", id, st.version)
+		j.logf("job %s: resumed by the operator at version %d", id, st.model.Version)
 		j.recordNote("resumed")
 		j.checkpoint(true)
 		return nil
@@ -88,61 +86,58 @@ func (s *Server) StopJob(ctx context.Context, id string) (JobView, error) {
 			return fmt.Errorf("job %s is already %s: %w", id, st.state, ErrTransition)
 		}
 		j.recordNote("stopped")
-		j.finish(StateStopped, fmt.Sprintf("stopped by the operator at version %d", st.version))
+		j.finish(StateStopped, fmt.Sprintf("stopped by the operator at version %d", st.model.Version))
 		return nil
 	})
 }
 
-// UpdateJob changes a job's settings. They take effect from the next
-// update, are recorded as a note in the metrics history, and are stored
-// with the job's spec so a resumed job keeps them. Invalid values are a
-// *SpecError naming the key.
+// UpdateJob changes a job's lr and max_staleness; see PatchJob.
 func (s *Server) UpdateJob(ctx context.Context, id string, set Settings) (JobView, error) {
+	b, err := json.Marshal(set)
+	if err != nil {
+		return JobView{}, err
+	}
+	return s.PatchJob(ctx, id, b)
+}
+
+// PatchJob changes a running or paused job's live settings: a JSON object
+// of the keys jobspec.LiveKeys names (mode and its keys, lr,
+// max_staleness, ...), as jobspec.Patch applies them. They take effect
+// from the next lease and result, are recorded as a note in the metrics
+// history, and are stored with the job's spec so a resumed job keeps
+// them. Invalid values are a *SpecError naming the key.
+func (s *Server) PatchJob(ctx context.Context, id string, patch []byte) (JobView, error) {
 	var specJSON []byte
 	v, err := s.control(ctx, id, func(j *Job, st *jobState) error {
 		if st.state != StateRunning && st.state != StatePaused {
 			return fmt.Errorf("job %s is %s; its settings no longer matter: %w", id, st.state, ErrTransition)
 		}
-		next := j.Spec
-		var notes []string
-		if set.LR != nil {
-			lr := *set.LR
-			if math.IsNaN(lr) || math.IsInf(lr, 0) || lr <= 0 {
-				return specErr("lr", "must be a positive number, got %v", lr)
-			}
-			notes = append(notes, fmt.Sprintf("lr %g -> %g", next.Optimizer.LR, lr))
-			next.Optimizer.LR = lr
-		}
-		if set.MaxStaleness != nil {
-			notes = append(notes, fmt.Sprintf("max_staleness %d -> %d", next.MaxStaleness, *set.MaxStaleness))
-			next.MaxStaleness = *set.MaxStaleness
+		next, notes, err := jobspec.Patch(st.spec, patch)
+		if err != nil {
+			return err
 		}
 		if len(notes) == 0 {
-			return specErr("", "nothing to change: give lr and/or max_staleness")
-		}
-		if err := next.Validate(); err != nil {
-			var se *SpecError
-			if errors.As(err, &se) && se.Key == "optimizer.lr" {
-				se.Key = "lr"
-			}
-			return err
+			return nil // the same values again
 		}
 		b, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}
-		// Field by field: connections read other fields of Spec off the
-		// loop; these two are only read on it.
-		j.Spec.Optimizer.LR, j.Spec.MaxStaleness, specJSON = next.Optimizer.LR, next.MaxStaleness, b
-		// The optimizer was built with its original rate; steps are scaled
-		// to the new one.
-		st.lrScale = float32(next.Optimizer.LR / st.optLR)
+		// The loop's copy only: connections read j.Spec, which keeps the
+		// spec the job started with.
+		if err := j.configure(next); err != nil {
+			return err
+		}
+		specJSON = b
 		note := strings.Join(notes, "; ")
-		j.logf("job %s: %s (from version %d)", id, note, st.version+1)
+		j.logf("job %s: %s (from version %d)", id, note, st.model.Version+1)
 		j.recordNote(note)
+		// A changed mode survives a crash from now on, with its partial
+		// round (none yet) and optimizer state.
+		j.checkpoint(true)
 		return nil
 	})
-	if err != nil {
+	if err != nil || specJSON == nil {
 		return v, err
 	}
 	if db := s.cfg.Store; db != nil {

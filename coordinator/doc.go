@@ -1,12 +1,16 @@
-// Package coordinator holds the jobs and everything workers talk to: shard
-// leases with deadlines, the asynchronous update rule bounded by
-// staleness, evaluation on the test set, the websocket endpoint /ws, the
-// JSON API, and snapshots and shards as immutable HTTP resources.
+// Package coordinator holds the jobs and everything workers talk to: the
+// websocket endpoint /ws, the JSON API, evaluation on the test set,
+// checkpoints, and snapshots and shards as immutable HTTP resources.
 //
-// Each job's model, optimizer, task queue and leases belong to one
-// goroutine (Job.run); connection goroutines decode and validate in
-// parallel and hand results to it. See DESIGN.md.
+// A job's training engine is package engine: its Scheduler (task queue,
+// leases, base versions, local steps), its Aggregator (async, sync rounds,
+// DiLoCo) and its model state, configured from the job's spec (package
+// jobspec) by configure.go. They belong to one goroutine, the job's loop
+// (Job.loop); connection goroutines decode and validate in parallel and
+// hand results to it through Job.exec. This package translates between
+// the protocol's messages and the engine's plain values. See DESIGN.md
+// and docs/TRAINING.md.
 //
-// coordinator imports nn, dataset and protocol (and, later, store); no
-// worker package imports it.
+// coordinator imports engine, jobspec, nn, dataset, protocol and store;
+// no worker package imports it.
 package coordinator

@@ -118,8 +118,8 @@ func TestLocalSGDReaches95(t *testing.T) {
 		t.Skip("trains MNIST end to end; skipped with -short")
 	}
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
-		s.Optimizer = nn.OptimizerSpec{Type: "sgd", LR: 0.1}
-		s.InnerLR = 0.1
+		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 0.1}
+		s.InnerOptimizer.LR = 0.1
 		s.LocalSteps = 4
 		s.TargetAccuracy = 0.95
 		s.EvalEvery = 50
@@ -143,7 +143,7 @@ func TestLocalSGDReaches95(t *testing.T) {
 // instead of leaving workers sending NaNs forever.
 func TestDivergedJobFails(t *testing.T) {
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
-		s.Optimizer = nn.OptimizerSpec{Type: "sgd", LR: 1000}
+		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 1000}
 		s.MaxUpdateNormRatio = 0 // let the bad steps through
 	}))
 	g.addWorker(1, nil)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -38,6 +39,11 @@ type progress struct {
 	Eval           *EvalResult      `json:"eval,omitempty"`
 	FinalEvalAfter bool             `json:"final_eval_after,omitempty"`
 	StartedAt      time.Time        `json:"started_at"`
+	// Round and RoundResults are a round mode's open round and how many
+	// results it holds; their sum is the last vector of the optimizer
+	// state blob when RoundResults > 0.
+	Round        uint64 `json:"round,omitempty"`
+	RoundResults int    `json:"round_results,omitempty"`
 }
 
 // CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
@@ -47,6 +53,8 @@ type CheckpointStats struct {
 	Bytes   int64     `json:"bytes"`
 	PauseMs float64   `json:"pause_ms"` // how long the update loop stopped to copy the state
 	WriteMs float64   `json:"write_ms"` // how long the SQLite transaction took
+	// RoundResults is how many results of an open round it holds.
+	RoundResults int `json:"round_results,omitempty"`
 }
 
 // checkpointOp is one checkpoint on its way to the writer, with the job's
@@ -58,6 +66,8 @@ type checkpointOp struct {
 	reason string
 	doneAt time.Time
 	pause  time.Duration
+	// roundResults is the partial round the checkpoint holds.
+	roundResults int
 }
 
 // ckptBuffers hold a checkpoint's copies. They go back to the job's pool
@@ -94,12 +104,13 @@ func (j *Job) checkpoint(force bool) {
 		return
 	}
 	st := &j.st
-	if !force && (st.version == st.ckptVersion || len(j.ckptCh) > 0) {
+	if !force && (!j.dirty() || len(j.ckptCh) > 0) {
 		return
 	}
 	start := time.Now()
 	bufs := j.getBuffers()
-	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt}
+	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt,
+		roundResults: st.agg.Partial().Results}
 	op.pause = time.Since(start)
 	select { // latest wins
 	case old := <-j.ckptCh:
@@ -107,7 +118,13 @@ func (j *Job) checkpoint(force bool) {
 	default:
 	}
 	j.ckptCh <- op
-	st.ckptVersion, st.ckptAt = st.version, time.Now()
+	st.ckptVersion, st.ckptApplied, st.ckptAt = st.model.Version, st.applied, time.Now()
+}
+
+// dirty reports whether the state moved since the last checkpoint: a new
+// version, or results accepted into a round that has not closed yet.
+func (j *Job) dirty() bool {
+	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied
 }
 
 // copyState snapshots everything a resumed job needs, into bufs.
@@ -121,22 +138,30 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
 	}
 	// Leased tasks are not done: a resumed job hands them out again.
-	p.Tasks = make([][3]int, 0, len(st.queue)+len(st.leases))
-	for _, l := range st.leases {
-		p.Tasks = append(p.Tasks, [3]int{l.task.shard, l.task.start, l.task.count})
+	leases, queue := st.sched.Leases(), st.sched.Queue()
+	p.Tasks = make([][3]int, 0, len(queue)+len(leases))
+	for _, l := range leases {
+		p.Tasks = append(p.Tasks, [3]int{l.Task.Shard, l.Task.Start, l.Task.Count})
 	}
-	for _, t := range st.queue {
-		p.Tasks = append(p.Tasks, [3]int{t.shard, t.start, t.count})
+	for _, t := range queue {
+		p.Tasks = append(p.Tasks, [3]int{t.Shard, t.Start, t.Count})
 	}
+	// A partial round is kept whole: its results' examples are done, and
+	// a resumed job closes the round with them.
+	partial := st.agg.Partial()
+	p.Round, p.RoundResults = partial.Round, partial.Results
 	prog, err := json.Marshal(p)
 	if err != nil {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
 	}
-	vectors, steps := st.opt.State()
-	bufs.params = protocol.AppendFloats(bufs.params[:0], st.params)
+	vectors, steps := st.model.Opt.State()
+	if partial.Results > 0 {
+		vectors = append(vectors[:len(vectors):len(vectors)], partial.Sum)
+	}
+	bufs.params = protocol.AppendFloats(bufs.params[:0], st.model.Params)
 	bufs.opt = appendOptState(bufs.opt[:0], vectors, steps)
 	return store.Checkpoint{
-		JobID: j.ID, Version: st.version, Epoch: st.epoch, CreatedAt: time.Now(),
+		JobID: j.ID, Version: st.model.Version, Epoch: st.epoch, CreatedAt: time.Now(),
 		Params: bufs.params, OptState: bufs.opt, Progress: prog,
 	}
 }
@@ -192,29 +217,51 @@ func decodeOptState(b []byte) ([][]float32, int64, error) {
 // starts).
 func (j *Job) restore(c store.Checkpoint) error {
 	st := &j.st
-	if err := protocol.DecodeFloatsInto(st.params, c.Params); err != nil {
+	if err := protocol.DecodeFloatsInto(st.model.Params, c.Params); err != nil {
 		return fmt.Errorf("checkpoint v%d parameters: %w", c.Version, err)
 	}
 	vectors, steps, err := decodeOptState(c.OptState)
 	if err != nil {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
-	if err := st.opt.SetState(vectors, steps); err != nil {
-		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
-	}
 	var p progress
 	if err := json.Unmarshal(c.Progress, &p); err != nil {
 		return fmt.Errorf("checkpoint v%d progress: %w", c.Version, err)
 	}
-	st.version, st.epoch = c.Version, p.Epoch
-	st.queue = st.queue[:0]
+	partial := engine.Partial{Round: p.Round, Results: p.RoundResults}
+	if p.RoundResults > 0 {
+		if len(vectors) == 0 {
+			return fmt.Errorf("checkpoint v%d: a partial round of %d results without its sum", c.Version, p.RoundResults)
+		}
+		partial.Sum, vectors = vectors[len(vectors)-1], vectors[:len(vectors)-1]
+	}
+	if want, _ := st.model.Opt.State(); len(vectors) != len(want) {
+		// The spec was stored with a new mode whose own checkpoint did not
+		// land before the coordinator died: the state is the old optimizer's.
+		j.logf("job %s: checkpoint v%d holds the state of another outer optimizer (%d vectors, this one has %d): a mode change not yet checkpointed; starting the optimizer fresh",
+			j.ID, c.Version, len(vectors), len(want))
+	} else if err := st.model.Opt.SetState(vectors, steps); err != nil {
+		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
+	}
+	if _, async := st.agg.(*engine.Async); async && partial.Results > 0 {
+		// Same window, the other way: a round mode's partial round under a
+		// spec stored as async. Its results mean nothing to async.
+		j.logf("job %s: checkpoint v%d holds %d results of a round, but the job is now async (a mode change not yet checkpointed); dropping them",
+			j.ID, c.Version, partial.Results)
+	} else if err := st.agg.Restore(partial); err != nil {
+		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
+	}
+	st.model.Version, st.epoch = c.Version, p.Epoch
+	tasks := make([]engine.Task, 0, len(p.Tasks))
+	st.remaining = 0
 	for _, t := range p.Tasks {
 		if t[0] < 0 || t[0] >= len(j.shards) || t[1] < 0 || t[2] < 1 || t[1]+t[2] > len(j.shards[t[0]].Indices) {
 			return fmt.Errorf("checkpoint v%d progress names task %v outside the job's shards", c.Version, t)
 		}
-		st.queue = append(st.queue, task{shard: t[0], start: t[1], count: t[2]})
+		tasks = append(tasks, engine.Task{Shard: t[0], Start: t[1], Count: t[2]})
+		st.remaining += int64(t[2])
 	}
-	st.remaining = len(st.queue)
+	st.sched.SetQueue(carve(tasks, st.spec.BatchSize*st.spec.TaskSteps()))
 	st.examplesSeen, st.epochExamples = p.ExamplesSeen, p.EpochExamples
 	st.applied, st.rejected = p.Applied, p.Rejected
 	for k, v := range p.Rejections {
@@ -227,10 +274,10 @@ func (j *Job) restore(c store.Checkpoint) error {
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt
 	}
-	st.ckptVersion = c.Version
+	st.ckptVersion, st.ckptApplied = c.Version, st.applied
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.
-	if st.state == StateRunning && st.remaining == 0 && st.epoch >= j.Spec.MaxEpochs {
+	if st.state == StateRunning && st.remaining == 0 && st.epoch >= st.spec.MaxEpochs {
 		st.finalEvalAfter = true
 	} else if st.state == StateRunning && st.remaining == 0 {
 		j.startEpoch()
@@ -256,7 +303,7 @@ func (j *Job) addMetric(eval *EvalResult, note string) {
 	}
 	st := &j.st
 	now := time.Now()
-	m := store.Metric{JobID: j.ID, At: now, Version: st.version}
+	m := store.Metric{JobID: j.ID, At: now, Version: st.model.Version}
 	if dt := now.Sub(st.metricAt).Seconds(); !st.metricAt.IsZero() && dt > 0 {
 		m.ExamplesPerSec = float64(st.examplesSeen-st.metricExamples) / dt
 		m.UpdatesPerSec = float64(st.applied-st.metricApplied) / dt

@@ -130,7 +130,7 @@ func TestFinishedJobIsNotTrainedAgain(t *testing.T) {
 	}
 	defer db.Close()
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
-		s.Optimizer.Type, s.Optimizer.LR = "sgd", 1000 // diverges within seconds
+		s.OuterOptimizer.Type, s.OuterOptimizer.LR = "sgd", 1000 // diverges within seconds
 		s.MaxUpdateNormRatio = 0
 	})
 	g := newStoredGrid(t, db, &spec)

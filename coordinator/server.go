@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -330,7 +331,7 @@ func (s *Server) startJob(j *Job) {
 		j.ckptCh = make(chan *checkpointOp, 1)
 		j.ckptPool = make(chan *ckptBuffers, 2)
 		j.metricCh = make(chan store.Metric, 64)
-		if j.st.ckptVersion == 0 && j.st.version == 0 {
+		if j.st.ckptVersion == 0 && j.st.model.Version == 0 {
 			j.checkpoint(true)
 		}
 		s.writers.Add(1)
@@ -387,16 +388,16 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 			}
 		}
-		j.health.markDurable(j.st.version, rec.State) // read back from the store
+		j.health.markDurable(j.st.model.Version, rec.State) // read back from the store
 		if j.st.state == StateRunning || j.st.state == StatePaused {
 			if j.run, err = st.NextIncarnation(ctx, rec.ID); err != nil {
 				return nil, err
 			}
 			resumed = append(resumed, j)
-			s.cfg.Logf("job %s (%q): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.version, j.st.epoch, j.run)
+			s.cfg.Logf("job %s (%q): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.model.Version, j.st.epoch, j.run)
 		} else {
 			j.run = rec.Incarnation
-			j.st.queue = j.st.queue[:0]
+			j.st.sched.SetQueue(nil)
 		}
 		s.startJob(j)
 		if j.st.finalEvalAfter && j.st.state == StateRunning {
@@ -427,7 +428,7 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		for _, j := range jobs {
 			_ = j.exec(context.Background(), func(st *jobState) {
-				if st.version != st.ckptVersion {
+				if j.dirty() {
 					j.checkpoint(true)
 				}
 			})
@@ -634,8 +635,8 @@ func (s *Server) workerViews(ctx context.Context) []WorkerView {
 	s.mu.Unlock()
 	for _, j := range jobs {
 		_ = j.exec(ctx, func(st *jobState) {
-			for id, l := range st.leases {
-				held[l.worker] = append(held[l.worker], id)
+			for id, l := range st.sched.Leases() {
+				held[l.Worker] = append(held[l.Worker], id)
 			}
 		})
 	}
@@ -695,7 +696,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.base == version })
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
 	s.serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
 }
 
@@ -711,7 +712,7 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "job %s has shards 0..%d, not %q", j.ID, len(j.shardBody)-1, vars["shard"])
 		return
 	}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *lease) bool { return l.task.shard == shard })
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Task.Shard == shard })
 	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard], free)
 }
 

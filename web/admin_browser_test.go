@@ -83,6 +83,22 @@ func TestAdminPage(t *testing.T) {
 	do(t, ctx, 10*time.Second, chromedp.Click("#apply-settings"))
 	s.waitFor("max_staleness 3 in the API", 10*time.Second, func() bool { return s.view().MaxStaleness == 3 })
 
+	// The mode too: async warm-up, then DiLoCo, from the page, once the
+	// page has finished the last change (Apply is disabled until then).
+	// Chosen and applied in one go, so the page's refresh cannot come
+	// between.
+	waitPage(t, ctx, "Apply to be enabled again", func() bool {
+		return get(t, ctx, chromedp.Evaluate[bool](`!document.getElementById('apply-settings').disabled`))
+	})
+	get(t, ctx, chromedp.Evaluate[bool](`(() => { const m = document.getElementById('mode');
+		m.value = 'diloco'; m.dispatchEvent(new Event('change'));
+		document.getElementById('apply-settings').click(); return true; })()`))
+	s.waitFor("mode diloco in the API", 10*time.Second, func() bool { return s.view().Mode == "diloco" })
+	waitPage(t, ctx, "the mode on the page", func() bool { return strings.Contains(text(t, ctx, "#job-mode"), "diloco") })
+	if v := s.view(); v.Spec.OuterOptimizer.Type != "momentum" || v.MaxStaleness != 3 {
+		t.Errorf("after the page's mode change: outer %+v, max_staleness %d", v.Spec.OuterOptimizer, v.MaxStaleness)
+	}
+
 	setInput(t, ctx, "#submit-spec", "name: broken\nmodel: mnist-mlp\nbatch_size: 0\n")
 	do(t, ctx, 10*time.Second, chromedp.Click("#submit"))
 	waitPage(t, ctx, "the spec error", func() bool { return strings.Contains(text(t, ctx, "#submit-error"), "batch_size") })

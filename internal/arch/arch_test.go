@@ -50,7 +50,7 @@ func TestEveryPackageHasADoc(t *testing.T) {
 // ours but each other, and no worker imports the coordinator or storage.
 func TestImportDirections(t *testing.T) {
 	forbidden := map[string][]string{
-		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol"},
+		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
 		"store":        {"/coordinator", "/worker", "/nativeworker", "/nn", "/dataset", "/protocol"},
 		"dataset":      {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
 		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
@@ -59,6 +59,10 @@ func TestImportDirections(t *testing.T) {
 		"gpuworker":    {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
 		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"wasmworker":   {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
+		// The engine and the job spec know no HTTP, protocol or database:
+		// they are plain values and flat vectors.
+		"engine":  {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web"},
+		"jobspec": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/engine", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 	}

@@ -113,8 +113,18 @@ function rejectedText(job) {
 
 function jobLR(job) {
   if (num(job.lr)) return job.lr;
-  const o = job.spec && job.spec.optimizer;
+  const o = job.spec && (job.spec.outer_optimizer || job.spec.optimizer);
   return o && num(o.lr) ? o.lr : NaN;
+}
+
+// jobModeText says the mode and, for a round mode, where its round stands.
+function jobModeText(job) {
+  const spec = job.spec || {};
+  let s = job.mode || spec.mode || 'async';
+  if (spec.async_diloco) s += ' (async, Delayed Nesterov)';
+  if (num(spec.local_steps) && spec.local_steps > 1) s += ' · H ' + spec.local_steps;
+  if (num(job.round) && job.round > 0) s += ' · round ' + job.round + ': ' + fmtInt(job.round_results || 0) + ' of ' + spec.round_size;
+  return s;
 }
 
 function jobMaxStaleness(job) {
@@ -463,8 +473,8 @@ function select(id, byUser) {
   state.pendingMetrics = [];
   state.checkpointVersion = null;
   state.staleness = '';
-  settingsDirty.lr = settingsDirty.max = false;
-  for (const el of [$('lr'), $('max-staleness')]) el.classList.remove('invalid');
+  settingsDirty.lr = settingsDirty.max = settingsDirty.mode = false;
+  for (const el of [$('lr'), $('max-staleness'), $('mode')]) el.classList.remove('invalid');
   for (const id of ['job-error', 'settings-error', 'settings-done', 'charts-error', 'checkpoints-error']) text($(id), '');
   drawMetrics();
   drawThroughput();
@@ -497,12 +507,14 @@ function renderJob() {
   // A preset's name, else the layer count of a custom model.
   const layers = spec.model && Array.isArray(spec.model.layers) ? spec.model.layers.length + ' layers' : '';
   const model = spec.model_preset || (typeof spec.model === 'string' ? spec.model : layers);
-  const opt = spec.optimizer && spec.optimizer.type;
+  const outer = spec.outer_optimizer || spec.optimizer;
+  const opt = outer && outer.type;
   text($('job-model'), [model, opt, num(spec.batch_size) ? 'batch ' + spec.batch_size : ''].filter(Boolean).join(' · ') || '–');
   let epoch = num(job.epoch) ? String(job.epoch) : '–';
   if (num(job.epoch_progress)) epoch += ' (' + Math.round(job.epoch_progress * 100) + '% done)';
   text($('job-epoch'), epoch);
   text($('job-examples'), fmtInt(job.examples_seen));
+  text($('job-mode'), jobModeText(job));
   text($('job-lr'), fmtLR(jobLR(job)));
   text($('job-staleness'), (num(job.mean_staleness) ? job.mean_staleness.toFixed(2) : '–') +
     (num(jobMaxStaleness(job)) ? ' (max ' + jobMaxStaleness(job) + ')' : ''));
@@ -529,6 +541,8 @@ function renderJob() {
   const ms = $('max-staleness');
   if (!settingsDirty.lr && document.activeElement !== lr) lr.value = num(jobLR(job)) ? String(jobLR(job)) : '';
   if (!settingsDirty.max && document.activeElement !== ms) ms.value = num(jobMaxStaleness(job)) ? String(jobMaxStaleness(job)) : '';
+  const mode = $('mode');
+  if (!settingsDirty.mode && document.activeElement !== mode) mode.value = job.mode || 'async';
 
   $('export').href = '/api/v1/jobs/' + encodeURIComponent(job.id) + '/export';
   $('export').setAttribute('download', safeName(jobName(job)) + '-live.safetensors');
@@ -559,7 +573,7 @@ async function command(verb) {
 
 // ---- settings ----
 
-const settingsDirty = { lr: false, max: false };
+const settingsDirty = { lr: false, max: false, mode: false };
 let settingsBusy = false; // a PATCH is on its way
 
 async function applySettings(ev) {
@@ -577,7 +591,11 @@ async function applySettings(ev) {
   const ms = msEl.value.trim() === '' ? NaN : Number(msEl.value);
   if (!(lr > 0) || !Number.isFinite(lr)) return settingsError('lr', 'lr: must be a number above 0');
   if (!Number.isInteger(ms) || ms < 0) return settingsError('max_staleness', 'max_staleness: must be a whole number, 0 or more');
-  if (lr !== jobLR(job)) patch.lr = lr;
+  const mode = $('mode').value;
+  if (mode !== (job.mode || 'async')) patch.mode = mode;
+  // A new mode brings its own outer optimizer and rate: send lr with it
+  // only when the operator changed it.
+  if (lr !== jobLR(job) && (!patch.mode || settingsDirty.lr)) patch.lr = lr;
   if (ms !== jobMaxStaleness(job)) patch.max_staleness = ms;
   if (!Object.keys(patch).length) {
     text($('settings-done'), 'Nothing to change.');
@@ -587,7 +605,7 @@ async function applySettings(ev) {
   $('apply-settings').disabled = true;
   try {
     const updated = await api('PATCH', '/api/v1/jobs/' + encodeURIComponent(job.id), patch);
-    settingsDirty.lr = settingsDirty.max = false;
+    settingsDirty.lr = settingsDirty.max = settingsDirty.mode = false;
     if (updated) putJob(updated);
     text($('settings-done'), 'Applied: ' + Object.keys(patch).map((k) => k + ' ' + patch[k]).join(', ') + '.');
   } catch (e) {
@@ -600,7 +618,8 @@ async function applySettings(ev) {
 
 function settingsError(key, msg) {
   text($('settings-error'), msg);
-  const el = key === 'lr' || /(^|\.)lr$/.test(key || '') ? $('lr') : key === 'max_staleness' ? $('max-staleness') : null;
+  const el = key === 'lr' || /(^|\.)lr$/.test(key || '') ? $('lr') : key === 'max_staleness' ? $('max-staleness') :
+    key === 'mode' ? $('mode') : null;
   if (el) {
     el.classList.add('invalid');
     el.focus();
@@ -1072,6 +1091,10 @@ function init() {
   $('lr').addEventListener('input', () => {
     settingsDirty.lr = true;
     $('lr').classList.remove('invalid');
+  });
+  $('mode').addEventListener('change', () => {
+    settingsDirty.mode = true;
+    $('mode').classList.remove('invalid');
   });
   $('max-staleness').addEventListener('input', () => {
     settingsDirty.max = true;

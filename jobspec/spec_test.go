@@ -1,4 +1,4 @@
-package coordinator
+package jobspec
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 )
 
 func TestJobPresets(t *testing.T) {
-	for _, name := range JobPresetNames() {
-		s, err := LoadJobSpec(name)
+	for _, name := range PresetNames() {
+		s, err := Load(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -19,7 +19,7 @@ func TestJobPresets(t *testing.T) {
 			t.Errorf("%s: %+v", name, s)
 		}
 	}
-	_, err := LoadJobSpec("mnist-transformer")
+	_, err := Load("mnist-transformer")
 	if !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "mnist-cnn, mnist-mlp") {
 		t.Fatalf("unknown preset: %v; want ErrUnknownJob listing the presets", err)
 	}
@@ -47,24 +47,24 @@ lease_timeout: 15s
 `
 
 func TestParseFullSpec(t *testing.T) {
-	s, err := ParseJobSpec([]byte(fullSpec))
+	s, err := Parse([]byte(fullSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Name != "my-mlp" || len(s.Model.Layers) != 3 || s.Model.Layers[0].Units != 32 || s.Model.Input[0] != 1 ||
-		s.Optimizer.Type != "momentum" || !s.Optimizer.Nesterov || s.BatchSize != 32 || s.LocalSteps != 4 ||
-		s.InnerLR != 0.1 || s.MaxStaleness != 3 || s.StalenessLR != "none" || s.ShardSize != 500 ||
+		s.OuterOptimizer.Type != "momentum" || !s.OuterOptimizer.Nesterov || s.BatchSize != 32 || s.LocalSteps != 4 ||
+		s.InnerOptimizer.LR != 0.1 || s.MaxStaleness != 3 || s.StalenessLR != "none" || s.ShardSize != 500 ||
 		s.TargetAccuracy != 0.9 || s.MaxEpochs != 2 || s.Seed != 7 || s.EvalEvery != 100 ||
 		s.LeaseTimeout.Duration != 15*time.Second {
 		t.Fatalf("parsed %+v", s)
 	}
 	// JSON is accepted too, and a preset model name.
 	j := `{"name": "j", "model": "mnist-cnn", "optimizer": {"type": "adam", "lr": 0.001}, "batch_size": 16}`
-	s, err = ParseJobSpec([]byte(j))
+	s, err = Parse([]byte(j))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ModelPreset != "mnist-cnn" || s.BatchSize != 16 || s.Optimizer.Beta2 != 0.999 || s.MaxStaleness != defaultSpec().MaxStaleness {
+	if s.ModelPreset != "mnist-cnn" || s.BatchSize != 16 || s.OuterOptimizer.Beta2 != 0.999 || s.MaxStaleness != base().MaxStaleness {
 		t.Fatalf("parsed %+v", s)
 	}
 }
@@ -84,7 +84,7 @@ func TestSpecErrorsNameTheKey(t *testing.T) {
 		{"name: a\nmodel: mnist-mlp\nmax_staleness: -1\n", "max_staleness", ">= 0"},
 		{"name: a\nmodel: mnist-mlp\ntarget_accuracy: 97\n", "target_accuracy", "(0, 1]"},
 		{"name: a\nmodel: mnist-mlp\nlease_timeout: soon\n", "lease_timeout", "duration"},
-		{"name: a\nmodel: mnist-mlp\nbatch_size: 64\nlocal_steps: 100\n", "batch_size", "shard_size"},
+		{"name: a\nmodel: mnist-mlp\nbatch_size: 64\nlocal_steps: 100\nshard_size: 1000\n", "batch_size", "shard_size"},
 		{"name: a\nname: b\n", "name", "twice"},
 		{"batch_size: 3\nmodel: mnist-mlp\n", "name", "required"},
 		{"name: a\n", "model", "required"},
@@ -92,10 +92,10 @@ func TestSpecErrorsNameTheKey(t *testing.T) {
 		{"name: [unclosed\n", "", "YAML"},
 	}
 	for _, c := range cases {
-		_, err := ParseJobSpec([]byte(c.spec))
-		var se *SpecError
+		_, err := Parse([]byte(c.spec))
+		var se *Error
 		if !errors.As(err, &se) {
-			t.Errorf("%q: got %v, want a *SpecError", c.spec, err)
+			t.Errorf("%q: got %v, want a *Error", c.spec, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), c.words) {
@@ -110,14 +110,14 @@ func TestLoadJobSpecFile(t *testing.T) {
 	if err := os.WriteFile(p, []byte(fullSpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := LoadJobSpec(p); err != nil || s.Name != "my-mlp" {
+	if s, err := Load(p); err != nil || s.Name != "my-mlp" {
 		t.Fatalf("%+v %v", s, err)
 	}
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"name": "x", "epochs": 3}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := LoadJobSpec(bad)
+	_, err := Load(bad)
 	if !strings.Contains(err.Error(), "bad.json") || !strings.Contains(err.Error(), "epochs") {
 		t.Fatalf("error %v should name the file and the key", err)
 	}
@@ -131,11 +131,11 @@ func FuzzParseJobSpec(f *testing.F) {
 	f.Add([]byte("&a [*a]"))
 	f.Add([]byte("name: a\nlease_timeout: -5s\nmodel: mnist-mlp\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ParseJobSpec(data)
+		s, err := Parse(data)
 		if err != nil {
-			var se *SpecError
+			var se *Error
 			if !errors.As(err, &se) {
-				t.Fatalf("error is not a *SpecError: %T %v", err, err)
+				t.Fatalf("error is not a *Error: %T %v", err, err)
 			}
 			return
 		}

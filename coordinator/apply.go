@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// submission is a decoded result on its way to the loop. reason is set
+// when the connection already found it invalid.
+type submission struct {
+	worker string
+	res    *protocol.Result
+	norm   float64 // L2 norm of res.Update, computed on the connection's goroutine
+	reason string
+	detail string
+	// nonFinite marks an update with NaN or Inf: many in a row suggest the
+	// model itself has diverged rather than one worker being broken.
+	nonFinite bool
+}
+
+// nonFiniteCheck is how many non-finite results in a row make the job
+// evaluate its model to tell divergence from broken workers.
+const nonFiniteCheck = 20
+
+// normWarmup is how many updates are accepted before the norm check starts:
+// the running mean needs a few samples to mean anything.
+const normWarmup = 10
+
+// apply checks a result against the lease it answers and offers it to
+// the aggregator; the model steps when the aggregator says one is due.
+// The model is touched only by accepted results.
+func (j *Job) apply(sub submission) protocol.Ack {
+	st := &j.st
+	res := sub.res
+	ack := protocol.Ack{LeaseID: res.LeaseID, Version: st.model.Version}
+	reject := func(reason, detail string) protocol.Ack {
+		st.rejected++
+		st.rejections[reason]++
+		ack.Reason, ack.Detail = reason, detail
+		return ack
+	}
+	if st.state != StateRunning {
+		// Leases were cleared when the job stopped; say why, not "unknown".
+		return reject(protocol.ReasonNotRunning, "job is "+st.state)
+	}
+	l := st.sched.Take(sub.worker, res.LeaseID)
+	if l == nil {
+		return reject(protocol.ReasonUnknownLease,
+			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
+	}
+	// From here on the lease is settled one way or the other.
+	if l.Started() {
+		ack.Staleness = st.model.Version - l.Base
+	}
+	if sub.reason != "" {
+		j.requeue(l)
+		if sub.nonFinite {
+			// Each evaluation scores the whole test set: a flood of NaN
+			// results must not buy one every few hundred milliseconds.
+			// The first comes at once, so real divergence is caught as
+			// fast as before; the run keeps counting in between.
+			now := time.Now()
+			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning &&
+				(st.nonFiniteEvalAt.IsZero() || now.Sub(st.nonFiniteEvalAt) >= j.nonFiniteEvalEvery) {
+				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, st.nonFiniteRun)
+				st.nonFiniteRun = 0
+				st.nonFiniteEvalAt = now
+				j.startEval(false)
+			}
+		}
+		return reject(sub.reason, sub.detail)
+	}
+	invalid := ""
+	switch {
+	case res.JobID != j.ID:
+		invalid = fmt.Sprintf("result names job %q, the lease is for %q", res.JobID, j.ID)
+	case len(res.Update) != j.model.NumParams:
+		invalid = fmt.Sprintf("update has %d values, the model has %d parameters", len(res.Update), j.model.NumParams)
+	case !l.Started():
+		invalid = fmt.Sprintf("lease %d takes the latest snapshot and was never started: send start before computing", l.ID)
+	case res.BaseVersion != l.Base:
+		invalid = fmt.Sprintf("result claims base version %d, the lease gave %d", res.BaseVersion, l.Base)
+	case res.Examples != l.Task.Count:
+		invalid = fmt.Sprintf("result covers %d examples, the lease has %d", res.Examples, l.Task.Count)
+	}
+	if invalid != "" {
+		j.requeue(l)
+		return reject(protocol.ReasonInvalid, invalid)
+	}
+	// Finite is not enough: one update of 1e30s would overflow Adam's
+	// second moment to +Inf and stall the model for good.
+	if r := st.spec.MaxUpdateNormRatio; r > 0 && st.normCount >= normWarmup && st.normMean > 0 && sub.norm > r*st.normMean {
+		j.requeue(l)
+		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
+			sub.norm, sub.norm/st.normMean, st.normMean, r))
+	}
+	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples})
+	if !d.Accepted {
+		j.requeue(l)
+		return reject(d.Reason, d.Detail)
+	}
+	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
+	st.nonFiniteRun = 0
+	st.normCount++
+	// A running mean over roughly the last 50 updates: it follows the
+	// norms down as training converges.
+	st.normMean += (sub.norm - st.normMean) / float64(min(st.normCount, 50))
+	st.applied++
+	st.stalenessSum += ack.Staleness
+	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
+	st.examplesSeen += int64(res.Examples)
+	st.epochExamples += int64(res.Examples)
+	st.remaining -= int64(res.Examples)
+	// The aggregator keeps its own copy of what it holds; an asynchronous
+	// rule's step applies res.Update before this returns.
+	j.step(st.sched.Now())
+	ack.Accepted, ack.Version = true, st.model.Version
+	if st.remaining <= 0 {
+		j.endEpoch()
+	}
+	return ack
+}
+
+// step applies the aggregator's step if one is due at now.
+func (j *Job) step(now time.Time) {
+	st := &j.st
+	if st.state != StateRunning {
+		return
+	}
+	s, ok := st.agg.Ready(now)
+	if !ok {
+		return
+	}
+	st.model.Apply(s)
+	if r, ok := st.agg.(*engine.Rounds); ok && s.Results < r.Size {
+		st.roundsShort++
+	}
+	if s.Round != 0 && j.verbose {
+		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)
+	}
+	if st.model.Version-st.lastEvalAt >= evalEveryVersions(&st.spec) {
+		j.startEval(false)
+	}
+	if st.model.Version-st.ckptVersion >= int64(st.spec.CheckpointEvery) {
+		j.checkpoint(false)
+	}
+}
+
+func (j *Job) endEpoch() {
+	st := &j.st
+	st.epoch++
+	j.logf("job %s: epoch %d complete: %d examples, version %d", j.ID, st.epoch, st.epochExamples, st.model.Version)
+	if st.epoch >= st.spec.MaxEpochs {
+		// Hand out nothing more; the final evaluation decides the outcome.
+		st.sched.SetQueue(nil)
+		j.startEval(true)
+		return
+	}
+	j.startEpoch()
+}
+
+// evalEveryVersions turns eval_every, counted in batches of training (one
+// async H=1 result is one), into versions: a diloco round of M results of
+// H steps each is M*H of them; with dynamic local steps, H is taken at its
+// most (the fastest worker's).
+func evalEveryVersions(s *JobSpec) int64 {
+	per := s.TaskSteps()
+	if s.Rounds() {
+		per *= s.RoundSize
+	}
+	return int64(max(1, s.EvalEvery/per))
+}

@@ -1,0 +1,91 @@
+package coordinator
+
+import (
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// configure sets the job's engine to spec: the scheduler's policy, the
+// aggregator and the outer optimizer. On a running job (an operator's
+// change) it keeps what the change leaves alone: the optimizer's state
+// when only its rate moved, the aggregator when the rule is the same. A
+// new rule first closes any partial round with what it has, and every
+// lease out goes back to the queue, since its task was cut for the old
+// rule (its result would be refused as unknown_lease).
+func (j *Job) configure(spec JobSpec) error {
+	st := &j.st
+	old := st.spec
+	fresh := st.agg == nil
+	n := j.model.NumParams
+
+	if fresh || outerChanged(old, spec) {
+		opt, err := outerOptimizer(spec, n)
+		if err != nil {
+			return &SpecError{Key: "outer_optimizer", Problem: err.Error()}
+		}
+		st.model.Opt, st.model.OptLR, st.model.LRScale = opt, spec.OuterOptimizer.LR, 1
+	} else {
+		st.model.LRScale = float32(spec.OuterOptimizer.LR / st.model.OptLR)
+	}
+
+	ruleChanged := fresh || ruleChanged(old, spec)
+	if !fresh && ruleChanged {
+		if r, ok := st.agg.(*engine.Rounds); ok {
+			if s, ok := r.Flush(); ok {
+				st.model.Apply(s)
+			}
+		}
+		j.unleased(st.sched.ReleaseAll())
+	}
+	switch {
+	case spec.Rounds() && ruleChanged:
+		st.agg = engine.NewRounds(spec.RoundSize, spec.BackupWorkers, spec.RoundTimeout.Duration, n)
+	case spec.Rounds():
+		r := st.agg.(*engine.Rounds)
+		r.Timeout = spec.RoundTimeout.Duration
+	case ruleChanged:
+		st.agg = &engine.Async{}
+	}
+	if a, ok := st.agg.(*engine.Async); ok {
+		a.MaxStaleness, a.InverseStaleness = spec.MaxStaleness, spec.StalenessLR == StalenessLRInverse
+	}
+
+	sc := &st.sched
+	sc.LeaseTimeout = spec.LeaseTimeout.Duration
+	sc.BatchSize = spec.BatchSize
+	sc.Latest = spec.Snapshot == jobspec.SnapshotLatest
+	sc.LocalSteps, sc.MinLocalSteps, sc.MaxLocalSteps, sc.Dynamic = spec.LocalSteps, spec.MinLocalSteps, spec.MaxLocalSteps, spec.DynamicLocalSteps
+	st.spec = spec
+	if !fresh && old.TaskSteps() != spec.TaskSteps() {
+		// The queue was cut for the old H: cut it again.
+		sc.SetQueue(carve(sc.Queue(), spec.BatchSize*spec.TaskSteps()))
+	}
+	return nil
+}
+
+// outerOptimizer builds the optimizer spec's mode steps with.
+func outerOptimizer(spec JobSpec, n int) (nn.Optimizer, error) {
+	if spec.Mode == jobspec.ModeDiLoCo && spec.AsyncDiLoCo {
+		o := spec.OuterOptimizer
+		return nn.NewDelayedNesterov(o.LR, o.Momentum, spec.RoundSize, n)
+	}
+	return nn.NewOptimizer(spec.OuterOptimizer, n)
+}
+
+// outerChanged reports whether the outer optimizer must be built anew
+// (its state starts fresh): anything but its rate changed.
+func outerChanged(a, b JobSpec) bool {
+	oa, ob := a.OuterOptimizer, b.OuterOptimizer
+	oa.LR, ob.LR = 0, 0
+	delayed := func(s JobSpec) bool { return s.Mode == jobspec.ModeDiLoCo && s.AsyncDiLoCo }
+	return oa != ob || delayed(a) != delayed(b) || (delayed(b) && a.RoundSize != b.RoundSize)
+}
+
+// ruleChanged reports whether results of leases granted under a would
+// mean something else under b.
+func ruleChanged(a, b JobSpec) bool {
+	return a.Mode != b.Mode || a.AsyncDiLoCo != b.AsyncDiLoCo || a.InnerOptimizer != b.InnerOptimizer ||
+		a.RoundSize != b.RoundSize || a.BackupWorkers != b.BackupWorkers || a.Snapshot != b.Snapshot ||
+		a.LocalSteps != b.LocalSteps || a.DynamicLocalSteps != b.DynamicLocalSteps
+}

@@ -1,0 +1,215 @@
+package coordinator
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// startEpoch fills the queue with every shard's tasks in a fresh order.
+func (j *Job) startEpoch() {
+	st := &j.st
+	// Each epoch's order is a function of the seed and the epoch alone, so
+	// a resumed job visits the shards as the original would have.
+	order := dataset.Permutation(len(j.shards), j.Spec.Seed^int64(st.epoch+1)*0x3c6ef372fe94f82b)
+	var tasks []engine.Task
+	for _, si := range order {
+		tasks = append(tasks, engine.Task{Shard: si, Start: 0, Count: len(j.shards[si].Indices)})
+	}
+	st.sched.SetQueue(carve(tasks, st.spec.BatchSize*st.spec.TaskSteps()))
+	st.remaining = int64(j.epochSize)
+	st.epochExamples = 0
+}
+
+// carve joins the tasks that continue each other within a shard and cuts
+// them into tasks of at most per examples, in order: a task is the most
+// one lease may hold.
+func carve(tasks []engine.Task, per int) []engine.Task {
+	var joined []engine.Task
+	for _, t := range tasks {
+		if n := len(joined); n > 0 && joined[n-1].Shard == t.Shard && joined[n-1].Start+joined[n-1].Count == t.Start {
+			joined[n-1].Count += t.Count
+			continue
+		}
+		joined = append(joined, t)
+	}
+	var out []engine.Task
+	for _, t := range joined {
+		for start := t.Start; start < t.Start+t.Count; start += per {
+			out = append(out, engine.Task{Shard: t.Shard, Start: start, Count: min(per, t.Start+t.Count-start)})
+		}
+	}
+	return out
+}
+
+// grant leases up to n tasks to worker.
+func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
+	st := &j.st
+	if st.state != StateRunning || len(st.sched.Queue()) == 0 {
+		return nil
+	}
+	j.publish()
+	var out []protocol.Lease
+	now := st.sched.Now()
+	spec := &st.spec
+	for ; n > 0; n-- {
+		round, ok := st.agg.Lease(now)
+		if !ok {
+			break // the round has all its leases out
+		}
+		l, ok := st.sched.Grant(worker, st.published, round)
+		if !ok {
+			st.agg.Unlease(round)
+			break
+		}
+		st.leasesIssued++
+		pl := protocol.Lease{
+			ID:             l.ID,
+			JobID:          j.ID,
+			ShardID:        l.Task.Shard,
+			ShardURL:       baseURL + j.shardPath(l.Task.Shard),
+			Start:          l.Task.Start,
+			Count:          l.Task.Count,
+			BatchSize:      spec.BatchSize,
+			LocalSteps:     l.LocalSteps,
+			Inner:          innerOptimizer(spec),
+			UpdateKind:     spec.UpdateKind(),
+			Snapshot:       protocol.SnapshotGranted,
+			Round:          l.Round,
+			DeadlineUnixMs: l.Deadline.UnixMilli(),
+		}
+		if l.Started() {
+			pl.BaseVersion, pl.SnapshotURL = l.Base, baseURL+j.snapshotPath(l.Base)
+		} else {
+			pl.Snapshot = protocol.SnapshotLatest
+		}
+		out = append(out, pl)
+	}
+	return out
+}
+
+func innerOptimizer(s *JobSpec) protocol.InnerOptimizer {
+	in := s.InnerOptimizer
+	return protocol.InnerOptimizer{Type: in.Type, LR: float32(in.LR), WeightDecay: float32(in.WeightDecay),
+		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon)}
+}
+
+// start fixes the base of a "latest" lease its worker begins computing:
+// the newest snapshot, published now if the model moved since the last.
+func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.Started, error) {
+	st := &j.st
+	if st.state != StateRunning {
+		return nil, fmt.Errorf("job is %s", st.state)
+	}
+	j.publish()
+	l, err := st.sched.Start(worker, leaseID, st.published)
+	if err != nil {
+		return nil, err
+	}
+	return &protocol.Started{LeaseID: l.ID, BaseVersion: l.Base, SnapshotURL: baseURL + j.snapshotPath(l.Base),
+		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
+}
+
+func (j *Job) shardPath(shard int) string {
+	return "/api/v1/jobs/" + j.ID + "/shards/" + strconv.Itoa(shard)
+}
+
+// snapshotPath names a snapshot by run and version: after a restart from a
+// checkpoint, versions are computed again with other contents, and an
+// immutable URL must never name two contents.
+func (j *Job) snapshotPath(version int64) string {
+	return "/api/v1/jobs/" + j.ID + "/snapshots/" + strconv.FormatInt(j.run, 10) + "/" + strconv.FormatInt(version, 10)
+}
+
+// publish makes the current version downloadable if it is not yet, and
+// drops every snapshot no outstanding lease still needs. Publishing on
+// demand, when a lease needs it, bounds the rate to one copy per version
+// that a worker actually asks for; pruning by lease bounds the memory to
+// one snapshot per lease held, whatever max_staleness is.
+func (j *Job) publish() {
+	st := &j.st
+	if st.published == st.model.Version {
+		return
+	}
+	snap := &snapshot{version: st.model.Version, body: protocol.EncodeFloats(st.model.Params)}
+	j.snapMu.Lock()
+	j.snapshots[st.model.Version] = snap
+	for v := range j.snapshots {
+		if v != st.model.Version && !j.snapshotNeeded(v) {
+			delete(j.snapshots, v)
+		}
+	}
+	j.snapMu.Unlock()
+	st.published = st.model.Version
+}
+
+// snapshotNeeded reports whether a held lease is based on version v and
+// could still be accepted.
+func (j *Job) snapshotNeeded(v int64) bool {
+	st := &j.st
+	if !st.spec.Rounds() && st.model.Version-v > int64(st.spec.MaxStaleness) {
+		return false
+	}
+	for _, l := range st.sched.Leases() {
+		if l.Base == v {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshotBody returns a published snapshot, or nil if it is unknown or gone.
+func (j *Job) snapshotBody(version int64) []byte {
+	j.snapMu.RLock()
+	defer j.snapMu.RUnlock()
+	if s := j.snapshots[version]; s != nil {
+		return s.body
+	}
+	return nil
+}
+
+// unleased tells the aggregator that leases went back to the queue.
+func (j *Job) unleased(ls []*engine.Lease) int {
+	for _, l := range ls {
+		j.st.agg.Unlease(l.Round)
+	}
+	return len(ls)
+}
+
+// releaseWorker requeues every lease of worker (it left or said bye).
+func (j *Job) releaseWorker(worker string) int {
+	j.st.sched.Forget(worker)
+	return j.unleased(j.st.sched.Release(worker, nil))
+}
+
+// releaseLeases requeues the worker's leases among ids, which it gives
+// back unfinished for reason.
+func (j *Job) releaseLeases(worker string, ids []uint64, reason string) {
+	if len(ids) == 0 {
+		return
+	}
+	if n := j.unleased(j.st.sched.Release(worker, ids)); n > 0 {
+		j.st.leasesReleased += int64(n)
+		j.st.lastRelease = reason
+	}
+}
+
+func (j *Job) heldBy(worker string) int { return j.st.sched.HeldBy(worker) }
+
+func (j *Job) expireLeases() {
+	for _, l := range j.st.sched.Expire() {
+		j.st.agg.Unlease(l.Round)
+		j.st.leasesExpired++
+		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; queued again",
+			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker)
+	}
+}
+
+// requeue puts a settled lease's task back (its result was rejected).
+func (j *Job) requeue(l *engine.Lease) {
+	j.st.sched.Requeue(l.Task)
+	j.st.agg.Unlease(l.Round)
+}

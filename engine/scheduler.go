@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Task is a slice of one shard: the unit a lease hands out.
+type Task struct {
+	Shard, Start, Count int
+}
+
+// Lease is a task held by a worker until its result, its deadline, or the
+// worker's departure.
+type Lease struct {
+	ID     uint64
+	Task   Task
+	Worker string
+	// Base is the version the task computes from; NotStarted until the
+	// worker starts a "latest" lease.
+	Base       int64
+	Round      uint64
+	LocalSteps int
+	Deadline   time.Time
+	// Since is when the worker began on it: the grant, or for a "latest"
+	// lease its start. The worker's speed is measured from it.
+	Since time.Time
+}
+
+// NotStarted is the Base of a "latest" lease its worker has not started.
+const NotStarted int64 = -1
+
+// Started reports whether the lease's base version is fixed.
+func (l *Lease) Started() bool { return l.Base != NotStarted }
+
+// ErrNotHeld is returned by Start for a lease the worker does not hold.
+var ErrNotHeld = errors.New("lease not held by this worker")
+
+// Scheduler owns the task queue and the leases: what is leased to whom,
+// from which version, for how many local steps, and until when. Its clock
+// is injected (Now), so tests drive time.
+type Scheduler struct {
+	Now          func() time.Time
+	NextID       func() uint64
+	LeaseTimeout time.Duration
+	BatchSize    int
+	// Latest leases carry no base until their worker starts them.
+	Latest bool
+	// LocalSteps is every task's H, or with Dynamic the H of a worker
+	// whose speed is not measured yet; Dynamic scales each worker's H to
+	// its speed within [MinLocalSteps, MaxLocalSteps].
+	LocalSteps, MinLocalSteps, MaxLocalSteps int
+	Dynamic                                  bool
+
+	queue  []Task // not leased yet this epoch; requeued ones go first
+	leases map[uint64]*Lease
+	speed  map[string]float64 // examples per second of compute, smoothed
+}
+
+// SetQueue replaces the queue (a new epoch, or a restored one).
+func (s *Scheduler) SetQueue(tasks []Task) {
+	s.queue = append(s.queue[:0], tasks...)
+}
+
+// Queue is the tasks not leased yet; the caller must not keep it.
+func (s *Scheduler) Queue() []Task { return s.queue }
+
+// Leases is the leases held now, by id; the caller must not change it.
+func (s *Scheduler) Leases() map[uint64]*Lease {
+	if s.leases == nil {
+		s.leases = map[uint64]*Lease{}
+	}
+	return s.leases
+}
+
+// Requeue puts t at the front so a lost task is redone before new ones.
+// A task that continues the one at the front is joined to it again.
+func (s *Scheduler) Requeue(t Task) {
+	if len(s.queue) > 0 {
+		if f := s.queue[0]; f.Shard == t.Shard && t.Start+t.Count == f.Start {
+			s.queue[0] = Task{Shard: t.Shard, Start: t.Start, Count: t.Count + f.Count}
+			return
+		}
+	}
+	s.queue = append(s.queue, Task{})
+	copy(s.queue[1:], s.queue)
+	s.queue[0] = t
+}
+
+// LocalStepsFor is the H a new lease of worker gets.
+func (s *Scheduler) LocalStepsFor(worker string) int {
+	if !s.Dynamic {
+		return s.LocalSteps
+	}
+	mine, ok := s.speed[worker]
+	if !ok {
+		return min(max(s.LocalSteps, s.MinLocalSteps), s.MaxLocalSteps)
+	}
+	fastest := 0.0
+	for _, v := range s.speed {
+		fastest = max(fastest, v)
+	}
+	// The fastest worker does MaxLocalSteps; the others as many as fit in
+	// the same wall time.
+	h := int(math.Round(float64(s.MaxLocalSteps) * mine / fastest))
+	return min(max(h, s.MinLocalSteps), s.MaxLocalSteps)
+}
+
+// Observe records that worker computed examples in d. The caller measures
+// d itself (from Lease.Since to the result), never trusting a worker's
+// own account: a worker claiming to be fast would shrink everyone
+// else's tasks.
+func (s *Scheduler) Observe(worker string, examples int, d time.Duration) {
+	if examples <= 0 || d <= 0 {
+		return
+	}
+	if s.speed == nil {
+		s.speed = map[string]float64{}
+	}
+	v := float64(examples) / d.Seconds()
+	if old, ok := s.speed[worker]; ok {
+		v = 0.5*old + 0.5*v
+	}
+	s.speed[worker] = v
+}
+
+// Forget drops what was measured of a worker that left.
+func (s *Scheduler) Forget(worker string) { delete(s.speed, worker) }
+
+// Grant leases the next task to worker, from version base (ignored for
+// Latest leases) in round. It reports false when the queue is empty. A
+// task longer than the worker's H is cut: the lease takes its first
+// BatchSize*H examples and the rest goes back to the front.
+func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool) {
+	if len(s.queue) == 0 {
+		return nil, false
+	}
+	t := s.queue[0]
+	s.queue = s.queue[1:]
+	h := s.LocalStepsFor(worker)
+	if per := s.BatchSize * h; t.Count > per {
+		s.Requeue(Task{Shard: t.Shard, Start: t.Start + per, Count: t.Count - per})
+		t.Count = per
+	}
+	if s.Latest {
+		base = NotStarted
+	}
+	l := &Lease{
+		ID: s.NextID(), Task: t, Worker: worker, Base: base, Round: round,
+		LocalSteps: min(h, (t.Count+s.BatchSize-1)/s.BatchSize),
+		Deadline:   s.Now().Add(s.LeaseTimeout),
+		Since:      s.Now(),
+	}
+	s.Leases()[l.ID] = l
+	return l, true
+}
+
+// Start fixes a Latest lease's base at newest, the newest published
+// version, and gives it a full deadline from now: the worker computes from
+// there. Starting a started lease again answers the same base.
+func (s *Scheduler) Start(worker string, id uint64, newest int64) (*Lease, error) {
+	l := s.leases[id]
+	if l == nil || l.Worker != worker {
+		return nil, fmt.Errorf("%w: lease %d (it expired, was never issued, or belongs to another)", ErrNotHeld, id)
+	}
+	if !l.Started() {
+		l.Base = newest
+		l.Deadline = s.Now().Add(s.LeaseTimeout)
+		l.Since = s.Now()
+	}
+	return l, nil
+}
+
+// Take settles a lease of worker (its result arrived): it is no longer
+// held. Nil if worker does not hold it. Call Observe for an accepted one.
+func (s *Scheduler) Take(worker string, id uint64) *Lease {
+	l := s.leases[id]
+	if l == nil || l.Worker != worker {
+		return nil
+	}
+	delete(s.leases, id)
+	return l
+}
+
+// Expire requeues and returns the leases whose deadline has passed.
+func (s *Scheduler) Expire() []*Lease {
+	now := s.Now()
+	var out []*Lease
+	for id, l := range s.leases {
+		if now.After(l.Deadline) {
+			delete(s.leases, id)
+			s.Requeue(l.Task)
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Release requeues the leases among ids that worker holds (nil ids: all
+// of them) and returns them.
+func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
+	var out []*Lease
+	for id, l := range s.leases {
+		if l.Worker != worker {
+			continue
+		}
+		if ids != nil && !contains(ids, id) {
+			continue
+		}
+		delete(s.leases, id)
+		s.Requeue(l.Task)
+		out = append(out, l)
+	}
+	return out
+}
+
+// ReleaseAll requeues every lease (the job paused) and returns them.
+func (s *Scheduler) ReleaseAll() []*Lease {
+	var out []*Lease
+	for id, l := range s.leases {
+		delete(s.leases, id)
+		s.Requeue(l.Task)
+		out = append(out, l)
+	}
+	return out
+}
+
+// HeldBy counts worker's leases.
+func (s *Scheduler) HeldBy(worker string) int {
+	n := 0
+	for _, l := range s.leases {
+		if l.Worker == worker {
+			n++
+		}
+	}
+	return n
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}

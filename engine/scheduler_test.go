@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func newTestScheduler() *Scheduler {
+	var id uint64
+	return &Scheduler{Now: time.Now, NextID: func() uint64 { id++; return id }, LeaseTimeout: time.Minute,
+		BatchSize: 10, LocalSteps: 4, MinLocalSteps: 1, MaxLocalSteps: 4}
+}
+
+// Dynamic local steps: the fastest worker gets max_local_steps, a worker
+// at a fraction of its speed that fraction of it, and nobody leaves
+// [min_local_steps, max_local_steps], however extreme the speeds.
+func TestDynamicLocalStepsStayInBounds(t *testing.T) {
+	s := newTestScheduler()
+	s.Dynamic, s.MinLocalSteps, s.MaxLocalSteps, s.LocalSteps = true, 2, 16, 4
+	if h := s.LocalStepsFor("new"); h != 4 {
+		t.Fatalf("unmeasured worker: H %d, want local_steps 4", h)
+	}
+	s.Observe("native", 1600, time.Second)
+	s.Observe("half", 800, time.Second)
+	s.Observe("browser", 100, time.Second)
+	s.Observe("frozen", 1, time.Hour)
+	want := map[string]int{"native": 16, "half": 8, "browser": 2, "frozen": 2}
+	for w, h := range want {
+		if got := s.LocalStepsFor(w); got != h {
+			t.Errorf("%s: H %d, want %d", w, got, h)
+		}
+	}
+	s.Observe("rocket", 1e9, time.Millisecond)
+	for _, w := range []string{"native", "half", "browser", "frozen", "rocket"} {
+		if h := s.LocalStepsFor(w); h < 2 || h > 16 {
+			t.Errorf("%s: H %d outside [2, 16]", w, h)
+		}
+	}
+	// A lease carries its worker's H, and takes that many batches of a
+	// task cut for max_local_steps; the rest stays queued, first.
+	s.SetQueue([]Task{{Shard: 0, Start: 0, Count: 160}, {Shard: 1, Start: 0, Count: 160}})
+	s.Forget("rocket")
+	l, _ := s.Grant("half", 0, 0)
+	if l.LocalSteps != 8 || l.Task.Count != 80 || s.Queue()[0] != (Task{Shard: 0, Start: 80, Count: 80}) {
+		t.Fatalf("lease %+v, queue %v", l, s.Queue())
+	}
+	// Given back, it joins the rest of its task again.
+	s.Release("half", nil)
+	if q := s.Queue(); len(q) != 2 || q[0] != (Task{Shard: 0, Start: 0, Count: 160}) {
+		t.Fatalf("queue after release: %v", q)
+	}
+}
+
+// A "latest" lease carries no base until its worker starts it, and then
+// gets the newest version, however far the model moved since the grant;
+// its deadline runs from the start.
+func TestLatestLeaseComputesFromTheNewestVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler()
+		s.Latest = true
+		s.SetQueue([]Task{{Count: 40}, {Count: 40}})
+		a, _ := s.Grant("w", 3, 0)
+		b, _ := s.Grant("w", 3, 0)
+		if a.Started() || b.Started() {
+			t.Fatalf("latest leases granted with a base: %+v %+v", a, b)
+		}
+		newest := int64(3)
+		for _, l := range []*Lease{a, b} {
+			newest += 7 // the model moves while the worker works on the other lease
+			time.Sleep(30 * time.Second)
+			got, err := s.Start("w", l.ID, newest)
+			if err != nil || got.Base != newest {
+				t.Fatalf("start of lease %d at newest %d: base %d, %v", l.ID, newest, got.Base, err)
+			}
+			if !got.Deadline.Equal(time.Now().Add(time.Minute)) {
+				t.Fatalf("deadline %v, want a minute from the start", got.Deadline)
+			}
+		}
+		// Starting twice answers the same base; another worker cannot.
+		if got, _ := s.Start("w", a.ID, 99); got.Base != 10 {
+			t.Fatalf("second start moved the base to %d", got.Base)
+		}
+		if _, err := s.Start("thief", b.ID, 99); err == nil {
+			t.Fatal("another worker started the lease")
+		}
+		// Granted leases keep the base they were given.
+		s.Latest = false
+		s.SetQueue([]Task{{Count: 10}})
+		if g, _ := s.Grant("w", 5, 0); g.Base != 5 || !g.Started() {
+			t.Fatalf("granted lease: %+v", g)
+		}
+	})
+}
+
+// Leases expire at their deadline, on the injected clock, and go back to
+// the front of the queue.
+func TestLeasesExpireOnTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler()
+		s.SetQueue([]Task{{Shard: 1, Count: 40}, {Shard: 2, Count: 40}})
+		l, _ := s.Grant("w", 0, 0)
+		time.Sleep(59 * time.Second)
+		if got := s.Expire(); len(got) != 0 {
+			t.Fatalf("expired early: %v", got)
+		}
+		time.Sleep(2 * time.Second)
+		got := s.Expire()
+		if len(got) != 1 || got[0].ID != l.ID || s.Queue()[0] != l.Task || s.HeldBy("w") != 0 {
+			t.Fatalf("expired %v, queue %v", got, s.Queue())
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package jobspec
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// Spec is what an operator submits: a model, the data, and how to train.
+// A parsed Spec has every default filled in, so the stored spec records
+// what was chosen (the outer optimizer a mode picked, say).
+type Spec struct {
+	Name string `json:"name" yaml:"name"`
+	// ModelPreset is set when `model` names a preset; Model is always the
+	// resolved architecture.
+	ModelPreset string       `json:"model_preset,omitempty" yaml:"-"`
+	Model       nn.ModelSpec `json:"model" yaml:"-"`
+	Dataset     string       `json:"dataset" yaml:"dataset"`
+
+	// Mode is the update rule: ModeAsync, ModeSync or ModeDiLoCo.
+	Mode string `json:"mode" yaml:"mode"`
+	// OuterOptimizer is the coordinator's optimizer (the `optimizer` key
+	// is its deprecated alias).
+	OuterOptimizer nn.OptimizerSpec `json:"outer_optimizer" yaml:"-"`
+	// InnerOptimizer is what workers run their local steps with.
+	InnerOptimizer InnerOptimizer `json:"inner_optimizer" yaml:"-"`
+	BatchSize      int            `json:"batch_size" yaml:"batch_size"`
+	LocalSteps     int            `json:"local_steps" yaml:"local_steps"`
+	// RoundSize is how many results a round averages: K for sync, M for
+	// diloco, and for async diloco the N of Delayed Nesterov.
+	RoundSize     int      `json:"round_size" yaml:"round_size"`
+	BackupWorkers int      `json:"backup_workers" yaml:"backup_workers"`
+	RoundTimeout  Duration `json:"round_timeout" yaml:"-"`
+	AsyncDiLoCo   bool     `json:"async_diloco" yaml:"async_diloco"`
+
+	DynamicLocalSteps bool `json:"dynamic_local_steps" yaml:"dynamic_local_steps"`
+	MinLocalSteps     int  `json:"min_local_steps" yaml:"min_local_steps"`
+	MaxLocalSteps     int  `json:"max_local_steps" yaml:"max_local_steps"`
+	// Snapshot is SnapshotLatest or SnapshotGranted: which model version a
+	// task of an asynchronous mode computes from.
+	Snapshot string `json:"snapshot" yaml:"snapshot"`
+
+	MaxStaleness   int     `json:"max_staleness" yaml:"max_staleness"`
+	StalenessLR    string  `json:"staleness_lr" yaml:"staleness_lr"`
+	ShardSize      int     `json:"shard_size" yaml:"shard_size"`
+	TargetAccuracy float64 `json:"target_accuracy" yaml:"target_accuracy"`
+	MaxEpochs      int     `json:"max_epochs" yaml:"max_epochs"`
+	Seed           int64   `json:"seed" yaml:"seed"`
+	EvalEvery      int     `json:"eval_every" yaml:"eval_every"`
+	// CheckpointEvery is the most updates between checkpoints (the
+	// coordinator's --checkpoint-interval bounds the time too).
+	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
+	// MaxUpdateNormRatio rejects an update whose L2 norm exceeds this many
+	// times the running mean of accepted ones (0 turns the check off).
+	MaxUpdateNormRatio float64  `json:"max_update_norm_ratio" yaml:"max_update_norm_ratio"`
+	LeaseTimeout       Duration `json:"lease_timeout" yaml:"-"`
+}
+
+// Modes (Spec.Mode).
+const (
+	ModeAsync  = "async"  // apply each result as it arrives (DOWNPOUR), bounded by staleness
+	ModeSync   = "sync"   // rounds of K results (of K+backup_workers leased) averaged, one step per round
+	ModeDiLoCo = "diloco" // H inner steps per task; rounds of M deltas averaged, outer Nesterov
+)
+
+// Modes lists the modes in documentation order.
+var Modes = []string{ModeAsync, ModeSync, ModeDiLoCo}
+
+// Snapshot policies (Spec.Snapshot), the same words as the protocol's.
+const (
+	SnapshotLatest  = "latest"  // the base is fixed when the worker starts computing
+	SnapshotGranted = "granted" // the base is fixed when the lease is granted
+)
+
+// DefaultAsyncSnapshot is the snapshot policy of an asynchronous job that
+// does not choose one.
+//
+// It is "granted" until every worker kind answers a "latest" lease with
+// start (protocol 2); a worker that does not gives such a lease back, so
+// a "latest" default would stall every job on them. Set it to
+// SnapshotLatest once they all do.
+const DefaultAsyncSnapshot = SnapshotGranted
+
+// Inner optimizers (InnerOptimizer.Type), the same words as the protocol's.
+const (
+	InnerSGD   = "sgd"
+	InnerAdamW = "adamw"
+)
+
+// Step-size rules for stale results (Spec.StalenessLR).
+const (
+	StalenessLRNone    = "none"    // apply every accepted result at the full rate
+	StalenessLRInverse = "inverse" // scale the step by 1/(1+staleness)
+)
+
+// Update kinds a mode asks workers for (UpdateKind), the protocol's words.
+const (
+	UpdateGradient = "gradient" // (w_base - w_after) / inner lr
+	UpdateDelta    = "delta"    // w_base - w_after
+)
+
+// InnerOptimizer is the optimizer a worker runs its local steps with; its
+// state starts fresh with every task.
+type InnerOptimizer struct {
+	Type        string  `json:"type" yaml:"type"`
+	LR          float64 `json:"lr" yaml:"lr"`
+	WeightDecay float64 `json:"weight_decay,omitempty" yaml:"weight_decay"`
+	Beta1       float64 `json:"beta1,omitempty" yaml:"beta1"`
+	Beta2       float64 `json:"beta2,omitempty" yaml:"beta2"`
+	Epsilon     float64 `json:"epsilon,omitempty" yaml:"epsilon"`
+}
+
+// UpdateKind is what a task's result holds in this mode. DiLoCo's outer
+// lr of 0.7 assumes the plain difference: divided by an AdamW rate of
+// 1e-3, each step would be 1,000 times too large.
+func (s Spec) UpdateKind() string {
+	if s.Mode == ModeDiLoCo {
+		return UpdateDelta
+	}
+	return UpdateGradient
+}
+
+// Rounds reports whether the mode steps once per round of results
+// rather than once per result.
+func (s Spec) Rounds() bool {
+	return s.Mode == ModeSync || (s.Mode == ModeDiLoCo && !s.AsyncDiLoCo)
+}
+
+// TaskSteps is the most inner steps one task may hold: the unit the
+// epoch's examples are cut into.
+func (s Spec) TaskSteps() int {
+	if s.DynamicLocalSteps {
+		return max(s.LocalSteps, s.MaxLocalSteps)
+	}
+	return s.LocalSteps
+}
+
+// Duration is a time.Duration written as "30s" in spec files and JSON.
+type Duration struct{ time.Duration }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return fmt.Errorf("duration must be a string such as \"30s\": %w", err)
+	}
+	d.Duration, err = time.ParseDuration(s)
+	return err
+}
+
+// UnmarshalJSON reads a stored spec, also one stored before modes
+// existed: its `optimizer` and `inner_lr` become the outer and inner
+// optimizers, and it trains as it did (async, granted snapshots).
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	type plain Spec
+	var v struct {
+		plain
+		Optimizer *nn.OptimizerSpec `json:"optimizer"`
+		InnerLR   *float64          `json:"inner_lr"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Spec(v.plain)
+	if s.Mode == "" {
+		s.Mode = ModeAsync
+		if s.Snapshot == "" {
+			s.Snapshot = SnapshotGranted
+		}
+	}
+	if v.Optimizer != nil && s.OuterOptimizer.Type == "" {
+		s.OuterOptimizer = *v.Optimizer
+	}
+	if v.InnerLR != nil && s.InnerOptimizer.Type == "" {
+		s.InnerOptimizer = InnerOptimizer{Type: InnerSGD, LR: *v.InnerLR}
+	}
+	if s.RoundSize == 0 {
+		s.RoundSize = 1
+	}
+	if s.MinLocalSteps == 0 {
+		s.MinLocalSteps = 1
+	}
+	if s.MaxLocalSteps == 0 {
+		s.MaxLocalSteps = max(s.LocalSteps, 1)
+	}
+	if s.RoundTimeout.Duration == 0 {
+		s.RoundTimeout = s.LeaseTimeout
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package jobspec
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// finish fills the mode's defaults, resolves the model preset and
+// validates every key.
+func finish(s Spec, g given) (Spec, error) {
+	if !slices.Contains(Modes, s.Mode) {
+		return Spec{}, Errorf("mode", "%q is not a mode (want %s)", s.Mode, strings.Join(Modes, ", "))
+	}
+	modeDefaults(&s, g)
+	if s.ModelPreset != "" {
+		spec, err := nn.Preset(s.ModelPreset)
+		if err != nil {
+			return Spec{}, Errorf("model", "%v", err)
+		}
+		s.Model = spec
+	}
+	if len(s.Model.Input) == 0 && s.Dataset == "mnist" {
+		s.Model.Input = []int{1, 28, 28}
+	}
+	return s, s.Validate()
+}
+
+// Validate checks every key and says which one is wrong.
+func (s Spec) Validate() error {
+	if len(s.Name) > 128 {
+		return Errorf("name", "at most 128 characters")
+	}
+	if s.Dataset != "mnist" {
+		return Errorf("dataset", "%q is not supported (want mnist; other data through --data DIR of IDX files)", s.Dataset)
+	}
+	if _, err := nn.NewModel(s.Model); err != nil {
+		return Errorf("model", "%v", err)
+	}
+	if err := s.OuterOptimizer.Validate(); err != nil {
+		// nn names the field "optimizer.x"; the key is outer_optimizer.
+		return &Error{Problem: "outer_" + err.Error()}
+	}
+	if err := s.validateMode(); err != nil {
+		return err
+	}
+	switch {
+	case s.BatchSize < 1 || s.BatchSize > 4096:
+		return Errorf("batch_size", "must be in 1..4096, got %d", s.BatchSize)
+	case s.LocalSteps < 1 || s.LocalSteps > 1000:
+		return Errorf("local_steps", "must be in 1..1000, got %d", s.LocalSteps)
+	case s.MaxStaleness < 0:
+		return Errorf("max_staleness", "must be >= 0, got %d", s.MaxStaleness)
+	case s.StalenessLR != StalenessLRNone && s.StalenessLR != StalenessLRInverse:
+		return Errorf("staleness_lr", "%q is not a rule (want none or inverse)", s.StalenessLR)
+	case s.ShardSize < 1 || s.ShardSize > 100000:
+		return Errorf("shard_size", "must be in 1..100000, got %d", s.ShardSize)
+	case s.BatchSize*s.TaskSteps() > s.ShardSize:
+		return Errorf("batch_size", "batch_size*local_steps (%d) exceeds shard_size (%d): a task must fit in one shard", s.BatchSize*s.TaskSteps(), s.ShardSize)
+	case !(s.TargetAccuracy > 0 && s.TargetAccuracy <= 1):
+		return Errorf("target_accuracy", "must be in (0, 1], got %v", s.TargetAccuracy)
+	case s.MaxEpochs < 1:
+		return Errorf("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
+	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
+		return Errorf("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
+	case s.CheckpointEvery < 1:
+		return Errorf("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
+	case s.EvalEvery < 1:
+		return Errorf("eval_every", "must be >= 1 update, got %d", s.EvalEvery)
+	case s.LeaseTimeout.Duration < 100*time.Millisecond:
+		return Errorf("lease_timeout", "must be at least 100ms, got %v", s.LeaseTimeout.Duration)
+	}
+	return nil
+}
+
+// validateMode checks the keys of the modes and the inner optimizer.
+func (s Spec) validateMode() error {
+	if !slices.Contains(Modes, s.Mode) {
+		return Errorf("mode", "%q is not a mode (want %s)", s.Mode, strings.Join(Modes, ", "))
+	}
+	in := s.InnerOptimizer
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case in.Type != InnerSGD && in.Type != InnerAdamW:
+		return Errorf("inner_optimizer.type", "%q is not an inner optimizer (want sgd or adamw)", in.Type)
+	case !(in.LR > 0) || !finite(in.LR):
+		return Errorf("inner_optimizer.lr", "must be a finite number > 0, got %v", in.LR)
+	case !(in.WeightDecay >= 0) || !finite(in.WeightDecay):
+		return Errorf("inner_optimizer.weight_decay", "must be a finite number >= 0, got %v", in.WeightDecay)
+	case in.Type == InnerSGD && (in.WeightDecay != 0 || in.Beta1 != 0 || in.Beta2 != 0 || in.Epsilon != 0):
+		return Errorf("inner_optimizer", "weight_decay, beta1, beta2 and epsilon are adamw settings; sgd takes only lr")
+	case in.Type == InnerAdamW && !(in.Beta1 >= 0 && in.Beta1 < 1):
+		return Errorf("inner_optimizer.beta1", "must be in [0, 1), got %v", in.Beta1)
+	case in.Type == InnerAdamW && !(in.Beta2 >= 0 && in.Beta2 < 1):
+		return Errorf("inner_optimizer.beta2", "must be in [0, 1), got %v", in.Beta2)
+	case in.Type == InnerAdamW && (!(in.Epsilon > 0) || !finite(in.Epsilon)):
+		return Errorf("inner_optimizer.epsilon", "must be a finite number > 0, got %v", in.Epsilon)
+	case s.RoundSize < 1 || s.RoundSize > 1024:
+		return Errorf("round_size", "must be in 1..1024, got %d", s.RoundSize)
+	case s.BackupWorkers < 0 || s.BackupWorkers > 1024:
+		return Errorf("backup_workers", "must be in 0..1024, got %d", s.BackupWorkers)
+	case s.Rounds() && s.RoundTimeout.Duration < 100*time.Millisecond:
+		return Errorf("round_timeout", "must be at least 100ms, got %v", s.RoundTimeout.Duration)
+	case s.AsyncDiLoCo && s.Mode != ModeDiLoCo:
+		return Errorf("async_diloco", "applies to mode diloco, not %s", s.Mode)
+	case s.Snapshot != SnapshotLatest && s.Snapshot != SnapshotGranted:
+		return Errorf("snapshot", "%q is not a policy (want latest or granted)", s.Snapshot)
+	case s.Snapshot == SnapshotLatest && s.Rounds():
+		return Errorf("snapshot", "latest applies to the asynchronous modes; a round's tasks all compute from the version the round started at")
+	case s.DynamicLocalSteps && s.Mode == ModeSync:
+		return Errorf("dynamic_local_steps", "applies to async and diloco, not sync (a sync round's results must weigh alike)")
+	case s.MinLocalSteps < 1:
+		return Errorf("min_local_steps", "must be >= 1, got %d", s.MinLocalSteps)
+	case s.MaxLocalSteps < s.MinLocalSteps || s.MaxLocalSteps > 1000:
+		return Errorf("max_local_steps", "must be in min_local_steps (%d)..1000, got %d", s.MinLocalSteps, s.MaxLocalSteps)
+	case s.DynamicLocalSteps && (s.LocalSteps < s.MinLocalSteps || s.LocalSteps > s.MaxLocalSteps):
+		return Errorf("local_steps", "with dynamic_local_steps it is the first task's H and must be in min_local_steps..max_local_steps (%d..%d), got %d",
+			s.MinLocalSteps, s.MaxLocalSteps, s.LocalSteps)
+	case s.Mode == ModeDiLoCo && s.AsyncDiLoCo && !(s.OuterOptimizer.Type == nn.OptMomentum && s.OuterOptimizer.Nesterov):
+		return Errorf("outer_optimizer", "async_diloco steps with Delayed Nesterov: want type momentum with nesterov: true, got %s", s.OuterOptimizer.Type)
+	}
+	return nil
+}
