@@ -78,9 +78,14 @@ func TestModeChangeClosesTheRoundAndRequeuesLeases(t *testing.T) {
 			t.Fatalf("a result of a lease from before the change: %+v, want unknown_lease", a)
 		}
 		l := j.grant("w", 1, "")[0]
-		if l.UpdateKind != protocol.UpdateGradient || l.Round != 0 || l.LocalSteps != 1 {
+		if l.UpdateKind != protocol.UpdateGradient || l.Round != 0 || l.LocalSteps != 1 || l.Snapshot != protocol.SnapshotLatest {
 			t.Fatalf("async lease after the change: %+v", l)
 		}
+		started, err := j.start("w", l.ID, "")
+		if err != nil || started.BaseVersion != 1 {
+			t.Fatalf("start of the async lease: %+v, %v; want base 1", started, err)
+		}
+		l.BaseVersion = started.BaseVersion
 		if a := j.apply(result(j, l, 0.01)); !a.Accepted || a.Version != 2 {
 			t.Fatalf("async result: %+v", a)
 		}

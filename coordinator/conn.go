@@ -476,7 +476,10 @@ func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
 		if errors.Is(serr, engine.ErrNotHeld) {
 			code = protocol.ReasonUnknownLease
 		}
-		s.enqueue(wc, &protocol.Error{Code: code, Message: fmt.Sprintf("cannot start lease %d: %v", leaseID, serr)})
+		// A rejecting ack for the lease (docs/PROTOCOL.md): the worker
+		// drops it, sends no result and asks for another.
+		wc.rejected.Add(1)
+		s.enqueue(wc, &protocol.Ack{LeaseID: leaseID, Reason: code, Detail: fmt.Sprintf("cannot start lease %d: %v", leaseID, serr)})
 		return
 	}
 	s.enqueue(wc, started)

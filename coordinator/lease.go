@@ -51,7 +51,9 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 	if st.state != StateRunning || len(st.sched.Queue()) == 0 {
 		return nil
 	}
-	j.publish()
+	if !j.publish() {
+		return nil
+	}
 	var out []protocol.Lease
 	now := st.sched.Now()
 	spec := &st.spec
@@ -104,7 +106,9 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 	if st.state != StateRunning {
 		return nil, fmt.Errorf("job is %s", st.state)
 	}
-	j.publish()
+	if !j.publish() {
+		return nil, fmt.Errorf("job is %s", st.state)
+	}
 	l, err := st.sched.Start(worker, leaseID, st.published)
 	if err != nil {
 		return nil, err
@@ -129,10 +133,20 @@ func (j *Job) snapshotPath(version int64) string {
 // demand, when a lease needs it, bounds the rate to one copy per version
 // that a worker actually asks for; pruning by lease bounds the memory to
 // one snapshot per lease held, whatever max_staleness is.
-func (j *Job) publish() {
+//
+// A model with NaN or Inf in it is never published: an outer step took it
+// there (finite updates can overflow at a large outer rate), no worker
+// could use it, and the job fails as diverged. publish reports whether
+// the current version is published.
+func (j *Job) publish() bool {
 	st := &j.st
 	if st.published == st.model.Version {
-		return
+		return true
+	}
+	if i := protocol.Floats(st.model.Params).FirstNonFinite(); i >= 0 {
+		j.finish(StateFailed, fmt.Sprintf("diverged: parameter %d is %v at version %d; lower outer_optimizer.lr or max_staleness",
+			i, st.model.Params[i], st.model.Version))
+		return false
 	}
 	snap := &snapshot{version: st.model.Version, body: protocol.EncodeFloats(st.model.Params)}
 	j.snapMu.Lock()
@@ -144,6 +158,7 @@ func (j *Job) publish() {
 	}
 	j.snapMu.Unlock()
 	st.published = st.model.Version
+	return true
 }
 
 // snapshotNeeded reports whether a held lease is based on version v and

@@ -53,14 +53,14 @@ func submitConst(rc *rawClient, l protocol.Lease, base int64, v float32) *protoc
 func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
 	g := newTestGrid(t, modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nsnapshot: latest\n"))
 	slow, fast := g.joinRaw(), g.joinRaw()
-	held := slow.leases(2)
+	held := slow.grantedLeases(2)
 	for _, l := range held {
 		if l.Snapshot != protocol.SnapshotLatest || l.SnapshotURL != "" {
 			t.Fatalf("latest lease granted with a base: %+v", l)
 		}
 	}
 	for i := range 3 {
-		l := fast.leases(1)[0]
+		l := fast.grantedLeases(1)[0]
 		fast.send(&protocol.Start{LeaseID: l.ID})
 		st, ok := fast.read().(*protocol.Started)
 		if !ok || st.BaseVersion != int64(i) {
@@ -86,8 +86,8 @@ func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
 		t.Fatalf("result of a lease never started: %+v, want invalid saying to send start", a)
 	}
 	slow.send(&protocol.Start{LeaseID: 999999})
-	if e, ok := slow.read().(*protocol.Error); !ok || e.Code != protocol.ReasonUnknownLease || !strings.Contains(e.Message, "999999") {
-		t.Fatalf("start of a lease not held: %+v", e)
+	if a, ok := slow.read().(*protocol.Ack); !ok || a.LeaseID != 999999 || a.Accepted || a.Reason != protocol.ReasonUnknownLease || !strings.Contains(a.Detail, "999999") {
+		t.Fatalf("start of a lease not held: %+v, want a rejecting ack", a)
 	}
 }
 

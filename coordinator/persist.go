@@ -181,7 +181,20 @@ func appendOptState(b []byte, vectors [][]float32, steps int64) []byte {
 
 var errBadOptState = errors.New("checkpoint optimizer state is malformed")
 
-func decodeOptState(b []byte) ([][]float32, int64, error) {
+// decodeCheckpointFloats decodes a checkpoint's float32s into dst. A job
+// that failed by diverging may have been checkpointed with NaN or Inf in
+// its model or optimizer state; it is served as it ended and never trained
+// again, so with allowNonFinite its values are taken as they are (and a
+// restart never fails on it).
+func decodeCheckpointFloats(dst []float32, b []byte, allowNonFinite bool) error {
+	if allowNonFinite && len(b) == 4*len(dst) {
+		protocol.CopyFloats(dst, b)
+		return nil
+	}
+	return protocol.DecodeFloatsInto(dst, b)
+}
+
+func decodeOptState(b []byte, allowNonFinite bool) ([][]float32, int64, error) {
 	if len(b) < 12 {
 		return nil, 0, errBadOptState
 	}
@@ -202,7 +215,7 @@ func decodeOptState(b []byte) ([][]float32, int64, error) {
 			return nil, 0, errBadOptState
 		}
 		vectors[i] = make([]float32, n)
-		if err := protocol.DecodeFloatsInto(vectors[i], b[:4*n]); err != nil {
+		if err := decodeCheckpointFloats(vectors[i], b[:4*n], allowNonFinite); err != nil {
 			return nil, 0, fmt.Errorf("%w: %v", errBadOptState, err)
 		}
 		b = b[4*n:]
@@ -217,10 +230,11 @@ func decodeOptState(b []byte) ([][]float32, int64, error) {
 // starts).
 func (j *Job) restore(c store.Checkpoint) error {
 	st := &j.st
-	if err := protocol.DecodeFloatsInto(st.model.Params, c.Params); err != nil {
+	failed := st.state == StateFailed
+	if err := decodeCheckpointFloats(st.model.Params, c.Params, failed); err != nil {
 		return fmt.Errorf("checkpoint v%d parameters: %w", c.Version, err)
 	}
-	vectors, steps, err := decodeOptState(c.OptState)
+	vectors, steps, err := decodeOptState(c.OptState, failed)
 	if err != nil {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}

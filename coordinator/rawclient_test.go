@@ -81,8 +81,21 @@ func (rc *rawClient) read() protocol.Message {
 	return m
 }
 
-// leases asks for n leases and returns them.
+// leases asks for n leases and returns them, each started: a lease that
+// takes the latest snapshot gets its base from a start/started exchange,
+// as a worker does when it begins computing.
 func (rc *rawClient) leases(n int) []protocol.Lease {
+	rc.t.Helper()
+	out := rc.grantedLeases(n)
+	for i := range out {
+		rc.start(&out[i])
+	}
+	return out
+}
+
+// grantedLeases asks for n leases and returns them as granted (a latest
+// lease has no base yet).
+func (rc *rawClient) grantedLeases(n int) []protocol.Lease {
 	rc.t.Helper()
 	rc.send(&protocol.Want{N: n})
 	var out []protocol.Lease
@@ -95,6 +108,28 @@ func (rc *rawClient) leases(n int) []protocol.Lease {
 		}
 	}
 	return out
+}
+
+// start fixes l's base if it takes the latest snapshot.
+func (rc *rawClient) start(l *protocol.Lease) {
+	rc.t.Helper()
+	if l.Snapshot != protocol.SnapshotLatest {
+		return
+	}
+	rc.send(&protocol.Start{LeaseID: l.ID})
+	for {
+		switch m := rc.read().(type) {
+		case *protocol.Started:
+			if m.LeaseID == l.ID {
+				l.BaseVersion, l.SnapshotURL, l.DeadlineUnixMs = m.BaseVersion, m.SnapshotURL, m.DeadlineUnixMs
+				return
+			}
+		case *protocol.Ack:
+			if m.LeaseID == l.ID {
+				rc.t.Fatalf("start of lease %d refused: %s: %s", l.ID, m.Reason, m.Detail)
+			}
+		}
+	}
 }
 
 // ack reads until the ack for lease id.

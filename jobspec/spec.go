@@ -76,13 +76,10 @@ const (
 )
 
 // DefaultAsyncSnapshot is the snapshot policy of an asynchronous job that
-// does not choose one.
-//
-// It is "granted" until every worker kind answers a "latest" lease with
-// start (protocol 2); a worker that does not gives such a lease back, so
-// a "latest" default would stall every job on them. Set it to
-// SnapshotLatest once they all do.
-const DefaultAsyncSnapshot = SnapshotGranted
+// does not choose one: a worker computes from the newest snapshot when it
+// starts a task, not from the one current when the task was granted, so a
+// slow worker's prefetched tasks are not stale before it begins them.
+const DefaultAsyncSnapshot = SnapshotLatest
 
 // Inner optimizers (InnerOptimizer.Type), the same words as the protocol's.
 const (

@@ -268,6 +268,22 @@ func AppendFloats(dst []byte, f []float32) []byte {
 	return dst
 }
 
+// CopyFloats copies little-endian float32 bytes into dst, which must hold
+// exactly len(b)/4 values, without checking them: for data this process
+// wrote itself. Untrusted bytes go through DecodeFloatsInto.
+func CopyFloats(dst []float32, b []byte) {
+	if len(b) != 4*len(dst) {
+		panic(fmt.Sprintf("protocol.CopyFloats: %d bytes for %d float32s", len(b), len(dst)))
+	}
+	if littleEndian {
+		copy(floatBytes(dst), b)
+		return
+	}
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+}
+
 // DecodeFloatsInto decodes a snapshot body into dst, which must have exactly
 // the length the body holds; every value must be finite.
 func DecodeFloatsInto(dst []float32, b []byte) error {

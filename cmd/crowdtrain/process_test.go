@@ -186,18 +186,29 @@ func snapshotOfFirstLease(t *testing.T, addr string) (int64, []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l, ok := m.(*protocol.Lease); ok {
-			resp, err := http.Get("http://" + addr + l.SnapshotURL)
+		if l, ok := m.(*protocol.Lease); ok && l.Snapshot == protocol.SnapshotLatest {
+			send(&protocol.Start{LeaseID: l.ID}) // the base is fixed now: wait for started
+			continue
+		}
+		base, url := int64(-1), ""
+		switch m := m.(type) {
+		case *protocol.Lease:
+			base, url = m.BaseVersion, m.SnapshotURL
+		case *protocol.Started:
+			base, url = m.BaseVersion, m.SnapshotURL
+		}
+		if url != "" {
+			resp, err := http.Get("http://" + addr + url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: %s", l.SnapshotURL, resp.Status)
+				t.Fatalf("GET %s: %s", url, resp.Status)
 			}
 			send(&protocol.Bye{Reason: "probe done"})
-			return l.BaseVersion, body
+			return base, body
 		}
 	}
 }
