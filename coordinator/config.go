@@ -1,0 +1,194 @@
+package coordinator
+
+import (
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+// Config configures a Server. Train and Test are required.
+type Config struct {
+	Train, Test *dataset.Set
+	// Logf receives progress and problems; nil means log.Printf.
+	Logf func(format string, args ...any)
+	// IdleRetry is how soon a worker with nothing to do asks again.
+	IdleRetry time.Duration
+	// HelloTimeout bounds how long a new connection may take to say hello.
+	HelloTimeout time.Duration
+	// WriteTimeout bounds every websocket write; a worker that cannot take
+	// a message in time is disconnected, never waited on.
+	WriteTimeout time.Duration
+	// MaxLeases is how many leases one worker may hold at once.
+	MaxLeases int
+	// Store keeps jobs, checkpoints, metrics and workers; nil keeps
+	// nothing (a coordinator that dies loses its jobs).
+	Store *store.Store
+	// CheckpointInterval is the longest time between checkpoints of a job
+	// whose model has moved.
+	CheckpointInterval time.Duration
+	// KeepCheckpoints is how many checkpoints of each job are kept.
+	KeepCheckpoints int
+	// Verbose logs every checkpoint written.
+	Verbose bool
+	// AdminToken guards the admin API and page (see auth.go). Empty
+	// disables them: every admin route answers 401.
+	AdminToken string
+	// Pages serves every path the coordinator does not (the contribute
+	// page at / and its assets; see package web). Nil serves a plain index
+	// that links the API.
+	Pages http.Handler
+
+	// HTTP access: who may reach what (access.go, docs/SECURITY.md).
+	//
+	// PublicURLs are the URLs volunteers and the operator reach the
+	// coordinator by ("https://grid.example.org", "http://10.0.0.5:8080"):
+	// requests naming another Host, and browser requests from another
+	// Origin (scheme, host and port), are refused. Loopback names are
+	// always allowed.
+	PublicURLs []string
+	// TrustedProxies are addresses or CIDRs whose X-Forwarded-For header
+	// names the client; from anyone else it is ignored.
+	TrustedProxies []string
+	// AuthFailBurst failed token checks per client address, then one per
+	// AuthFailEvery; while an address is over, even the right token from
+	// it is refused (a signed-in session still works).
+	AuthFailBurst int
+	AuthFailEvery time.Duration
+	// ClientTableSize bounds each per-address table; the least recently
+	// seen address is forgotten first.
+	ClientTableSize int
+	// AnonBulkRate (bytes/s) and AnonBulkBurst (bytes) are what an address
+	// holding no lease may download of snapshots, shards and the pages'
+	// assets. A worker's own leases' snapshots and shards are free.
+	AnonBulkRate, AnonBulkBurst int64
+	// MinReadRate (bytes/s) is the slowest a client may read a snapshot,
+	// shard, download or page asset once MinReadGrace has passed; a slower
+	// one is disconnected.
+	MinReadRate  int64
+	MinReadGrace time.Duration
+	// MetricsToken, when set, must come as "Authorization: Bearer TOKEN"
+	// to read /metrics.
+	MetricsToken string
+	// MetricsPageMax is the most rows one /api/v1/jobs/{id}/metrics
+	// response holds.
+	MetricsPageMax int
+	// ReadBodyTimeout bounds how long a client may take to send a
+	// request's body (the header timeout is the HTTP server's).
+	ReadBodyTimeout time.Duration
+
+	// Durability (see durability.go and docs/SECURITY.md).
+	// CheckpointRetryMin and CheckpointRetryMax bound the backoff between
+	// attempts to write a checkpoint that failed (disk full, file system
+	// read-only): the wait doubles from Min up to Max.
+	CheckpointRetryMin, CheckpointRetryMax time.Duration
+	// StoreShutdownTimeout bounds how long Close waits for the store: the
+	// final checkpoints (retried until then if they fail) and the last
+	// worker records. A frozen file system cannot hang shutdown past it.
+	StoreShutdownTimeout time.Duration
+	// MaxWorkerRecords is how many worker records the store keeps (the
+	// most recently seen); WorkerRecordMaxAge drops records not seen for
+	// that long (0 keeps any age).
+	MaxWorkerRecords   int
+	WorkerRecordMaxAge time.Duration
+	// WorkerRecordQueue bounds the worker records waiting to be written;
+	// past it, a record is dropped (and counted), never waited for.
+	WorkerRecordQueue int
+
+	// Wire: what one websocket connection may send, hold and owe
+	// (docs/SECURITY.md, section Wire).
+	//
+	// MaxControlBytes is the size limit of every message but a result
+	// (hello, want, release, bye); only results get the job's limit of
+	// one full update plus 64 KiB.
+	MaxControlBytes int64
+	// FrameBounds limit every received frame's nesting and element count
+	// (protocol.CheckFrame); zero fields take protocol.DefaultBounds'.
+	FrameBounds protocol.Bounds
+	// DecodeBuffers is how many frame and update buffers are kept between
+	// messages, shared by every connection. More are allocated while that
+	// many are in use and dropped afterwards, so what an idle connection
+	// holds does not depend on what it sent.
+	DecodeBuffers int
+	// PingInterval is how often each connection is pinged; a connection
+	// that leaves MaxMissedPings pings in a row unanswered (no pong
+	// within PingInterval each) is closed. Negative disables pings.
+	PingInterval   time.Duration
+	MaxMissedPings int
+	// NonFiniteEvalInterval is the least time between the evaluations
+	// that runs of non-finite results start (each scores the test set).
+	NonFiniteEvalInterval time.Duration
+	// MaxHTTPConnsPerAddress is how many HTTP connections one peer
+	// address (an IPv6 /64) may hold open at once, served by an
+	// http.Server whose ConnState is Server.ConnState; more are closed
+	// as they arrive. A trusted proxy's connections are not counted.
+	MaxHTTPConnsPerAddress int
+	// MaxConnsPerAddress is how many websocket connections one client
+	// address (an IPv6 /64) may hold open at once, from the upgrade on,
+	// hello or not; more are refused with 429 before the upgrade.
+	MaxConnsPerAddress int
+}
+
+// Wire defaults (docs/SECURITY.md, section Wire).
+const (
+	DefaultMaxControlBytes       = 64 << 10
+	DefaultDecodeBuffers         = 8
+	DefaultPingInterval          = 30 * time.Second
+	DefaultMaxMissedPings        = 3
+	DefaultNonFiniteEvalInterval = 30 * time.Second
+	DefaultMaxConnsPerAddress    = 32
+)
+
+// DefaultMaxHTTPConnsPerAddress is the default of
+// Config.MaxHTTPConnsPerAddress (docs/SECURITY.md, section HTTP access).
+const DefaultMaxHTTPConnsPerAddress = 64
+
+func (c *Config) setDefaults() {
+	if c.Logf == nil {
+		c.Logf = log.Printf
+	}
+	if c.IdleRetry <= 0 {
+		c.IdleRetry = 100 * time.Millisecond
+	}
+	if c.HelloTimeout <= 0 {
+		c.HelloTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxLeases <= 0 {
+		c.MaxLeases = 2
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = 10 * time.Second
+	}
+	if c.KeepCheckpoints <= 0 {
+		c.KeepCheckpoints = 5
+	}
+	c.setAccessDefaults()
+	c.setDurabilityDefaults()
+	if c.MaxControlBytes <= 0 {
+		c.MaxControlBytes = DefaultMaxControlBytes
+	}
+	if c.DecodeBuffers <= 0 {
+		c.DecodeBuffers = DefaultDecodeBuffers
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.MaxMissedPings <= 0 {
+		c.MaxMissedPings = DefaultMaxMissedPings
+	}
+	if c.NonFiniteEvalInterval <= 0 {
+		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
+	}
+	if c.MaxConnsPerAddress <= 0 {
+		c.MaxConnsPerAddress = DefaultMaxConnsPerAddress
+	}
+	if c.MaxHTTPConnsPerAddress <= 0 {
+		c.MaxHTTPConnsPerAddress = DefaultMaxHTTPConnsPerAddress
+	}
+}
