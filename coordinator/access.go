@@ -28,33 +28,15 @@ const (
 )
 
 func (c *Config) setAccessDefaults() {
-	if c.AuthFailBurst <= 0 {
-		c.AuthFailBurst = defaultAuthFailBurst
-	}
-	if c.AuthFailEvery <= 0 {
-		c.AuthFailEvery = defaultAuthFailEvery
-	}
-	if c.ClientTableSize <= 0 {
-		c.ClientTableSize = defaultClientTableSize
-	}
-	if c.AnonBulkRate <= 0 {
-		c.AnonBulkRate = defaultAnonBulkRate
-	}
-	if c.AnonBulkBurst <= 0 {
-		c.AnonBulkBurst = defaultAnonBulkBurst
-	}
-	if c.MinReadRate <= 0 {
-		c.MinReadRate = defaultMinReadRate
-	}
-	if c.MinReadGrace <= 0 {
-		c.MinReadGrace = defaultMinReadGrace
-	}
-	if c.MetricsPageMax <= 0 {
-		c.MetricsPageMax = defaultMetricsPageMax
-	}
-	if c.ReadBodyTimeout <= 0 {
-		c.ReadBodyTimeout = defaultReadBodyTimeout
-	}
+	orDefault(&c.AuthFailBurst, defaultAuthFailBurst)
+	orDefault(&c.AuthFailEvery, defaultAuthFailEvery)
+	orDefault(&c.ClientTableSize, defaultClientTableSize)
+	orDefault(&c.AnonBulkRate, defaultAnonBulkRate)
+	orDefault(&c.AnonBulkBurst, defaultAnonBulkBurst)
+	orDefault(&c.MinReadRate, defaultMinReadRate)
+	orDefault(&c.MinReadGrace, defaultMinReadGrace)
+	orDefault(&c.MetricsPageMax, defaultMetricsPageMax)
+	orDefault(&c.ReadBodyTimeout, defaultReadBodyTimeout)
 }
 
 // siteName is one scheme, host and port the coordinator is reached by.

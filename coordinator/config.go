@@ -150,45 +150,28 @@ func (c *Config) setDefaults() {
 	if c.Logf == nil {
 		c.Logf = log.Printf
 	}
-	if c.IdleRetry <= 0 {
-		c.IdleRetry = 100 * time.Millisecond
-	}
-	if c.HelloTimeout <= 0 {
-		c.HelloTimeout = 10 * time.Second
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 10 * time.Second
-	}
-	if c.MaxLeases <= 0 {
-		c.MaxLeases = 2
-	}
-	if c.CheckpointInterval <= 0 {
-		c.CheckpointInterval = 10 * time.Second
-	}
-	if c.KeepCheckpoints <= 0 {
-		c.KeepCheckpoints = 5
-	}
+	orDefault(&c.IdleRetry, 100*time.Millisecond)
+	orDefault(&c.HelloTimeout, 10*time.Second)
+	orDefault(&c.WriteTimeout, 10*time.Second)
+	orDefault(&c.MaxLeases, 2)
+	orDefault(&c.CheckpointInterval, 10*time.Second)
+	orDefault(&c.KeepCheckpoints, 5)
 	c.setAccessDefaults()
 	c.setDurabilityDefaults()
-	if c.MaxControlBytes <= 0 {
-		c.MaxControlBytes = DefaultMaxControlBytes
-	}
-	if c.DecodeBuffers <= 0 {
-		c.DecodeBuffers = DefaultDecodeBuffers
-	}
+	orDefault(&c.MaxControlBytes, DefaultMaxControlBytes)
+	orDefault(&c.DecodeBuffers, DefaultDecodeBuffers)
 	if c.PingInterval == 0 {
 		c.PingInterval = DefaultPingInterval
 	}
-	if c.MaxMissedPings <= 0 {
-		c.MaxMissedPings = DefaultMaxMissedPings
-	}
-	if c.NonFiniteEvalInterval <= 0 {
-		c.NonFiniteEvalInterval = DefaultNonFiniteEvalInterval
-	}
-	if c.MaxConnsPerAddress <= 0 {
-		c.MaxConnsPerAddress = DefaultMaxConnsPerAddress
-	}
-	if c.MaxHTTPConnsPerAddress <= 0 {
-		c.MaxHTTPConnsPerAddress = DefaultMaxHTTPConnsPerAddress
+	orDefault(&c.MaxMissedPings, DefaultMaxMissedPings)
+	orDefault(&c.NonFiniteEvalInterval, DefaultNonFiniteEvalInterval)
+	orDefault(&c.MaxConnsPerAddress, DefaultMaxConnsPerAddress)
+	orDefault(&c.MaxHTTPConnsPerAddress, DefaultMaxHTTPConnsPerAddress)
+}
+
+// orDefault sets *v to def when it is not positive (unset).
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }

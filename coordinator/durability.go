@@ -25,27 +25,17 @@ const (
 )
 
 func (c *Config) setDurabilityDefaults() {
-	if c.CheckpointRetryMin <= 0 {
-		c.CheckpointRetryMin = defaultCheckpointRetryMin
-	}
-	if c.CheckpointRetryMax <= 0 {
-		c.CheckpointRetryMax = defaultCheckpointRetryMax
-	}
+	orDefault(&c.CheckpointRetryMin, defaultCheckpointRetryMin)
+	orDefault(&c.CheckpointRetryMax, defaultCheckpointRetryMax)
 	c.CheckpointRetryMax = max(c.CheckpointRetryMax, c.CheckpointRetryMin)
-	if c.StoreShutdownTimeout <= 0 {
-		c.StoreShutdownTimeout = defaultStoreShutdownTimeout
-	}
-	if c.MaxWorkerRecords <= 0 {
-		c.MaxWorkerRecords = defaultMaxWorkerRecords
-	}
+	orDefault(&c.StoreShutdownTimeout, defaultStoreShutdownTimeout)
+	orDefault(&c.MaxWorkerRecords, defaultMaxWorkerRecords)
 	if c.WorkerRecordMaxAge < 0 {
 		c.WorkerRecordMaxAge = 0
 	} else if c.WorkerRecordMaxAge == 0 {
 		c.WorkerRecordMaxAge = defaultWorkerRecordMaxAge
 	}
-	if c.WorkerRecordQueue <= 0 {
-		c.WorkerRecordQueue = defaultWorkerRecordQueue
-	}
+	orDefault(&c.WorkerRecordQueue, defaultWorkerRecordQueue)
 }
 
 // waitForStore waits for the job writers (closed by Close, retrying a

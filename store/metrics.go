@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -63,43 +62,16 @@ func nullFloat(p *float64) any {
 // Metrics returns the job's history, oldest first; only the newest limit
 // rows if limit > 0. ErrNotFound if the job does not exist.
 func (s *Store) Metrics(ctx context.Context, jobID string, limit int) ([]Metric, error) {
-	const cols = `at, version, accuracy, loss, examples_per_sec, updates_per_sec, note, id`
-	q := `SELECT ` + cols + ` FROM metrics WHERE job_id = ? ORDER BY at, id`
+	q := `SELECT ` + metricCols + ` FROM metrics WHERE job_id = ? ORDER BY at, id`
 	args := []any{jobID}
 	if limit > 0 {
-		q = `SELECT * FROM (SELECT ` + cols + ` FROM metrics WHERE job_id = ? ORDER BY at DESC, id DESC LIMIT ?) ORDER BY at, id`
+		q = `SELECT * FROM (SELECT ` + metricCols + ` FROM metrics WHERE job_id = ? ORDER BY at DESC, id DESC LIMIT ?) ORDER BY at, id`
 		args = append(args, limit)
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.wrap("reading metrics of job "+jobID, err)
 	}
-	defer rows.Close()
-	list := []Metric{}
-	for rows.Next() {
-		m := Metric{JobID: jobID}
-		var at, id int64
-		var acc, loss sql.NullFloat64
-		if err := rows.Scan(&at, &m.Version, &acc, &loss, &m.ExamplesPerSec, &m.UpdatesPerSec, &m.Note, &id); err != nil {
-			return nil, s.wrap("reading metrics of job "+jobID, err)
-		}
-		m.At = fromNanos(at)
-		if acc.Valid {
-			m.Accuracy = &acc.Float64
-		}
-		if loss.Valid {
-			m.Loss = &loss.Float64
-		}
-		list = append(list, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("reading metrics of job "+jobID, err)
-	}
-	if len(list) == 0 {
-		// An empty list means nothing only if the job exists.
-		if err := s.requireJob(ctx, jobID); err != nil {
-			return nil, err
-		}
-	}
-	return list, nil
+	list, _, err := s.scanMetrics(ctx, rows, jobID)
+	return list, err
 }
