@@ -25,7 +25,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 			ctx := newBrowser(b)
 			const window = 10 * time.Second
 			for range b.N {
-				do(b, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+				s.contribute(b, ctx)
 				browser := measure(s, window, func() int64 { _, _, ex := s.browserWorkers(); return ex })
 				do(b, ctx, 10*time.Second, chromedp.Click("#stop"))
 				s.waitFor("the browser worker to leave", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 0 })

@@ -259,6 +259,13 @@ func do(t testing.TB, ctx context.Context, timeout time.Duration, steps ...chrom
 	}
 }
 
+// contribute opens the contribute page in ctx's browser and presses
+// Contribute.
+func (s *site) contribute(t testing.TB, ctx context.Context) {
+	t.Helper()
+	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+}
+
 func get[T any](t testing.TB, ctx context.Context, a chromedp.Action[T]) T {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -433,43 +440,6 @@ func TestClosingTheTabReturnsLeases(t *testing.T) {
 	t.Logf("leases back %v after the tab closed (lease timeout %v)", time.Since(closed).Round(time.Millisecond), s.job.Spec.LeaseTimeout.Duration)
 	if v := s.view(); v.LeasesExpired != 0 {
 		t.Errorf("%d leases expired; closing the tab should return them, not leave them to time out", v.LeasesExpired)
-	}
-}
-
-// One browser worker and one native worker train mnist-mlp together. The
-// browser worker is many times slower, so by the time its result arrives
-// the fast worker has moved the model dozens of versions: the job allows
-// that staleness (as a job with a mixed crowd should; docs/JOBS.md).
-func TestMixedBrowserAndNativeWorkers(t *testing.T) {
-	spec, err := coordinator.LoadJobSpec("mnist-mlp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.MaxStaleness = 64
-	s := newSite(t, spec)
-	ctx := newBrowser(t)
-	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
-	s.waitFor("the browser worker to connect", time.Minute, func() bool {
-		n, _, _ := s.browserWorkers()
-		return n == 1
-	})
-	stop := startNativeWorker(t, s.wsURL(), 1)
-	defer stop()
-	var browserAccepted int64
-	s.waitFor("the job to finish", 5*time.Minute, func() bool {
-		if _, acc, _ := s.browserWorkers(); acc > browserAccepted {
-			browserAccepted = acc
-		}
-		st := s.view().State
-		return st != coordinator.StateRunning
-	})
-	v := s.view()
-	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
-		t.Fatalf("job ended %s (%s) with eval %+v; want done at >= 0.97", v.State, v.Reason, v.Eval)
-	}
-	t.Logf("done at version %d, accuracy %.4f; the browser worker's accepted updates: %d of %d", v.Version, v.Eval.Accuracy, browserAccepted, v.UpdatesApplied)
-	if browserAccepted < 10 {
-		t.Errorf("the browser worker had only %d updates accepted; it should have trained alongside the native one", browserAccepted)
 	}
 }
 

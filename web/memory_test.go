@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // A tab that trains for hours must not run out of memory: Go's js/wasm
@@ -17,7 +15,7 @@ import (
 func TestBrowserWorkerMemoryLevelsOff(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	ctx := newBrowser(t)
-	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+	s.contribute(t, ctx)
 	memory := func() float64 {
 		mb, err := strconv.ParseFloat(strings.TrimSuffix(text(t, ctx, "#memory"), " MB"), 64)
 		if err != nil {

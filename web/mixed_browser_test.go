@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -24,7 +22,7 @@ func TestMixedCrowdWithDynamicLocalSteps(t *testing.T) {
 	}
 	s := newSite(t, spec)
 	ctx := newBrowser(t)
-	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
+	s.contribute(t, ctx)
 	s.waitFor("the browser worker to connect", time.Minute, func() bool {
 		n, _, _ := s.browserWorkers()
 		return n == 1
