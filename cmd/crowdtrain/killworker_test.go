@@ -15,8 +15,9 @@ import (
 )
 
 // leftLine matches the coordinator's log line for a worker that left, with
-// the number of its leases queued again.
-var leftLine = regexp.MustCompile(`worker \S+ left \(.*; (\d+) leases queued again\)`)
+// the number of its leases queued again and its results accepted and
+// rejected.
+var leftLine = regexp.MustCompile(`worker \S+ left \(.*; (\d+) leases queued again\): (\d+) accepted, (\d+) rejected`)
 
 // connectedAs matches a worker's log line naming the id it got.
 var connectedAs = regexp.MustCompile(`connected as "([^"]+)"`)
@@ -48,30 +49,31 @@ func TestDiLoCoSurvivesAWorkerSIGKILLedEvery5s(t *testing.T) {
 		p := startProc(t, "work", "--coordinator", ws)
 		return worker{p, connectedAs.FindStringSubmatch(p.waitLine("connected as", 30*time.Second))[1]}
 	}
-	leasesOf := func(id string) int {
+	workerView := func(id string) coordinator.WorkerView {
 		var ws []coordinator.WorkerView
 		adminCall(t, http.MethodGet, "http://"+addr+"/api/v1/workers", nil, &ws)
 		for _, w := range ws {
 			if w.ID == id {
-				return len(w.Leases)
+				return w
 			}
 		}
-		return 0
+		return coordinator.WorkerView{}
 	}
 	// killHoldingLeases stops w until the coordinator shows it holding a
-	// lease, then SIGKILLs it; it returns how many leases it held.
-	killHoldingLeases := func(w worker) int {
-		defer w.p.kill()
-		for range 100 {
+	// lease, then SIGKILLs it and returns what the coordinator showed; a
+	// view with no leases (and w running on) if it held none in a few tries.
+	killHoldingLeases := func(w worker) coordinator.WorkerView {
+		for range 20 {
 			w.p.cmd.Process.Signal(syscall.SIGSTOP)
-			time.Sleep(50 * time.Millisecond) // let a result in flight land
-			if n := leasesOf(w.id); n > 0 {
-				return n
+			time.Sleep(50 * time.Millisecond) // let most results in flight land
+			if wv := workerView(w.id); len(wv.Leases) > 0 {
+				w.p.kill()
+				return wv
 			}
 			w.p.cmd.Process.Signal(syscall.SIGCONT)
 			time.Sleep(20 * time.Millisecond)
 		}
-		return 0
+		return coordinator.WorkerView{}
 	}
 
 	workers := []worker{startWorker(), startWorker()}
@@ -79,34 +81,46 @@ func TestDiLoCoSurvivesAWorkerSIGKILLedEvery5s(t *testing.T) {
 		return v.RoundResults > 0 || v.Version > 0
 	})
 	kills, held := 0, 0
-	tick := time.NewTicker(5 * time.Second / time.Duration(len(workers)))
-	defer tick.Stop()
-	deadline := time.After(3 * time.Minute)
+	every := 5 * time.Second / time.Duration(len(workers))
+	nextKill, deadline := time.Now().Add(every), time.Now().Add(3*time.Minute)
 	var v coordinator.JobView
-	for finished := false; !finished; {
-		select {
-		case <-tick.C:
-			i := kills % len(workers)
-			n := killHoldingLeases(workers[i])
-			if n == 0 {
-				continue // the job finished meanwhile, or the worker never held a lease
+	for {
+		if jobs, err := getJobs(addr); err == nil && len(jobs) == 1 {
+			v = jobs[0]
+			if v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing {
+				break
 			}
-			// Its leases come back when the connection drops, not at their deadline.
-			line := srv.waitLine(fmt.Sprintf("worker %s left", workers[i].id), 5*time.Second)
-			if m := leftLine.FindStringSubmatch(line); m == nil || m[1] != strconv.Itoa(n) {
-				t.Errorf("killed worker %s held %d leases; the coordinator logged: %s", workers[i].id, n, line)
-			}
-			kills++
-			held += n
-			workers[i] = startWorker()
-		case <-time.After(100 * time.Millisecond):
-			if jobs, err := getJobs(addr); err == nil && len(jobs) == 1 {
-				v = jobs[0]
-				finished = v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
-			}
-		case <-deadline:
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("job not finished after 3 minutes and %d kills: %+v\ncoordinator log:\n%s", kills, v, srv.logText())
 		}
+		if time.Now().Before(nextKill) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		i := kills % len(workers)
+		wv := killHoldingLeases(workers[i])
+		n := len(wv.Leases)
+		if n == 0 {
+			continue // it held no lease: look at the job, then try again
+		}
+		// Its leases come back when the connection drops, not at their
+		// deadline: each is queued again or was settled by a result that
+		// was on its way when the worker stopped, or the job ended.
+		line := srv.waitLine(fmt.Sprintf("worker %s left", workers[i].id), 5*time.Second)
+		m := leftLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("unexpected log line for a worker that left: %s", line)
+		}
+		queued, accepted, rejected := atoi(m[1]), atoi(m[2]), atoi(m[3])
+		settled := accepted + rejected - int(wv.Accepted+wv.Rejected)
+		if queued+settled != n && getJobState(addr) == coordinator.StateRunning {
+			t.Errorf("killed worker %s held %d leases and settled %d after; the coordinator logged: %s", workers[i].id, n, settled, line)
+		}
+		kills++
+		held += n
+		workers[i] = startWorker()
+		nextKill = nextKill.Add(every)
 	}
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 || v.Mode != "diloco" {
 		t.Fatalf("job ended %s in mode %s (%s), eval %+v; want done in diloco at >= 0.97", v.State, v.Mode, v.Reason, v.Eval)
@@ -121,6 +135,19 @@ func TestDiLoCoSurvivesAWorkerSIGKILLedEvery5s(t *testing.T) {
 		t.Errorf("%d rounds closed short at their timeout and %d leases expired: a killed worker's leases should be queued again when its connection drops",
 			v.RoundsShort, v.LeasesExpired)
 	}
-	t.Logf("%d kills holding %d leases, all queued again at once; accuracy %.4f at version %d, %d examples, %d results, rejections %v",
+	t.Logf("%d kills holding %d leases, each queued again when its connection dropped (or settled by a result in flight); accuracy %.4f at version %d, %d examples, %d results, rejections %v",
 		kills, held, v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections)
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// getJobState is the only job's state, or "" if the API does not answer.
+func getJobState(addr string) string {
+	if jobs, err := getJobs(addr); err == nil && len(jobs) == 1 {
+		return jobs[0].State
+	}
+	return ""
 }
