@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -23,12 +24,16 @@ const ingestClients = 8
 // which the same websocket stack moves the same message size with no
 // coordinator behind it. The ratio is the coordinator's overhead.
 func BenchmarkIngest(b *testing.B) {
-	b.Run("coordinator", benchCoordinatorIngest)
+	b.Run("coordinator", func(b *testing.B) { benchCoordinatorIngest(b, jobspec.SnapshotLatest) })
+	b.Run("coordinator-granted", func(b *testing.B) { benchCoordinatorIngest(b, jobspec.SnapshotGranted) })
 	b.Run("raw-websocket", benchRawWebsocket)
 }
 
-func benchCoordinatorIngest(b *testing.B) {
+// benchCoordinatorIngest runs the ingest benchmark under a snapshot
+// policy; under latest each lease costs a start/started exchange too.
+func benchCoordinatorIngest(b *testing.B, snapshot string) {
 	g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.Snapshot = snapshot
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
 		s.MaxEpochs = 1 << 20
@@ -59,6 +64,7 @@ func benchCoordinatorIngest(b *testing.B) {
 				if !ok {
 					return
 				}
+				rc.start(&l) // under latest: the start/started exchange
 				frame, err := protocol.Encode(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion,
 					Codec: protocol.CodecF32, Update: update, Examples: l.Count, LossSum: 1})
 				if err == nil {
@@ -187,21 +193,27 @@ func benchRawWebsocket(b *testing.B) {
 }
 
 // BenchmarkTimeTo97 is the wall time for two local native workers to train
-// mnist-mlp to 97% test accuracy. Run it with -benchtime 1x.
+// mnist-mlp to 97% test accuracy, with the default snapshot policy
+// (latest) and with snapshot: granted (the policy before latest became the
+// default). Run it with -benchtime 1x.
 func BenchmarkTimeTo97(b *testing.B) {
-	for range b.N {
-		g := newTestGrid(b, jobSpec(b, "mnist-mlp", nil))
-		start := time.Now()
-		g.addWorker(1, nil)
-		g.addWorker(1, nil)
-		v := g.waitDone(10 * time.Minute)
-		elapsed := time.Since(start)
-		if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
-			b.Fatalf("job ended %s: %s", v.State, v.Reason)
-		}
-		b.ReportMetric(elapsed.Seconds(), "s-to-97%")
-		b.ReportMetric(float64(v.ExamplesSeen), "examples")
-		b.ReportMetric(v.MeanStaleness, "mean-staleness")
-		g.close()
+	for _, snapshot := range []string{jobspec.SnapshotLatest, jobspec.SnapshotGranted} {
+		b.Run(snapshot, func(b *testing.B) {
+			for range b.N {
+				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.Snapshot = snapshot }))
+				start := time.Now()
+				g.addWorker(1, nil)
+				g.addWorker(1, nil)
+				v := g.waitDone(10 * time.Minute)
+				elapsed := time.Since(start)
+				if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
+					b.Fatalf("job ended %s: %s", v.State, v.Reason)
+				}
+				b.ReportMetric(elapsed.Seconds(), "s-to-97%")
+				b.ReportMetric(float64(v.ExamplesSeen), "examples")
+				b.ReportMetric(v.MeanStaleness, "mean-staleness")
+				g.close()
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ type testGrid struct {
 	wg        sync.WaitGroup
 	workers   []*worker.Worker
 	closeOnce sync.Once
+	// snapshotBytes counts the snapshot bytes served to workers, for the
+	// benchmarks' bytes per example.
+	snapshotBytes atomic.Int64
 }
 
 func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
@@ -69,7 +73,10 @@ func newTestGridWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordina
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &testGrid{t: t, srv: srv, http: newHTTPServer(srv), job: job}
+	g := &testGrid{t: t, srv: srv, job: job}
+	g.http = httptest.NewUnstartedServer(countSnapshotBytes(srv.Handler(), &g.snapshotBytes))
+	g.http.Config.ConnState = srv.ConnState
+	g.http.Start()
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	t.Cleanup(g.close)
 	return g
@@ -81,6 +88,30 @@ func newHTTPServer(srv *coordinator.Server) *httptest.Server {
 	hs.Start()
 	return hs
 }
+
+// countSnapshotBytes adds the body bytes of every snapshot response to n.
+func countSnapshotBytes(h http.Handler, n *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/snapshots/") {
+			w = &countingWriter{ResponseWriter: w, n: n}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	k, err := c.ResponseWriter.Write(b)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (g *testGrid) close() {
 	g.closeOnce.Do(func() {
