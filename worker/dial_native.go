@@ -4,6 +4,9 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -30,11 +33,30 @@ func dial(ctx context.Context, url string) (*websocket.Conn, batcher, error) {
 			return bc, nil
 		},
 	}}
-	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client})
+	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, refusal(err, resp)
 	}
 	return conn, bc, nil
+}
+
+// refusal adds the coordinator's own words to a refused handshake: a
+// coordinator that refuses an upgrade (a Host it does not answer to, too
+// many connections from this address) says why in a JSON body, which the
+// library's "expected 101" error leaves out.
+func refusal(err error, resp *http.Response) error {
+	if resp == nil || resp.Body == nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024)) // the library keeps only the first 1024 bytes
+	var msg struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.Error == "" {
+		return err
+	}
+	return fmt.Errorf("the coordinator refused the connection (%s): %q", resp.Status, msg.Error)
 }
 
 // batchConn passes writes through, except between hold and release, when

@@ -4,8 +4,14 @@ package worker
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 type countingConn struct {
@@ -39,5 +45,22 @@ func TestBatchConnCoalescesHeldWrites(t *testing.T) {
 	bc.Write([]byte("b"))
 	if under.writes != 3 {
 		t.Fatal("writes after release should pass straight through")
+	}
+}
+
+// A refused upgrade reports the coordinator's reason, not only the
+// library's "expected 101".
+func TestRefusedDialSaysWhy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"error":"this coordinator does not answer to the host \"evil.example\"; add it with --public-url"}`)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws")
+	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "--public-url") {
+		t.Fatalf("dial error %v; want the status and the coordinator's reason", err)
 	}
 }
