@@ -10,9 +10,15 @@ import (
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
-// Config configures a Server. Train and Test are required.
+// Config configures a Server. Train and Test, or LoadData, are required.
 type Config struct {
+	// Train and Test, when set, are the `mnist` data set (already loaded:
+	// tests pass small fixtures here).
 	Train, Test *dataset.Set
+	// LoadData loads a built-in data set by the name a job spec gives
+	// (dataset.LoadBuiltin, say). The server calls it once per distinct
+	// name and shares the sets among the jobs that name it.
+	LoadData func(name string) (train, test *dataset.Set, err error)
 	// Logf receives progress and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// IdleRetry is how soon a worker with nothing to do asks again.

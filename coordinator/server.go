@@ -69,12 +69,13 @@ type Server struct {
 	writerErrs    []error // guarded by mu
 	closeErr      error
 	workerRecords *workerRecorder
+	data          *dataSets
 }
 
 // New returns a running server with no jobs.
 func New(cfg Config) (*Server, error) {
-	if cfg.Train == nil || cfg.Test == nil {
-		return nil, errors.New("coordinator: Config.Train and Config.Test are required")
+	if (cfg.Train == nil || cfg.Test == nil) && cfg.LoadData == nil {
+		return nil, errors.New("coordinator: Config.Train and Config.Test, or Config.LoadData, are required")
 	}
 	cfg.setDefaults()
 	proxies, err := parseTrustedProxies(cfg.TrustedProxies)
@@ -92,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		auth:   newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
+	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData)
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {
@@ -111,7 +113,11 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	}
 	// A random suffix keeps ids unique across coordinators and databases.
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
-	j, err := newJob(id, spec, s.cfg.Train, s.cfg.Test, &s.leaseIDs, s.cfg.Logf)
+	train, test, err := s.data.get(spec.Dataset)
+	if err != nil {
+		return nil, err
+	}
+	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +191,11 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 			return nil, fmt.Errorf("job %s in %s: spec: %w", rec.ID, st.Path(), err)
 		}
-		j, err := newJob(rec.ID, spec, s.cfg.Train, s.cfg.Test, &s.leaseIDs, s.cfg.Logf)
+		train, test, err := s.data.get(spec.Dataset)
+		if err != nil {
+			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
+		}
+		j, err := newJob(rec.ID, spec, train, test, &s.leaseIDs, s.cfg.Logf)
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}

@@ -1,7 +1,10 @@
-// Package dataset loads labelled image datasets (MNIST, from IDX files) and
-// cuts them into the shards the coordinator serves to workers.
+// Package dataset loads labelled image datasets (MNIST and Fashion-MNIST,
+// from IDX files) and cuts them into the shards the coordinator serves to
+// workers.
 //
-// The coordinator loads MNIST once (LoadMNIST), fixes a seeded permutation of
+// The coordinator loads each built-in data set a job names once
+// (LoadBuiltin: LoadMNIST or LoadFashionMNIST, each from its own place),
+// fixes a seeded permutation of
 // the training examples (MakeShards) and serves each shard as an immutable
 // HTTP resource in a compact byte format (EncodeShard; the format is
 // documented there). Workers decode a shard (DecodeShard or ReadShard) and

@@ -220,17 +220,23 @@ func LoadMNIST(dir string) (train, test *Set, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	train, err = LoadIDXPair("mnist-train", mnistFile(d, MNISTTrainImages), mnistFile(d, MNISTTrainLabels))
+	return loadIDXDir(MNIST, d)
+}
+
+// loadIDXDir loads the four MNIST-named IDX files of d as the sets
+// "<name>-train" and "<name>-test", both with the larger Classes of the two.
+func loadIDXDir(name, d string) (train, test *Set, err error) {
+	train, err = LoadIDXPair(name+"-train", mnistFile(d, MNISTTrainImages), mnistFile(d, MNISTTrainLabels))
 	if err != nil {
 		return nil, nil, err
 	}
-	test, err = LoadIDXPair("mnist-test", mnistFile(d, MNISTTestImages), mnistFile(d, MNISTTestLabels))
+	test, err = LoadIDXPair(name+"-test", mnistFile(d, MNISTTestImages), mnistFile(d, MNISTTestLabels))
 	if err != nil {
 		return nil, nil, err
 	}
 	if train.Rows != test.Rows || train.Cols != test.Cols {
-		return nil, nil, fmt.Errorf("dataset: MNIST in %s: train images are %dx%d but test images are %dx%d; the files are from different datasets",
-			d, train.Rows, train.Cols, test.Rows, test.Cols)
+		return nil, nil, fmt.Errorf("dataset: %s in %s: train images are %dx%d but test images are %dx%d; the files are from different datasets",
+			name, d, train.Rows, train.Cols, test.Rows, test.Cols)
 	}
 	c := max(train.Classes, test.Classes)
 	train.Classes, test.Classes = c, c

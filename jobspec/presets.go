@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -39,13 +40,20 @@ var presets = map[string]func() (Spec, given){
 		s.TargetAccuracy = 0.98
 		return s, given{"outer_optimizer": true}
 	},
+	"fashion-cnn": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.FashionMNIST
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdam, LR: 2e-3}
+		s.TargetAccuracy = 0.90
+		return s, given{"outer_optimizer": true}
+	},
 }
 
 // base holds the value of every key a spec file leaves out whose default
 // does not depend on the mode (modeDefaults fills the others).
 func base() Spec {
 	return Spec{
-		Dataset:         "mnist",
+		Dataset:         dataset.MNIST,
 		Mode:            ModeAsync,
 		BatchSize:       64,
 		MaxStaleness:    8,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,7 @@ func TestSpecErrorsNameTheKey(t *testing.T) {
 		{"name: a\nmodel: mnist-mlp\nbatch_size: 0\n", "batch_size", "1..4096"},
 		{"name: a\nmodel: mnist-mlp\nbatch_size: many\n", "batch_size", "cannot unmarshal"},
 		{"name: a\nmodel: resnet\n", "model", "mnist-cnn, mnist-mlp"},
+		{"name: a\nmodel: mnist-mlp\ndataset: cifar10\n", "dataset", "mnist, fashion-mnist"},
 		{"name: a\nmodel: [{type: dense, unit: 3}]\n", "model[0].unit", "unknown key"},
 		{"name: a\nmodel: [{type: dense, units: 10}, {type: softmax}]\n", "model", "softmax"},
 		{"name: a\nmodel: mnist-mlp\noptimizer: {type: adagrad, lr: 1}\n", "optimizer.type", "adagrad"},
@@ -143,4 +145,28 @@ func FuzzParseJobSpec(f *testing.F) {
 			t.Fatalf("parsed spec fails validation: %v", err)
 		}
 	})
+}
+
+// The dataset key names a built-in data set; each gets the 28x28 grey
+// input, and the fashion-cnn preset trains on Fashion-MNIST to 90%.
+func TestDatasetNamesABuiltin(t *testing.T) {
+	for _, name := range []string{"mnist", "fashion-mnist"} {
+		s, err := Parse([]byte("name: a\ndataset: " + name + "\nmodel: [{type: dense, units: 10}]\n"))
+		if err != nil {
+			t.Fatalf("dataset %s: %v", name, err)
+		}
+		if s.Dataset != name || !slices.Equal(s.Model.Input, []int{1, 28, 28}) {
+			t.Fatalf("dataset %s: parsed dataset %q, input %v", name, s.Dataset, s.Model.Input)
+		}
+	}
+	s, err := Load("fashion-cnn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Dataset != "fashion-mnist" || s.ModelPreset != "fashion-cnn" || s.TargetAccuracy != 0.90 {
+		t.Fatalf("fashion-cnn: dataset %q, model %q, target %v", s.Dataset, s.ModelPreset, s.TargetAccuracy)
+	}
+	if m, _ := Load("mnist-cnn"); m.Dataset != "mnist" {
+		t.Fatalf("mnist-cnn trains on %q, want mnist", m.Dataset)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -23,7 +24,8 @@ func finish(s Spec, g given) (Spec, error) {
 		}
 		s.Model = spec
 	}
-	if len(s.Model.Input) == 0 && s.Dataset == "mnist" {
+	if len(s.Model.Input) == 0 && slices.Contains(dataset.Builtins, s.Dataset) {
+		// Every built-in data set is 28x28 grey.
 		s.Model.Input = []int{1, 28, 28}
 	}
 	return s, s.Validate()
@@ -34,8 +36,8 @@ func (s Spec) Validate() error {
 	if len(s.Name) > 128 {
 		return Errorf("name", "at most 128 characters")
 	}
-	if s.Dataset != "mnist" {
-		return Errorf("dataset", "%q is not supported (want mnist; other data through --data DIR of IDX files)", s.Dataset)
+	if !slices.Contains(dataset.Builtins, s.Dataset) {
+		return Errorf("dataset", "%q is not a built-in data set (want one of %s)", s.Dataset, strings.Join(dataset.Builtins, ", "))
 	}
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)

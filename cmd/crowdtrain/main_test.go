@@ -59,11 +59,17 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 	}
 }
 
+// A missing data set is bad input like a bad spec: exit 2, before the
+// database is created.
 func TestMissingMNISTSaysWhereItLooked(t *testing.T) {
 	dir := t.TempDir()
-	code, _, stderr := runCmd(t, context.Background(), "serve", "--data", dir, "--addr", "127.0.0.1:0")
-	if code != 1 || !strings.Contains(stderr, dir) || !strings.Contains(stderr, "--data") {
-		t.Fatalf("exit %d, stderr %q; want 1 naming %s and how to fix it", code, stderr, dir)
+	db := filepath.Join(t.TempDir(), "ct.db")
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--data", dir, "--addr", "127.0.0.1:0", "--db", db)
+	if code != 2 || !strings.Contains(stderr, dir) || !strings.Contains(stderr, "--data") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming %s and how to fix it", code, stderr, dir)
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("the database %s exists (stat: %v); a failed start must not create it", db, err)
 	}
 }
 

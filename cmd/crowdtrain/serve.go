@@ -28,7 +28,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
 	threads := fs.Int("threads", 1, "threads per local worker")
-	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files (default: search, see README)")
+	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files, for jobs with `dataset: mnist` (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
 	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
 	dbPath := fs.String("db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
 	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
@@ -85,10 +85,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	train, test, err := dataset.LoadMNIST(*dataDir)
+	// The job's data set is loaded before the database is opened: a
+	// missing one exits 2 with nothing changed. Resumed jobs and jobs
+	// submitted later load theirs through the same function, once each.
+	loadData := func(name string) (*dataset.Set, *dataset.Set, error) {
+		return dataset.LoadBuiltin(name, *dataDir)
+	}
+	train, test, err := loadData(spec.Dataset)
 	if err != nil {
+		if dataset.IsNotFound(err) {
+			return &usageError{fmt.Sprintf("job %s: dataset %s: %v", *jobArg, spec.Dataset, err)}
+		}
 		return err
 	}
+	preloaded := spec.Dataset
 	var db *store.Store
 	storeStuck := false // a frozen store: closing it would hang
 	if *dbPath != "" {
@@ -106,7 +116,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := coordinator.Config{
-		Train: train, Test: test, Logf: logger.Printf, Store: db,
+		LoadData: func(name string) (*dataset.Set, *dataset.Set, error) {
+			if name == preloaded {
+				return train, test, nil
+			}
+			return loadData(name)
+		},
+		Logf: logger.Printf, Store: db,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
@@ -128,6 +144,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// only when there are none, so restarting never duplicates a job.
 	resumed, err := srv.ResumeJobs(ctx)
 	if err != nil {
+		if dataset.IsNotFound(err) {
+			return &usageError{fmt.Sprintf("resuming from %s: %v", *dbPath, err)}
+		}
 		return fmt.Errorf("resuming from %s: %w", *dbPath, err)
 	}
 	var job *coordinator.Job
