@@ -60,9 +60,10 @@ func TestImportDirections(t *testing.T) {
 		"coordinator":  {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"wasmworker":   {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
 		// The engine and the job spec know no HTTP, protocol or database:
-		// they are plain values and flat vectors.
+		// they are plain values and flat vectors. The job spec names the
+		// built-in data sets, so it may import dataset (a leaf).
 		"engine":  {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web"},
-		"jobspec": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/engine", "/web"},
+		"jobspec": {"/coordinator", "/store", "/protocol", "/worker", "/engine", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 	}
