@@ -463,8 +463,8 @@ func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 }
 
 // start answers a worker that begins computing a "latest" lease with the
-// base version the coordinator fixes now; a lease it does not hold gets
-// an error (its result will be refused as unknown_lease too).
+// base version the coordinator fixes now; a lease it does not hold, or one
+// of a job that stopped, gets a rejecting ack (docs/PROTOCOL.md).
 func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
 	var started *protocol.Started
 	var serr error

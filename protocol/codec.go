@@ -290,13 +290,7 @@ func DecodeFloatsInto(dst []float32, b []byte) error {
 	if len(b) != 4*len(dst) {
 		return fmt.Errorf("%w: snapshot of %d bytes, want %d (%d float32s)", ErrMalformed, len(b), 4*len(dst), len(dst))
 	}
-	if littleEndian {
-		copy(floatBytes(dst), b)
-	} else {
-		for i := range dst {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-	}
+	CopyFloats(dst, b)
 	if i := Floats(dst).FirstNonFinite(); i >= 0 {
 		return fmt.Errorf("%w: snapshot value %d is %v", ErrMalformed, i, dst[i])
 	}
