@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
+
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -31,10 +33,7 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		msg := "node not found: install Node.js to run the wasm build outside a browser"
-		if os.Getenv("CROWDTRAIN_REQUIRE_BROWSER") == "1" {
-			t.Fatal(msg + "; CROWDTRAIN_REQUIRE_BROWSER=1 says browser tests must run")
-		}
-		t.Skip(msg)
+		testenv.Missing(t, msg)
 	}
 	dir, err := dataset.FindMNIST("")
 	if err != nil {
