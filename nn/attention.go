@@ -261,4 +261,3 @@ func (l *attentionLayer) describe(p *LayerPlan) {
 	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
 	p.Heads, p.Causal = l.heads, l.causal
 }
-

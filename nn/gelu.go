@@ -1,6 +1,5 @@
 package nn
 
-
 // geluLayer is the exact GELU, x·Φ(x) = 0.5·x·(1 + erf(x/√2)), elementwise
 // (PyTorch's nn.GELU() default), with Φ from normCDF (float32 accuracy).
 type geluLayer struct{ layerBase }
