@@ -45,32 +45,58 @@ func expf32(x float32) float32 {
 }
 
 // normCDF returns Φ(x), the standard normal distribution function, and
-// φ(x), its density, with absolute errors under 3e-7 (Abramowitz and
-// Stegun 7.1.26 for erfc, with expf32).
+// φ(x), its density: cubic Hermite interpolation between nodes every 1/32
+// on [-8, 8] of both (whose derivatives φ and -x·φ are known), 0 or 1 and 0
+// outside. The interpolation errs by under 1e-8; float32 rounding of the
+// sums brings the absolute error to at most 3e-7. Twice as fast as
+// computing an exponential.
 func normCDF(x float32) (cdf, pdf float32) {
-	const (
-		p  = 0.3275911
-		a1 = 0.254829592
-		a2 = -0.284496736
-		a3 = 1.421413741
-		a4 = -1.453152027
-		a5 = 1.061405429
-	)
-	z := x * float32(1/math.Sqrt2)
-	if z < 0 {
-		z = -z
+	u := float32(x*normStepsPerUnit) + normSpan*normStepsPerUnit
+	if !(u >= 0 && u < 2*normSpan*normStepsPerUnit) { // NaN goes here too
+		if x > 0 {
+			return 1, 0
+		}
+		return 0, 0
 	}
-	e := expf32(-float32(z * z))
-	pdf = e * float32(1/math.Sqrt(2*math.Pi))
-	t := 1 / (1 + float32(p*z))
-	q := float32(a5)
-	q = float32(q*t) + a4
-	q = float32(q*t) + a3
-	q = float32(q*t) + a2
-	q = float32(q*t) + a1
-	half := 0.5 * float32(float32(q*t)*e) // erfc(|z|)/2
-	if x < 0 {
-		return half, pdf
-	}
-	return 1 - half, pdf
+	i := int(u)
+	f := u - float32(i)
+	n := &normTable[i]
+	// Hermite basis on [0, 1]; the derivative terms are scaled by the
+	// step h.
+	g := 1 - f
+	f2, g2 := float32(f*f), float32(g*g)
+	h00 := float32((1 + 2*f) * g2)
+	h01 := float32((3 - 2*f) * f2)
+	h10 := float32(f * g2)
+	h11 := -float32(f2 * g)
+	cdf = float32(h00*n.cdf) + float32(h01*n.cdf1) + float32(h10*n.hpdf) + float32(h11*n.hpdf1)
+	pdf = float32(h00*n.pdf) + float32(h01*n.pdf1) + float32(h10*n.hdpdf) + float32(h11*n.hdpdf1)
+	return cdf, pdf
 }
+
+const (
+	normSpan         = 8  // the table covers [-normSpan, normSpan)
+	normStepsPerUnit = 32 // nodes per unit
+)
+
+// normNode holds Φ, φ and h·φ, h·φ' at a node and at the next one, so one
+// lookup reads one cache line.
+type normNode struct {
+	cdf, pdf, hpdf, hdpdf     float32
+	cdf1, pdf1, hpdf1, hdpdf1 float32
+}
+
+var normTable = func() (t [2 * normSpan * normStepsPerUnit]normNode) {
+	const h = 1.0 / normStepsPerUnit
+	at := func(i int) (cdf, pdf, hpdf, hdpdf float32) {
+		x := float64(i)*h - normSpan
+		p := math.Exp(-x*x/2) / math.Sqrt(2*math.Pi)
+		return float32(0.5 * math.Erfc(-x/math.Sqrt2)), float32(p), float32(h * p), float32(-h * x * p)
+	}
+	for i := range t {
+		n := &t[i]
+		n.cdf, n.pdf, n.hpdf, n.hdpdf = at(i)
+		n.cdf1, n.pdf1, n.hpdf1, n.hdpdf1 = at(i + 1)
+	}
+	return t
+}()
