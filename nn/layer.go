@@ -212,6 +212,10 @@ type resolver struct {
 func (r *resolver) tensor(l *layerBase, name string, shp []int, kind initKind, a float64) (off, size int, err error) {
 	n := int64(1)
 	for _, d := range shp {
+		if d > maxParams {
+			n = maxParams + 1
+			break
+		}
 		n *= int64(d)
 		if n > maxParams {
 			break
