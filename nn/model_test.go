@@ -27,11 +27,11 @@ func mustPreset(t testing.TB, name string) *Model {
 }
 
 func TestPresets(t *testing.T) {
-	if got, want := PresetNames(), []string{"fashion-cnn", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
+	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("PresetNames() = %v, want %v", got, want)
 	}
 	_, err := Preset("nope")
-	if err == nil || err.Error() != `unknown model preset "nope" (presets: fashion-cnn, mnist-cnn, mnist-mlp)` {
+	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, mnist-cnn, mnist-mlp)` {
 		t.Fatalf("Preset(nope) error = %v", err)
 	}
 	// Preset returns a copy: changing it must not change the next one.
@@ -108,7 +108,34 @@ func TestLayoutAndInit(t *testing.T) {
 		}
 		for _, pt := range m.Layout {
 			v := a[pt.Offset : pt.Offset+pt.Size]
-			if strings.HasSuffix(pt.Name, ".bias") {
+			limit := 0.0 // He-uniform unless named otherwise
+			switch {
+			case strings.HasSuffix(pt.Name, "layernorm.weight"):
+				for _, x := range v {
+					if x != 1 {
+						t.Fatalf("%s %s: layernorm gain %v, want 1", name, pt.Name, x)
+					}
+				}
+				continue
+			case strings.Contains(pt.Name, ".embedding."):
+				limit = math.Sqrt(3) * 0.02
+			case strings.HasSuffix(pt.Name, "in_proj_weight"):
+				limit = math.Sqrt(6 / float64(pt.Shape[0]+pt.Shape[1])) // Xavier-uniform
+			}
+			if limit > 0 {
+				var ss float64
+				for _, x := range v {
+					if math.Abs(float64(x)) > limit {
+						t.Fatalf("%s %s: %v outside ±%v", name, pt.Name, x, limit)
+					}
+					ss += float64(x) * float64(x)
+				}
+				if vr, want := ss/float64(len(v)), limit*limit/3; vr < 0.7*want || vr > 1.3*want {
+					t.Errorf("%s %s: variance %v, want about %v", name, pt.Name, vr, want)
+				}
+				continue
+			}
+			if strings.HasSuffix(pt.Name, "bias") {
 				for _, x := range v {
 					if x != 0 {
 						t.Fatalf("%s %s: non-zero bias %v", name, pt.Name, x)
@@ -118,7 +145,7 @@ func TestLayoutAndInit(t *testing.T) {
 			}
 			// He-uniform: |w| <= sqrt(6/fanIn), variance about 2/fanIn.
 			fanIn := pt.Size / pt.Shape[0]
-			limit := math.Sqrt(6 / float64(fanIn))
+			limit = math.Sqrt(6 / float64(fanIn))
 			var ss float64
 			for _, x := range v {
 				if float64(x) > limit || float64(x) < -limit {
@@ -169,10 +196,11 @@ func TestNewModelErrors(t *testing.T) {
 		spec ModelSpec
 		want string
 	}{
-		{ModelSpec{Input: []int{784}, Layers: []LayerSpec{d10}}, "input: want [channels, height, width]"},
+		{ModelSpec{Input: []int{28, 28}, Layers: []LayerSpec{d10}}, "input: want [channels, height, width] or [t]"},
+		{ModelSpec{Input: []int{784}, Layers: []LayerSpec{d10}}, "layer 0 (dense): gets token ids [784] (token ids), which are indices, not values; put an embedding layer first"},
 		{ModelSpec{Input: []int{1, 0, 28}, Layers: []LayerSpec{d10}}, "input: dimension 1 is 0"},
 		{ModelSpec{Input: in}, "layers: empty"},
-		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "Dense", Units: 10}}}, `layer 0 (Dense): unknown layer type "Dense" (want dense, relu, conv2d, maxpool2d or flatten)`},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "Dense", Units: 10}}}, `layer 0 (Dense): unknown layer type "Dense" (want attention, conv2d, dense, dropout, embedding, flatten, gelu, layernorm, maxpool2d, relu or residual)`},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "relu"}, {Type: "dense"}}}, "layer 1 (dense): units must be >= 1, got 0"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: -3}}}, "layer 0 (dense): units must not be negative, got -3"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 10, Kernel: 3}}}, "layer 0 (dense): kernel is not used by dense layers"},
@@ -190,6 +218,24 @@ func TestNewModelErrors(t *testing.T) {
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 1}}}, "layer 0 (dense): the model's output has 1 class score(s) but a classifier needs at least 2"},
 		{ModelSpec{Input: []int{10, 1, 1}, Layers: []LayerSpec{{Type: "flatten"}}}, "layers: no layer has parameters"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 1 << 21}, d10}}, "layer 0 (dense): 2097152 units on an input of 784 values is too large"},
+		// Sequence models.
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 1 << 62, Units: 1 << 20}, d10}}, "layer 0 (embedding): too many parameters"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 4, Positions: 6}, d10}}, "layer 0 (embedding): positions 6 is shorter than the input's 8 tokens"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Units: 4}, d10}}, "layer 0 (embedding): vocab must be >= 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 4}, d10}}, "layer 0 (embedding): needs token ids (a model input [t]) but gets an image [1,28,28]"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "attention", Heads: 4}, d10}}, "layer 1 (attention): heads 4 does not divide the width 6"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "attention"}, d10}}, "layer 1 (attention): heads must be >= 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "attention", Heads: 1}, d10}}, "layer 0 (attention): needs a sequence [t,d] but gets an image [1,28,28]"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "layernorm"}, d10}}, "layer 0 (layernorm): needs a sequence [t,d] or a flat vector but gets an image"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dropout", Rate: 1}, d10}}, "layer 0 (dropout): rate must be in [0, 1), got 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "gelu", Rate: 0.5}, d10}}, "layer 0 (gelu): rate is not used by gelu layers"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual"}, d10}}, "layer 0 (residual): layers: empty"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual", Layers: []LayerSpec{{Type: "dense", Units: 3}}}, d10}}, "layer 0 (residual): the body turns [1,28,28] into [3], but a residual block's body must keep the shape"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual", Layers: []LayerSpec{{Type: "relu"}, {Type: "conv2d", Filters: 1}}}, d10}}, "layer 0 (residual): layer 1 (conv2d): kernel must be >= 1"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "dense", Tied: true, Units: 7}}}, "layer 1 (dense): tied: units is the embedding's vocab (10), got 7"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Tied: true}}}, "layer 0 (dense): tied: true needs a sequence input"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "dense", Units: 1}}}, "the model's output has 1 class score(s)"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "layernorm", Eps: 2}}}, "layer 1 (layernorm): eps must be a small positive number"},
 	}
 	for _, c := range cases {
 		_, err := NewModel(c.spec)
