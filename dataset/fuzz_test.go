@@ -30,13 +30,19 @@ func FuzzDecodeShard(f *testing.F) {
 	f.Add(EncodeShard(test, Shard{Indices: []int{0, 9999}}))
 	f.Add([]byte{})
 	f.Add([]byte("CTSH"))
-	f.Add(good[:ShardHeaderSize])
+	f.Add(good[:ShardHeaderSize(3)])
 	f.Add(good[:len(good)-1])
 	f.Add(append(bytes.Clone(good), 7))
 	f.Add(patch(good, func(b []byte) { b[len(b)-1] = 3 }))                                   // label == classes
-	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[14:], 0xffffffff) })) // huge count
-	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint16(b[10:], 0xffff) }))     // wrong length
-	f.Add(patch(good, func(b []byte) { b[4] = 0 }))                                          // version
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 0xffffffff) })) // huge count
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[20:], 0xffff) }))     // wrong length
+	f.Add(patch(good, func(b []byte) { b[4] = 1 }))                                          // version 1
+	text, _, _ := TextSplits("t", "dataset.path", []byte("one two three four five six seven"), 5, 0.2)
+	f.Add(EncodeShard(text, Shard{Indices: []int{2, 0}}))
+	wide := &Set{Elem: Float32, Shape: []int{2}, Kind: ClassLabels, Classes: 300, N: 2, F32: []float32{1, -2, 3.5, 0}, Labels: []int32{299, 3}}
+	f.Add(EncodeShard(wide, Shard{Indices: []int{1, 0}}))
+	tok := &Set{Elem: Tokens16, Shape: []int{3}, Kind: NextTokens, Classes: 1000, N: 2, U16: []uint16{999, 1, 2, 3, 4, 5, 6}, Stride: 3}
+	f.Add(EncodeShard(tok, Shard{Indices: []int{1, 0}}))
 	f.Add([]byte("<html><body>502 Bad Gateway</body></html>"))
 
 	const maxEx = 1 << 12
@@ -60,31 +66,25 @@ func FuzzDecodeShard(f *testing.F) {
 			}
 			return
 		}
-		es := d.ExampleSize()
-		if d.Count < 1 || d.Count > maxEx || es < 1 || es > MaxExampleSize || len(d.Pixels) != d.Count*es || len(d.Labels) != d.Count {
-			t.Fatalf("inconsistent ShardData: count %d es %d, %d pixels %d labels", d.Count, es, len(d.Pixels), len(d.Labels))
+		es, lpe := d.ExampleSize(), d.LabelsPerExample()
+		if d.N < 1 || d.N > maxEx || es < 1 || es > MaxExampleSize {
+			t.Fatalf("inconsistent shard: %s", d.Describe())
 		}
-		if !bytes.Equal(d.Encode(), b) {
-			t.Fatal("re-encoding a valid shard gives different bytes")
+		if err := d.Validate(); err != nil {
+			t.Fatalf("a decoded shard is not a valid set: %v", err)
 		}
-		// The set built from the shard encodes back to the same shard.
-		set := &Set{N: d.Count, Channels: d.Channels, Rows: d.Rows, Cols: d.Cols, Classes: d.Classes, Images: d.Pixels, Labels: d.Labels}
-		all := make([]int, d.Count)
-		for i := range all {
-			all[i] = i
+		// A valid shard re-encodes to the same bytes.
+		if enc, err := EncodeSet(d); err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("EncodeSet of the decoded shard: %v, or different bytes", err)
 		}
-		if enc, err := AppendShard(nil, set, Shard{Indices: all}); err != nil || !bytes.Equal(enc, b) {
-			t.Fatalf("AppendShard of the decoded set: %v", err)
-		}
-		fl := make([]float32, d.Count*es)
-		d.Floats(fl, 0, d.Count)
-		for i, v := range fl {
-			if v < 0 || v > 1 || v != float32(d.Pixels[i])/255 {
-				t.Fatalf("float %d = %v for pixel %d", i, v, d.Pixels[i])
+		x := make([]float32, d.N*es)
+		lab := make([]int32, d.N*lpe)
+		d.Fill(x, lab, 0, d.N)
+		for i, v := range x {
+			if v != v || (d.Elem == Pixels && (v < 0 || v > 1)) || (d.Elem != Float32 && d.Elem != Pixels && (v < 0 || int(v) >= d.Classes)) {
+				t.Fatalf("input %d = %v (%s)", i, v, d.Describe())
 			}
 		}
-		lab := make([]int32, d.Count)
-		d.LabelsInt32(lab, 0, d.Count)
 		for i, l := range lab {
 			if l < 0 || int(l) >= d.Classes {
 				t.Fatalf("label %d = %d, classes %d", i, l, d.Classes)

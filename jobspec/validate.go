@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -24,8 +25,8 @@ func finish(s Spec, g given) (Spec, error) {
 		}
 		s.Model = spec
 	}
-	if len(s.Model.Input) == 0 && slices.Contains(dataset.Builtins, s.Dataset) {
-		// Every built-in data set is 28x28 grey.
+	if len(s.Model.Input) == 0 && s.Dataset.IsImageBuiltin() {
+		// Every built-in image data set is 28x28 grey.
 		s.Model.Input = []int{1, 28, 28}
 	}
 	return s, s.Validate()
@@ -36,8 +37,15 @@ func (s Spec) Validate() error {
 	if len(s.Name) > 128 {
 		return Errorf("name", "at most 128 characters")
 	}
-	if !slices.Contains(dataset.Builtins, s.Dataset) {
-		return Errorf("dataset", "%q is not a built-in data set (want one of %s)", s.Dataset, strings.Join(dataset.Builtins, ", "))
+	if err := s.Dataset.Validate(); err != nil {
+		var ke *dataset.KeyError
+		if errors.As(err, &ke) {
+			return &Error{Key: ke.Key, Problem: ke.Problem}
+		}
+		return Errorf("dataset", "%v", err)
+	}
+	if len(s.Model.Input) == 0 {
+		return Errorf("model.input", "is required with this data set: the shape of one example ([channels, height, width] for images, [t] for text)")
 	}
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)

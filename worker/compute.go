@@ -65,16 +65,20 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	}
 	start := time.Now()
 	in := c.model.InputSize
-	x, labels := t.x[:l.Count*in], t.labels[:l.Count]
+	lpe := len(t.labels) / max(1, l.Count)
+	if lpe < 1 || len(t.labels) != l.Count*lpe || len(t.x) < l.Count*in {
+		return nil, fmt.Errorf("lease of %d examples with %d input values and %d labels", l.Count, len(t.x), len(t.labels))
+	}
+	x, labels := t.x[:l.Count*in], t.labels
 	var lossSum float64
 	var correct int
 	if st, ok := c.backend.(Stepper); ok {
 		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
 	} else if plan.gradientOnly(l.Count) {
 		n := min(l.Count, l.BatchSize)
-		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n], c.update)
+		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n*lpe], c.update)
 	} else {
-		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
+		lossSum, correct, err = c.localSteps(t.params, x, labels, lpe, plan)
 	}
 	if err != nil {
 		return nil, err
@@ -88,14 +92,14 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 }
 
 // localSteps runs the inner steps on the host, one Gradient call per
-// batch, and writes the update.
-func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
+// batch, and writes the update. labels holds lpe per example.
+func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan InnerSteps) (lossSum float64, correct int, err error) {
 	if c.grad == nil {
 		c.grad = make([]float32, c.model.NumParams)
 		c.local = make([]float32, c.model.NumParams)
 	}
 	in := c.model.InputSize
-	count := len(labels)
+	count := len(labels) / lpe
 	copy(c.local, base)
 	o := plan.Inner
 	if o.Type == protocol.InnerAdamW {
@@ -108,7 +112,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 			break
 		}
 		hi := min(lo+plan.BatchSize, count)
-		ls, cor, err := c.backend.Gradient(c.local, x[lo*in:hi*in], labels[lo:hi], c.grad)
+		ls, cor, err := c.backend.Gradient(c.local, x[lo*in:hi*in], labels[lo*lpe:hi*lpe], c.grad)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -128,10 +132,11 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 }
 
 // ComputeLease runs lease l on b from params over the lease's examples x
-// and labels (l.Count of them) as a worker would, for tools and tests that
-// compare backends and builds. The result's update is a fresh slice.
+// and labels (l.Count times the labels per example) as a worker would, for
+// tools and tests that compare backends and builds. The result's update is
+// a fresh slice.
 func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
-	if len(labels) != l.Count || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
+	if len(labels) != l.Count*labelsPerExample(m) || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
 		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",
 			l.Count, len(labels), len(x), len(params), m.InputSize, m.NumParams)
 	}
