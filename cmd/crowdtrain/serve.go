@@ -148,8 +148,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return loadData(d, o)
 		},
-		DataRoot: *dataRoot,
-		Logf:     logger.Printf, Store: db,
+		Logf: logger.Printf, Store: db, DataRoot: *dataRoot,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
