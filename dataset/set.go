@@ -233,7 +233,7 @@ func checkLayout(elem Elem, kind LabelKind, shape []int, classes int) error {
 // format's limits: element type and label kind known, shape of 1..MaxRank
 // dimensions each >= 1 holding at most MaxExampleSize values, Classes
 // 2..MaxClasses (256 for Tokens8), the data as long as N examples need,
-// every label and token below Classes, every feature finite. Loaders
+// every label and every text token below Classes, every feature finite. Loaders
 // return valid sets; call it on a Set built by hand.
 func (s *Set) Validate() error {
 	if err := checkLayout(s.Elem, s.Kind, s.Shape, s.Classes); err != nil {
@@ -279,11 +279,13 @@ func (s *Set) Validate() error {
 	return nil
 }
 
-// badElem finds an input element outside its type's range: a token at or
-// above Classes, a non-finite feature.
+// badElem finds an input element outside its type's range: a text token
+// at or above the vocabulary (Classes, with next-token labels), a
+// non-finite feature.
 func (s *Set) badElem() (int, any, bool) {
-	switch s.Elem {
-	case Tokens8:
+	switch {
+	case s.Elem.tokens() && s.Kind != NextTokens:
+	case s.Elem == Tokens8:
 		if s.Classes < 256 {
 			for i, v := range s.U8 {
 				if int(v) >= s.Classes {
@@ -291,13 +293,13 @@ func (s *Set) badElem() (int, any, bool) {
 				}
 			}
 		}
-	case Tokens16:
+	case s.Elem == Tokens16:
 		for i, v := range s.U16 {
 			if int(v) >= s.Classes {
 				return i, v, true
 			}
 		}
-	case Float32:
+	case s.Elem == Float32:
 		for i, v := range s.F32 {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return i, v, true
