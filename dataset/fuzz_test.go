@@ -155,3 +155,75 @@ func FuzzReadIDX(f *testing.F) {
 		}
 	})
 }
+
+// The .npy header parser never panics, and what it accepts has the keys
+// numpy writes, with a shape of non-negative dimensions.
+func FuzzParseNPYHeader(f *testing.F) {
+	for _, h := range []string{
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (60000, 28, 28), }",
+		"{'descr': '|u1', 'fortran_order': False, 'shape': (10,), }",
+		"{'descr': '<i8', 'fortran_order': True, 'shape': (), }",
+		`{"descr": "<f8", "fortran_order": False, "shape": (3L, 4L)}`,
+		"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}",
+		"{'descr': '<f4'", "{", "", "{}", "{'shape': (99999999999999999999,)}",
+	} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got, err := ParseNPYHeader(h)
+		if err != nil {
+			if !errors.Is(err, ErrNPYFormat) {
+				t.Fatalf("error %v does not wrap ErrNPYFormat", err)
+			}
+			return
+		}
+		for _, d := range got.Shape {
+			if d < 0 {
+				t.Fatalf("negative dimension in %v", got.Shape)
+			}
+		}
+	})
+}
+
+// ReadNPY never panics on any bytes, never allocates from a lying header,
+// and what it accepts has exactly the data its shape and dtype describe.
+func FuzzReadNPY(f *testing.F) {
+	f.Add(npyBytes("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
+	f.Add(npyBytes("|u1", []int{2, 2}, []byte{1, 2, 3, 4}))
+	f.Add(npyBytes("<i8", []int{2}, i64Bytes(5, -1)))
+	f.Add(npyBytes("<i8", []int{0}, nil))
+	f.Add(npyBytes(">f4", []int{1}, f32Bytes(1)))
+	f.Add(npyBytes("<f4", []int{1 << 30, 1 << 30}, nil))
+	f.Add([]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff"))
+	f.Add([]byte("\x93NUMPY"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := ReadNPY(bytes.NewReader(b), 1<<20)
+		if err != nil {
+			return
+		}
+		n := a.ItemSize
+		for _, d := range a.Shape {
+			n *= d
+		}
+		if len(a.Data) != n {
+			t.Fatalf("shape %v of %s with %d data bytes", a.Shape, a.Dtype(), len(a.Data))
+		}
+		// Inputs and labels built from it are either refused or valid.
+		s := &Set{Kind: ClassLabels}
+		if npyInputs(a, s) == nil {
+			s.Labels, s.Classes = make([]int32, s.N), 2
+			if err := s.Validate(); err != nil {
+				t.Fatalf("npyInputs made an invalid set: %v", err)
+			}
+		}
+		if labels, classes, err := npyLabels(a, len(a.Data)/max(1, a.ItemSize)); err == nil {
+			for _, l := range labels {
+				if l < 0 || int(l) >= classes || classes > MaxClasses {
+					t.Fatalf("label %d of %d classes", l, classes)
+				}
+			}
+		}
+	})
+}

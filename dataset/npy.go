@@ -35,8 +35,19 @@ type NPY struct {
 	Data     []byte
 }
 
-// Dtype is Kind and ItemSize as numpy spells them: "u1", "f4".
-func (a *NPY) Dtype() string { return string(a.Kind) + strconv.Itoa(a.ItemSize) }
+// Dtype is the element type as numpy names it: "uint8", "float32".
+func (a *NPY) Dtype() string {
+	bits := strconv.Itoa(8 * a.ItemSize)
+	switch a.Kind {
+	case 'u':
+		return "uint" + bits
+	case 'i':
+		return "int" + bits
+	case 'f':
+		return "float" + bits
+	}
+	return "bool"
+}
 
 // NPYHeader is the parsed header dictionary of a .npy file.
 type NPYHeader struct {
@@ -361,9 +372,9 @@ func npyInputs(a *NPY, s *Set) error {
 		return fmt.Errorf("has shape %v: an example has %d dimensions, at most %d are supported; reshape it (x.reshape(len(x), -1))", a.Shape, len(s.Shape), MaxRank)
 	}
 	switch a.Dtype() {
-	case "u1":
+	case "uint8":
 		s.Elem, s.U8 = Pixels, a.Data
-	case "f4":
+	case "float32":
 		s.Elem = Float32
 		s.F32 = make([]float32, len(a.Data)/4)
 		for i := range s.F32 {
