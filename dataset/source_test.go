@@ -324,10 +324,10 @@ func TestResolveUnder(t *testing.T) {
 	}
 	for x, msg := range map[string]string{
 		"../" + filepath.Base(outside) + "/secret.npy": "outside the coordinator's data root",
-		"data/../../etc/passwd":                       "outside the coordinator's data root",
-		filepath.Join(outside, "secret.npy"):          "outside the coordinator's data root",
-		"data/link.npy":                               "through a symlink",
-		"data/missing.npy":                            "does not exist",
+		"data/../../etc/passwd":                        "outside the coordinator's data root",
+		filepath.Join(outside, "secret.npy"):           "outside the coordinator's data root",
+		"data/link.npy":                                "through a symlink",
+		"data/missing.npy":                             "does not exist",
 	} {
 		s := spec(x)
 		wantKeyError(t, s.ResolveUnder(root), "dataset.train_x", msg)
