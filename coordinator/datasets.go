@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -50,7 +51,7 @@ func contextOf(spec JobSpec) (int, error) {
 		return 0, nil
 	}
 	if len(spec.Model.Input) != 1 {
-		return 0, specErr("model.input", "is %v; a model of text reads [t] tokens (the context, e.g. [128])", spec.Model.Input)
+		return 0, specErr("model.input", "is %s; a model of text reads [t] tokens (the context, e.g. [128])", dataset.ShapeString(spec.Model.Input))
 	}
 	return spec.Model.Input[0], nil
 }
@@ -63,13 +64,20 @@ func DataOptions(spec JobSpec) (dataset.Options, error) {
 }
 
 // CheckData checks that spec's model fits train, as AddJob does, so that
-// a command can refuse a job before it changes anything.
-func CheckData(spec JobSpec, train *dataset.Set) error {
+// a command can refuse a job before it changes anything. A model without
+// an input takes the shape of train's examples (jobspec.InputFromData).
+func CheckData(spec *JobSpec, train *dataset.Set) error {
+	if len(spec.Model.Input) == 0 {
+		spec.Model.Input = jobspec.InputFromData(train.Shape)
+		if err := spec.Validate(); err != nil {
+			return err
+		}
+	}
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
 		return &SpecError{Key: "model", Problem: err.Error()}
 	}
-	return fitsData(model, spec, train)
+	return fitsData(model, *spec, train)
 }
 
 // get returns the data set spec names, loading it on first use. A failed

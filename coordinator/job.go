@@ -370,12 +370,12 @@ const EvalWindows = 64
 func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 	if train.Kind == dataset.NextTokens {
 		if model.InputSize != train.ExampleSize() {
-			return specErr("model.input", "is %v (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
-				spec.Model.Input, model.InputSize, train.ExampleSize())
+			return specErr("model.input", "is %s (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
+				dataset.ShapeString(spec.Model.Input), model.InputSize, train.ExampleSize())
 		}
 	} else if model.InputSize != train.ExampleSize() {
-		return specErr("model.input", "is %v (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
-			spec.Model.Input, model.InputSize, train.Name, train.ShapeString(), train.ExampleSize(), train.ExampleSize(), train.ShapeString())
+		return specErr("model.input", "is %s (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
+			dataset.ShapeString(spec.Model.Input), model.InputSize, train.Name, train.ShapeString(), train.ExampleSize(), train.ExampleSize(), train.ShapeString())
 	}
 	if model.NumClasses < train.Classes {
 		what := "classes"

@@ -117,6 +117,9 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckData(&spec, train); err != nil {
+		return nil, err
+	}
 	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf)
 	if err != nil {
 		return nil, err

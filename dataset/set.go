@@ -172,6 +172,9 @@ func (s *Set) need() int {
 // ShapeString is the example shape as [a,b,c].
 func (s *Set) ShapeString() string { return shapeString(s.Shape) }
 
+// ShapeString writes a shape as [a,b,c].
+func ShapeString(shape []int) string { return shapeString(shape) }
+
 func shapeString(shape []int) string {
 	parts := make([]string, len(shape))
 	for i, d := range shape {

@@ -3,6 +3,7 @@ package jobspec
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,10 +81,24 @@ func TestDatasetErrorsNameTheKey(t *testing.T) {
 			t.Errorf("%q: error %v; want key %s mentioning %q", c.yaml, err, c.key, c.msg)
 		}
 	}
-	// Without a built-in image set, the model's input must be given.
-	_, err := Parse([]byte("name: j\nmodel: [{type: dense, units: 3}]\ndataset: {type: npy, train_x: a, train_y: b, test_x: c, test_y: d}\n"))
+	// A text model needs its input, the context; files of examples give
+	// theirs (the coordinator fills it in from the data).
+	_, err := Parse([]byte("name: j\nmodel: [{type: dense, units: 3}]\ndataset: {type: text, path: a}\n"))
 	var se *Error
 	if !errors.As(err, &se) || se.Key != "model.input" {
-		t.Errorf("no input: %v", err)
+		t.Errorf("text without input: %v", err)
+	}
+	s, err := Parse([]byte("name: j\nmodel: [{type: dense, units: 3}]\ndataset: {type: npy, train_x: a, train_y: b, test_x: c, test_y: d}\n"))
+	if err != nil || len(s.Model.Input) != 0 {
+		t.Errorf("npy without input: %v, input %v", err, s.Model.Input)
+	}
+	if got := InputFromData([]int{5}); !slices.Equal(got, []int{1, 1, 5}) {
+		t.Errorf("InputFromData([5]) = %v", got)
+	}
+	if got := InputFromData([]int{4, 6}); !slices.Equal(got, []int{1, 4, 6}) {
+		t.Errorf("InputFromData([4 6]) = %v", got)
+	}
+	if got := InputFromData([]int{3, 4, 6}); !slices.Equal(got, []int{3, 4, 6}) {
+		t.Errorf("InputFromData([3 4 6]) = %v", got)
 	}
 }

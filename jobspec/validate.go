@@ -45,11 +45,33 @@ func (s Spec) Validate() error {
 		return Errorf("dataset", "%v", err)
 	}
 	if len(s.Model.Input) == 0 {
-		return Errorf("model.input", "is required with this data set: the shape of one example ([channels, height, width] for images, [t] for text)")
+		if s.Dataset.Type == dataset.TypeIDX || s.Dataset.Type == dataset.TypeNPY {
+			// The coordinator takes the input's shape from the data
+			// (InputFromData) and checks the model then.
+			return s.validateTraining()
+		}
+		return Errorf("model.input", "is required with this data set: [t], the context, for text (e.g. [128])")
 	}
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)
 	}
+	return s.validateTraining()
+}
+
+// InputFromData is the model input an example of shape gives: [c,h,w] as
+// it is, [h,w] as [1,h,w], [n] as [1,1,n].
+func InputFromData(shape []int) []int {
+	switch len(shape) {
+	case 1:
+		return []int{1, 1, shape[0]}
+	case 2:
+		return []int{1, shape[0], shape[1]}
+	}
+	return append([]int(nil), shape...)
+}
+
+// validateTraining checks every key but the data set and the model.
+func (s Spec) validateTraining() error {
 	if err := s.OuterOptimizer.Validate(); err != nil {
 		// nn names the field "optimizer.x"; the key is outer_optimizer.
 		return &Error{Problem: "outer_" + err.Error()}

@@ -120,7 +120,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", *jobArg, err)}
 	}
-	if err := coordinator.CheckData(spec, train); err != nil {
+	if err := coordinator.CheckData(&spec, train); err != nil {
 		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", *jobArg, train.Describe(), err)}
 	}
 	logger.Printf("data: %s: train %s; test %s", spec.Dataset, train.Describe(), test.Describe())
