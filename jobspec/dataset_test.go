@@ -3,9 +3,9 @@ package jobspec
 import (
 	"encoding/json"
 	"errors"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
