@@ -52,6 +52,7 @@ func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
 	api.HandleFunc("/jobs/{id}/checkpoints", s.admin(s.handleCheckpoints)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/checkpoints/{version:[0-9]+}/safetensors", s.admin(s.handleCheckpointDownload)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/export", s.admin(s.handleExportLive)).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/sample", s.admin(s.handleSample)).Methods(http.MethodPost)
 	api.HandleFunc("/workers", s.admin(s.handleWorkers)).Methods(http.MethodGet)
 	api.HandleFunc("/workers/{id}", s.admin(s.handleDisconnect)).Methods(http.MethodDelete)
 	api.HandleFunc("/events", s.admin(s.handleEvents)).Methods(http.MethodGet)
