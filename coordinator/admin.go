@@ -185,13 +185,8 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return
 	}
-	modelJSON, _ := json.Marshal(j.Spec.Model)
 	var buf bytes.Buffer
-	meta := map[string]string{
-		"format": "pt", "crowdtrain.job": id, "crowdtrain.name": j.Spec.Name,
-		"crowdtrain.version": strconv.FormatInt(version, 10), "crowdtrain.model": string(modelJSON),
-		"crowdtrain.exported": "admin export at " + time.Now().UTC().Format(time.RFC3339),
-	}
+	meta := ExportMetadata(id, j.Spec, version, "admin export at "+time.Now().UTC().Format(time.RFC3339))
 	if err := nn.WriteSafetensors(&buf, j.model.Layout, params, meta); err != nil {
 		writeError(w, http.StatusInternalServerError, "export: %v", err)
 		return
