@@ -96,7 +96,7 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 func innerOptimizer(s *JobSpec) protocol.InnerOptimizer {
 	in := s.InnerOptimizer
 	return protocol.InnerOptimizer{Type: in.Type, LR: float32(in.LR), WeightDecay: float32(in.WeightDecay),
-		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon)}
+		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon), ClipNorm: float32(in.ClipNorm)}
 }
 
 // start fixes the base of a "latest" lease its worker begins computing:

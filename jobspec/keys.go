@@ -68,6 +68,7 @@ var keys = []key{
 	{name: "staleness_lr", live: true},
 	{name: "shard_size"},
 	{name: "target_accuracy"},
+	{name: "target_loss"},
 	{name: "max_epochs"},
 	{name: "seed"},
 	{name: "eval_every"},
@@ -107,8 +108,8 @@ func lookup(name string) *key {
 }
 
 var (
-	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon"}
-	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon"}
+	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_norm"}
+	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon", "clip_norm"}
 	layerKeys = []string{"type", "units", "filters", "kernel", "stride", "padding"}
 	modelKeys = []string{"input", "layers"}
 )
@@ -198,13 +199,19 @@ func durationKey(field func(*Spec) *Duration) func(*yaml.Node, *Spec, given) err
 	}
 }
 
-func decodeOuter(val *yaml.Node, s *Spec, _ given) error {
+func decodeOuter(val *yaml.Node, s *Spec, g given) error {
 	if err := checkKeys("outer_optimizer.", val, outerKeys); err != nil {
 		return err
+	}
+	for i := 0; i < len(val.Content); i += 2 {
+		g["outer_optimizer."+val.Content[i].Value] = true
 	}
 	opt := nn.OptimizerSpec{}
 	if err := val.Decode(&opt); err != nil {
 		return Errorf("outer_optimizer", "%v", cleanYAMLError(err))
+	}
+	if opt.Type == nn.OptAdamW && !g["outer_optimizer.weight_decay"] {
+		opt.WeightDecay = nn.DefaultWeightDecay
 	}
 	s.OuterOptimizer = opt
 	return nil

@@ -141,6 +141,9 @@ type InnerOptimizer struct {
 	Beta1       float32 `msgpack:"beta1,omitempty"`        // adamw
 	Beta2       float32 `msgpack:"beta2,omitempty"`        // adamw
 	Epsilon     float32 `msgpack:"epsilon,omitempty"`      // adamw
+	// ClipNorm (any type; 0 = off) scales each step's gradient by
+	// min(1, clip_norm/‖g‖₂) first, as torch.nn.utils.clip_grad_norm_.
+	ClipNorm float32 `msgpack:"clip_norm,omitempty"`
 }
 
 // Lease is one task: from the snapshot at BaseVersion, run LocalSteps
@@ -402,6 +405,8 @@ func (o *InnerOptimizer) validate() error {
 		return invalid(TypeLease, "inner_optimizer", "weight_decay and epsilon must be finite and >= 0, got %v and %v", o.WeightDecay, o.Epsilon)
 	case !f(o.Beta1) || o.Beta1 >= 1 || !f(o.Beta2) || o.Beta2 >= 1:
 		return invalid(TypeLease, "inner_optimizer", "beta1 and beta2 must be in [0, 1), got %v and %v", o.Beta1, o.Beta2)
+	case !f(o.ClipNorm):
+		return invalid(TypeLease, "inner_optimizer.clip_norm", "must be finite and >= 0, got %v", o.ClipNorm)
 	}
 	return nil
 }

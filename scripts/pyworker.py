@@ -128,6 +128,9 @@ def run_lease(model, lease, base, x, labels):
         m, v = np.zeros_like(w), np.zeros_like(w)
     elif kind != "sgd":
         raise ValueError(f"inner optimizer {kind!r} is not supported")
+    clip = float(opt.get("clip_norm", 0))
+    if not clip >= 0:
+        raise ValueError("inner clip_norm must be >= 0")
     loss_sum, correct = 0.0, 0
     for t in range(1, steps + 1):
         lo, hi = (t - 1) * batch, min(t * batch, count)
@@ -136,6 +139,10 @@ def run_lease(model, lease, base, x, labels):
         loss, hits = model.gradient(w, x[lo:hi], labels[lo:hi], g)
         loss_sum += loss
         correct += hits
+        if clip > 0:
+            scale = clip / (float(np.sqrt(np.sum(g.astype(np.float64) ** 2))) + 1e-6)
+            if scale < 1:
+                g *= np.float32(scale)
         if t == 1 and lease["update_kind"] == "gradient" and kind == "sgd" and (steps == 1 or hi >= count):
             return g, loss_sum, correct  # one sgd step: the gradient itself
         if kind == "sgd":

@@ -72,11 +72,14 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	x, labels := t.x[:l.Count*in], t.labels
 	var lossSum float64
 	var correct int
-	if st, ok := c.backend.(Stepper); ok {
+	if st, ok := c.backend.(Stepper); ok && (plan.Inner.ClipNorm == 0 || clips(st)) {
 		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
 	} else if plan.gradientOnly(l.Count) {
 		n := min(l.Count, l.BatchSize)
 		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n*lpe], c.update)
+		if err == nil {
+			nn.ClipInPlace(c.update, float64(plan.Inner.ClipNorm))
+		}
 	} else {
 		lossSum, correct, err = c.localSteps(t.params, x, labels, lpe, plan)
 	}
@@ -104,6 +107,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan I
 	o := plan.Inner
 	if o.Type == protocol.InnerAdamW {
 		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
+		c.adamw.ClipNorm = o.ClipNorm
 		c.adamw.Reset(len(c.local))
 	}
 	for step := 0; step < plan.Steps; step++ {
@@ -121,7 +125,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan I
 		if o.Type == protocol.InnerAdamW {
 			c.adamw.Step(c.local, c.grad)
 		} else {
-			nn.SGDStep(c.local, c.grad, o.LR)
+			nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
 		}
 	}
 	scale := plan.UpdateScale()
@@ -148,4 +152,12 @@ func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32,
 	r := *res
 	r.Update = append(protocol.Floats(nil), res.Update...)
 	return &r, nil
+}
+
+// clips reports whether a Stepper clips the gradient to the inner
+// optimizer's clip_norm itself; one that does not says nothing, and the
+// lease runs on the host through its Gradient instead.
+func clips(st Stepper) bool {
+	c, ok := st.(interface{ ClipsNorm() bool })
+	return ok && c.ClipsNorm()
 }

@@ -180,8 +180,11 @@ print(json.dumps({"loss_sum": loss, "correct": correct}))
 		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 1, 1e-5},
 		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 3, 1e-4},
 		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}, protocol.UpdateDelta, 3, 1e-4},
+		// clip_norm far under the gradients' norms: every step is clipped.
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1, ClipNorm: 0.05}, protocol.UpdateGradient, 1, 1e-5},
+		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, ClipNorm: 0.05}, protocol.UpdateDelta, 3, 1e-4},
 	} {
-		name := fmt.Sprintf("%s %s %d steps", tc.inner.Type, tc.kind, tc.steps)
+		name := fmt.Sprintf("%s %s %d steps clip_norm %v", tc.inner.Type, tc.kind, tc.steps, tc.inner.ClipNorm)
 		lease := protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: tc.steps,
 			Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
 		n := count
@@ -195,7 +198,7 @@ print(json.dumps({"loss_sum": loss, "correct": correct}))
 		}
 		leaseJSON, _ := json.Marshal(map[string]any{"count": n, "batch_size": batch, "local_steps": tc.steps, "update_kind": tc.kind,
 			"inner_optimizer": map[string]any{"type": tc.inner.Type, "lr": tc.inner.LR, "weight_decay": tc.inner.WeightDecay,
-				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon}})
+				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon, "clip_norm": tc.inner.ClipNorm}})
 		write("x", protocol.EncodeFloats(x[:n*m.InputSize]))
 		write("labels", lb[:4*n])
 		out, err := exec.Command(python, "-c", probe, scripts, dir, string(leaseJSON)).CombinedOutput()

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+const torchReference = "../../scripts/torch_reference.py"
+
+// torchPython is /usr/bin/python3 with torch and numpy (Debian's
+// python3-torch), or the test is skipped (failed in CI).
+func torchPython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import numpy, torch").CombinedOutput(); err != nil {
+		testenv.Missing(t, fmt.Sprintf("%s with torch and numpy is needed (apt-get install python3-torch): %v %s", py, err, out))
+	}
+	return py
+}
+
+// writeNpy writes a little-endian C-order .npy file (format 1.0) of
+// float32 ('<f4') or int32 ('<i4') values.
+func writeNpy(t *testing.T, path string, shape []int, f32 []float32, i32 []int32) {
+	t.Helper()
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = strconv.Itoa(d)
+	}
+	tuple := strings.Join(dims, ", ")
+	if len(shape) == 1 {
+		tuple += ","
+	}
+	descr := "<f4"
+	if i32 != nil {
+		descr = "<i4"
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
+	// magic (6) + version (2) + length (2) + header + '\n', a multiple of 64.
+	pad := 64 - (10+len(header)+1)%64
+	header += strings.Repeat(" ", pad%64) + "\n"
+	var b bytes.Buffer
+	b.WriteString("\x93NUMPY\x01\x00")
+	binary.Write(&b, binary.LittleEndian, uint16(len(header)))
+	b.WriteString(header)
+	if i32 != nil {
+		binary.Write(&b, binary.LittleEndian, i32)
+	} else {
+		binary.Write(&b, binary.LittleEndian, f32)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exportModel stores a job of model spec ms with params as its checkpoint
+// at version 7 and runs `crowdtrain export`, returning the file written.
+func exportModel(t *testing.T, dir, name string, ms nn.ModelSpec, params []float32) string {
+	t.Helper()
+	ctx := context.Background()
+	dbPath := filepath.Join(dir, name+".db")
+	db, err := store.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := jobspec.Spec{Name: name, Model: ms}
+	specJSON, _ := json.Marshal(spec)
+	id := name + "-1"
+	if err := db.CreateJob(ctx, store.JobRecord{ID: id, Name: name, Spec: specJSON, State: "done", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveCheckpoint(ctx, store.Checkpoint{JobID: id, Version: 7, CreatedAt: time.Now(), Params: protocol.EncodeFloats(params)}, 5); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out := filepath.Join(dir, name+".safetensors")
+	if code, stdout, stderr := runCmd(t, ctx, "export", "--db", dbPath, "--job", id, "--out", out); code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	return out
+}
+
+// randomParams initialises m as training would and moves every parameter
+// (biases and layer norms included) by up to ±scale, so that a tensor
+// loaded in the wrong place or transposed shows in the loss.
+func randomParams(m *nn.Model, scale float32) []float32 {
+	p := make([]float32, m.NumParams)
+	m.Init(p, 3)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range p {
+		p[i] += scale * (2*rng.Float32() - 1)
+	}
+	return p
+}
+
+var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
+
+// The export round trip: a model exported by `crowdtrain export`, rebuilt
+// in plain PyTorch by scripts/torch_reference.py from the spec in its
+// metadata, scores the same batch with the same mean loss as crowdtrain,
+// within 1e-4.
+func TestExportScoresTheSameInPyTorch(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	for _, name := range []string{"mnist-mlp", "mnist-cnn"} {
+		t.Run(name, func(t *testing.T) {
+			ms, err := nn.Preset(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := nn.NewModel(ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := randomParams(m, 0.05)
+			file := exportModel(t, dir, name, ms, params)
+			const n = 16
+			rng := rand.New(rand.NewPCG(5, 6))
+			x := make([]float32, n*m.InputSize)
+			seq := len(ms.Input) == 1
+			for i := range x {
+				if seq {
+					x[i] = float32(rng.IntN(m.NumClasses))
+				} else {
+					x[i] = rng.Float32()
+				}
+			}
+			labels := n
+			if seq {
+				labels = n * m.InputSize
+			}
+			y := make([]int32, labels)
+			for i := range y {
+				y[i] = int32(rng.IntN(m.NumClasses))
+			}
+			lossSum, _ := m.Evaluate(m.NewWorkspace(n), params, x, y)
+			goLoss := lossSum / float64(len(y))
+
+			xf, yf := filepath.Join(dir, name+"-x.npy"), filepath.Join(dir, name+"-y.npy")
+			writeNpy(t, xf, append([]int{n}, ms.Input...), x, nil)
+			yshape := []int{n}
+			if seq {
+				yshape = []int{n, m.InputSize}
+			}
+			writeNpy(t, yf, yshape, nil, y)
+			out, err := exec.Command(py, torchReference, "score", "--model", file, "--x", xf, "--y", yf).CombinedOutput()
+			if err != nil {
+				t.Fatalf("torch_reference.py score: %v\n%s", err, out)
+			}
+			mm := lossLine.FindSubmatch(out)
+			if mm == nil {
+				t.Fatalf("torch_reference.py printed no loss line:\n%s", out)
+			}
+			torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
+			t.Logf("%s: crowdtrain loss %.7f, PyTorch %.7f", name, goLoss, torchLoss)
+			if math.Abs(goLoss-torchLoss) > 1e-4 || math.IsNaN(torchLoss) {
+				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
+			}
+		})
+	}
+}
