@@ -415,3 +415,25 @@ func BenchmarkMakeShards(b *testing.B) {
 		MakeShards(60000, 1000, 1)
 	}
 }
+
+// Filling a batch allocates nothing, whatever the element type and label
+// kind: it runs once per training step.
+func TestFillDoesNotAllocate(t *testing.T) {
+	text, _, err := TextSplits("t", "dataset.path", []byte(strings.Repeat("abcdefgh", 100)), 16, 0.1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := []*Set{smallSet(), text,
+		{Elem: Float32, Shape: []int{3}, Kind: ClassLabels, Classes: 4, N: 2, F32: make([]float32, 6), Labels: []int32{1, 3}},
+		{Elem: Tokens16, Shape: []int{3}, Kind: NextTokens, Classes: 9, N: 2, U16: make([]uint16, 7), Stride: 3}}
+	for _, s := range sets {
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 2*s.ExampleSize())
+		y := make([]int32, 2*s.LabelsPerExample())
+		if n := testing.AllocsPerRun(100, func() { s.Fill(x, y, 0, 2) }); n != 0 {
+			t.Errorf("%s: Fill allocates %v times per call", s.Describe(), n)
+		}
+	}
+}
