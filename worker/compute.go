@@ -64,12 +64,8 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 		c.prepared = l.BatchSize
 	}
 	start := time.Now()
-	in := c.model.InputSize
-	lpe := len(t.labels) / max(1, l.Count)
-	if lpe < 1 || len(t.labels) != l.Count*lpe || len(t.x) < l.Count*in {
-		return nil, fmt.Errorf("lease of %d examples with %d input values and %d labels", l.Count, len(t.x), len(t.labels))
-	}
-	x, labels := t.x[:l.Count*in], t.labels
+	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int
 	if st, ok := c.backend.(Stepper); ok && (plan.Inner.ClipNorm == 0 || clips(st)) {
@@ -81,7 +77,7 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 			nn.ClipInPlace(c.update, float64(plan.Inner.ClipNorm))
 		}
 	} else {
-		lossSum, correct, err = c.localSteps(t.params, x, labels, lpe, plan)
+		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
 	}
 	if err != nil {
 		return nil, err
@@ -95,13 +91,14 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 }
 
 // localSteps runs the inner steps on the host, one Gradient call per
-// batch, and writes the update. labels holds lpe per example.
-func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan InnerSteps) (lossSum float64, correct int, err error) {
+// batch, and writes the update. labels holds the model's labels per
+// example for each.
+func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
 	if c.grad == nil {
 		c.grad = make([]float32, c.model.NumParams)
 		c.local = make([]float32, c.model.NumParams)
 	}
-	in := c.model.InputSize
+	in, lpe := c.model.InputSize, c.model.LabelsPerExample
 	count := len(labels) / lpe
 	copy(c.local, base)
 	o := plan.Inner
@@ -140,7 +137,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan I
 // tools and tests that compare backends and builds. The result's update is
 // a fresh slice.
 func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
-	if len(labels) != l.Count*labelsPerExample(m) || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
+	if len(labels) != l.Count*m.LabelsPerExample || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
 		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",
 			l.Count, len(labels), len(x), len(params), m.InputSize, m.NumParams)
 	}
