@@ -59,10 +59,11 @@ type Sample struct {
 	Millis    float64 `json:"ms"`
 }
 
-// isTextModel reports whether m reads token sequences: input [t] token ids
-// (bytes, for a text job).
+// isTextModel reports whether m is a language model: input [t] token ids
+// (bytes, for a text job) and a prediction at every position, what
+// nn.Model.Generate needs.
 func isTextModel(m *nn.Model) bool {
-	return len(m.Spec.Input) == 1
+	return len(m.Spec.Input) == 1 && m.LabelsPerExample == m.InputSize
 }
 
 // generate continues prompt on params, in chunks, until tokens are made

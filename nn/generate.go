@@ -67,10 +67,9 @@ func (m *Model) Generate(ws *Workspace, params []float32, prompt []int32, tokens
 }
 
 // labelsPerExample is how many rows of NumClasses logits Forward returns
-// per example: one for every model of this package until sequence layers
-// exist.
+// per example.
 func (m *Model) labelsPerExample() int {
-	return 1
+	return m.LabelsPerExample
 }
 
 // pick draws a token from logits at temperature (0: argmax).

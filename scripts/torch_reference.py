@@ -305,7 +305,8 @@ def cmd_sample(a):
         raise SystemExit("sample: the model does not read token sequences")
     gen = torch.Generator().manual_seed(a.seed)
     out = generate(model, a.prompt.encode("utf-8"), a.tokens, a.temperature, gen)
-    sys.stdout.write(bytes(out).decode("utf-8", errors="replace") + "\n")
+    # The model writes bytes, not necessarily UTF-8: they go out as they are.
+    sys.stdout.buffer.write(bytes(out) + b"\n")
 
 
 def make_optimizer(params, o):

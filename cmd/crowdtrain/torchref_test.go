@@ -120,7 +120,7 @@ var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
 func TestExportScoresTheSameInPyTorch(t *testing.T) {
 	py := torchPython(t)
 	dir := t.TempDir()
-	for _, name := range []string{"mnist-mlp", "mnist-cnn"} {
+	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm-tiny", "charlm"} {
 		t.Run(name, func(t *testing.T) {
 			ms, err := nn.Preset(name)
 			if err != nil {
@@ -131,6 +131,9 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			params := randomParams(m, 0.05)
+			if name == "charlm" && testing.Short() {
+				t.Skip("charlm's batch takes a few seconds in each language; skipped with -short")
+			}
 			file := exportModel(t, dir, name, ms, params)
 			const n = 16
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -175,5 +178,41 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
 			}
 		})
+	}
+}
+
+// The character model sampled in PyTorch at temperature 0 writes what
+// crowdtrain's Generate writes from the same export and prompt.
+func TestExportSamplesTheSameInPyTorch(t *testing.T) {
+	py := torchPython(t)
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := randomParams(m, 0.2) // logits far enough apart that float32 and float64 agree on the argmax
+	file := exportModel(t, t.TempDir(), "charlm-tiny", ms, params)
+	const prompt, n = "In the beginning God created", 40
+	toks := make([]int32, len(prompt))
+	for i := range prompt {
+		toks[i] = int32(prompt[i])
+	}
+	gen, err := m.Generate(m.NewWorkspace(1), params, toks, n, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, n)
+	for i, v := range gen {
+		want[i] = byte(v)
+	}
+	out, err := exec.Command(py, torchReference, "sample", "--model", file, "--prompt", prompt, "--tokens", strconv.Itoa(n), "--temperature", "0").Output()
+	if err != nil {
+		t.Fatalf("torch_reference.py sample: %v", err)
+	}
+	if got := strings.TrimSuffix(string(out), "\n"); got != string(want) {
+		t.Fatalf("PyTorch continued %q with %q; crowdtrain with %q", prompt, got, want)
 	}
 }
