@@ -116,6 +116,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err == nil {
+		err = s.resolveData(&spec)
+	}
+	if err == nil {
 		var j *Job
 		if j, err = s.AddJob(spec); err == nil {
 			v, _, verr := s.JobView(r.Context(), j.ID)

@@ -234,15 +234,20 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	if err != nil {
 		return nil, &SpecError{Key: "model", Problem: err.Error()}
 	}
-	if model.InputSize != train.ExampleSize() {
-		return nil, specErr("model", "input %v holds %d values but %s examples have %d (%dx%dx%d)",
-			spec.Model.Input, model.InputSize, train.Name, train.ExampleSize(), train.Channels, train.Rows, train.Cols)
+	if err := fitsData(model, spec, train); err != nil {
+		return nil, err
 	}
-	if model.NumClasses < train.Classes {
-		return nil, specErr("model", "last layer has %d outputs but the data has %d classes", model.NumClasses, train.Classes)
+	if train.Kind == dataset.NextTokens {
+		// Text is scored on a fixed, evenly spread sample of validation
+		// windows, so an evaluation stays cheap however long the text.
+		sub, err := test.Subset(test.Name, test.Spread(EvalWindows))
+		if err != nil {
+			return nil, err
+		}
+		test = sub
 	}
 	j := &Job{
-		ID: id, Spec: spec, model: model, test: test, logf: logf, text: isTextModel(model),
+		ID: id, Spec: spec, model: model, test: test, logf: logf, text: train.Kind == dataset.NextTokens || isTextModel(model),
 		reqs:        make(chan func()),
 		stopped:     make(chan struct{}),
 		snapshots:   map[int64]*snapshot{},
@@ -404,23 +409,60 @@ func (j *Job) finish(state, reason string) {
 	j.checkpoint(true)
 }
 
-// evaluate scores params on the whole set.
+// EvalWindows is the most validation windows a text job is scored on.
+const EvalWindows = 64
+
+// fitsData checks that the model's input and output fit the data set,
+// naming what to change.
+func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
+	if train.Kind == dataset.NextTokens {
+		if model.InputSize != train.ExampleSize() {
+			return specErr("model.input", "is %s (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
+				dataset.ShapeString(spec.Model.Input), model.InputSize, train.ExampleSize())
+		}
+	} else if model.InputSize != train.ExampleSize() {
+		return specErr("model.input", "is %s (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
+			dataset.ShapeString(spec.Model.Input), model.InputSize, train.Name, train.ShapeString(), train.ExampleSize(), train.ExampleSize(), train.ShapeString())
+	}
+	if model.NumClasses < train.Classes {
+		what := "classes"
+		if train.Kind == dataset.NextTokens {
+			what = "tokens in its vocabulary"
+		}
+		return specErr("model", "the last layer has %d outputs but the data has %d %s: give the last layer %d units", model.NumClasses, train.Classes, what, train.Classes)
+	}
+	if lpe := labelsPerExample(model); lpe != train.LabelsPerExample() {
+		if train.Kind == dataset.NextTokens {
+			return specErr("model", "predicts %d label(s) per example but text windows of %d need one per position: end the model in a per-position dense layer over the sequence (as the charlm preset does)",
+				lpe, train.LabelsPerExample())
+		}
+		return specErr("model", "predicts %d labels per example but %s has one class per example: end the model in a dense layer over the flattened input", lpe, train.Name)
+	}
+	return nil
+}
+
+// evaluate scores params on the whole set: the fraction of label positions
+// predicted right and the mean cross-entropy (nats) per label position.
 func evaluate(m *nn.Model, params []float32, set *dataset.Set) (accuracy, loss float64) {
-	const chunk = 500
+	es, lpe := set.ExampleSize(), set.LabelsPerExample()
+	chunk := 500
+	if lpe > 1 {
+		chunk = 16
+	}
 	ws := m.NewWorkspace(chunk)
-	x := make([]float32, chunk*set.ExampleSize())
-	y := make([]int32, chunk)
+	x := make([]float32, chunk*es)
+	y := make([]int32, chunk*lpe)
 	var lossSum float64
 	var correct int
 	for start := 0; start < set.N; start += chunk {
 		n := min(chunk, set.N-start)
-		set.Floats(x, start, n)
-		set.LabelsInt32(y, start, n)
-		l, c := m.Evaluate(ws, params, x[:n*set.ExampleSize()], y[:n])
+		set.Fill(x, y, start, n)
+		l, c := m.Evaluate(ws, params, x[:n*es], y[:n*lpe])
 		lossSum += l
 		correct += c
 	}
-	return float64(correct) / float64(set.N), lossSum / float64(set.N)
+	positions := float64(set.N) * float64(lpe)
+	return float64(correct) / positions, lossSum / positions
 }
 
 // ended reports whether a job in state will hand out no more work.

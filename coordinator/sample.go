@@ -113,8 +113,8 @@ func (j *Job) evalSample(params []float32, version int64) string {
 	if j.test == nil || j.test.N == 0 {
 		return ""
 	}
-	x := make([]float32, j.model.InputSize)
-	j.test.Floats(x, 0, 1)
+	x := make([]float32, j.test.ExampleSize())
+	j.test.FillExample(x, make([]int32, j.test.LabelsPerExample()), 0)
 	prompt := make([]int32, min(16, len(x)))
 	for i := range prompt {
 		prompt[i] = int32(x[i])

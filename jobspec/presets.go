@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ var presets = map[string]func() (Spec, given){
 	},
 	"fashion-cnn": func() (Spec, given) {
 		s := base()
-		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.FashionMNIST
+		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.Builtin(dataset.FashionMNIST)
 		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdam, LR: 2e-3}
 		s.TargetAccuracy = 0.90
 		return s, given{"outer_optimizer": true}
@@ -53,7 +54,7 @@ var presets = map[string]func() (Spec, given){
 // does not depend on the mode (modeDefaults fills the others).
 func base() Spec {
 	return Spec{
-		Dataset:         dataset.MNIST,
+		Dataset:         dataset.Builtin(dataset.MNIST),
 		Mode:            ModeAsync,
 		BatchSize:       64,
 		MaxStaleness:    8,
@@ -185,6 +186,12 @@ func Load(nameOrFile string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
 	}
+	// The data files a spec file names are relative to it.
+	dir, err := filepath.Abs(filepath.Dir(nameOrFile))
+	if err != nil {
+		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
+	}
+	s.Dataset.Resolve(dir)
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -18,7 +19,9 @@ type Spec struct {
 	// resolved architecture.
 	ModelPreset string       `json:"model_preset,omitempty" yaml:"-"`
 	Model       nn.ModelSpec `json:"model" yaml:"-"`
-	Dataset     string       `json:"dataset" yaml:"dataset"`
+	// Dataset is a built-in data set's name or files of a type (idx,
+	// npy, text); see dataset.Spec.
+	Dataset dataset.Spec `json:"dataset" yaml:"-"`
 
 	// Mode is the update rule: ModeAsync, ModeSync or ModeDiLoCo.
 	Mode string `json:"mode" yaml:"mode"`

@@ -192,7 +192,7 @@ func TestDatasetNamesABuiltin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dataset %s: %v", name, err)
 		}
-		if s.Dataset != name || !slices.Equal(s.Model.Input, []int{1, 28, 28}) {
+		if s.Dataset.Name != name || !slices.Equal(s.Model.Input, []int{1, 28, 28}) {
 			t.Fatalf("dataset %s: parsed dataset %q, input %v", name, s.Dataset, s.Model.Input)
 		}
 	}
@@ -200,10 +200,10 @@ func TestDatasetNamesABuiltin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Dataset != "fashion-mnist" || s.ModelPreset != "fashion-cnn" || s.TargetAccuracy != 0.90 {
+	if s.Dataset.Name != "fashion-mnist" || s.ModelPreset != "fashion-cnn" || s.TargetAccuracy != 0.90 {
 		t.Fatalf("fashion-cnn: dataset %q, model %q, target %v", s.Dataset, s.ModelPreset, s.TargetAccuracy)
 	}
-	if m, _ := Load("mnist-cnn"); m.Dataset != "mnist" {
+	if m, _ := Load("mnist-cnn"); m.Dataset.Name != "mnist" {
 		t.Fatalf("mnist-cnn trains on %q, want mnist", m.Dataset)
 	}
 }

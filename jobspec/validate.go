@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -32,8 +33,8 @@ func finish(s Spec, g given) (Spec, error) {
 		}
 		s.TargetAccuracy = 0
 	}
-	if len(s.Model.Input) == 0 && slices.Contains(dataset.Builtins, s.Dataset) {
-		// Every built-in data set is 28x28 grey.
+	if len(s.Model.Input) == 0 && s.Dataset.IsImageBuiltin() {
+		// Every built-in image data set is 28x28 grey.
 		s.Model.Input = []int{1, 28, 28}
 	}
 	return s, s.Validate()
@@ -48,12 +49,41 @@ func (s Spec) Validate() error {
 	if len(s.Name) > 128 {
 		return Errorf("name", "at most 128 characters")
 	}
-	if !slices.Contains(dataset.Builtins, s.Dataset) {
-		return Errorf("dataset", "%q is not a built-in data set (want one of %s)", s.Dataset, strings.Join(dataset.Builtins, ", "))
+	if err := s.Dataset.Validate(); err != nil {
+		var ke *dataset.KeyError
+		if errors.As(err, &ke) {
+			return &Error{Key: ke.Key, Problem: ke.Problem}
+		}
+		return Errorf("dataset", "%v", err)
+	}
+	if len(s.Model.Input) == 0 {
+		if s.Dataset.Type == dataset.TypeIDX || s.Dataset.Type == dataset.TypeNPY {
+			// The coordinator takes the input's shape from the data
+			// (InputFromData) and checks the model then.
+			return s.validateTraining()
+		}
+		return Errorf("model.input", "is required with this data set: [t], the context, for text (e.g. [128])")
 	}
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)
 	}
+	return s.validateTraining()
+}
+
+// InputFromData is the model input an example of shape gives: [c,h,w] as
+// it is, [h,w] as [1,h,w], [n] as [1,1,n].
+func InputFromData(shape []int) []int {
+	switch len(shape) {
+	case 1:
+		return []int{1, 1, shape[0]}
+	case 2:
+		return []int{1, shape[0], shape[1]}
+	}
+	return append([]int(nil), shape...)
+}
+
+// validateTraining checks every key but the data set and the model.
+func (s Spec) validateTraining() error {
 	if err := s.OuterOptimizer.Validate(); err != nil {
 		// nn names the field "optimizer.x"; the key is outer_optimizer.
 		return &Error{Problem: "outer_" + err.Error()}

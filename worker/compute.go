@@ -65,6 +65,10 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	}
 	start := time.Now()
 	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	if len(t.labels) < l.Count*lpe || len(t.x) < l.Count*in {
+		return nil, fmt.Errorf("lease of %d examples with %d input values and %d labels (the model takes %d inputs and %d labels per example)",
+			l.Count, len(t.x), len(t.labels), in, lpe)
+	}
 	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int
@@ -77,7 +81,7 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 			nn.ClipInPlace(c.update, float64(plan.Inner.ClipNorm))
 		}
 	} else {
-		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
+		lossSum, correct, err = c.localSteps(t.params, x, labels, lpe, plan)
 	}
 	if err != nil {
 		return nil, err
@@ -91,8 +95,8 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 }
 
 // localSteps runs the inner steps on the host, one Gradient call per
-// batch, and writes the update.
-func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
+// batch, and writes the update. labels holds lpe per example.
+func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan InnerSteps) (lossSum float64, correct int, err error) {
 	if c.grad == nil {
 		c.grad = make([]float32, c.model.NumParams)
 		c.local = make([]float32, c.model.NumParams)
@@ -132,8 +136,9 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 }
 
 // ComputeLease runs lease l on b from params over the lease's examples x
-// and labels (l.Count of them) as a worker would, for tools and tests that
-// compare backends and builds. The result's update is a fresh slice.
+// and labels (l.Count times the labels per example) as a worker would, for
+// tools and tests that compare backends and builds. The result's update is
+// a fresh slice.
 func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
 	if len(labels) != l.Count*m.LabelsPerExample || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
 		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",

@@ -77,8 +77,7 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 	}
 	x := make([]float32, n*model.InputSize)
 	labels := make([]int32, n)
-	train.Floats(x, 0, n)
-	train.LabelsInt32(labels, 0, n)
+	train.Fill(x, labels, 0, n)
 	b := newBackend()
 	if lease != nil {
 		res, err := worker.ComputeLease(b, model, *lease, params, x, labels)
