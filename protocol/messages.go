@@ -194,7 +194,7 @@ type Result struct {
 	Update      Floats  `msgpack:"update"`
 	Examples    int     `msgpack:"examples"`
 	LossSum     float64 `msgpack:"loss_sum"`
-	Correct     int     `msgpack:"correct"`
+	Correct     int     `msgpack:"correct"` // label positions predicted right
 	ComputeMs   float64 `msgpack:"compute_ms"`
 }
 
@@ -442,8 +442,10 @@ func (m *Result) Validate() error {
 		return invalid(TypeResult, "examples", "must be positive, got %d", m.Examples)
 	case !finite(m.LossSum) || m.LossSum < 0:
 		return invalid(TypeResult, "loss_sum", "must be a finite number >= 0, got %v", m.LossSum)
-	case m.Correct < 0 || m.Correct > m.Examples:
-		return invalid(TypeResult, "correct", "%d is outside 0..examples (%d)", m.Correct, m.Examples)
+	case m.Correct < 0:
+		// It counts label positions, up to examples times the model's
+		// labels per example: the coordinator checks that bound.
+		return invalid(TypeResult, "correct", "must not be negative, got %d", m.Correct)
 	case !finite(m.ComputeMs) || m.ComputeMs < 0:
 		return invalid(TypeResult, "compute_ms", "must be a finite number >= 0, got %v", m.ComputeMs)
 	}
