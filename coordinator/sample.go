@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -24,6 +26,9 @@ const (
 	maxPromptBytes      = 4096
 	maxTemperature      = 100
 	sampleTime          = 20 * time.Second
+	// sampleWait is how long a request waits for the sample being
+	// generated (by another request or an evaluation) before a 429.
+	sampleWait = 5 * time.Second
 	// sampleChunk is how many tokens are generated between checks of
 	// the time bound.
 	sampleChunk = 16
@@ -59,10 +64,11 @@ type Sample struct {
 	Millis    float64 `json:"ms"`
 }
 
-// isTextModel reports whether m reads token sequences: input [t] token ids
-// (bytes, for a text job).
+// isTextModel reports whether m is a language model: input [t] token ids
+// (bytes, for a text job) and a prediction at every position, what
+// nn.Model.Generate needs.
 func isTextModel(m *nn.Model) bool {
-	return len(m.Spec.Input) == 1
+	return len(m.Spec.Input) == 1 && m.LabelsPerExample == m.InputSize
 }
 
 // generate continues prompt on params, in chunks, until tokens are made
@@ -87,6 +93,19 @@ func generate(m *nn.Model, params []float32, prompt []int32, tokens int, tempera
 		ctx = append(ctx, got...)
 	}
 	return out, false, nil
+}
+
+// lockWithin takes mu if it comes free within wait (an evaluation's sample
+// takes a moment), or reports false.
+func lockWithin(ctx context.Context, mu *sync.Mutex, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for !mu.TryLock() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 func bytesToTokens(b []byte) []int32 {
@@ -179,7 +198,7 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !j.sampling.TryLock() {
+	if !lockWithin(r.Context(), &j.sampling, sampleWait) {
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusTooManyRequests, "job %s is generating another sample; try again when it is done (one at a time per job)", id)
 		return

@@ -23,8 +23,8 @@ residual body), loads the weights strictly, and then:
          (adam, adamw with weight_decay, sgd, momentum; clip_norm) and batch
          size, for N training tokens, and prints `val_loss L`: the mean loss
          on the validation split (the last val_fraction of the file, windows
-         of t+1 bytes at multiples of t, at most 64 of them), as crowdtrain's
-         coordinator measures it.
+         of t+1 bytes at multiples of t, at most 64 of them evenly spread),
+         as crowdtrain's coordinator measures it.
 
 Only the standard library, numpy and torch (Debian's python3-torch) are
 used; the safetensors file is parsed here (8-byte header length, JSON
@@ -305,7 +305,8 @@ def cmd_sample(a):
         raise SystemExit("sample: the model does not read token sequences")
     gen = torch.Generator().manual_seed(a.seed)
     out = generate(model, a.prompt.encode("utf-8"), a.tokens, a.temperature, gen)
-    sys.stdout.write(bytes(out).decode("utf-8", errors="replace") + "\n")
+    # The model writes bytes, not necessarily UTF-8: they go out as they are.
+    sys.stdout.buffer.write(bytes(out) + b"\n")
 
 
 def make_optimizer(params, o):
@@ -343,9 +344,16 @@ def cmd_train(a):
     t = model.input[0]
     with open(a.data, "rb") as f:
         data = np.frombuffer(f.read(), dtype=np.uint8)
-    split = len(data) - int(len(data) * a.val_fraction)
+    vf = a.val_fraction
+    if vf is None:
+        ds = spec.get("dataset")
+        vf = (ds.get("val_fraction") if isinstance(ds, dict) else None) or 0.05
+    split = len(data) - int(len(data) * vf)
     train = text_windows(data, t, 0, split)
-    val = text_windows(data, t, split, len(data))[: a.val_windows]
+    val = text_windows(data, t, split, len(data))
+    # The coordinator scores at most val_windows of them, evenly spread.
+    m = min(a.val_windows, len(val))
+    val = val[[k * len(val) // m for k in range(m)]] if m else val
     if len(train) == 0 or len(val) == 0:
         raise SystemExit(f"train: {a.data} is too short for windows of {t + 1} bytes in both splits")
     opt = make_optimizer(model.parameters(), opt_spec)
@@ -401,7 +409,7 @@ def main():
     s.add_argument("--data", required=True, help="the text file")
     s.add_argument("--tokens", type=int, default=2_000_000, help="training tokens (examples x context)")
     s.add_argument("--batch", type=int, default=0, help="default: the job's batch_size")
-    s.add_argument("--val-fraction", type=float, default=0.05)
+    s.add_argument("--val-fraction", type=float, default=None, help="default: the job's dataset.val_fraction, or 0.05")
     s.add_argument("--val-windows", type=int, default=64)
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--seed", type=int, default=1)

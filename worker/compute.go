@@ -65,6 +65,10 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	}
 	start := time.Now()
 	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	if len(t.labels) < l.Count*lpe || len(t.x) < l.Count*in {
+		return nil, fmt.Errorf("lease of %d examples with %d input values and %d labels (the model takes %d inputs and %d labels per example)",
+			l.Count, len(t.x), len(t.labels), in, lpe)
+	}
 	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int

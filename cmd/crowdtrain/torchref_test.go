@@ -75,13 +75,19 @@ func writeNpy(t *testing.T, path string, shape []int, f32 []float32, i32 []int32
 // at version 7 and runs `crowdtrain export`, returning the file written.
 func exportModel(t *testing.T, dir, name string, ms nn.ModelSpec, params []float32) string {
 	t.Helper()
+	return exportSpec(t, dir, jobspec.Spec{Name: name, Model: ms}, params)
+}
+
+// exportSpec is exportModel of a whole job spec.
+func exportSpec(t *testing.T, dir string, spec jobspec.Spec, params []float32) string {
+	t.Helper()
 	ctx := context.Background()
+	name := spec.Name
 	dbPath := filepath.Join(dir, name+".db")
 	db, err := store.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := jobspec.Spec{Name: name, Model: ms}
 	specJSON, _ := json.Marshal(spec)
 	id := name + "-1"
 	if err := db.CreateJob(ctx, store.JobRecord{ID: id, Name: name, Spec: specJSON, State: "done", CreatedAt: time.Now()}); err != nil {
@@ -120,7 +126,7 @@ var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
 func TestExportScoresTheSameInPyTorch(t *testing.T) {
 	py := torchPython(t)
 	dir := t.TempDir()
-	for _, name := range []string{"mnist-mlp", "mnist-cnn"} {
+	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm-tiny", "charlm"} {
 		t.Run(name, func(t *testing.T) {
 			ms, err := nn.Preset(name)
 			if err != nil {
@@ -131,6 +137,9 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			params := randomParams(m, 0.05)
+			if name == "charlm" && testing.Short() {
+				t.Skip("charlm's batch takes a few seconds in each language; skipped with -short")
+			}
 			file := exportModel(t, dir, name, ms, params)
 			const n = 16
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -175,5 +184,81 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
 			}
 		})
+	}
+}
+
+// The character model sampled in PyTorch at temperature 0 writes what
+// crowdtrain's Generate writes from the same export and prompt.
+func TestExportSamplesTheSameInPyTorch(t *testing.T) {
+	py := torchPython(t)
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := randomParams(m, 0.2) // logits far enough apart that float32 and float64 agree on the argmax
+	file := exportModel(t, t.TempDir(), "charlm-tiny", ms, params)
+	const prompt, n = "In the beginning God created", 40
+	toks := make([]int32, len(prompt))
+	for i := range prompt {
+		toks[i] = int32(prompt[i])
+	}
+	gen, err := m.Generate(m.NewWorkspace(1), params, toks, n, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, n)
+	for i, v := range gen {
+		want[i] = byte(v)
+	}
+	out, err := exec.Command(py, torchReference, "sample", "--model", file, "--prompt", prompt, "--tokens", strconv.Itoa(n), "--temperature", "0").Output()
+	if err != nil {
+		t.Fatalf("torch_reference.py sample: %v", err)
+	}
+	if got := strings.TrimSuffix(string(out), "\n"); got != string(want) {
+		t.Fatalf("PyTorch continued %q with %q; crowdtrain with %q", prompt, got, want)
+	}
+}
+
+var valLossLine = regexp.MustCompile(`(?m)^val_loss ([0-9.eE+-]+)$`)
+
+// torch_reference.py train: the exported initial model, trained in
+// PyTorch with the job's optimizer (AdamW with clip_norm here) on a text,
+// learns it: the validation loss falls far under ln 256, where it starts.
+func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model in PyTorch for a few seconds; skipped with -short")
+	}
+	py := torchPython(t)
+	dir := t.TempDir()
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, 1)
+	file := exportSpec(t, dir, jobspec.Spec{Name: "charlm-tiny", Model: ms, BatchSize: 32,
+		OuterOptimizer: nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}}, params)
+	text := filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte(strings.Repeat("In the beginning God created the heaven and the earth. ", 400)), 0o644)
+	out, err := exec.Command(py, torchReference, "train", "--model", file, "--data", text, "--tokens", "150000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("torch_reference.py train: %v\n%s", err, out)
+	}
+	mm := valLossLine.FindSubmatch(out)
+	if mm == nil {
+		t.Fatalf("no val_loss line:\n%s", out)
+	}
+	loss, _ := strconv.ParseFloat(string(mm[1]), 64)
+	t.Logf("%s", out)
+	if !(loss < 1.5) {
+		t.Fatalf("validation loss %v after 150k tokens of a repeated sentence, want < 1.5 (ln 256 = 5.55)", loss)
 	}
 }
