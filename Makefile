@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run test bench bench-modes bench-compare lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare lint clean gpu-check gpu-carry
 
 all: build
 
@@ -33,6 +33,16 @@ $(MNIST_DIR)/train-images-idx3-ubyte.gz:
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080 --job mnist-mlp --local-workers 2
+
+# The character-level transformer on the King James Bible, which Debian's
+# bible-kjv prints (installed here if missing and apt-get is at hand).
+# CHARLM_DATA=FILE (or a directory of text files) trains it on other text.
+CHARLM_DATA ?=
+run-charlm: build
+	@if [ -z "$(CHARLM_DATA)" ] && ! command -v bible >/dev/null; then \
+		echo "installing Debian's bible-kjv and bible-kjv-text (the corpus)"; \
+		apt-get install -y bible-kjv bible-kjv-text || sudo apt-get install -y bible-kjv bible-kjv-text; fi
+	./$(BIN) serve --addr 127.0.0.1:8080 --job charlm --local-workers 2 $(if $(CHARLM_DATA),--data $(CHARLM_DATA))
 
 # go test runs every fuzz target's seed corpus as a plain test. Files that
 # tests keep for people to look at (the browser tests' screenshots) land in

@@ -179,7 +179,7 @@ func TestForeignHostAndOriginAreRefused(t *testing.T) {
 	}
 	routes := []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/jobs"},
-		{http.MethodGet, "/api/v1/jobs/" + g.job.ID + "/shards/0"},
+		{http.MethodGet, "/api/v1/jobs/" + g.job.ID + "/shards/v2/0"},
 		{http.MethodGet, "/api/v1/workers"},          // admin
 		{http.MethodPost, "/api/v1/jobs/nope/pause"}, // admin, a change
 		{http.MethodGet, "/"},                        // the pages

@@ -52,6 +52,7 @@ func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
 	api.HandleFunc("/jobs/{id}/checkpoints", s.admin(s.handleCheckpoints)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/checkpoints/{version:[0-9]+}/safetensors", s.admin(s.handleCheckpointDownload)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/export", s.admin(s.handleExportLive)).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/sample", s.admin(s.handleSample)).Methods(http.MethodPost)
 	api.HandleFunc("/workers", s.admin(s.handleWorkers)).Methods(http.MethodGet)
 	api.HandleFunc("/workers/{id}", s.admin(s.handleDisconnect)).Methods(http.MethodDelete)
 	api.HandleFunc("/events", s.admin(s.handleEvents)).Methods(http.MethodGet)
@@ -113,6 +114,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusBadRequest, "the spec is empty: paste a YAML or JSON job spec, or pick a preset")
 		return
+	}
+	if err == nil {
+		err = s.resolveData(&spec)
 	}
 	if err == nil {
 		var j *Job
@@ -184,13 +188,8 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return
 	}
-	modelJSON, _ := json.Marshal(j.Spec.Model)
 	var buf bytes.Buffer
-	meta := map[string]string{
-		"format": "pt", "crowdtrain.job": id, "crowdtrain.name": j.Spec.Name,
-		"crowdtrain.version": strconv.FormatInt(version, 10), "crowdtrain.model": string(modelJSON),
-		"crowdtrain.exported": "admin export at " + time.Now().UTC().Format(time.RFC3339),
-	}
+	meta := ExportMetadata(id, j.Spec, version, "admin export at "+time.Now().UTC().Format(time.RFC3339))
 	if err := nn.WriteSafetensors(&buf, j.model.Layout, params, meta); err != nil {
 		writeError(w, http.StatusInternalServerError, "export: %v", err)
 		return

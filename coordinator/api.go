@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -28,6 +29,7 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs/{id}", s.handleJob).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	s.adminRoutes(r, api)
 	r.Handle("/metrics", s.guardMetrics(s.metrics.handler())).Methods(http.MethodGet)
@@ -168,13 +170,21 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no job %q", vars["id"])
 		return
 	}
+	if f := vars["format"]; f != strconv.Itoa(dataset.ShardVersion) {
+		if f == "" {
+			f = "1"
+		}
+		writeError(w, http.StatusGone, "shard format %s is not served: this coordinator serves format %d at /api/v1/jobs/%s/shards/v%d/N; update the worker",
+			f, dataset.ShardVersion, j.ID, dataset.ShardVersion)
+		return
+	}
 	shard, err := strconv.Atoi(vars["shard"])
 	if err != nil || shard < 0 || shard >= len(j.shardBody) {
 		writeError(w, http.StatusNotFound, "job %s has shards 0..%d, not %q", j.ID, len(j.shardBody)-1, vars["shard"])
 		return
 	}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Task.Shard == shard })
-	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-%d"`, j.ID, j.Spec.ShardSize, shard), j.shardBody[shard], free)
+	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-f%d-%d"`, j.ID, j.Spec.ShardSize, dataset.ShardVersion, shard), j.shardBody[shard], free)
 }
 
 func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {

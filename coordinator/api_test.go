@@ -2,8 +2,10 @@ package coordinator_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,8 +93,21 @@ func TestSnapshotsAndShardsAreImmutable(t *testing.T) {
 	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/snapshots/1/12345", nil); code != http.StatusGone {
 		t.Errorf("unpublished snapshot: %d, want 410", code)
 	}
-	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/shards/100000", nil); code != http.StatusNotFound {
+	if code := g.getJSON("/api/v1/jobs/"+g.job.ID+"/shards/v2/100000", nil); code != http.StatusNotFound {
 		t.Errorf("unknown shard: %d, want 404", code)
+	}
+	// A shard URL of format 1 (a worker or cache from before format 2)
+	// never gets format 2's bytes: it is gone, and the answer says why.
+	for _, old := range []string{"/shards/0", "/shards/v1/0", "/shards/v3/0"} {
+		resp, err := http.Get(g.http.URL + "/api/v1/jobs/" + g.job.ID + old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), "serves format 2") || !strings.Contains(string(body), "update the worker") {
+			t.Errorf("GET %s: %s %s; want 410 naming format 2", old, resp.Status, body)
+		}
 	}
 }
 

@@ -70,7 +70,7 @@ func TestAnonymousBulkDownloadsAreBudgeted(t *testing.T) {
 	}
 	// The lease holder's other data is not free: the shard of no lease of
 	// its own is charged to its address.
-	other := fmt.Sprintf("/api/v1/jobs/%s/shards/%d", g.job.ID, (l.ShardID+1)%4)
+	other := fmt.Sprintf("/api/v1/jobs/%s/shards/v2/%d", g.job.ID, (l.ShardID+1)%4)
 	for i := 0; ; i++ {
 		resp, _ := g.send(worker, http.MethodGet, other, nil, nil)
 		if resp.StatusCode == http.StatusTooManyRequests {
@@ -151,7 +151,7 @@ func TestSlowReaderIsCut(t *testing.T) {
 	hs.Start()
 	defer hs.Close()
 	addr := ln.Addr().String()
-	shard := "/api/v1/jobs/" + g.job.ID + "/shards/0"
+	shard := "/api/v1/jobs/" + g.job.ID + "/shards/v2/0"
 
 	want, got, err := readPaced(t, addr, shard, 32<<10, 5*time.Second)
 	if err == nil || got >= want || strings.Contains(err.Error(), "still reading") {

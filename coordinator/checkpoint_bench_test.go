@@ -29,8 +29,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 }
 
 func benchCheckpoint(b *testing.B, model nn.ModelSpec) {
-	set := &dataset.Set{Name: "synthetic", N: 200, Channels: 1, Rows: 28, Cols: 28, Classes: 10,
-		Images: make([]byte, 200*784), Labels: make([]byte, 200)}
+	set := &dataset.Set{Name: "synthetic", Elem: dataset.Pixels, Kind: dataset.ClassLabels, N: 200, Shape: []int{1, 28, 28}, Classes: 10,
+		U8: make([]byte, 200*784), Labels: make([]int32, 200)}
 	spec := defaultSpec()
 	spec.Name, spec.Model = "bench", model
 	spec.ShardSize = 100

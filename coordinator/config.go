@@ -15,10 +15,15 @@ type Config struct {
 	// Train and Test, when set, are the `mnist` data set (already loaded:
 	// tests pass small fixtures here).
 	Train, Test *dataset.Set
-	// LoadData loads a built-in data set by the name a job spec gives
-	// (dataset.LoadBuiltin, say). The server calls it once per distinct
-	// name and shares the sets among the jobs that name it.
-	LoadData func(name string) (train, test *dataset.Set, err error)
+	// LoadData loads the data a job spec names (dataset.Load, say). The
+	// server calls it once per distinct data set (and text context) and
+	// shares the sets among the jobs that name it.
+	LoadData LoadDataFunc
+	// DataRoot is the only directory whose files a spec submitted over
+	// the API may name (relative paths are relative to it); "" is the
+	// working directory. Specs given to AddJob directly (serve's --job)
+	// are not restricted.
+	DataRoot string
 	// Logf receives progress and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// IdleRetry is how soon a worker with nothing to do asks again.

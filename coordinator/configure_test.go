@@ -16,8 +16,8 @@ import (
 // goroutine (no loop): its state is the test's alone.
 func tinyJob(t *testing.T, yaml string) *Job {
 	t.Helper()
-	set := &dataset.Set{Name: "synthetic", N: 256, Channels: 1, Rows: 2, Cols: 2, Classes: 2,
-		Images: make([]byte, 256*4), Labels: make([]byte, 256)}
+	set := &dataset.Set{Name: "synthetic", Elem: dataset.Pixels, Kind: dataset.ClassLabels, N: 256, Shape: []int{1, 2, 2}, Classes: 2,
+		U8: make([]byte, 256*4), Labels: make([]int32, 256)}
 	spec, err := jobspec.Parse([]byte("name: tiny\nmodel: [{type: dense, units: 2}]\nbatch_size: 8\nshard_size: 128\n" +
 		"target_accuracy: 1\neval_every: 1000000\n" + yaml))
 	if err != nil {

@@ -22,7 +22,8 @@ type countingLoader struct {
 	loads map[string]int
 }
 
-func (l *countingLoader) load(name string) (*dataset.Set, *dataset.Set, error) {
+func (l *countingLoader) load(d dataset.Spec, _ dataset.Options) (*dataset.Set, *dataset.Set, error) {
+	name := d.Name
 	l.mu.Lock()
 	l.loads[name]++
 	l.mu.Unlock()
@@ -33,7 +34,7 @@ func (l *countingLoader) load(name string) (*dataset.Set, *dataset.Set, error) {
 	case dataset.FashionMNIST:
 		sub := *test
 		sub.Name, sub.N = "fashion-mnist-test", 2000
-		sub.Images, sub.Labels = test.Images[:2000*test.ExampleSize()], test.Labels[:2000]
+		sub.U8, sub.Labels = test.U8[:2000*test.ExampleSize()], test.Labels[:2000]
 		return &sub, &sub, nil
 	}
 	return nil, nil, errors.New("no such data set")
@@ -71,11 +72,11 @@ func TestJobsLoadTheirDataSetOnceEach(t *testing.T) {
 			t.Fatalf("%s: %d jobs, want %d", when, len(views), len(specs))
 		}
 		for _, v := range views {
-			if want := wantShards[v.Spec.Dataset]; v.Shards != want {
+			if want := wantShards[v.Spec.Dataset.Name]; v.Shards != want {
 				t.Errorf("%s: job %s (dataset %s) has %d shards, want %d: it got another data set", when, v.ID, v.Spec.Dataset, v.Shards, want)
 			}
 		}
-		for _, name := range dataset.Builtins {
+		for _, name := range []string{dataset.MNIST, dataset.FashionMNIST} {
 			if n := l.count(name); n != 1 {
 				t.Errorf("%s: %s loaded %d times, want once", when, name, n)
 			}
@@ -115,8 +116,8 @@ func TestJobsLoadTheirDataSetOnceEach(t *testing.T) {
 func TestMissingDataSetIsASpecError(t *testing.T) {
 	missing := errors.New("not installed: apt-get install dataset-fashion-mnist")
 	_, test := loadMNIST(t)
-	load := func(name string) (*dataset.Set, *dataset.Set, error) {
-		if name == dataset.FashionMNIST {
+	load := func(d dataset.Spec, _ dataset.Options) (*dataset.Set, *dataset.Set, error) {
+		if d.Name == dataset.FashionMNIST {
 			return nil, nil, missing
 		}
 		return test, test, nil

@@ -123,8 +123,7 @@ func runDeltaWorker(ctx context.Context, g *testGrid) {
 				break
 			}
 			k := min(l.BatchSize, l.Start+l.Count-lo)
-			shard.Floats(x[:k*shard.ExampleSize()], lo, k)
-			shard.LabelsInt32(y[:k], lo, k)
+			shard.Fill(x[:k*shard.ExampleSize()], y[:k], lo, k)
 			ls, c := model.Gradient(ws, params, x[:k*shard.ExampleSize()], y[:k], grad)
 			lossSum, correct = lossSum+ls, correct+c
 			if in.Type == protocol.InnerAdamW {

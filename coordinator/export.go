@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -63,22 +64,36 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, w
 	if json.Unmarshal(c.Progress, &p) == nil && p.Eval != nil && p.Eval.Version == c.Version {
 		info.Eval = p.Eval
 	}
-	modelJSON, _ := json.Marshal(spec.Model)
-	meta := map[string]string{
-		"format":              "pt",
-		"crowdtrain.job":      jobID,
-		"crowdtrain.name":     spec.Name,
-		"crowdtrain.version":  strconv.FormatInt(c.Version, 10),
-		"crowdtrain.model":    string(modelJSON),
-		"crowdtrain.exported": "crowdtrain export",
-	}
-	if info.Eval != nil {
-		meta["crowdtrain.test_accuracy"] = strconv.FormatFloat(info.Eval.Accuracy, 'f', -1, 64)
+	meta := ExportMetadata(jobID, spec, c.Version, "crowdtrain export")
+	if e := info.Eval; e != nil {
+		meta["crowdtrain.test_accuracy"] = strconv.FormatFloat(e.Accuracy, 'f', -1, 64)
+		if !math.IsNaN(e.Loss) && !math.IsInf(e.Loss, 0) {
+			meta["crowdtrain.test_loss"] = strconv.FormatFloat(e.Loss, 'f', -1, 64)
+		}
 	}
 	if err := nn.WriteSafetensors(w, model.Layout, params, meta); err != nil {
 		return ExportInfo{}, err
 	}
 	return info, nil
+}
+
+// ExportMetadata is the "__metadata__" of an exported model: PyTorch's
+// "format": "pt", the job's id, name and version, "crowdtrain.model" (the
+// model spec as JSON, all a reader needs to rebuild the architecture:
+// scripts/torch_reference.py does) and "crowdtrain.spec" (the whole job
+// spec as JSON: its optimizer, batch size and data).
+func ExportMetadata(jobID string, spec JobSpec, version int64, exported string) map[string]string {
+	modelJSON, _ := json.Marshal(spec.Model)
+	specJSON, _ := json.Marshal(spec)
+	return map[string]string{
+		"format":              "pt",
+		"crowdtrain.job":      jobID,
+		"crowdtrain.name":     spec.Name,
+		"crowdtrain.version":  strconv.FormatInt(version, 10),
+		"crowdtrain.model":    string(modelJSON),
+		"crowdtrain.spec":     string(specJSON),
+		"crowdtrain.exported": exported,
+	}
 }
 
 func versionText(v int64) string {

@@ -96,7 +96,7 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 func innerOptimizer(s *JobSpec) protocol.InnerOptimizer {
 	in := s.InnerOptimizer
 	return protocol.InnerOptimizer{Type: in.Type, LR: float32(in.LR), WeightDecay: float32(in.WeightDecay),
-		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon)}
+		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon), ClipNorm: float32(in.ClipNorm)}
 }
 
 // start fixes the base of a "latest" lease its worker begins computing:
@@ -117,8 +117,10 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
 }
 
+// shardPath names a shard with its format version: a cache keyed by URL
+// (a browser's Cache Storage) never hands a worker bytes of another format.
 func (j *Job) shardPath(shard int) string {
-	return "/api/v1/jobs/" + j.ID + "/shards/" + strconv.Itoa(shard)
+	return "/api/v1/jobs/" + j.ID + "/shards/v" + strconv.Itoa(dataset.ShardVersion) + "/" + strconv.Itoa(shard)
 }
 
 // snapshotPath names a snapshot by run and version: after a restart from a

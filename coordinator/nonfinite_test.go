@@ -21,8 +21,8 @@ import (
 // the interval exact.
 func TestNonFiniteEvaluationsAreRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		set := &dataset.Set{Name: "synthetic", N: 64, Channels: 1, Rows: 2, Cols: 2, Classes: 2,
-			Images: make([]byte, 64*4), Labels: make([]byte, 64)}
+		set := &dataset.Set{Name: "synthetic", Elem: dataset.Pixels, Kind: dataset.ClassLabels, N: 64, Shape: []int{1, 2, 2}, Classes: 2,
+			U8: make([]byte, 64*4), Labels: make([]int32, 64)}
 		spec := defaultSpec()
 		spec.Name, spec.ShardSize, spec.EvalEvery = "nonfinite", 1, 1<<30
 		spec.TargetAccuracy = 2 // never reached: an evaluation must not end the job

@@ -113,8 +113,11 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	}
 	// A random suffix keeps ids unique across coordinators and databases.
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
-	train, test, err := s.data.get(spec.Dataset)
+	train, test, err := s.data.get(spec)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckData(&spec, train); err != nil {
 		return nil, err
 	}
 	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf)
@@ -191,7 +194,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 			return nil, fmt.Errorf("job %s in %s: spec: %w", rec.ID, st.Path(), err)
 		}
-		train, test, err := s.data.get(spec.Dataset)
+		train, test, err := s.data.get(spec)
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}

@@ -11,10 +11,13 @@ import (
 const (
 	MNIST        = "mnist"
 	FashionMNIST = "fashion-mnist"
+	// BibleKJV is the King James Bible as text, from Debian's bible-kjv
+	// (BibleSource).
+	BibleKJV = "bible-kjv"
 )
 
 // Builtins lists the built-in data set names in documentation order.
-var Builtins = []string{MNIST, FashionMNIST}
+var Builtins = []string{MNIST, FashionMNIST, BibleKJV}
 
 // Fashion-MNIST comes from Debian: the package installs the four IDX files,
 // gzipped, under FashionMNISTDir.
@@ -34,7 +37,7 @@ var ErrFashionMNISTNotFound = errors.New("Fashion-MNIST files not found")
 // IsNotFound reports whether err says a built-in data set's files are
 // missing (rather than present but broken).
 func IsNotFound(err error) bool {
-	return errors.Is(err, ErrMNISTNotFound) || errors.Is(err, ErrFashionMNISTNotFound)
+	return errors.Is(err, ErrMNISTNotFound) || errors.Is(err, ErrFashionMNISTNotFound) || errors.Is(err, ErrBibleNotFound)
 }
 
 // LoadFashionMNIST loads Fashion-MNIST from dir, or when dir is "" from

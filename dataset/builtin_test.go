@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,16 +56,16 @@ func TestFashionMNISTLoadsFromDebiansPackage(t *testing.T) {
 		name string
 		n    int
 	}{{train, "fashion-mnist-train", 60000}, {test, "fashion-mnist-test", 10000}} {
-		if s.set.Name != s.name || s.set.N != s.n || s.set.Rows != 28 || s.set.Cols != 28 || s.set.Classes != 10 {
-			t.Errorf("got %s: N=%d %dx%d, %d classes; want %s: N=%d 28x28, 10 classes",
-				s.set.Name, s.set.N, s.set.Rows, s.set.Cols, s.set.Classes, s.name, s.n)
+		if s.set.Name != s.name || s.set.N != s.n || !slices.Equal(s.set.Shape, []int{1, 28, 28}) || s.set.Classes != 10 {
+			t.Errorf("got %s: N=%d %v, %d classes; want %s: N=%d [1 28 28], 10 classes",
+				s.set.Name, s.set.N, s.set.Shape, s.set.Classes, s.name, s.n)
 		}
 		if err := s.set.Validate(); err != nil {
 			t.Error(err)
 		}
 	}
 	mnist := loadMNISTTest(t)
-	if bytes.Equal(test.Images[:test.ExampleSize()], mnist.Images[:mnist.ExampleSize()]) {
+	if bytes.Equal(test.U8[:test.ExampleSize()], mnist.U8[:mnist.ExampleSize()]) {
 		t.Fatal("Fashion-MNIST's first test image is MNIST's")
 	}
 }

@@ -30,13 +30,19 @@ func FuzzDecodeShard(f *testing.F) {
 	f.Add(EncodeShard(test, Shard{Indices: []int{0, 9999}}))
 	f.Add([]byte{})
 	f.Add([]byte("CTSH"))
-	f.Add(good[:ShardHeaderSize])
+	f.Add(good[:ShardHeaderSize(3)])
 	f.Add(good[:len(good)-1])
 	f.Add(append(bytes.Clone(good), 7))
 	f.Add(patch(good, func(b []byte) { b[len(b)-1] = 3 }))                                   // label == classes
-	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[14:], 0xffffffff) })) // huge count
-	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint16(b[10:], 0xffff) }))     // wrong length
-	f.Add(patch(good, func(b []byte) { b[4] = 0 }))                                          // version
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[12:], 0xffffffff) })) // huge count
+	f.Add(patch(good, func(b []byte) { binary.LittleEndian.PutUint32(b[20:], 0xffff) }))     // wrong length
+	f.Add(patch(good, func(b []byte) { b[4] = 1 }))                                          // version 1
+	text, _, _ := TextSplits("t", "dataset.path", []byte("one two three four five six seven"), 5, 0.2)
+	f.Add(EncodeShard(text, Shard{Indices: []int{2, 0}}))
+	wide := &Set{Elem: Float32, Shape: []int{2}, Kind: ClassLabels, Classes: 300, N: 2, F32: []float32{1, -2, 3.5, 0}, Labels: []int32{299, 3}}
+	f.Add(EncodeShard(wide, Shard{Indices: []int{1, 0}}))
+	tok := &Set{Elem: Tokens16, Shape: []int{3}, Kind: NextTokens, Classes: 1000, N: 2, U16: []uint16{999, 1, 2, 3, 4, 5, 6}, Stride: 3}
+	f.Add(EncodeShard(tok, Shard{Indices: []int{1, 0}}))
 	f.Add([]byte("<html><body>502 Bad Gateway</body></html>"))
 
 	const maxEx = 1 << 12
@@ -60,31 +66,25 @@ func FuzzDecodeShard(f *testing.F) {
 			}
 			return
 		}
-		es := d.ExampleSize()
-		if d.Count < 1 || d.Count > maxEx || es < 1 || es > MaxExampleSize || len(d.Pixels) != d.Count*es || len(d.Labels) != d.Count {
-			t.Fatalf("inconsistent ShardData: count %d es %d, %d pixels %d labels", d.Count, es, len(d.Pixels), len(d.Labels))
+		es, lpe := d.ExampleSize(), d.LabelsPerExample()
+		if d.N < 1 || d.N > maxEx || es < 1 || es > MaxExampleSize {
+			t.Fatalf("inconsistent shard: %s", d.Describe())
 		}
-		if !bytes.Equal(d.Encode(), b) {
-			t.Fatal("re-encoding a valid shard gives different bytes")
+		if err := d.Validate(); err != nil {
+			t.Fatalf("a decoded shard is not a valid set: %v", err)
 		}
-		// The set built from the shard encodes back to the same shard.
-		set := &Set{N: d.Count, Channels: d.Channels, Rows: d.Rows, Cols: d.Cols, Classes: d.Classes, Images: d.Pixels, Labels: d.Labels}
-		all := make([]int, d.Count)
-		for i := range all {
-			all[i] = i
+		// A valid shard re-encodes to the same bytes.
+		if enc, err := EncodeSet(d); err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("EncodeSet of the decoded shard: %v, or different bytes", err)
 		}
-		if enc, err := AppendShard(nil, set, Shard{Indices: all}); err != nil || !bytes.Equal(enc, b) {
-			t.Fatalf("AppendShard of the decoded set: %v", err)
-		}
-		fl := make([]float32, d.Count*es)
-		d.Floats(fl, 0, d.Count)
-		for i, v := range fl {
-			if v < 0 || v > 1 || v != float32(d.Pixels[i])/255 {
-				t.Fatalf("float %d = %v for pixel %d", i, v, d.Pixels[i])
+		x := make([]float32, d.N*es)
+		lab := make([]int32, d.N*lpe)
+		d.Fill(x, lab, 0, d.N)
+		for i, v := range x {
+			if v != v || (d.Elem == Pixels && (v < 0 || v > 1)) || (d.Elem != Float32 && d.Elem != Pixels && (v < 0 || int(v) >= d.Classes)) {
+				t.Fatalf("input %d = %v (%s)", i, v, d.Describe())
 			}
 		}
-		lab := make([]int32, d.Count)
-		d.LabelsInt32(lab, 0, d.Count)
 		for i, l := range lab {
 			if l < 0 || int(l) >= d.Classes {
 				t.Fatalf("label %d = %d, classes %d", i, l, d.Classes)
@@ -152,6 +152,78 @@ func FuzzReadIDX(f *testing.F) {
 		x2, err := ReadIDX(bytes.NewReader(enc), maxBytes)
 		if err != nil || !reflect.DeepEqual(x2, x) {
 			t.Fatalf("re-encoded IDX does not read back: %v", err)
+		}
+	})
+}
+
+// The .npy header parser never panics, and what it accepts has the keys
+// numpy writes, with a shape of non-negative dimensions.
+func FuzzParseNPYHeader(f *testing.F) {
+	for _, h := range []string{
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (60000, 28, 28), }",
+		"{'descr': '|u1', 'fortran_order': False, 'shape': (10,), }",
+		"{'descr': '<i8', 'fortran_order': True, 'shape': (), }",
+		`{"descr": "<f8", "fortran_order": False, "shape": (3L, 4L)}`,
+		"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}",
+		"{'descr': '<f4'", "{", "", "{}", "{'shape': (99999999999999999999,)}",
+	} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got, err := ParseNPYHeader(h)
+		if err != nil {
+			if !errors.Is(err, ErrNPYFormat) {
+				t.Fatalf("error %v does not wrap ErrNPYFormat", err)
+			}
+			return
+		}
+		for _, d := range got.Shape {
+			if d < 0 {
+				t.Fatalf("negative dimension in %v", got.Shape)
+			}
+		}
+	})
+}
+
+// ReadNPY never panics on any bytes, never allocates from a lying header,
+// and what it accepts has exactly the data its shape and dtype describe.
+func FuzzReadNPY(f *testing.F) {
+	f.Add(npyBytes("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
+	f.Add(npyBytes("|u1", []int{2, 2}, []byte{1, 2, 3, 4}))
+	f.Add(npyBytes("<i8", []int{2}, i64Bytes(5, -1)))
+	f.Add(npyBytes("<i8", []int{0}, nil))
+	f.Add(npyBytes(">f4", []int{1}, f32Bytes(1)))
+	f.Add(npyBytes("<f4", []int{1 << 30, 1 << 30}, nil))
+	f.Add([]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff"))
+	f.Add([]byte("\x93NUMPY"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := ReadNPY(bytes.NewReader(b), 1<<20)
+		if err != nil {
+			return
+		}
+		n := a.ItemSize
+		for _, d := range a.Shape {
+			n *= d
+		}
+		if len(a.Data) != n {
+			t.Fatalf("shape %v of %s with %d data bytes", a.Shape, a.Dtype(), len(a.Data))
+		}
+		// Inputs and labels built from it are either refused or valid.
+		s := &Set{Kind: ClassLabels}
+		if npyInputs(a, s) == nil {
+			s.Labels, s.Classes = make([]int32, s.N), 2
+			if err := s.Validate(); err != nil {
+				t.Fatalf("npyInputs made an invalid set: %v", err)
+			}
+		}
+		if labels, classes, err := npyLabels(a, len(a.Data)/max(1, a.ItemSize)); err == nil {
+			for _, l := range labels {
+				if l < 0 || int(l) >= classes || classes > MaxClasses {
+					t.Fatalf("label %d of %d classes", l, classes)
+				}
+			}
 		}
 	})
 }

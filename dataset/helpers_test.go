@@ -111,10 +111,10 @@ func writeFile(tb testing.TB, path string, b []byte) {
 
 // smallSet is a hand-built 5-example, 1x2x3, 3-class Set.
 func smallSet() *Set {
-	s := &Set{Name: "small", N: 5, Channels: 1, Rows: 2, Cols: 3, Classes: 3}
+	s := &Set{Name: "small", Elem: Pixels, Kind: ClassLabels, N: 5, Shape: []int{1, 2, 3}, Classes: 3}
 	for i := range s.N * 6 {
-		s.Images = append(s.Images, byte(i*7))
+		s.U8 = append(s.U8, byte(i*7))
 	}
-	s.Labels = []byte{0, 1, 2, 1, 0}
+	s.Labels = []int32{0, 1, 2, 1, 0}
 	return s
 }

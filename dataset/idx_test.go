@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -197,7 +198,7 @@ func TestLoadIDXPairMismatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.N != 3 || s.Rows != 2 || s.Cols != 2 || s.Channels != 1 || s.Classes != 2 {
+	if s.N != 3 || !slices.Equal(s.Shape, []int{1, 2, 2}) || s.Classes != 2 {
 		t.Errorf("got %+v; Classes must be at least 2 even when labels are only 0 and 1", s)
 	}
 }

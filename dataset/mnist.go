@@ -234,9 +234,9 @@ func loadIDXDir(name, d string) (train, test *Set, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if train.Rows != test.Rows || train.Cols != test.Cols {
-		return nil, nil, fmt.Errorf("dataset: %s in %s: train images are %dx%d but test images are %dx%d; the files are from different datasets",
-			name, d, train.Rows, train.Cols, test.Rows, test.Cols)
+	if !slices.Equal(train.Shape, test.Shape) {
+		return nil, nil, fmt.Errorf("dataset: %s in %s: train images are %s but test images are %s; the files are from different datasets",
+			name, d, train.ShapeString(), test.ShapeString())
 	}
 	c := max(train.Classes, test.Classes)
 	train.Classes, test.Classes = c, c

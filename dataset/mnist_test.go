@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,19 +14,19 @@ func TestLoadMNIST(t *testing.T) {
 	for _, c := range []struct {
 		s     *Set
 		n     int
-		first []byte
+		first []int32
 	}{
-		{train, 60000, []byte{5, 0, 4, 1, 9}},
-		{test, 10000, []byte{7, 2, 1, 0, 4}},
+		{train, 60000, []int32{5, 0, 4, 1, 9}},
+		{test, 10000, []int32{7, 2, 1, 0, 4}},
 	} {
 		s := c.s
-		if s.N != c.n || s.Channels != 1 || s.Rows != 28 || s.Cols != 28 || s.Classes != 10 {
-			t.Fatalf("%s: N=%d %dx%dx%d classes=%d; want N=%d 1x28x28 10 classes", s.Name, s.N, s.Channels, s.Rows, s.Cols, s.Classes, c.n)
+		if s.N != c.n || !slices.Equal(s.Shape, []int{1, 28, 28}) || s.Classes != 10 || s.Elem != Pixels || s.Kind != ClassLabels {
+			t.Fatalf("%s: %s; want N=%d 1x28x28 10 classes", s.Name, s.Describe(), c.n)
 		}
-		if len(s.Images) != c.n*784 || len(s.Labels) != c.n {
-			t.Fatalf("%s: %d pixel bytes, %d labels", s.Name, len(s.Images), len(s.Labels))
+		if len(s.U8) != c.n*784 || len(s.Labels) != c.n {
+			t.Fatalf("%s: %d pixel bytes, %d labels", s.Name, len(s.U8), len(s.Labels))
 		}
-		if string(s.Labels[:5]) != string(c.first) {
+		if !slices.Equal(s.Labels[:5], c.first) {
 			t.Errorf("%s: first labels %v, want %v", s.Name, s.Labels[:5], c.first)
 		}
 		if err := s.Validate(); err != nil {
@@ -34,13 +35,14 @@ func TestLoadMNIST(t *testing.T) {
 	}
 	// Example 0 of train is a 5 with ink in the middle and blank corners.
 	dst := make([]float32, train.ExampleSize())
-	if l := train.Example(dst, 0); l != 5 {
-		t.Errorf("Example(0) label %d, want 5", l)
+	var l [1]int32
+	if train.FillExample(dst, l[:], 0); l[0] != 5 {
+		t.Errorf("FillExample(0) label %d, want 5", l[0])
 	}
 	var maxV float32
 	for i, v := range dst {
-		if v != float32(train.Images[i])/255 {
-			t.Fatalf("pixel %d = %v, want %d/255", i, v, train.Images[i])
+		if v != float32(train.U8[i])/255 {
+			t.Fatalf("pixel %d = %v, want %d/255", i, v, train.U8[i])
 		}
 		maxV = max(maxV, v)
 	}
@@ -48,21 +50,26 @@ func TestLoadMNIST(t *testing.T) {
 		t.Errorf("corner %v, max %v; want 0 and 1", dst[0], maxV)
 	}
 	lab := make([]int32, 5)
-	train.LabelsInt32(lab, 0, 5)
+	x := make([]float32, 5*784)
+	train.Fill(x, lab, 0, 5)
 	for i, l := range lab {
-		if l != int32(train.Labels[i]) {
-			t.Errorf("LabelsInt32[%d] = %d", i, l)
+		if l != train.Labels[i] {
+			t.Errorf("Fill labels[%d] = %d", i, l)
 		}
+	}
+	if !slices.Equal(x[:784], dst) {
+		t.Error("Fill and FillExample disagree on example 0")
 	}
 }
 
 func TestSetRangePanics(t *testing.T) {
 	s := smallSet()
 	for name, f := range map[string]func(){
-		"past end":  func() { s.Floats(make([]float32, 12), 4, 2) },
-		"negative":  func() { s.Floats(make([]float32, 6), -1, 1) },
-		"short dst": func() { s.Floats(make([]float32, 5), 0, 1) },
-		"labels":    func() { s.LabelsInt32(make([]int32, 1), 5, 1) },
+		"past end":     func() { s.Fill(make([]float32, 12), make([]int32, 2), 4, 2) },
+		"negative":     func() { s.Fill(make([]float32, 6), make([]int32, 1), -1, 1) },
+		"short dst":    func() { s.Fill(make([]float32, 5), make([]int32, 1), 0, 1) },
+		"short labels": func() { s.Fill(make([]float32, 6), nil, 0, 1) },
+		"example":      func() { s.FillExample(make([]float32, 6), make([]int32, 1), 5) },
 	} {
 		func() {
 			defer func() {
@@ -74,11 +81,12 @@ func TestSetRangePanics(t *testing.T) {
 		}()
 	}
 	dst := make([]float32, 12)
-	s.Floats(dst, 3, 2)
-	if dst[0] != float32(s.Images[18])/255 || dst[11] != float32(s.Images[29])/255 {
-		t.Errorf("Floats(3,2) = %v", dst)
+	lab := make([]int32, 2)
+	s.Fill(dst, lab, 3, 2)
+	if dst[0] != float32(s.U8[18])/255 || dst[11] != float32(s.U8[29])/255 || lab[0] != 1 || lab[1] != 0 {
+		t.Errorf("Fill(3,2) = %v %v", dst, lab)
 	}
-	s.Floats(nil, 5, 0) // empty range at the end is fine
+	s.Fill(nil, nil, 5, 0) // empty range at the end is fine
 }
 
 func TestSetValidate(t *testing.T) {
@@ -86,9 +94,14 @@ func TestSetValidate(t *testing.T) {
 		"label":    func(s *Set) { s.Labels[2] = 3 },
 		"classes":  func(s *Set) { s.Classes = 1 },
 		"N":        func(s *Set) { s.N = 4 },
-		"pixels":   func(s *Set) { s.Images = s.Images[1:] },
-		"channels": func(s *Set) { s.Channels = 0 },
-		"big":      func(s *Set) { s.Rows, s.Cols = 2000, 2000 },
+		"pixels":   func(s *Set) { s.U8 = s.U8[1:] },
+		"channels": func(s *Set) { s.Shape[0] = 0 },
+		"big":      func(s *Set) { s.Shape = []int{1, 2000, 2000} },
+		"negative": func(s *Set) { s.Labels[0] = -1 },
+		"elem":     func(s *Set) { s.Elem = 9 },
+		"kind":     func(s *Set) { s.Kind = NextTokens },
+		"floats":   func(s *Set) { s.F32 = []float32{1} },
+		"rank":     func(s *Set) { s.Shape = []int{1, 1, 1, 2, 3} },
 	} {
 		s := smallSet()
 		mut(s)
@@ -188,7 +201,7 @@ func TestLoadMNISTRawAndGzipMixed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(test2.Labels) != string(test.Labels) || string(test2.Images) != string(test.Images) {
+	if string(test2.Labels) != string(test.Labels) || string(test2.U8) != string(test.U8) {
 		t.Error("raw and gzip files load differently")
 	}
 }

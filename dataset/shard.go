@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"slices"
 )
 
 // Shard is a fixed set of examples handed to workers as one resource.
@@ -74,14 +73,18 @@ func MakeShards(n, size int, seed int64) []Shard {
 	return shards
 }
 
-// Shard wire format constants; the format is documented on EncodeShard.
+// Shard wire format constants; the format is documented on AppendShard.
 const (
-	ShardMagic      = "CTSH"
-	ShardVersion    = 1
-	ShardHeaderSize = 18
-	// MaxExampleSize bounds channels*rows*cols (1 Mi pixels, e.g. 3x512x512 fits).
-	MaxExampleSize = 1 << 20
+	ShardMagic   = "CTSH"
+	ShardVersion = 2
+	// ShardFixedHeader is the header before the dimensions; the whole
+	// header is ShardFixedHeader + 4*rank bytes.
+	ShardFixedHeader = 16
 )
+
+// ShardHeaderSize is the header's size for an example shape of rank
+// dimensions.
+func ShardHeaderSize(rank int) int { return ShardFixedHeader + 4*rank }
 
 // Shard errors, for errors.Is. ErrShardLimit means the shard is well formed
 // but has more examples than the caller allows; the others that it is not a
@@ -91,42 +94,19 @@ var (
 	ErrShardLimit  = errors.New("shard over limit")
 )
 
-// ShardData is a decoded shard.
-type ShardData struct {
-	Count, Channels, Rows, Cols, Classes int
-	Pixels                               []byte // Count*Channels*Rows*Cols
-	Labels                               []byte // Count
+// labelWidth is the bytes a class label takes in a shard.
+func labelWidth(classes int) int {
+	if classes <= 256 {
+		return 1
+	}
+	return 2
 }
 
-// ExampleSize is Channels*Rows*Cols.
-func (d *ShardData) ExampleSize() int { return d.Channels * d.Rows * d.Cols }
-
-// EncodeShard encodes the examples shard.Indices of s, in that order, in the
-// shard wire format, version 1. All integers are little-endian:
-//
-//	offset  size  field
-//	0       4     magic "CTSH"
-//	4       1     format version (1)
-//	5       1     reserved, 0
-//	6       2     channels  (1..65535)
-//	8       2     rows      (1..65535)
-//	10      2     cols      (1..65535)
-//	12      2     classes   (2..256; every label is < classes)
-//	14      4     count     (>= 1) examples
-//	18      count*channels*rows*cols   pixels, example-major, then as Set.Images
-//	...     count                      labels, one byte each
-//
-// exampleSize = channels*rows*cols is at most MaxExampleSize, and the body is
-// exactly ShardHeaderSize + count*(exampleSize+1) bytes: trailing bytes are
-// an error, so a concatenated or wrong body never decodes. Pixels and labels
-// stay bytes: a 1000-example MNIST shard is 785 kB, a quarter of its size as
-// float32. There is no checksum: shards travel over HTTP/TCP and the coordinator
-// addresses them as immutable resources; integrity beyond that is the
-// transport's job.
-//
-// It panics if s is inconsistent, the shard is empty or an index is out of
-// range: shards come from the coordinator's own MakeShards over a loaded
-// Set. AppendShard returns those as errors.
+// EncodeShard encodes the examples shard.Indices of s, in that order, in
+// the shard wire format (see AppendShard). It panics if s is inconsistent,
+// the shard is empty or an index is out of range: shards come from the
+// coordinator's own MakeShards over a validated Set. AppendShard returns
+// those as errors.
 func EncodeShard(s *Set, shard Shard) []byte {
 	b, err := AppendShard(nil, s, shard)
 	if err != nil {
@@ -135,92 +115,152 @@ func EncodeShard(s *Set, shard Shard) []byte {
 	return b
 }
 
-// AppendShard appends EncodeShard's bytes to dst, returning an error instead
-// of panicking.
+// EncodeSet encodes every example of s, in order, as one shard.
+func EncodeSet(s *Set) ([]byte, error) {
+	all := make([]int, s.N)
+	for i := range all {
+		all[i] = i
+	}
+	return AppendShard(nil, s, Shard{Indices: all})
+}
+
+// AppendShard appends the examples shard.Indices of s, in that order, to
+// dst in the shard wire format, version 2. All integers are little-endian:
+//
+//	offset  size  field
+//	0       4     magic "CTSH"
+//	4       1     format version (2)
+//	5       1     element type: 1 uint8 pixels, 2 float32 features, 3 uint8 tokens, 4 uint16 tokens
+//	6       1     label kind: 1 class labels, 2 next-token labels
+//	7       1     rank r of an example's shape (1..4)
+//	8       4     classes (2..65536; 2..256 for uint8 tokens): every label and token is below it
+//	12      4     count N (>= 1) examples
+//	16      4*r   the example shape, one uint32 per dimension (each >= 1, product E <= MaxExampleSize)
+//	16+4r   N*S*w inputs, example after example: S = E elements (S = t+1 for
+//	              next-token labels: the window's t inputs and the token that
+//	              follows the last), w = 1, 4, 1 or 2 bytes per element type
+//	...     N*lw  class labels only: N labels, lw = 1 byte when classes <= 256, else 2
+//
+// With next-token labels (shape [t], token elements) example k's labels are
+// its window's tokens 1..t: they are not stored twice. The body is exactly
+// as long as the header says: trailing bytes are an error, so a
+// concatenated or wrong body never decodes. Elements stay as they are
+// stored (an MNIST shard is 1 byte per pixel, a text shard 1 byte per
+// token), not widened to float32. There is no checksum: shards travel over
+// HTTP/TCP as immutable resources.
 func AppendShard(dst []byte, s *Set, shard Shard) ([]byte, error) {
-	if err := checkShape(s.Channels, s.Rows, s.Cols, s.Classes); err != nil {
+	if err := checkLayout(s.Elem, s.Kind, s.Shape, s.Classes); err != nil {
 		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: %w", shard.ID, s.Name, err)
 	}
-	es := s.ExampleSize()
-	if s.N < 0 || len(s.Labels) != s.N || len(s.Images)/es != s.N || len(s.Images)%es != 0 {
-		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: N=%d but %d labels and %d pixel bytes",
-			shard.ID, s.Name, s.N, len(s.Labels), len(s.Images))
+	if s.N < 0 || s.elems() < s.need() || s.Kind == ClassLabels && len(s.Labels) != s.N || s.Kind == NextTokens && s.Stride < 1 {
+		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: N=%d but %d elements and %d labels",
+			shard.ID, s.Name, s.N, s.elems(), len(s.Labels))
 	}
 	count := len(shard.Indices)
-	if count == 0 || uint64(count) > 0xFFFFFFFF {
-		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: %d examples; must be 1..%d", shard.ID, s.Name, count, uint32(0xFFFFFFFF))
+	if count == 0 || uint64(count) > math.MaxUint32 {
+		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: %d examples; must be 1..%d", shard.ID, s.Name, count, uint32(math.MaxUint32))
 	}
 	for _, ix := range shard.Indices {
 		if ix < 0 || ix >= s.N {
 			return dst, fmt.Errorf("dataset: encoding shard %d of set %q: index %d outside [0, %d)", shard.ID, s.Name, ix, s.N)
 		}
-		if int(s.Labels[ix]) >= s.Classes {
-			return dst, fmt.Errorf("dataset: encoding shard %d of set %q: example %d has label %d, not below Classes=%d",
-				shard.ID, s.Name, ix, s.Labels[ix], s.Classes)
+		if s.Kind == ClassLabels && (s.Labels[ix] < 0 || int(s.Labels[ix]) >= s.Classes) {
+			return dst, fmt.Errorf("dataset: encoding shard %d of set %q: example %d has label %d, not in 0..%d",
+				shard.ID, s.Name, ix, s.Labels[ix], s.Classes-1)
 		}
 	}
-	dst = appendShardHeader(dst, s.Channels, s.Rows, s.Cols, s.Classes, count)
-	dst = slices.Grow(dst, count*(es+1))
-	px := dst[len(dst) : len(dst)+count*es]
-	for k, ix := range shard.Indices {
-		copy(px[k*es:(k+1)*es], s.Images[ix*es:(ix+1)*es])
+	sub, err := s.Subset(s.Name, shard.Indices)
+	if err != nil {
+		return dst, err
 	}
-	dst = dst[:len(dst)+count*es]
-	for _, ix := range shard.Indices {
-		dst = append(dst, s.Labels[ix])
+	if i, v, bad := sub.badElem(); bad {
+		return dst, fmt.Errorf("dataset: encoding shard %d of set %q: element %d of the shard is %v: %s", shard.ID, s.Name, i, v, s.elemRule())
+	}
+	dst = appendShardHeader(dst, sub)
+	le := binary.LittleEndian
+	switch sub.Elem {
+	case Float32:
+		for _, v := range sub.F32 {
+			dst = le.AppendUint32(dst, math.Float32bits(v))
+		}
+	case Tokens16:
+		for _, v := range sub.U16 {
+			dst = le.AppendUint16(dst, v)
+		}
+	default:
+		dst = append(dst, sub.U8...)
+	}
+	if sub.Kind == ClassLabels {
+		lw := labelWidth(sub.Classes)
+		for _, l := range sub.Labels {
+			if lw == 1 {
+				dst = append(dst, byte(l))
+			} else {
+				dst = le.AppendUint16(dst, uint16(l))
+			}
+		}
 	}
 	return dst, nil
 }
 
-func appendShardHeader(dst []byte, channels, rows, cols, classes, count int) []byte {
+func appendShardHeader(dst []byte, s *Set) []byte {
 	dst = append(dst, ShardMagic...)
-	dst = append(dst, ShardVersion, 0)
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(channels))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(rows))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(cols))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(classes))
-	return binary.LittleEndian.AppendUint32(dst, uint32(count))
-}
-
-// Encode returns d in the shard wire format: for a d from DecodeShard, the
-// bytes it was decoded from. d must be valid (as DecodeShard returns).
-func (d *ShardData) Encode() []byte {
-	es := d.ExampleSize()
-	b := make([]byte, 0, ShardHeaderSize+d.Count*(es+1))
-	b = appendShardHeader(b, d.Channels, d.Rows, d.Cols, d.Classes, d.Count)
-	b = append(b, d.Pixels[:d.Count*es]...)
-	return append(b, d.Labels[:d.Count]...)
+	dst = append(dst, ShardVersion, byte(s.Elem), byte(s.Kind), byte(len(s.Shape)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(s.Classes))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(s.N))
+	for _, d := range s.Shape {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(d))
+	}
+	return dst
 }
 
 // shardHeader is a parsed, validated header.
 type shardHeader struct {
-	channels, rows, cols, classes, count int
-	body                                 uint64 // count*(exampleSize+1)
+	elem    Elem
+	kind    LabelKind
+	shape   []int
+	classes int
+	count   int
+	span    int    // elements per example
+	body    uint64 // bytes after the header
 }
 
-func (h *shardHeader) exampleSize() int { return h.channels * h.rows * h.cols }
-
-// parseShardHeader validates the 18 header bytes in b.
-func parseShardHeader(b []byte, maxExamples int) (shardHeader, error) {
-	var h shardHeader
+// parseShardFixed validates the first ShardFixedHeader bytes of b and
+// returns the rank.
+func parseShardFixed(b []byte) (int, error) {
 	if string(b[:4]) != ShardMagic {
-		return h, fmt.Errorf("dataset: %w: magic %q, want %q: the body is not a crowdtrain shard (an error page or the wrong resource?)",
+		return 0, fmt.Errorf("dataset: %w: magic %q, want %q: the body is not a crowdtrain shard (an error page or the wrong resource?)",
 			ErrShardFormat, b[:4], ShardMagic)
 	}
 	if b[4] != ShardVersion {
-		return h, fmt.Errorf("dataset: %w: format version %d; this build reads version %d, update the worker or coordinator so they match",
+		return 0, fmt.Errorf("dataset: %w: format version %d; this build reads version %d, update the worker or coordinator so they match",
 			ErrShardFormat, b[4], ShardVersion)
 	}
-	if b[5] != 0 {
-		return h, fmt.Errorf("dataset: %w: reserved header byte is %d, want 0: the shard is corrupt", ErrShardFormat, b[5])
+	r := int(b[7])
+	if r < 1 || r > MaxRank {
+		return 0, fmt.Errorf("dataset: %w: header says the example shape has %d dimensions; want 1 to %d: the shard is corrupt", ErrShardFormat, r, MaxRank)
 	}
+	return r, nil
+}
+
+// parseShardHeader validates the whole header, b[:ShardHeaderSize(rank)].
+func parseShardHeader(b []byte, rank, maxExamples int) (shardHeader, error) {
 	le := binary.LittleEndian
-	h.channels = int(le.Uint16(b[6:]))
-	h.rows = int(le.Uint16(b[8:]))
-	h.cols = int(le.Uint16(b[10:]))
-	h.classes = int(le.Uint16(b[12:]))
-	count := le.Uint32(b[14:])
-	if err := checkShape(h.channels, h.rows, h.cols, h.classes); err != nil {
+	h := shardHeader{elem: Elem(b[5]), kind: LabelKind(b[6]), shape: make([]int, rank)}
+	classes := le.Uint32(b[8:])
+	count := le.Uint32(b[12:])
+	for i := range h.shape {
+		d := le.Uint32(b[ShardFixedHeader+4*i:])
+		if d == 0 || d > MaxExampleSize {
+			return h, fmt.Errorf("dataset: %w: header: example dimension %d is %d; must be 1..%d: the shard is corrupt", ErrShardFormat, i, d, MaxExampleSize)
+		}
+		h.shape[i] = int(d)
+	}
+	if classes > MaxClasses {
+		return h, fmt.Errorf("dataset: %w: header: classes is %d; at most %d: the shard is corrupt", ErrShardFormat, classes, MaxClasses)
+	}
+	h.classes = int(classes)
+	if err := checkLayout(h.elem, h.kind, h.shape, h.classes); err != nil {
 		return h, fmt.Errorf("dataset: %w: header: %w: the shard is corrupt", ErrShardFormat, err)
 	}
 	if count == 0 {
@@ -231,28 +271,72 @@ func parseShardHeader(b []byte, maxExamples int) (shardHeader, error) {
 			ErrShardLimit, count, maxExamples)
 	}
 	h.count = int(count)
-	// Both factors are bounded (count < 2^32, exampleSize+1 <= 2^20+1): no
-	// overflow in uint64, whatever int's size.
-	h.body = uint64(count) * uint64(h.exampleSize()+1)
+	es := 1
+	for _, d := range h.shape {
+		es *= d
+	}
+	h.span = es
+	per := uint64(es) * uint64(h.elem.Size())
+	if h.kind == NextTokens {
+		h.span = es + 1
+		per = uint64(h.span) * uint64(h.elem.Size())
+	} else {
+		per += uint64(labelWidth(h.classes))
+	}
+	// count < 2^32 and per <= 4*(2^20+1)+2: no overflow in uint64.
+	h.body = uint64(count) * per
 	return h, nil
 }
 
-// finish checks the labels in body and builds the ShardData; the slices
-// alias body.
-func (h *shardHeader) finish(body []byte) (*ShardData, error) {
-	np := h.count * h.exampleSize()
-	labels := body[np : np+h.count : np+h.count]
-	for i, l := range labels {
-		if int(l) >= h.classes {
+func (h *shardHeader) size() string {
+	return fmt.Sprintf("%d examples of %d %s", h.count, h.span, h.elem)
+}
+
+// finish decodes body (exactly h.body bytes) into a Set, checking every
+// label and token against classes and every feature for finiteness. Byte
+// elements alias body.
+func (h *shardHeader) finish(body []byte) (*Set, error) {
+	s := &Set{Elem: h.elem, Shape: h.shape, Kind: h.kind, Classes: h.classes, N: h.count}
+	n := h.count * h.span
+	le := binary.LittleEndian
+	switch h.elem {
+	case Float32:
+		s.F32 = make([]float32, n)
+		for i := range s.F32 {
+			s.F32[i] = math.Float32frombits(le.Uint32(body[4*i:]))
+		}
+	case Tokens16:
+		s.U16 = make([]uint16, n)
+		for i := range s.U16 {
+			s.U16[i] = le.Uint16(body[2*i:])
+		}
+	default:
+		s.U8 = body[:n:n]
+	}
+	if i, v, bad := s.badElem(); bad {
+		return nil, fmt.Errorf("dataset: %w: element %d is %v: %s: the shard is corrupt", ErrShardFormat, i, v, s.elemRule())
+	}
+	if h.kind == NextTokens {
+		s.Stride = h.span
+		return s, nil
+	}
+	lab := body[n*h.elem.Size():]
+	s.Labels = make([]int32, h.count)
+	lw := labelWidth(h.classes)
+	for i := range s.Labels {
+		var l int
+		if lw == 1 {
+			l = int(lab[i])
+		} else {
+			l = int(le.Uint16(lab[2*i:]))
+		}
+		if l >= h.classes {
 			return nil, fmt.Errorf("dataset: %w: example %d has label %d, not below classes=%d: the shard is corrupt",
 				ErrShardFormat, i, l, h.classes)
 		}
+		s.Labels[i] = int32(l)
 	}
-	return &ShardData{
-		Count: h.count, Channels: h.channels, Rows: h.rows, Cols: h.cols, Classes: h.classes,
-		Pixels: body[:np:np],
-		Labels: labels,
-	}, nil
+	return s, nil
 }
 
 func checkMaxExamples(maxExamples int) error {
@@ -262,31 +346,39 @@ func checkMaxExamples(maxExamples int) error {
 	return nil
 }
 
-// DecodeShard validates everything (magic, version, header sizes non-zero
-// and bounded: exampleSize <= MaxExampleSize, 1 <= count <= maxExamples,
-// exact total length, every label < classes) and never panics. The returned
-// slices alias b. Errors wrap ErrShardFormat or, for count > maxExamples,
-// ErrShardLimit.
-func DecodeShard(b []byte, maxExamples int) (*ShardData, error) {
+// DecodeShard validates everything (magic, version, a known element type
+// and label kind, shape within the limits, 1 <= count <= maxExamples,
+// exact total length, every label and token below classes, every feature
+// finite) and never panics. Byte elements alias b. Errors wrap
+// ErrShardFormat or, for count > maxExamples, ErrShardLimit.
+func DecodeShard(b []byte, maxExamples int) (*Set, error) {
 	if err := checkMaxExamples(maxExamples); err != nil {
 		return nil, err
 	}
-	if len(b) < ShardHeaderSize {
-		return nil, fmt.Errorf("dataset: %w: truncated: %d bytes, the header alone is %d: fetch the shard again",
-			ErrShardFormat, len(b), ShardHeaderSize)
+	if len(b) < ShardFixedHeader {
+		return nil, fmt.Errorf("dataset: %w: truncated: %d bytes, the header alone is at least %d: fetch the shard again",
+			ErrShardFormat, len(b), ShardFixedHeader)
 	}
-	h, err := parseShardHeader(b, maxExamples)
+	rank, err := parseShardFixed(b)
 	if err != nil {
 		return nil, err
 	}
-	body := b[ShardHeaderSize:]
+	hs := ShardHeaderSize(rank)
+	if len(b) < hs {
+		return nil, fmt.Errorf("dataset: %w: truncated: %d bytes, the header alone is %d: fetch the shard again", ErrShardFormat, len(b), hs)
+	}
+	h, err := parseShardHeader(b, rank, maxExamples)
+	if err != nil {
+		return nil, err
+	}
+	body := b[hs:]
 	if uint64(len(body)) < h.body {
-		return nil, fmt.Errorf("dataset: %w: truncated: header promises %d examples of %d pixels = %d bytes, got %d: fetch the shard again",
-			ErrShardFormat, h.count, h.exampleSize(), ShardHeaderSize+h.body, len(b))
+		return nil, fmt.Errorf("dataset: %w: truncated: header promises %s = %d bytes, got %d: fetch the shard again",
+			ErrShardFormat, h.size(), uint64(hs)+h.body, len(b))
 	}
 	if uint64(len(body)) > h.body {
 		return nil, fmt.Errorf("dataset: %w: %d trailing bytes after the %d that the header describes: the body is not a single shard",
-			ErrShardFormat, uint64(len(body))-h.body, ShardHeaderSize+h.body)
+			ErrShardFormat, uint64(len(body))-h.body, uint64(hs)+h.body)
 	}
 	return h.finish(body)
 }
@@ -295,32 +387,44 @@ func DecodeShard(b []byte, maxExamples int) (*ShardData, error) {
 // as DecodeShard, reading r to EOF. It validates the header before
 // allocating and grows its buffer as data arrives, so a lying header cannot
 // make it allocate more than about twice what was sent.
-func ReadShard(r io.Reader, maxExamples int) (*ShardData, error) {
+func ReadShard(r io.Reader, maxExamples int) (*Set, error) {
 	if err := checkMaxExamples(maxExamples); err != nil {
 		return nil, err
 	}
-	var hb [ShardHeaderSize]byte
-	if n, err := io.ReadFull(r, hb[:]); err != nil {
+	var hb [ShardFixedHeader + 4*MaxRank]byte
+	truncated := func(n, want int) error {
+		return fmt.Errorf("dataset: %w: truncated: %d bytes, the header alone is %d: fetch the shard again", ErrShardFormat, n, want)
+	}
+	if n, err := io.ReadFull(r, hb[:ShardFixedHeader]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("dataset: %w: truncated: %d bytes, the header alone is %d: fetch the shard again",
-				ErrShardFormat, n, ShardHeaderSize)
+			return nil, truncated(n, ShardFixedHeader)
 		}
 		return nil, fmt.Errorf("dataset: reading shard header: %w", err)
 	}
-	h, err := parseShardHeader(hb[:], maxExamples)
+	rank, err := parseShardFixed(hb[:])
 	if err != nil {
 		return nil, err
 	}
-	// h.body <= maxExamples*(MaxExampleSize+1); refuse what int cannot hold
-	// (32-bit targets) rather than wrap.
+	hs := ShardHeaderSize(rank)
+	if n, err := io.ReadFull(r, hb[ShardFixedHeader:hs]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, truncated(ShardFixedHeader+n, hs)
+		}
+		return nil, fmt.Errorf("dataset: reading shard header: %w", err)
+	}
+	h, err := parseShardHeader(hb[:hs], rank, maxExamples)
+	if err != nil {
+		return nil, err
+	}
+	// Refuse what int cannot hold (32-bit targets) rather than wrap.
 	if h.body > uint64(math.MaxInt) {
 		return nil, fmt.Errorf("dataset: %w: %d bytes do not fit in memory on this platform", ErrShardLimit, h.body)
 	}
 	body, got, err := readUpTo(r, int(h.body))
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("dataset: %w: truncated: header promises %d examples of %d pixels = %d bytes, got %d: fetch the shard again",
-				ErrShardFormat, h.count, h.exampleSize(), ShardHeaderSize+h.body, ShardHeaderSize+got)
+			return nil, fmt.Errorf("dataset: %w: truncated: header promises %s = %d bytes, got %d: fetch the shard again",
+				ErrShardFormat, h.size(), uint64(hs)+h.body, hs+got)
 		}
 		return nil, fmt.Errorf("dataset: reading shard body: %w", err)
 	}
@@ -328,37 +432,10 @@ func ReadShard(r io.Reader, maxExamples int) (*ShardData, error) {
 	switch n, err := io.ReadFull(r, one[:]); {
 	case n > 0:
 		return nil, fmt.Errorf("dataset: %w: trailing bytes after the %d that the header describes: the body is not a single shard",
-			ErrShardFormat, ShardHeaderSize+h.body)
+			ErrShardFormat, uint64(hs)+h.body)
 	case errors.Is(err, io.EOF):
 	default:
 		return nil, fmt.Errorf("dataset: reading shard end: %w", err)
 	}
 	return h.finish(body)
-}
-
-// Floats writes examples start..start+n-1, pixel/255, into
-// dst[:n*ExampleSize()]. It panics if the range is outside 0..Count or dst
-// is short.
-func (d *ShardData) Floats(dst []float32, start, n int) {
-	checkRange("ShardData.Floats", start, n, d.Count)
-	es := d.ExampleSize()
-	checkDst("ShardData.Floats", len(dst), n*es)
-	bytesToFloats(dst, d.Pixels[start*es:(start+n)*es])
-}
-
-// LabelsInt32 writes the labels of examples start..start+n-1 into dst[:n].
-// It panics like Floats.
-func (d *ShardData) LabelsInt32(dst []int32, start, n int) {
-	checkRange("ShardData.LabelsInt32", start, n, d.Count)
-	checkDst("ShardData.LabelsInt32", len(dst), n)
-	for i, l := range d.Labels[start : start+n] {
-		dst[i] = int32(l)
-	}
-}
-
-// Example writes example i's pixels, scaled to [0,1], into
-// dst[:ExampleSize()] and returns its label.
-func (d *ShardData) Example(dst []float32, i int) int {
-	d.Floats(dst, i, 1)
-	return int(d.Labels[i])
 }

@@ -112,41 +112,41 @@ func TestShardRoundTripMNIST(t *testing.T) {
 	shards := MakeShards(train.N, 1000, 42)
 	sh := shards[3]
 	b := EncodeShard(train, sh)
-	if len(b) != ShardHeaderSize+1000*785 {
-		t.Fatalf("encoded %d bytes, want %d", len(b), ShardHeaderSize+1000*785)
+	if len(b) != ShardHeaderSize(3)+1000*785 {
+		t.Fatalf("encoded %d bytes, want %d", len(b), ShardHeaderSize(3)+1000*785)
 	}
 	d, err := DecodeShard(b, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Count != 1000 || d.Channels != 1 || d.Rows != 28 || d.Cols != 28 || d.Classes != 10 || d.ExampleSize() != 784 {
-		t.Fatalf("header %+v", *d)
+	if d.N != 1000 || !slices.Equal(d.Shape, []int{1, 28, 28}) || d.Classes != 10 || d.Elem != Pixels || d.Kind != ClassLabels {
+		t.Fatalf("header %s", d.Describe())
 	}
 	got := make([]float32, 784)
 	want := make([]float32, 784)
+	var gl, wl [1]int32
 	for k, ix := range sh.Indices {
-		if !bytes.Equal(d.Pixels[k*784:(k+1)*784], train.Images[ix*784:(ix+1)*784]) || d.Labels[k] != train.Labels[ix] {
+		if !bytes.Equal(d.U8[k*784:(k+1)*784], train.U8[ix*784:(ix+1)*784]) || d.Labels[k] != train.Labels[ix] {
 			t.Fatalf("example %d (index %d) differs", k, ix)
 		}
 		if k < 50 {
-			if d.Example(got, k) != int(train.Labels[ix]) {
-				t.Fatalf("Example(%d) label", k)
-			}
-			train.Floats(want, ix, 1)
-			if !slices.Equal(got, want) {
-				t.Fatalf("Floats of example %d differ from Set.Floats", k)
+			d.FillExample(got, gl[:], k)
+			train.FillExample(want, wl[:], ix)
+			if !slices.Equal(got, want) || gl != wl {
+				t.Fatalf("example %d differs from the set's", k)
 			}
 		}
 	}
+	x := make([]float32, 10*784)
 	lab := make([]int32, 10)
-	d.LabelsInt32(lab, 990, 10)
+	d.Fill(x, lab, 990, 10)
 	for i, l := range lab {
-		if l != int32(train.Labels[sh.Indices[990+i]]) {
-			t.Fatalf("LabelsInt32[%d]", i)
+		if l != train.Labels[sh.Indices[990+i]] {
+			t.Fatalf("Fill labels[%d]", i)
 		}
 	}
-	if !bytes.Equal(d.Encode(), b) {
-		t.Error("Encode does not reproduce the shard")
+	if enc, err := EncodeSet(d); err != nil || !bytes.Equal(enc, b) {
+		t.Errorf("EncodeSet does not reproduce the shard: %v", err)
 	}
 	// Streaming, one byte per Read: same result.
 	d2, err := ReadShard(iotest.OneByteReader(bytes.NewReader(b)), 1000)
@@ -158,12 +158,85 @@ func TestShardRoundTripMNIST(t *testing.T) {
 	}
 	// The short last shard too.
 	last := shards[len(shards)-1]
-	if d, err := DecodeShard(EncodeShard(train, last), 1000); err != nil || d.Count != len(last.Indices) {
+	if d, err := DecodeShard(EncodeShard(train, last), 1000); err != nil || d.N != len(last.Indices) {
 		t.Fatalf("last shard: %v", err)
 	}
 	// AppendShard appends.
 	if b2, err := AppendShard([]byte("xyz"), train, sh); err != nil || string(b2[:3]) != "xyz" || !bytes.Equal(b2[3:], b) {
 		t.Errorf("AppendShard: %v", err)
+	}
+}
+
+// Text travels as one byte per token, t+1 per window (the labels are the
+// window shifted), and decodes to the same inputs and labels as the set.
+func TestShardRoundTripText(t *testing.T) {
+	text := []byte(strings.Repeat("In the beginning God created the heaven and the earth. ", 40))
+	train, val, err := TextSplits("t", "dataset.path", text, 16, 0.1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if val.N < 1 || train.N != (len(text)-int(float64(len(text))*0.1)-1)/16 {
+		t.Fatalf("train %s, val %s", train.Describe(), val.Describe())
+	}
+	sh := MakeShards(train.N, 7, 3)[1]
+	b := EncodeShard(train, sh)
+	if len(b) != ShardHeaderSize(1)+7*17 {
+		t.Fatalf("text shard of 7 windows of 16 is %d bytes, want %d", len(b), ShardHeaderSize(1)+7*17)
+	}
+	d, err := DecodeShard(b, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Elem != Tokens8 || d.Kind != NextTokens || d.LabelsPerExample() != 16 || d.Classes != 256 || d.Stride != 17 {
+		t.Fatalf("decoded %s stride %d", d.Describe(), d.Stride)
+	}
+	x, lab := make([]float32, 7*16), make([]int32, 7*16)
+	d.Fill(x, lab, 0, 7)
+	for k, ix := range sh.Indices {
+		win := text[ix*16 : ix*16+17]
+		for p := range 16 {
+			if x[k*16+p] != float32(win[p]) || lab[k*16+p] != int32(win[p+1]) {
+				t.Fatalf("window %d position %d: x %v label %d, want %d and %d", k, p, x[k*16+p], lab[k*16+p], win[p], win[p+1])
+			}
+		}
+	}
+	if enc, err := EncodeSet(d); err != nil || !bytes.Equal(enc, b) {
+		t.Errorf("EncodeSet does not reproduce the shard: %v", err)
+	}
+}
+
+// Float32 features, uint16 tokens and more than 256 classes (2-byte
+// labels) round-trip too.
+func TestShardRoundTripWideTypes(t *testing.T) {
+	f := &Set{Name: "f", Elem: Float32, Shape: []int{3}, Kind: ClassLabels, Classes: 300, N: 2,
+		F32: []float32{0.5, -1e30, 3, 4, 5, -6}, Labels: []int32{299, 7}}
+	tok := &Set{Name: "tok", Elem: Tokens16, Shape: []int{2, 2}, Kind: ClassLabels, Classes: 1000, N: 2,
+		U16: []uint16{999, 0, 1, 2, 3, 4, 5, 6}, Labels: []int32{1, 0}}
+	for _, s := range []*Set{f, tok} {
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := EncodeSet(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := DecodeShard(b, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Name = s.Name
+		if !reflect.DeepEqual(d, s) {
+			t.Errorf("%s: decoded %+v, want %+v", s.Name, d, s)
+		}
+	}
+	x, lab := make([]float32, 6), make([]int32, 2)
+	f.Fill(x, lab, 0, 2)
+	if !slices.Equal(x, f.F32) || !slices.Equal(lab, f.Labels) {
+		t.Errorf("float features filled as %v %v", x, lab)
+	}
+	tok.Fill(x[:4], lab[:1], 0, 1)
+	if !slices.Equal(x[:4], []float32{999, 0, 1, 2}) {
+		t.Errorf("uint16 tokens filled as %v", x[:4])
 	}
 }
 
@@ -176,10 +249,15 @@ func patch(b []byte, f func(b []byte)) []byte {
 
 func TestDecodeShardRejects(t *testing.T) {
 	s := smallSet()
-	good := EncodeShard(s, Shard{ID: 0, Indices: []int{4, 0, 2}}) // 18 + 3*7 = 39 bytes
+	good := EncodeShard(s, Shard{ID: 0, Indices: []int{4, 0, 2}}) // 28 + 3*7 = 49 bytes
 	if _, err := DecodeShard(good, 3); err != nil {
 		t.Fatal(err)
 	}
+	text, _, err := TextSplits("t", "dataset.path", []byte("abcdefghijklmnopqrstuvwxyz"), 4, 0.2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodText := EncodeShard(text, Shard{Indices: []int{0, 1}}) // 20 + 2*5 = 30 bytes
 	le := binary.LittleEndian
 	cases := []struct {
 		name string
@@ -189,24 +267,33 @@ func TestDecodeShardRejects(t *testing.T) {
 		msg  []string
 	}{
 		{"empty", nil, 10, ErrShardFormat, []string{"truncated", "0 bytes"}},
-		{"short header", good[:17], 10, ErrShardFormat, []string{"truncated", "17 bytes"}},
-		{"header only", good[:18], 10, ErrShardFormat, []string{"truncated", "39 bytes, got 18"}},
-		{"one short", good[:38], 10, ErrShardFormat, []string{"truncated", "3 examples of 6 pixels", "got 38"}},
+		{"short header", good[:15], 10, ErrShardFormat, []string{"truncated", "15 bytes"}},
+		{"short dims", good[:27], 10, ErrShardFormat, []string{"truncated", "27 bytes", "header alone is 28"}},
+		{"header only", good[:28], 10, ErrShardFormat, []string{"truncated", "49 bytes, got 28"}},
+		{"one short", good[:48], 10, ErrShardFormat, []string{"truncated", "3 examples of 6 uint8 pixels", "got 48"}},
 		{"trailing", append(bytes.Clone(good), 0), 10, ErrShardFormat, []string{"1 trailing bytes"}},
 		{"magic", patch(good, func(b []byte) { copy(b, "<htm") }), 10, ErrShardFormat, []string{`"<htm"`, "CTSH"}},
-		{"version", patch(good, func(b []byte) { b[4] = 2 }), 10, ErrShardFormat, []string{"version 2", "reads version 1"}},
-		{"reserved", patch(good, func(b []byte) { b[5] = 1 }), 10, ErrShardFormat, []string{"reserved"}},
-		{"zero channels", patch(good, func(b []byte) { le.PutUint16(b[6:], 0) }), 10, ErrShardFormat, []string{"channels is 0"}},
-		{"zero cols", patch(good, func(b []byte) { le.PutUint16(b[10:], 0) }), 10, ErrShardFormat, []string{"cols is 0"}},
-		{"huge example", patch(good, func(b []byte) { le.PutUint16(b[8:], 0xffff); le.PutUint16(b[10:], 0xffff) }), 10, ErrShardFormat, []string{"exceeds the limit"}},
-		{"classes 1", patch(good, func(b []byte) { le.PutUint16(b[12:], 1) }), 10, ErrShardFormat, []string{"classes is 1"}},
-		{"classes 257", patch(good, func(b []byte) { le.PutUint16(b[12:], 257) }), 10, ErrShardFormat, []string{"classes is 257"}},
-		{"count 0", patch(good, func(b []byte) { le.PutUint32(b[14:], 0) }), 10, ErrShardFormat, []string{"0 examples"}},
+		{"version 1", patch(good, func(b []byte) { b[4] = 1 }), 10, ErrShardFormat, []string{"version 1", "reads version 2"}},
+		{"elem 0", patch(good, func(b []byte) { b[5] = 0 }), 10, ErrShardFormat, []string{"element type 0"}},
+		{"elem 9", patch(good, func(b []byte) { b[5] = 9 }), 10, ErrShardFormat, []string{"element type 9"}},
+		{"kind 3", patch(good, func(b []byte) { b[6] = 3 }), 10, ErrShardFormat, []string{"label kind 3"}},
+		{"next tokens of pixels", patch(good, func(b []byte) { b[6] = 2 }), 10, ErrShardFormat, []string{"token elements"}},
+		{"rank 0", patch(good, func(b []byte) { b[7] = 0 }), 10, ErrShardFormat, []string{"0 dimensions"}},
+		{"rank 5", patch(good, func(b []byte) { b[7] = 5 }), 10, ErrShardFormat, []string{"5 dimensions"}},
+		{"zero dim", patch(good, func(b []byte) { le.PutUint32(b[16:], 0) }), 10, ErrShardFormat, []string{"dimension 0 is 0"}},
+		{"huge example", patch(good, func(b []byte) { le.PutUint32(b[20:], 0xffff); le.PutUint32(b[24:], 0xffff) }), 10, ErrShardFormat, []string{"limit of"}},
+		{"classes 1", patch(good, func(b []byte) { le.PutUint32(b[8:], 1) }), 10, ErrShardFormat, []string{"classes is 1"}},
+		{"classes 2^16+1", patch(good, func(b []byte) { le.PutUint32(b[8:], 1<<16+1) }), 10, ErrShardFormat, []string{"classes is 65537"}},
+		{"count 0", patch(good, func(b []byte) { le.PutUint32(b[12:], 0) }), 10, ErrShardFormat, []string{"0 examples"}},
 		{"count over limit", good, 2, ErrShardLimit, []string{"3 examples", "limit of 2"}},
-		{"huge count", patch(good, func(b []byte) { le.PutUint32(b[14:], 0xffffffff) }), 1000, ErrShardLimit, []string{"4294967295"}},
-		{"huge count, no limit", patch(good, func(b []byte) { le.PutUint32(b[14:], 0x7fffffff) }), math.MaxInt32, ErrShardFormat, []string{"truncated"}},
+		{"huge count", patch(good, func(b []byte) { le.PutUint32(b[12:], 0xffffffff) }), 1000, ErrShardLimit, []string{"4294967295"}},
+		{"huge count, no limit", patch(good, func(b []byte) { le.PutUint32(b[12:], 0x7fffffff) }), math.MaxInt32, ErrShardFormat, []string{"truncated"}},
 		{"bad label", patch(good, func(b []byte) { b[len(b)-2] = 3 }), 10, ErrShardFormat, []string{"example 1 has label 3", "classes=3"}},
 		{"label 255", patch(good, func(b []byte) { b[len(b)-1] = 255 }), 10, ErrShardFormat, []string{"label 255"}},
+		{"text token over vocabulary", patch(goodText, func(b []byte) { le.PutUint32(b[8:], 123); b[len(b)-1] = 200 }), 10, ErrShardFormat, []string{"is 200", "vocabulary of 123"}},
+		{"text rank 2", patch(goodText, func(b []byte) { b[7] = 2 }), 10, ErrShardFormat, []string{"dimension 1"}},
+		{"text window short", goodText[:len(goodText)-1], 10, ErrShardFormat, []string{"2 examples of 5 uint8 tokens"}},
+		{"uint8 tokens, 300 classes", patch(goodText, func(b []byte) { le.PutUint32(b[8:], 300) }), 10, ErrShardFormat, []string{"classes is 300", "2..256"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,12 +324,12 @@ func TestDecodeShardRejects(t *testing.T) {
 // A header promising a huge shard must not make ReadShard allocate it up
 // front: a worker would die on a malicious or broken body.
 func TestReadShardDoesNotTrustHeaderSize(t *testing.T) {
-	h := appendShardHeader(nil, 1, 28, 28, 10, 1_000_000) // claims 785 MB
+	h := appendShardHeader(nil, &Set{Elem: Pixels, Kind: ClassLabels, Shape: []int{1, 28, 28}, Classes: 10, N: 1_000_000}) // claims 785 MB
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	_, err := ReadShard(bytes.NewReader(append(h, make([]byte, 1000)...)), 1_000_000)
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrShardFormat) || !strings.Contains(err.Error(), "got 1018") {
+	if !errors.Is(err, ErrShardFormat) || !strings.Contains(err.Error(), "got 1028") {
 		t.Fatalf("err = %v, want truncation naming what arrived", err)
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
@@ -259,9 +346,10 @@ func TestEncodeShardRejects(t *testing.T) {
 		"index past N":   {nil, Shard{Indices: []int{5}}},
 		"negative index": {nil, Shard{Indices: []int{-1}}},
 		"bad label":      {func(s *Set) { s.Labels[1] = 9 }, Shard{Indices: []int{1}}},
-		"short images":   {func(s *Set) { s.Images = s.Images[:6] }, Shard{Indices: []int{0}}},
-		"classes 300":    {func(s *Set) { s.Classes = 300 }, Shard{Indices: []int{0}}},
-		"rows 70000":     {func(s *Set) { s.Rows = 70000 }, Shard{Indices: []int{0}}},
+		"short images":   {func(s *Set) { s.U8 = s.U8[:6] }, Shard{Indices: []int{0}}},
+		"classes 70000":  {func(s *Set) { s.Classes = 70000 }, Shard{Indices: []int{0}}},
+		"rank 0":         {func(s *Set) { s.Shape = nil }, Shard{Indices: []int{0}}},
+		"NaN feature":    {func(s *Set) { s.Elem, s.U8, s.F32 = Float32, nil, make([]float32, 30); s.F32[0] = float32(math.NaN()) }, Shard{Indices: []int{0}}},
 	} {
 		s := smallSet()
 		if c.mut != nil {
@@ -296,22 +384,24 @@ func BenchmarkDecodeShard(b *testing.B) {
 	}
 }
 
-func BenchmarkShardFloats(b *testing.B) {
+func BenchmarkShardFill(b *testing.B) {
 	d, err := DecodeShard(mnistShard(b), 1000)
 	if err != nil {
 		b.Fatal(err)
 	}
-	dst := make([]float32, d.Count*d.ExampleSize())
-	b.SetBytes(int64(len(d.Pixels)))
+	x := make([]float32, d.N*d.ExampleSize())
+	lab := make([]int32, d.N)
+	b.SetBytes(int64(len(d.U8)))
+	b.ReportAllocs()
 	for b.Loop() {
-		d.Floats(dst, 0, d.Count)
+		d.Fill(x, lab, 0, d.N)
 	}
 }
 
 func BenchmarkEncodeShard(b *testing.B) {
 	train, _ := loadMNIST(b)
 	sh := MakeShards(train.N, 1000, 1)[0]
-	buf := make([]byte, 0, ShardHeaderSize+1000*785)
+	buf := make([]byte, 0, ShardHeaderSize(3)+1000*785)
 	b.SetBytes(int64(cap(buf)))
 	for b.Loop() {
 		if _, err := AppendShard(buf[:0], train, sh); err != nil {
@@ -323,5 +413,27 @@ func BenchmarkEncodeShard(b *testing.B) {
 func BenchmarkMakeShards(b *testing.B) {
 	for b.Loop() {
 		MakeShards(60000, 1000, 1)
+	}
+}
+
+// Filling a batch allocates nothing, whatever the element type and label
+// kind: it runs once per training step.
+func TestFillDoesNotAllocate(t *testing.T) {
+	text, _, err := TextSplits("t", "dataset.path", []byte(strings.Repeat("abcdefgh", 100)), 16, 0.1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := []*Set{smallSet(), text,
+		{Elem: Float32, Shape: []int{3}, Kind: ClassLabels, Classes: 4, N: 2, F32: make([]float32, 6), Labels: []int32{1, 3}},
+		{Elem: Tokens16, Shape: []int{3}, Kind: NextTokens, Classes: 9, N: 2, U16: make([]uint16, 7), Stride: 3}}
+	for _, s := range sets {
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 2*s.ExampleSize())
+		y := make([]int32, 2*s.LabelsPerExample())
+		if n := testing.AllocsPerRun(100, func() { s.Fill(x, y, 0, 2) }); n != 0 {
+			t.Errorf("%s: Fill allocates %v times per call", s.Describe(), n)
+		}
 	}
 }

@@ -25,19 +25,22 @@ func docsYAML(t *testing.T, first string) string {
 	return ""
 }
 
-// Presets are specs: the YAML docs/JOBS.md shows for fashion-cnn parses
-// to exactly the built-in job.
-func TestDocsShowTheFashionPresetAsItIs(t *testing.T) {
-	doc, err := Parse([]byte(docsYAML(t, "name: fashion-cnn\n")))
-	if err != nil {
-		t.Fatalf("docs/JOBS.md's fashion-cnn: %v", err)
-	}
-	preset, err := Load("fashion-cnn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc.ModelPreset = preset.ModelPreset // the doc spells the layers out
-	if !reflect.DeepEqual(doc, preset) {
-		t.Fatalf("docs/JOBS.md's fashion-cnn differs from the preset:\ndoc:    %+v\npreset: %+v", doc, preset)
+// Presets are specs: for every built-in job, docs/JOBS.md shows a YAML
+// spec that parses to exactly that job.
+func TestDocsShowEveryPresetAsItIs(t *testing.T) {
+	for _, name := range PresetNames() {
+		doc, err := Parse([]byte(docsYAML(t, "name: "+name+"\n")))
+		if err != nil {
+			t.Errorf("docs/JOBS.md's %s: %v", name, err)
+			continue
+		}
+		preset, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc.ModelPreset = preset.ModelPreset // the doc spells the layers out
+		if !reflect.DeepEqual(doc, preset) {
+			t.Errorf("docs/JOBS.md's %s differs from the preset:\ndoc:    %+v\npreset: %+v", name, doc, preset)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -47,7 +48,7 @@ type key struct {
 var keys = []key{
 	{name: "name"},
 	{name: "model", decode: decodeModel},
-	{name: "dataset"},
+	{name: "dataset", decode: decodeDataset},
 	{name: "mode", live: true},
 	{name: "outer_optimizer", decode: decodeOuter, live: true},
 	{name: "optimizer", decode: decodeOuter, live: true, alias: "outer_optimizer"},
@@ -67,6 +68,7 @@ var keys = []key{
 	{name: "staleness_lr", live: true},
 	{name: "shard_size"},
 	{name: "target_accuracy"},
+	{name: "target_loss"},
 	{name: "max_epochs"},
 	{name: "seed"},
 	{name: "eval_every"},
@@ -106,8 +108,8 @@ func lookup(name string) *key {
 }
 
 var (
-	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon"}
-	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon"}
+	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_norm"}
+	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon", "clip_norm"}
 	layerKeys = nn.LayerSpecKeys()
 	modelKeys = []string{"input", "layers"}
 )
@@ -197,13 +199,19 @@ func durationKey(field func(*Spec) *Duration) func(*yaml.Node, *Spec, given) err
 	}
 }
 
-func decodeOuter(val *yaml.Node, s *Spec, _ given) error {
+func decodeOuter(val *yaml.Node, s *Spec, g given) error {
 	if err := checkKeys("outer_optimizer.", val, outerKeys); err != nil {
 		return err
+	}
+	for i := 0; i < len(val.Content); i += 2 {
+		g["outer_optimizer."+val.Content[i].Value] = true
 	}
 	opt := nn.OptimizerSpec{}
 	if err := val.Decode(&opt); err != nil {
 		return Errorf("outer_optimizer", "%v", cleanYAMLError(err))
+	}
+	if opt.Type == nn.OptAdamW && !g["outer_optimizer.weight_decay"] {
+		opt.WeightDecay = nn.DefaultWeightDecay
 	}
 	s.OuterOptimizer = opt
 	return nil
@@ -250,6 +258,64 @@ func decodeScalar(val *yaml.Node, dst any) error {
 		return fmt.Errorf("must be a single value, not a list or mapping")
 	}
 	return val.Decode(dst)
+}
+
+// decodeDataset reads a built-in name or a {type: ..., ...} object; a
+// text set's val_fraction defaults to dataset.DefaultValFraction.
+func decodeDataset(val *yaml.Node, s *Spec, _ given) error {
+	switch val.Kind {
+	case yaml.ScalarNode:
+		s.Dataset = dataset.Builtin(val.Value)
+		return nil
+	case yaml.MappingNode:
+	default:
+		return Errorf("dataset", "want a built-in name (%s) or a mapping with a type (%s)",
+			strings.Join(dataset.Builtins, ", "), strings.Join(dataset.Types, ", "))
+	}
+	typ := ""
+	for i := 0; i < len(val.Content); i += 2 {
+		if val.Content[i].Value == "type" {
+			typ = val.Content[i+1].Value
+		}
+	}
+	keys, ok := dataset.SpecKeys[typ]
+	if !ok {
+		return Errorf("dataset.type", "%q is not a data set type (want %s); a built-in data set is given by its name alone (dataset: mnist)",
+			typ, strings.Join(dataset.Types, ", "))
+	}
+	if err := checkKeys("dataset.", val, append([]string{"type"}, keys...)); err != nil {
+		return err
+	}
+	var d dataset.Spec
+	for i := 0; i < len(val.Content); i += 2 {
+		k, v := val.Content[i].Value, val.Content[i+1]
+		if k == "type" {
+			d.Type = v.Value
+			continue
+		}
+		if k == "val_fraction" {
+			if err := decodeScalar(v, &d.ValFraction); err != nil {
+				return Errorf("dataset.val_fraction", "%v", cleanYAMLError(err))
+			}
+			if d.ValFraction == 0 {
+				return Errorf("dataset.val_fraction", "must be in (0, 0.5], got 0")
+			}
+			continue
+		}
+		for _, f := range d.Files() {
+			if f.Key == k {
+				if v.Kind != yaml.ScalarNode || v.Value == "" {
+					return Errorf("dataset."+k, "want the path of a file (relative to the spec file)")
+				}
+				*f.Path = v.Value
+			}
+		}
+	}
+	if d.Type == dataset.TypeText && d.ValFraction == 0 {
+		d.ValFraction = dataset.DefaultValFraction
+	}
+	s.Dataset = d
+	return nil
 }
 
 func decodeModel(val *yaml.Node, s *Spec, _ given) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -40,9 +41,18 @@ var presets = map[string]func() (Spec, given){
 		s.TargetAccuracy = 0.98
 		return s, given{"outer_optimizer": true}
 	},
+	// charlm is the character-level transformer on the King James text
+	// (serve --data FILE puts other text in its place).
+	"charlm": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "charlm", "charlm", dataset.Builtin(dataset.BibleKJV)
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}
+		s.BatchSize = 32
+		return s, given{"outer_optimizer": true}
+	},
 	"fashion-cnn": func() (Spec, given) {
 		s := base()
-		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.FashionMNIST
+		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.Builtin(dataset.FashionMNIST)
 		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdam, LR: 2e-3}
 		s.TargetAccuracy = 0.90
 		return s, given{"outer_optimizer": true}
@@ -53,7 +63,7 @@ var presets = map[string]func() (Spec, given){
 // does not depend on the mode (modeDefaults fills the others).
 func base() Spec {
 	return Spec{
-		Dataset:         dataset.MNIST,
+		Dataset:         dataset.Builtin(dataset.MNIST),
 		Mode:            ModeAsync,
 		BatchSize:       64,
 		MaxStaleness:    8,
@@ -185,6 +195,12 @@ func Load(nameOrFile string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
 	}
+	// The data files a spec file names are relative to it.
+	dir, err := filepath.Abs(filepath.Dir(nameOrFile))
+	if err != nil {
+		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
+	}
+	s.Dataset.Resolve(dir)
 	return s, nil
 }
 

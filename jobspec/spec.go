@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -18,7 +19,9 @@ type Spec struct {
 	// resolved architecture.
 	ModelPreset string       `json:"model_preset,omitempty" yaml:"-"`
 	Model       nn.ModelSpec `json:"model" yaml:"-"`
-	Dataset     string       `json:"dataset" yaml:"dataset"`
+	// Dataset is a built-in data set's name or files of a type (idx,
+	// npy, text); see dataset.Spec.
+	Dataset dataset.Spec `json:"dataset" yaml:"-"`
 
 	// Mode is the update rule: ModeAsync, ModeSync or ModeDiLoCo.
 	Mode string `json:"mode" yaml:"mode"`
@@ -43,13 +46,18 @@ type Spec struct {
 	// task of an asynchronous mode computes from.
 	Snapshot string `json:"snapshot" yaml:"snapshot"`
 
-	MaxStaleness   int     `json:"max_staleness" yaml:"max_staleness"`
-	StalenessLR    string  `json:"staleness_lr" yaml:"staleness_lr"`
-	ShardSize      int     `json:"shard_size" yaml:"shard_size"`
+	MaxStaleness int    `json:"max_staleness" yaml:"max_staleness"`
+	StalenessLR  string `json:"staleness_lr" yaml:"staleness_lr"`
+	ShardSize    int    `json:"shard_size" yaml:"shard_size"`
+	// TargetAccuracy stops the job at an evaluation whose accuracy is at
+	// or over it (0: none; a text job has none).
 	TargetAccuracy float64 `json:"target_accuracy" yaml:"target_accuracy"`
-	MaxEpochs      int     `json:"max_epochs" yaml:"max_epochs"`
-	Seed           int64   `json:"seed" yaml:"seed"`
-	EvalEvery      int     `json:"eval_every" yaml:"eval_every"`
+	// TargetLoss stops the job at an evaluation whose loss (mean
+	// cross-entropy per label position, nats) is at or under it (0: none).
+	TargetLoss float64 `json:"target_loss,omitempty" yaml:"target_loss"`
+	MaxEpochs  int     `json:"max_epochs" yaml:"max_epochs"`
+	Seed       int64   `json:"seed" yaml:"seed"`
+	EvalEvery  int     `json:"eval_every" yaml:"eval_every"`
 	// CheckpointEvery is the most updates between checkpoints (the
 	// coordinator's --checkpoint-interval bounds the time too).
 	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
@@ -108,6 +116,9 @@ type InnerOptimizer struct {
 	Beta1       float64 `json:"beta1,omitempty" yaml:"beta1"`
 	Beta2       float64 `json:"beta2,omitempty" yaml:"beta2"`
 	Epsilon     float64 `json:"epsilon,omitempty" yaml:"epsilon"`
+	// ClipNorm (any type; 0 = off) clips each inner step's gradient to
+	// this global L2 norm.
+	ClipNorm float64 `json:"clip_norm,omitempty" yaml:"clip_norm"`
 }
 
 // UpdateKind is what a task's result holds in this mode. DiLoCo's outer

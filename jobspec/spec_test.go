@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 func TestJobPresets(t *testing.T) {
@@ -70,6 +73,33 @@ func TestParseFullSpec(t *testing.T) {
 	}
 }
 
+// adamw takes weight_decay 0.01 unless the spec gives one (0 included);
+// clip_norm goes to either optimizer; target_loss is read.
+func TestAdamWClipNormAndTargetLoss(t *testing.T) {
+	s, err := Parse([]byte("name: a\nmodel: mnist-mlp\nouter_optimizer: {type: adamw, lr: 0.003, clip_norm: 1}\ntarget_loss: 1.5\ntarget_accuracy: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s.OuterOptimizer
+	if o.Type != nn.OptAdamW || o.WeightDecay != 0.01 || o.ClipNorm != 1 || o.Beta2 != 0.999 || s.TargetLoss != 1.5 || s.TargetAccuracy != 0 {
+		t.Fatalf("parsed %+v, target_loss %v, target_accuracy %v", o, s.TargetLoss, s.TargetAccuracy)
+	}
+	s, err = Parse([]byte("name: a\nmodel: mnist-mlp\nouter_optimizer: {type: adamw, lr: 0.003, weight_decay: 0}\n" +
+		"mode: diloco\ninner_optimizer: {type: adamw, clip_norm: 0.5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OuterOptimizer.WeightDecay != 0 || s.InnerOptimizer.ClipNorm != 0.5 || s.InnerOptimizer.WeightDecay != 0.01 {
+		t.Fatalf("parsed %+v and %+v", s.OuterOptimizer, s.InnerOptimizer)
+	}
+	// The stored spec reads back the same.
+	b, _ := json.Marshal(s)
+	var back Spec
+	if err := json.Unmarshal(b, &back); err != nil || back.InnerOptimizer != s.InnerOptimizer || back.OuterOptimizer != s.OuterOptimizer || back.TargetLoss != s.TargetLoss {
+		t.Fatalf("round trip: %v, %+v", err, back)
+	}
+}
+
 func TestSpecErrorsNameTheKey(t *testing.T) {
 	cases := []struct{ spec, key, words string }{
 		{"name: a\nbatchsize: 3\n", "batchsize", "unknown key"},
@@ -84,7 +114,14 @@ func TestSpecErrorsNameTheKey(t *testing.T) {
 		{"name: a\nmodel: mnist-mlp\noptimizer: {type: sgd, rate: 1}\n", "optimizer.rate", "unknown key"},
 		{"name: a\nmodel: mnist-mlp\nstaleness_lr: sqrt\n", "staleness_lr", "none or inverse"},
 		{"name: a\nmodel: mnist-mlp\nmax_staleness: -1\n", "max_staleness", ">= 0"},
-		{"name: a\nmodel: mnist-mlp\ntarget_accuracy: 97\n", "target_accuracy", "(0, 1]"},
+		{"name: a\nmodel: mnist-mlp\ntarget_accuracy: 97\n", "target_accuracy", "[0, 1]"},
+		{"name: a\nmodel: mnist-mlp\ntarget_loss: -1\n", "target_loss", "nats >= 0"},
+		{"name: a\nmodel: mnist-mlp\ntarget_loss: .inf\n", "target_loss", "finite"},
+		{"name: a\nmodel: mnist-mlp\nouter_optimizer: {type: adamw, lr: 0.001, weight_decay: -1}\n", "outer_optimizer.weight_decay", ">= 0"},
+		{"name: a\nmodel: mnist-mlp\nouter_optimizer: {type: adam, lr: 0.001, weight_decay: 0.1}\n", "outer_optimizer.weight_decay", "applies to type adamw"},
+		{"name: a\nmodel: mnist-mlp\nouter_optimizer: {type: sgd, lr: 0.1, clip_norm: -2}\n", "outer_optimizer.clip_norm", "0 turns clipping off"},
+		{"name: a\nmodel: mnist-mlp\ninner_optimizer: {type: sgd, lr: 0.1, clip_norm: -2}\n", "inner_optimizer.clip_norm", "0 turns clipping off"},
+		{"name: a\nmodel: mnist-mlp\nouter_optimizer: {type: adamw, lr: 0.001, decay: 0.1}\n", "outer_optimizer.decay", "unknown key"},
 		{"name: a\nmodel: mnist-mlp\nlease_timeout: soon\n", "lease_timeout", "duration"},
 		{"name: a\nmodel: mnist-mlp\nbatch_size: 64\nlocal_steps: 100\nshard_size: 1000\n", "batch_size", "shard_size"},
 		{"name: a\nname: b\n", "name", "twice"},
@@ -155,7 +192,7 @@ func TestDatasetNamesABuiltin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dataset %s: %v", name, err)
 		}
-		if s.Dataset != name || !slices.Equal(s.Model.Input, []int{1, 28, 28}) {
+		if s.Dataset.Name != name || !slices.Equal(s.Model.Input, []int{1, 28, 28}) {
 			t.Fatalf("dataset %s: parsed dataset %q, input %v", name, s.Dataset, s.Model.Input)
 		}
 	}
@@ -163,10 +200,10 @@ func TestDatasetNamesABuiltin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Dataset != "fashion-mnist" || s.ModelPreset != "fashion-cnn" || s.TargetAccuracy != 0.90 {
+	if s.Dataset.Name != "fashion-mnist" || s.ModelPreset != "fashion-cnn" || s.TargetAccuracy != 0.90 {
 		t.Fatalf("fashion-cnn: dataset %q, model %q, target %v", s.Dataset, s.ModelPreset, s.TargetAccuracy)
 	}
-	if m, _ := Load("mnist-cnn"); m.Dataset != "mnist" {
+	if m, _ := Load("mnist-cnn"); m.Dataset.Name != "mnist" {
 		t.Fatalf("mnist-cnn trains on %q, want mnist", m.Dataset)
 	}
 }

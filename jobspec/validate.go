@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -24,24 +25,65 @@ func finish(s Spec, g given) (Spec, error) {
 		}
 		s.Model = spec
 	}
-	if len(s.Model.Input) == 0 && slices.Contains(dataset.Builtins, s.Dataset) {
-		// Every built-in data set is 28x28 grey.
+	if s.TextModel() {
+		// A language model's accuracy (the next byte guessed right) is
+		// no goal: a text job stops at target_loss or max_epochs.
+		if g["target_accuracy"] && s.TargetAccuracy > 0 {
+			return Spec{}, Errorf("target_accuracy", "a text job has no accuracy target (the model reads token sequences); give target_loss in nats instead")
+		}
+		s.TargetAccuracy = 0
+	}
+	if len(s.Model.Input) == 0 && s.Dataset.IsImageBuiltin() {
+		// Every built-in image data set is 28x28 grey.
 		s.Model.Input = []int{1, 28, 28}
 	}
 	return s, s.Validate()
 }
+
+// TextModel reports whether the model reads token sequences (input [t]):
+// a text job's model.
+func (s Spec) TextModel() bool { return len(s.Model.Input) == 1 }
 
 // Validate checks every key and says which one is wrong.
 func (s Spec) Validate() error {
 	if len(s.Name) > 128 {
 		return Errorf("name", "at most 128 characters")
 	}
-	if !slices.Contains(dataset.Builtins, s.Dataset) {
-		return Errorf("dataset", "%q is not a built-in data set (want one of %s)", s.Dataset, strings.Join(dataset.Builtins, ", "))
+	if err := s.Dataset.Validate(); err != nil {
+		var ke *dataset.KeyError
+		if errors.As(err, &ke) {
+			return &Error{Key: ke.Key, Problem: ke.Problem}
+		}
+		return Errorf("dataset", "%v", err)
+	}
+	if len(s.Model.Input) == 0 {
+		if s.Dataset.Type == dataset.TypeIDX || s.Dataset.Type == dataset.TypeNPY {
+			// The coordinator takes the input's shape from the data
+			// (InputFromData) and checks the model then.
+			return s.validateTraining()
+		}
+		return Errorf("model.input", "is required with this data set: [t], the context, for text (e.g. [128])")
 	}
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)
 	}
+	return s.validateTraining()
+}
+
+// InputFromData is the model input an example of shape gives: [c,h,w] as
+// it is, [h,w] as [1,h,w], [n] as [1,1,n].
+func InputFromData(shape []int) []int {
+	switch len(shape) {
+	case 1:
+		return []int{1, 1, shape[0]}
+	case 2:
+		return []int{1, shape[0], shape[1]}
+	}
+	return append([]int(nil), shape...)
+}
+
+// validateTraining checks every key but the data set and the model.
+func (s Spec) validateTraining() error {
 	if err := s.OuterOptimizer.Validate(); err != nil {
 		// nn names the field "optimizer.x"; the key is outer_optimizer.
 		return &Error{Problem: "outer_" + err.Error()}
@@ -62,8 +104,10 @@ func (s Spec) Validate() error {
 		return Errorf("shard_size", "must be in 1..100000, got %d", s.ShardSize)
 	case s.BatchSize*s.TaskSteps() > s.ShardSize:
 		return Errorf("batch_size", "batch_size*local_steps (%d) exceeds shard_size (%d): a task must fit in one shard", s.BatchSize*s.TaskSteps(), s.ShardSize)
-	case !(s.TargetAccuracy > 0 && s.TargetAccuracy <= 1):
-		return Errorf("target_accuracy", "must be in (0, 1], got %v", s.TargetAccuracy)
+	case !(s.TargetAccuracy >= 0 && s.TargetAccuracy <= 1):
+		return Errorf("target_accuracy", "must be in [0, 1] (0: no accuracy target), got %v", s.TargetAccuracy)
+	case !(s.TargetLoss >= 0) || math.IsInf(s.TargetLoss, 0):
+		return Errorf("target_loss", "must be a finite number of nats >= 0 (0: no loss target), got %v", s.TargetLoss)
 	case s.MaxEpochs < 1:
 		return Errorf("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
 	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
@@ -92,6 +136,8 @@ func (s Spec) validateMode() error {
 		return Errorf("inner_optimizer.lr", "must be a finite number > 0, got %v", in.LR)
 	case !(in.WeightDecay >= 0) || !finite(in.WeightDecay):
 		return Errorf("inner_optimizer.weight_decay", "must be a finite number >= 0, got %v", in.WeightDecay)
+	case !(in.ClipNorm >= 0) || !finite(in.ClipNorm):
+		return Errorf("inner_optimizer.clip_norm", "must be a finite number >= 0 (0 turns clipping off), got %v", in.ClipNorm)
 	case in.Type == InnerSGD && (in.WeightDecay != 0 || in.Beta1 != 0 || in.Beta2 != 0 || in.Epsilon != 0):
 		return Errorf("inner_optimizer", "weight_decay, beta1, beta2 and epsilon are adamw settings; sgd takes only lr")
 	case in.Type == InnerAdamW && !(in.Beta1 >= 0 && in.Beta1 < 1):

@@ -18,6 +18,9 @@ import (
 // after Reset; its buffers are reused across leases.
 type AdamW struct {
 	LR, WeightDecay, Beta1, Beta2, Epsilon float32
+	// ClipNorm (0 = off) scales grad by ClipScale before the step, in
+	// place.
+	ClipNorm float32
 
 	m, v  []float32
 	steps int
@@ -44,12 +47,14 @@ func AdamWScales(t int, b1, b2 float32) (c1, c2 float32) {
 	return c1, c2
 }
 
-// Step applies one AdamW step to params from grad. It allocates nothing.
+// Step applies one AdamW step to params from grad, clipping grad in place
+// first when ClipNorm > 0. It allocates nothing.
 func (o *AdamW) Step(params, grad []float32) {
 	checkLens("AdamW.Step", len(params), len(grad))
 	if len(params) != len(o.m) {
 		panic(fmt.Sprintf("nn: AdamW.Step: len(params) = %d, Reset for %d", len(params), len(o.m)))
 	}
+	ClipInPlace(grad, float64(o.ClipNorm))
 	o.steps++
 	c1, c2 := AdamWScales(o.steps, o.Beta1, o.Beta2)
 	AdamWUpdate(params, grad, o.m, o.v, o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon, c1, c2)
@@ -69,5 +74,15 @@ func AdamWUpdate(w, g, m, v []float32, lr, wd, b1, b2, eps, c1, c2 float32) {
 		vi := b2*v[i] + a2*gi*gi
 		m[i], v[i] = mi, vi
 		w[i] = wi - lr*(mi*c1)/(float32(math.Sqrt(float64(vi)))*c2+eps)
+	}
+}
+
+// ClipInPlace multiplies g by ClipScale(g, c): the inner optimizers' clip
+// (c = 0: nothing).
+func ClipInPlace(g []float32, c float64) {
+	if s := ClipScale(g, c); s != 1 {
+		for i := range g {
+			g[i] *= s
+		}
 	}
 }

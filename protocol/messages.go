@@ -8,6 +8,12 @@ import (
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
+// maxLabelsPerExample bounds a result's correct per example: a sequence
+// model scores each of its example's positions (at most the largest
+// example a shard holds). The coordinator checks the exact bound, its
+// model's labels per example.
+const maxLabelsPerExample = 1 << 20
+
 // Version is the protocol version. A peer speaking another version is
 // refused with a message that says which one to upgrade.
 const Version = 2
@@ -141,6 +147,9 @@ type InnerOptimizer struct {
 	Beta1       float32 `msgpack:"beta1,omitempty"`        // adamw
 	Beta2       float32 `msgpack:"beta2,omitempty"`        // adamw
 	Epsilon     float32 `msgpack:"epsilon,omitempty"`      // adamw
+	// ClipNorm (any type; 0 = off) scales each step's gradient by
+	// min(1, clip_norm/‖g‖₂) first, as torch.nn.utils.clip_grad_norm_.
+	ClipNorm float32 `msgpack:"clip_norm,omitempty"`
 }
 
 // Lease is one task: from the snapshot at BaseVersion, run LocalSteps
@@ -402,6 +411,8 @@ func (o *InnerOptimizer) validate() error {
 		return invalid(TypeLease, "inner_optimizer", "weight_decay and epsilon must be finite and >= 0, got %v and %v", o.WeightDecay, o.Epsilon)
 	case !f(o.Beta1) || o.Beta1 >= 1 || !f(o.Beta2) || o.Beta2 >= 1:
 		return invalid(TypeLease, "inner_optimizer", "beta1 and beta2 must be in [0, 1), got %v and %v", o.Beta1, o.Beta2)
+	case !f(o.ClipNorm):
+		return invalid(TypeLease, "inner_optimizer.clip_norm", "must be finite and >= 0, got %v", o.ClipNorm)
 	}
 	return nil
 }
@@ -437,8 +448,11 @@ func (m *Result) Validate() error {
 		return invalid(TypeResult, "examples", "must be positive, got %d", m.Examples)
 	case !finite(m.LossSum) || m.LossSum < 0:
 		return invalid(TypeResult, "loss_sum", "must be a finite number >= 0, got %v", m.LossSum)
-	case m.Correct < 0 || m.Correct > m.Examples:
-		return invalid(TypeResult, "correct", "%d is outside 0..examples (%d)", m.Correct, m.Examples)
+	case m.Correct < 0 || int64(m.Correct) > int64(m.Examples)*maxLabelsPerExample:
+		// A sequence model scores every position of an example; the
+		// coordinator checks correct against its model's labels per
+		// example.
+		return invalid(TypeResult, "correct", "%d is more than examples (%d) times %d labels each", m.Correct, m.Examples, maxLabelsPerExample)
 	case !finite(m.ComputeMs) || m.ComputeMs < 0:
 		return invalid(TypeResult, "compute_ms", "must be a finite number >= 0, got %v", m.ComputeMs)
 	}

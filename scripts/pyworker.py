@@ -128,6 +128,9 @@ def run_lease(model, lease, base, x, labels):
         m, v = np.zeros_like(w), np.zeros_like(w)
     elif kind != "sgd":
         raise ValueError(f"inner optimizer {kind!r} is not supported")
+    clip = float(opt.get("clip_norm", 0))
+    if not clip >= 0:
+        raise ValueError("inner clip_norm must be >= 0")
     loss_sum, correct = 0.0, 0
     for t in range(1, steps + 1):
         lo, hi = (t - 1) * batch, min(t * batch, count)
@@ -136,6 +139,10 @@ def run_lease(model, lease, base, x, labels):
         loss, hits = model.gradient(w, x[lo:hi], labels[lo:hi], g)
         loss_sum += loss
         correct += hits
+        if clip > 0:
+            scale = clip / (float(np.sqrt(np.sum(g.astype(np.float64) ** 2))) + 1e-6)
+            if scale < 1:
+                g *= np.float32(scale)
         if t == 1 and lease["update_kind"] == "gradient" and kind == "sgd" and (steps == 1 or hi >= count):
             return g, loss_sum, correct  # one sgd step: the gradient itself
         if kind == "sgd":
@@ -155,16 +162,37 @@ def run_lease(model, lease, base, x, labels):
     return update, loss_sum, correct
 
 
+SHARD_ELEMS = {1: ("u1", True), 2: ("<f4", False), 3: ("u1", False), 4: ("<u2", False)}  # dtype, divide by 255
+
+
 def parse_shard(data):
-    magic, version, _, channels, rows, cols, classes, count = struct.unpack_from("<4sBBHHHHI", data, 0)
-    if magic != b"CTSH" or version != 1:
-        raise ValueError("not a version 1 shard")
-    size = channels * rows * cols
-    if len(data) != 18 + count * (size + 1):
-        raise ValueError(f"shard of {len(data)} bytes, want {18 + count * (size + 1)}")
-    pixels = np.frombuffer(data, dtype=np.uint8, count=count * size, offset=18).reshape(count, size)
-    labels = np.frombuffer(data, dtype=np.uint8, count=count, offset=18 + count * size).astype(np.int64)
-    return pixels.astype(np.float32) / np.float32(255), labels
+    """Decodes a format-2 shard into inputs (N, E) float32 and labels: (N,)
+    for class labels, (N, t) for next-token labels."""
+    if len(data) < 16:
+        raise ValueError(f"shard of {len(data)} bytes is shorter than its header")
+    magic, version, elem, kind, rank, classes, count = struct.unpack_from("<4sBBBBII", data, 0)
+    if magic != b"CTSH" or version != 2:
+        raise ValueError(f"not a format 2 shard (magic {magic!r}, version {version})")
+    if elem not in SHARD_ELEMS or kind not in (1, 2) or not 1 <= rank <= 4:
+        raise ValueError(f"shard with element type {elem}, label kind {kind}, rank {rank} is not supported")
+    shape = struct.unpack_from(f"<{rank}I", data, 16)
+    size = int(np.prod(shape))
+    dtype, pixels = SHARD_ELEMS[elem]
+    width = np.dtype(dtype).itemsize
+    span = size + 1 if kind == 2 else size
+    off = 16 + 4 * rank
+    label_width = 0 if kind == 2 else (1 if classes <= 256 else 2)
+    want = off + count * (span * width + label_width)
+    if len(data) != want:
+        raise ValueError(f"shard of {len(data)} bytes, want {want}")
+    elems = np.frombuffer(data, dtype=dtype, count=count * span, offset=off).reshape(count, span)
+    if kind == 2:  # a window of t+1 tokens: inputs the first t, labels the next t
+        return elems[:, :size].astype(np.float32), elems[:, 1:].astype(np.int64)
+    x = elems.astype(np.float32) / np.float32(255) if pixels else elems.astype(np.float32)
+    labels = np.frombuffer(data, dtype="u1" if label_width == 1 else "<u2", count=count, offset=off + count * size * width)
+    if (labels >= classes).any():
+        raise ValueError(f"shard has a label at or above its {classes} classes")
+    return x, labels.astype(np.int64)
 
 
 class Worker:

@@ -61,9 +61,8 @@ func BenchmarkBrowserVsTFJS(b *testing.B) {
 	const batch, rounds, seconds = 64, 5, 1.0
 	train, _ := loadMNIST(b)
 	xs := make([]float32, batch*train.ExampleSize())
-	train.Floats(xs, 0, batch)
 	ys := make([]int32, batch)
-	train.LabelsInt32(ys, 0, batch)
+	train.Fill(xs, ys, 0, batch)
 	mnistX := make([]byte, 4*len(xs))
 	for i, v := range xs {
 		binary.LittleEndian.PutUint32(mnistX[4*i:], math.Float32bits(v))

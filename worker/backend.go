@@ -59,6 +59,8 @@ func (s InnerSteps) Check() error {
 		return fmt.Errorf("inner adamw needs epsilon > 0 (got %v): with 0 a parameter whose gradient is 0 divides 0 by 0", o.Epsilon)
 	case o.Type == protocol.InnerAdamW && !(o.Beta1 >= 0 && o.Beta1 < 1 && o.Beta2 >= 0 && o.Beta2 < 1):
 		return fmt.Errorf("inner adamw betas must be in [0, 1), got %v and %v", o.Beta1, o.Beta2)
+	case !(o.ClipNorm >= 0) || math.IsInf(float64(o.ClipNorm), 0):
+		return fmt.Errorf("inner clip_norm %v must be a finite number >= 0", o.ClipNorm)
 	}
 	return nil
 }
@@ -86,6 +88,9 @@ func (s InnerSteps) UpdateScale() float32 {
 // Stepper is an optional extension of Backend for backends that keep the
 // model in their own memory (a GPU): the loop hands it a whole lease at
 // once, instead of calling Gradient per batch and stepping on the host.
+// A lease whose inner optimizer has a clip_norm goes to Steps only when
+// the backend also has a method ClipsNorm() bool that returns true;
+// otherwise it runs on the host through Gradient.
 type Stepper interface {
 	// Steps runs up to s.Steps inner steps of s.Inner from params, each
 	// on the next s.BatchSize examples of x (len(labels) examples),

@@ -65,14 +65,21 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	}
 	start := time.Now()
 	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	if len(t.labels) < l.Count*lpe || len(t.x) < l.Count*in {
+		return nil, fmt.Errorf("lease of %d examples with %d input values and %d labels (the model takes %d inputs and %d labels per example)",
+			l.Count, len(t.x), len(t.labels), in, lpe)
+	}
 	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int
-	if st, ok := c.backend.(Stepper); ok {
+	if st, ok := c.backend.(Stepper); ok && (plan.Inner.ClipNorm == 0 || clips(st)) {
 		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
 	} else if plan.gradientOnly(l.Count) {
 		n := min(l.Count, l.BatchSize)
 		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n*lpe], c.update)
+		if err == nil {
+			nn.ClipInPlace(c.update, float64(plan.Inner.ClipNorm))
+		}
 	} else {
 		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
 	}
@@ -88,7 +95,8 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 }
 
 // localSteps runs the inner steps on the host, one Gradient call per
-// batch, and writes the update.
+// batch, and writes the update. labels holds the model's labels per
+// example for each.
 func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
 	if c.grad == nil {
 		c.grad = make([]float32, c.model.NumParams)
@@ -100,6 +108,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 	o := plan.Inner
 	if o.Type == protocol.InnerAdamW {
 		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
+		c.adamw.ClipNorm = o.ClipNorm
 		c.adamw.Reset(len(c.local))
 	}
 	for step := 0; step < plan.Steps; step++ {
@@ -117,7 +126,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 		if o.Type == protocol.InnerAdamW {
 			c.adamw.Step(c.local, c.grad)
 		} else {
-			nn.SGDStep(c.local, c.grad, o.LR)
+			nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
 		}
 	}
 	scale := plan.UpdateScale()
@@ -128,8 +137,9 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 }
 
 // ComputeLease runs lease l on b from params over the lease's examples x
-// and labels (l.Count of them) as a worker would, for tools and tests that
-// compare backends and builds. The result's update is a fresh slice.
+// and labels (l.Count times the labels per example) as a worker would, for
+// tools and tests that compare backends and builds. The result's update is
+// a fresh slice.
 func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
 	if len(labels) != l.Count*m.LabelsPerExample || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
 		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",
@@ -143,4 +153,12 @@ func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32,
 	r := *res
 	r.Update = append(protocol.Floats(nil), res.Update...)
 	return &r, nil
+}
+
+// clips reports whether a Stepper clips the gradient to the inner
+// optimizer's clip_norm itself; one that does not says nothing, and the
+// lease runs on the host through its Gradient instead.
+func clips(st Stepper) bool {
+	c, ok := st.(interface{ ClipsNorm() bool })
+	return ok && c.ClipsNorm()
 }

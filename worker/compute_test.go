@@ -202,6 +202,17 @@ func referenceAdamW(m *nn.Model, tk *task, o protocol.InnerOptimizer) []float64 
 			w32[i] = float32(w[i])
 		}
 		m.Gradient(ws, w32, tk.x[lo*in:hi*in], tk.labels[lo:hi], g)
+		if o.ClipNorm > 0 {
+			var ss float64
+			for _, gi := range g {
+				ss += float64(gi) * float64(gi)
+			}
+			if c := float64(o.ClipNorm) / (math.Sqrt(ss) + 1e-6); c < 1 {
+				for i := range g {
+					g[i] = float32(float64(g[i]) * c)
+				}
+			}
+		}
 		t := float64(s + 1)
 		for i, gi := range g {
 			w[i] -= lr * wd * w[i]
@@ -254,6 +265,67 @@ func TestInnerAdamWLease(t *testing.T) {
 		if want := delta[i] / o.LR; math.Abs(float64(res.Update[i]-want)) > 1e-4*(1+math.Abs(float64(want))) {
 			t.Fatalf("gradient[%d] = %v, want delta/lr = %v", i, res.Update[i], want)
 		}
+	}
+}
+
+// clip_norm clips each inner step's gradient to that global L2 norm: for
+// one SGD step the update is the clipped gradient; for AdamW steps each
+// gradient is clipped before its step (checked against the float64
+// reference); a Stepper that does not say it clips gets no such lease,
+// which runs on the host through its Gradient instead.
+func TestInnerClipNorm(t *testing.T) {
+	m := smallModel(t)
+	tk := randomTask(m, 10, 10, 1, 0.5)
+	g := make([]float32, m.NumParams)
+	m.Gradient(m.NewWorkspace(10), tk.params, tk.x, tk.labels, g)
+	var norm float64
+	for _, v := range g {
+		norm += float64(v) * float64(v)
+	}
+	norm = math.Sqrt(norm)
+	clip := float32(norm / 4)
+	tk.lease.Inner.ClipNorm = clip
+	c := newComputer(&refBackend{}, m)
+	res, err := c.compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range g {
+		want := float64(g[i]) * float64(clip) / (norm + 1e-6)
+		if math.Abs(float64(res.Update[i])-want) > 1e-6*(1+math.Abs(want)) {
+			t.Fatalf("update[%d] = %v, want the clipped gradient %v", i, res.Update[i], want)
+		}
+	}
+
+	o := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.01, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8, ClipNorm: clip}
+	tk = randomTask(m, 11, 4, 3, o.LR)
+	tk.lease.Inner, tk.lease.UpdateKind = o, protocol.UpdateDelta
+	want := referenceAdamW(m, tk, o)
+	o.ClipNorm = 0
+	unclipped := referenceAdamW(m, tk, o)
+	var differ bool
+	for i := range want {
+		differ = differ || math.Abs(want[i]-unclipped[i]) > 1e-4
+	}
+	if !differ {
+		t.Fatal("clipping changes nothing in this test: pick a smaller clip_norm")
+	}
+	b := &stepperBackend{}
+	res, err = newComputer(b, m).compute(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.calls != 0 || b.gradients != 3 {
+		t.Errorf("a Stepper that does not clip got %d Steps and %d Gradient calls, want 0 and 3", b.calls, b.gradients)
+	}
+	for i, w := range want {
+		if d := float64(tk.params[i]) - w; math.Abs(float64(res.Update[i])-d) > 2e-6 {
+			t.Fatalf("delta[%d] = %v, want w_base - w_after = %v", i, res.Update[i], d)
+		}
+	}
+	tk.lease.Inner.ClipNorm = -1
+	if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), "clip_norm") {
+		t.Errorf("a negative clip_norm gave %v, want an error naming clip_norm", err)
 	}
 }
 

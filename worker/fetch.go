@@ -17,7 +17,7 @@ type fetcher struct {
 	s          *session
 	ready      chan *task
 	free       chan *task
-	shards     map[string]*dataset.ShardData
+	shards     map[string]*dataset.Set
 	shardOrder []string
 	failures   int
 
@@ -38,7 +38,7 @@ const maxCachedShards = 8
 func newFetcher(s *session, buffers int) *fetcher {
 	f := &fetcher{
 		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
-		shards: map[string]*dataset.ShardData{},
+		shards: map[string]*dataset.Set{},
 	}
 	for range buffers {
 		f.free <- &task{params: make([]float32, s.model.NumParams)}
@@ -104,17 +104,19 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	if shard.Classes > f.s.model.NumClasses {
 		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
 	}
-	if l.Start+l.Count > shard.Count {
-		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.Count)
+	lpe := shard.LabelsPerExample()
+	if want := f.s.model.LabelsPerExample; lpe != want {
+		return fmt.Errorf("shard examples have %d labels each (%s), the model predicts %d", lpe, shard.Kind, want)
 	}
-	n := l.Count * shard.ExampleSize()
-	t.x = grow(t.x, n)
-	shard.Floats(t.x, l.Start, l.Count)
-	if cap(t.labels) < l.Count {
-		t.labels = make([]int32, l.Count)
+	if l.Start < 0 || l.Count < 1 || l.Start+l.Count > shard.N {
+		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.N)
 	}
-	t.labels = t.labels[:l.Count]
-	shard.LabelsInt32(t.labels, l.Start, l.Count)
+	t.x = grow(t.x, l.Count*shard.ExampleSize())
+	if cap(t.labels) < l.Count*lpe {
+		t.labels = make([]int32, l.Count*lpe)
+	}
+	t.labels = t.labels[:l.Count*lpe]
+	shard.Fill(t.x, t.labels, l.Start, l.Count)
 	if l.Snapshot == protocol.SnapshotLatest {
 		t.snap, t.base = 0, -1 // set when it starts
 		return nil
@@ -204,7 +206,7 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 	return buf, nil
 }
 
-func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.ShardData, error) {
+func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
 	if d := f.shards[ref]; d != nil {
 		return d, nil
 	}

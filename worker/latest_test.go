@@ -29,7 +29,7 @@ type testCoordinator struct {
 	t     *testing.T
 	srv   *httptest.Server
 	model *nn.Model
-	shard *dataset.ShardData
+	shard *dataset.Set
 	conns chan *websocket.Conn
 
 	mu        sync.Mutex
@@ -46,20 +46,24 @@ func newTestCoordinator(t *testing.T) *testCoordinator {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	sd := &dataset.ShardData{Count: 16, Channels: 1, Rows: 4, Cols: 4, Classes: 3,
-		Pixels: make([]byte, 16*16), Labels: make([]byte, 16)}
-	for i := range sd.Pixels {
-		sd.Pixels[i] = byte(rng.IntN(256))
+	sd := &dataset.Set{N: 16, Elem: dataset.Pixels, Kind: dataset.ClassLabels, Shape: []int{1, 4, 4}, Classes: 3,
+		U8: make([]byte, 16*16), Labels: make([]int32, 16)}
+	for i := range sd.U8 {
+		sd.U8[i] = byte(rng.IntN(256))
 	}
 	for i := range sd.Labels {
-		sd.Labels[i] = byte(rng.IntN(3))
+		sd.Labels[i] = int32(rng.IntN(3))
+	}
+	body, err := dataset.EncodeSet(sd)
+	if err != nil {
+		t.Fatal(err)
 	}
 	tc := &testCoordinator{t: t, model: m, shard: sd, conns: make(chan *websocket.Conn, 1),
 		snapshots: map[string][]float32{}, downloads: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /shard", func(w http.ResponseWriter, r *http.Request) {
 		tc.count(r.URL.Path)
-		w.Write(sd.Encode())
+		w.Write(body)
 	})
 	mux.HandleFunc("GET /snap/{v}", func(w http.ResponseWriter, r *http.Request) {
 		tc.count(r.URL.Path)
@@ -192,8 +196,7 @@ func (tc *testCoordinator) expectResult(s *coordSide, l *protocol.Lease, params 
 	}
 	x := make([]float32, l.Count*tc.model.InputSize)
 	labels := make([]int32, l.Count)
-	tc.shard.Floats(x, l.Start, l.Count)
-	tc.shard.LabelsInt32(labels, l.Start, l.Count)
+	tc.shard.Fill(x, labels, l.Start, l.Count)
 	want, err := ComputeLease(&refBackend{}, tc.model, *l, params, x, labels)
 	if err != nil {
 		tc.t.Fatal(err)

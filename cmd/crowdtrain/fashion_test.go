@@ -55,7 +55,7 @@ func TestFashionCNNReachesNinetyPercent(t *testing.T) {
 		t.Fatalf("fashion-cnn ended %s (%s) at test accuracy %.4f, want done at >= 0.90; log:\n%s",
 			v.State, v.Reason, acc, srv.logText())
 	}
-	if v.Spec.Dataset != dataset.FashionMNIST {
+	if v.Spec.Dataset.Name != dataset.FashionMNIST {
 		t.Fatalf("job's dataset = %q, want %q", v.Spec.Dataset, dataset.FashionMNIST)
 	}
 }

@@ -145,8 +145,7 @@ func TestSIGKILLResumesFromTheLatestCheckpoint(t *testing.T) {
 	y := make([]int32, 500)
 	correct := 0
 	for start := 0; start < test.N; start += 500 {
-		test.Floats(x, start, 500)
-		test.LabelsInt32(y, start, 500)
+		test.Fill(x, y, start, 500)
 		_, c := model.Evaluate(ws, params, x, y)
 		correct += c
 	}

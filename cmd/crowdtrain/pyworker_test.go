@@ -18,6 +18,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -179,8 +180,11 @@ print(json.dumps({"loss_sum": loss, "correct": correct}))
 		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 1, 1e-5},
 		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, protocol.UpdateGradient, 3, 1e-4},
 		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}, protocol.UpdateDelta, 3, 1e-4},
+		// clip_norm far under the gradients' norms: every step is clipped.
+		{protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1, ClipNorm: 0.05}, protocol.UpdateGradient, 1, 1e-5},
+		{protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, ClipNorm: 0.05}, protocol.UpdateDelta, 3, 1e-4},
 	} {
-		name := fmt.Sprintf("%s %s %d steps", tc.inner.Type, tc.kind, tc.steps)
+		name := fmt.Sprintf("%s %s %d steps clip_norm %v", tc.inner.Type, tc.kind, tc.steps, tc.inner.ClipNorm)
 		lease := protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: tc.steps,
 			Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
 		n := count
@@ -194,7 +198,7 @@ print(json.dumps({"loss_sum": loss, "correct": correct}))
 		}
 		leaseJSON, _ := json.Marshal(map[string]any{"count": n, "batch_size": batch, "local_steps": tc.steps, "update_kind": tc.kind,
 			"inner_optimizer": map[string]any{"type": tc.inner.Type, "lr": tc.inner.LR, "weight_decay": tc.inner.WeightDecay,
-				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon}})
+				"beta1": tc.inner.Beta1, "beta2": tc.inner.Beta2, "epsilon": tc.inner.Epsilon, "clip_norm": tc.inner.ClipNorm}})
 		write("x", protocol.EncodeFloats(x[:n*m.InputSize]))
 		write("labels", lb[:4*n])
 		out, err := exec.Command(python, "-c", probe, scripts, dir, string(leaseJSON)).CombinedOutput()
@@ -248,4 +252,80 @@ func (b *nnBackend) Prepare(m *nn.Model, maxBatch int) error {
 func (b *nnBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	l, c := b.m.Gradient(b.ws, params, x, labels, grad)
 	return l, c, nil
+}
+
+// scripts/pyworker.py's shard reader, written from docs/PROTOCOL.md,
+// decodes every element type and label kind of format 2 to the inputs and
+// labels the Go worker trains on, and refuses format 1.
+func TestPythonShardReaderMatchesGo(t *testing.T) {
+	python := pythonWithModules(t)
+	text, _, err := dataset.TextSplits("t", "dataset.path", []byte("It is a truth universally acknowledged, that a single man"), 8, 0.2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[string]*dataset.Set{
+		"pixels": {Elem: dataset.Pixels, Kind: dataset.ClassLabels, Shape: []int{1, 2, 3}, Classes: 10, N: 3,
+			U8: []byte{0, 1, 2, 3, 4, 5, 250, 251, 252, 253, 254, 255, 9, 8, 7, 6, 5, 4}, Labels: []int32{9, 0, 4}},
+		"features": {Elem: dataset.Float32, Kind: dataset.ClassLabels, Shape: []int{2}, Classes: 300, N: 2,
+			F32: []float32{-1.5, 1e-20, 3, 4.25}, Labels: []int32{299, 256}},
+		"tokens16": {Elem: dataset.Tokens16, Kind: dataset.ClassLabels, Shape: []int{2}, Classes: 5, N: 2,
+			U16: []uint16{1000, 2, 65535, 4}, Labels: []int32{4, 1}},
+		"text": text,
+	}
+	dir := t.TempDir()
+	scripts, _ := filepath.Abs(filepath.Join("..", "..", "scripts"))
+	const probe = `
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import pyworker
+x, labels = pyworker.parse_shard(open(sys.argv[2], "rb").read())
+np.asarray(x, dtype="<f4").tofile(sys.argv[2] + ".x")
+np.asarray(labels, dtype="<i4").tofile(sys.argv[2] + ".y")
+`
+	for name, s := range sets {
+		body, err := dataset.AppendShard(nil, s, dataset.Shard{Indices: []int{1, 0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(python, "-c", probe, scripts, path).CombinedOutput(); err != nil {
+			t.Fatalf("%s: pyworker.parse_shard: %v\n%s", name, err, out)
+		}
+		d, err := dataset.DecodeShard(body, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantX := make([]float32, d.N*d.ExampleSize())
+		wantY := make([]int32, d.N*d.LabelsPerExample())
+		d.Fill(wantX, wantY, 0, d.N)
+		xb, _ := os.ReadFile(path + ".x")
+		yb, _ := os.ReadFile(path + ".y")
+		if len(xb) != 4*len(wantX) || len(yb) != 4*len(wantY) {
+			t.Fatalf("%s: python gave %d inputs and %d labels, want %d and %d", name, len(xb)/4, len(yb)/4, len(wantX), len(wantY))
+		}
+		for i, w := range wantX {
+			if g := math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:])); g != w {
+				t.Fatalf("%s: input %d: python %v, Go %v", name, i, g, w)
+			}
+		}
+		for i, w := range wantY {
+			if g := int32(binary.LittleEndian.Uint32(yb[4*i:])); g != w {
+				t.Fatalf("%s: label %d: python %d, Go %d", name, i, g, w)
+			}
+		}
+	}
+	// A format 1 shard is refused with a message, not misread.
+	old := filepath.Join(dir, "v1")
+	v1 := append([]byte("CTSH\x01\x00"), make([]byte, 30)...)
+	if err := os.WriteFile(old, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(python, "-c", probe, scripts, old).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not a format 2 shard") {
+		t.Fatalf("a format 1 shard: %v\n%s", err, out)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
 	threads := fs.Int("threads", 1, "threads per local worker")
-	dataDir := fs.String("data", "", "`DIR` holding the MNIST IDX files, for jobs with `dataset: mnist` (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
+	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints); "+
+		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
+	dataRoot := fs.String("data-root", ".", "`DIR` whose files job specs submitted over the API may name (their relative paths are relative to it)")
 	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
 	dbPath := fs.String("db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
 	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
@@ -84,21 +87,44 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	logger := log.New(stderr, "", log.LstdFlags)
-	// The job's data set is loaded before the database is opened: a
-	// missing one exits 2 with nothing changed. Resumed jobs and jobs
-	// submitted later load theirs through the same function, once each.
-	loadData := func(name string) (*dataset.Set, *dataset.Set, error) {
-		return dataset.LoadBuiltin(name, *dataDir)
-	}
-	train, test, err := loadData(spec.Dataset)
-	if err != nil {
-		if dataset.IsNotFound(err) {
-			return &usageError{fmt.Sprintf("job %s: dataset %s: %v", *jobArg, spec.Dataset, err)}
+	mnistDir := *dataDir
+	if spec.Dataset.IsText() {
+		mnistDir = ""
+		if *dataDir != "" {
+			// --data names the text a text job trains on.
+			abs, err := filepath.Abs(*dataDir)
+			if err != nil {
+				return err
+			}
+			vf := spec.Dataset.ValFraction
+			if vf == 0 {
+				vf = dataset.DefaultValFraction
+			}
+			spec.Dataset = dataset.Spec{Type: dataset.TypeText, Path: abs, ValFraction: vf}
 		}
-		return err
 	}
-	preloaded := spec.Dataset
+	logger := log.New(stderr, "", log.LstdFlags)
+	// The job's data set is loaded, and the model checked against it,
+	// before the database is opened: bad data exits 2 with nothing
+	// changed. Resumed jobs and jobs submitted later load theirs through
+	// the same function, once each.
+	loadData := func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
+		o.MNISTDir = mnistDir
+		return dataset.Load(d, o)
+	}
+	opts, err := coordinator.DataOptions(spec)
+	if err != nil {
+		return &usageError{fmt.Sprintf("job %s: %v", *jobArg, err)}
+	}
+	train, test, err := loadData(spec.Dataset, opts)
+	if err != nil {
+		return &usageError{fmt.Sprintf("job %s: %v", *jobArg, err)}
+	}
+	if err := coordinator.CheckData(&spec, train); err != nil {
+		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", *jobArg, train.Describe(), err)}
+	}
+	logger.Printf("data: %s: train %s; test %s", spec.Dataset, train.Describe(), test.Describe())
+	preloaded := spec.Dataset.Key()
 	var db *store.Store
 	storeStuck := false // a frozen store: closing it would hang
 	if *dbPath != "" {
@@ -116,13 +142,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := coordinator.Config{
-		LoadData: func(name string) (*dataset.Set, *dataset.Set, error) {
-			if name == preloaded {
+		LoadData: func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
+			if d.Key() == preloaded && o == opts {
 				return train, test, nil
 			}
-			return loadData(name)
+			return loadData(d, o)
 		},
-		Logf: logger.Printf, Store: db,
+		Logf: logger.Printf, Store: db, DataRoot: *dataRoot,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
@@ -144,7 +170,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// only when there are none, so restarting never duplicates a job.
 	resumed, err := srv.ResumeJobs(ctx)
 	if err != nil {
-		if dataset.IsNotFound(err) {
+		var ke *dataset.KeyError
+		if dataset.IsNotFound(err) || errors.As(err, &ke) {
+			// A stored job's data that is gone or broken: bad input.
 			return &usageError{fmt.Sprintf("resuming from %s: %v", *dbPath, err)}
 		}
 		return fmt.Errorf("resuming from %s: %w", *dbPath, err)

@@ -411,7 +411,7 @@ function renderJobs() {
     fmtRate(j.updates_per_sec),
     fmtInt(j.updates_applied),
     rejectedText(j),
-    fmtAcc(j.eval && j.eval.accuracy),
+    j.eval && num(j.eval.bits_per_char) ? j.eval.bits_per_char.toFixed(3) + ' bpc' : fmtAcc(j.eval && j.eval.accuracy),
     fmtLoss(j.eval && j.eval.loss),
   ];
   const numeric = [false, false, true, true, true, true, true, false, true, true];
@@ -522,8 +522,14 @@ function renderJob() {
   text($('job-workers'), fmtInt(job.workers));
   text($('job-params'), fmtInt(job.num_params) + (num(job.shards) ? ' · ' + fmtInt(job.shards) + ' shards' : ''));
   const ev = job.eval;
-  text($('job-eval'), ev ? 'accuracy ' + fmtAcc(ev.accuracy) + ', loss ' + fmtLoss(ev.loss) +
+  // A text job has no accuracy worth showing: loss and bits per character.
+  const evText = ev && num(ev.bits_per_char) ? 'loss ' + fmtLoss(ev.loss) + ' nats, ' + ev.bits_per_char.toFixed(3) + ' bits/char'
+    : ev ? 'accuracy ' + fmtAcc(ev.accuracy) + ', loss ' + fmtLoss(ev.loss) : '';
+  text($('job-eval'), ev ? evText +
     (num(ev.version) ? ' at version ' + ev.version : '') + (ev.at ? ', ' + ago(ev.at) : '') : 'not yet');
+  const sample = ev && typeof ev.sample === 'string' ? ev.sample : '';
+  $('job-sample-label').hidden = $('job-sample-box').hidden = !sample;
+  text($('job-sample'), sample);
   const cp = job.last_checkpoint;
   text($('job-checkpoint'), cp ? 'version ' + (num(cp.version) ? cp.version : '?') + (cp.at || cp.created_at ? ', ' + ago(cp.at || cp.created_at) : '') : 'none yet');
   // A checkpoint the coordinator could not write (disk full, read-only

@@ -8,10 +8,14 @@
 importScripts('wasm_exec.js');
 
 // Shards are immutable per job (a job id is never reused), so a reload takes
-// them from Cache Storage instead of the network. Snapshots go through the
-// browser's HTTP cache (they are served with strong ETags).
-const SHARD_PATH = /^\/api\/v1\/jobs\/[^/]+\/shards\/\d+$/;
-const SHARD_CACHE = 'crowdtrain-shards-v1';
+// them from Cache Storage instead of the network. Their URL names the shard
+// format (/shards/v2/N), so a cached shard of another format never matches.
+// Snapshots go through the browser's HTTP cache (they are served with
+// strong ETags).
+const SHARD_PATH = /^\/api\/v1\/jobs\/[^/]+\/shards\/v\d+\/\d+$/;
+const SHARD_CACHE = 'crowdtrain-shards-v2';
+// The cache of format-1 shards is of no use any more.
+if (self.caches) caches.delete('crowdtrain-shards-v1').catch(() => {});
 const MAX_CACHED_SHARDS = 512;
 const cacheStats = { hits: 0, misses: 0 };
 const netFetch = self.fetch.bind(self);

@@ -81,8 +81,7 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 		if err != nil {
 			return err
 		}
-		train.Floats(x, 0, n)
-		train.LabelsInt32(labels, 0, n)
+		train.Fill(x, labels, 0, n)
 	}
 	b := newBackend()
 	if lease != nil {

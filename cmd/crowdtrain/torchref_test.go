@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
+)
+
+const torchReference = "../../scripts/torch_reference.py"
+
+// torchPython is /usr/bin/python3 with torch and numpy (Debian's
+// python3-torch), or the test is skipped (failed in CI).
+func torchPython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import numpy, torch").CombinedOutput(); err != nil {
+		testenv.Missing(t, fmt.Sprintf("%s with torch and numpy is needed (apt-get install python3-torch): %v %s", py, err, out))
+	}
+	return py
+}
+
+// writeNpy writes a little-endian C-order .npy file (format 1.0) of
+// float32 ('<f4') or int32 ('<i4') values.
+func writeNpy(t *testing.T, path string, shape []int, f32 []float32, i32 []int32) {
+	t.Helper()
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = strconv.Itoa(d)
+	}
+	tuple := strings.Join(dims, ", ")
+	if len(shape) == 1 {
+		tuple += ","
+	}
+	descr := "<f4"
+	if i32 != nil {
+		descr = "<i4"
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
+	// magic (6) + version (2) + length (2) + header + '\n', a multiple of 64.
+	pad := 64 - (10+len(header)+1)%64
+	header += strings.Repeat(" ", pad%64) + "\n"
+	var b bytes.Buffer
+	b.WriteString("\x93NUMPY\x01\x00")
+	binary.Write(&b, binary.LittleEndian, uint16(len(header)))
+	b.WriteString(header)
+	if i32 != nil {
+		binary.Write(&b, binary.LittleEndian, i32)
+	} else {
+		binary.Write(&b, binary.LittleEndian, f32)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exportModel stores a job of model spec ms with params as its checkpoint
+// at version 7 and runs `crowdtrain export`, returning the file written.
+func exportModel(t *testing.T, dir, name string, ms nn.ModelSpec, params []float32) string {
+	t.Helper()
+	return exportSpec(t, dir, jobspec.Spec{Name: name, Model: ms}, params)
+}
+
+// exportSpec is exportModel of a whole job spec.
+func exportSpec(t *testing.T, dir string, spec jobspec.Spec, params []float32) string {
+	t.Helper()
+	ctx := context.Background()
+	name := spec.Name
+	dbPath := filepath.Join(dir, name+".db")
+	db, err := store.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specJSON, _ := json.Marshal(spec)
+	id := name + "-1"
+	if err := db.CreateJob(ctx, store.JobRecord{ID: id, Name: name, Spec: specJSON, State: "done", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveCheckpoint(ctx, store.Checkpoint{JobID: id, Version: 7, CreatedAt: time.Now(), Params: protocol.EncodeFloats(params)}, 5); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out := filepath.Join(dir, name+".safetensors")
+	if code, stdout, stderr := runCmd(t, ctx, "export", "--db", dbPath, "--job", id, "--out", out); code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	return out
+}
+
+// randomParams initialises m as training would and moves every parameter
+// (biases and layer norms included) by up to ±scale, so that a tensor
+// loaded in the wrong place or transposed shows in the loss.
+func randomParams(m *nn.Model, scale float32) []float32 {
+	p := make([]float32, m.NumParams)
+	m.Init(p, 3)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range p {
+		p[i] += scale * (2*rng.Float32() - 1)
+	}
+	return p
+}
+
+var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
+
+// The export round trip: a model exported by `crowdtrain export`, rebuilt
+// in plain PyTorch by scripts/torch_reference.py from the spec in its
+// metadata, scores the same batch with the same mean loss as crowdtrain,
+// within 1e-4.
+func TestExportScoresTheSameInPyTorch(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm-tiny", "charlm"} {
+		t.Run(name, func(t *testing.T) {
+			ms, err := nn.Preset(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := nn.NewModel(ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := randomParams(m, 0.05)
+			if name == "charlm" && testing.Short() {
+				t.Skip("charlm's batch takes a few seconds in each language; skipped with -short")
+			}
+			file := exportModel(t, dir, name, ms, params)
+			const n = 16
+			rng := rand.New(rand.NewPCG(5, 6))
+			x := make([]float32, n*m.InputSize)
+			seq := len(ms.Input) == 1
+			for i := range x {
+				if seq {
+					x[i] = float32(rng.IntN(m.NumClasses))
+				} else {
+					x[i] = rng.Float32()
+				}
+			}
+			labels := n
+			if seq {
+				labels = n * m.InputSize
+			}
+			y := make([]int32, labels)
+			for i := range y {
+				y[i] = int32(rng.IntN(m.NumClasses))
+			}
+			lossSum, _ := m.Evaluate(m.NewWorkspace(n), params, x, y)
+			goLoss := lossSum / float64(len(y))
+
+			xf, yf := filepath.Join(dir, name+"-x.npy"), filepath.Join(dir, name+"-y.npy")
+			writeNpy(t, xf, append([]int{n}, ms.Input...), x, nil)
+			yshape := []int{n}
+			if seq {
+				yshape = []int{n, m.InputSize}
+			}
+			writeNpy(t, yf, yshape, nil, y)
+			out, err := exec.Command(py, torchReference, "score", "--model", file, "--x", xf, "--y", yf).CombinedOutput()
+			if err != nil {
+				t.Fatalf("torch_reference.py score: %v\n%s", err, out)
+			}
+			mm := lossLine.FindSubmatch(out)
+			if mm == nil {
+				t.Fatalf("torch_reference.py printed no loss line:\n%s", out)
+			}
+			torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
+			t.Logf("%s: crowdtrain loss %.7f, PyTorch %.7f", name, goLoss, torchLoss)
+			if math.Abs(goLoss-torchLoss) > 1e-4 || math.IsNaN(torchLoss) {
+				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
+			}
+		})
+	}
+}
+
+// The character model sampled in PyTorch at temperature 0 writes what
+// crowdtrain's Generate writes from the same export and prompt.
+func TestExportSamplesTheSameInPyTorch(t *testing.T) {
+	py := torchPython(t)
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := randomParams(m, 0.2) // logits far enough apart that float32 and float64 agree on the argmax
+	file := exportModel(t, t.TempDir(), "charlm-tiny", ms, params)
+	const prompt, n = "In the beginning God created", 40
+	toks := make([]int32, len(prompt))
+	for i := range prompt {
+		toks[i] = int32(prompt[i])
+	}
+	gen, err := m.Generate(m.NewWorkspace(1), params, toks, n, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, n)
+	for i, v := range gen {
+		want[i] = byte(v)
+	}
+	out, err := exec.Command(py, torchReference, "sample", "--model", file, "--prompt", prompt, "--tokens", strconv.Itoa(n), "--temperature", "0").Output()
+	if err != nil {
+		t.Fatalf("torch_reference.py sample: %v", err)
+	}
+	if got := strings.TrimSuffix(string(out), "\n"); got != string(want) {
+		t.Fatalf("PyTorch continued %q with %q; crowdtrain with %q", prompt, got, want)
+	}
+}
+
+var valLossLine = regexp.MustCompile(`(?m)^val_loss ([0-9.eE+-]+)$`)
+
+// torch_reference.py train: the exported initial model, trained in
+// PyTorch with the job's optimizer (AdamW with clip_norm here) on a text,
+// learns it: the validation loss falls far under ln 256, where it starts.
+func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model in PyTorch for a few seconds; skipped with -short")
+	}
+	py := torchPython(t)
+	dir := t.TempDir()
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, 1)
+	file := exportSpec(t, dir, jobspec.Spec{Name: "charlm-tiny", Model: ms, BatchSize: 32,
+		OuterOptimizer: nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}}, params)
+	text := filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte(strings.Repeat("In the beginning God created the heaven and the earth. ", 400)), 0o644)
+	out, err := exec.Command(py, torchReference, "train", "--model", file, "--data", text, "--tokens", "150000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("torch_reference.py train: %v\n%s", err, out)
+	}
+	mm := valLossLine.FindSubmatch(out)
+	if mm == nil {
+		t.Fatalf("no val_loss line:\n%s", out)
+	}
+	loss, _ := strconv.ParseFloat(string(mm[1]), 64)
+	t.Logf("%s", out)
+	if !(loss < 1.5) {
+		t.Fatalf("validation loss %v after 150k tokens of a repeated sentence, want < 1.5 (ln 256 = 5.55)", loss)
+	}
+}

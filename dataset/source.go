@@ -1,0 +1,552 @@
+package dataset
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Data spec types: the `type` of a job spec's dataset object.
+const (
+	TypeIDX  = "idx"
+	TypeNPY  = "npy"
+	TypeText = "text"
+)
+
+// Types lists the data spec types in documentation order.
+var Types = []string{TypeIDX, TypeNPY, TypeText}
+
+// DefaultValFraction is the share of a text held out for validation when
+// the spec does not say.
+const DefaultValFraction = 0.05
+
+// Spec is a job spec's `dataset`: a built-in data set by Name, or files of
+// a Type. In JSON and YAML it is a string (the built-in name) or an object
+// {type: idx, train_images, train_labels, test_images, test_labels},
+// {type: npy, train_x, train_y, test_x, test_y} or {type: text, path,
+// val_fraction}.
+type Spec struct {
+	Name string `json:"-"`
+	Type string `json:"type"`
+
+	TrainImages string `json:"train_images,omitempty"`
+	TrainLabels string `json:"train_labels,omitempty"`
+	TestImages  string `json:"test_images,omitempty"`
+	TestLabels  string `json:"test_labels,omitempty"`
+
+	TrainX string `json:"train_x,omitempty"`
+	TrainY string `json:"train_y,omitempty"`
+	TestX  string `json:"test_x,omitempty"`
+	TestY  string `json:"test_y,omitempty"`
+
+	Path        string  `json:"path,omitempty"`
+	ValFraction float64 `json:"val_fraction,omitempty"`
+}
+
+// Builtin returns the spec of the built-in data set name.
+func Builtin(name string) Spec { return Spec{Name: name} }
+
+// SpecKeys lists the keys of each type's object, after `type`.
+var SpecKeys = map[string][]string{
+	TypeIDX:  {"train_images", "train_labels", "test_images", "test_labels"},
+	TypeNPY:  {"train_x", "train_y", "test_x", "test_y"},
+	TypeText: {"path", "val_fraction"},
+}
+
+// File is one file a spec names: its key and a pointer to its path.
+type File struct {
+	Key  string
+	Path *string
+}
+
+// Files lists the files the spec names, by key, in documentation order
+// (all of them, whatever the type, so a misplaced one can be reported).
+func (s *Spec) Files() []File {
+	return []File{
+		{"train_images", &s.TrainImages}, {"train_labels", &s.TrainLabels},
+		{"test_images", &s.TestImages}, {"test_labels", &s.TestLabels},
+		{"train_x", &s.TrainX}, {"train_y", &s.TrainY}, {"test_x", &s.TestX}, {"test_y", &s.TestY},
+		{"path", &s.Path},
+	}
+}
+
+// IsText reports whether the spec is text (a language model's data).
+func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV }
+
+// IsImageBuiltin reports whether the spec is a built-in 28x28 grey image
+// set.
+func (s Spec) IsImageBuiltin() bool { return s.Name == MNIST || s.Name == FashionMNIST }
+
+// String is the built-in name, or the type and files.
+func (s Spec) String() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	parts := []string{s.Type}
+	for _, f := range s.Files() {
+		if *f.Path != "" {
+			parts = append(parts, f.Key+"="+*f.Path)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Key identifies the data a spec loads, for sharing one load between jobs.
+func (s Spec) Key() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// MarshalJSON writes a built-in data set as its name, others as objects.
+func (s Spec) MarshalJSON() ([]byte, error) {
+	if s.Name != "" {
+		return json.Marshal(s.Name)
+	}
+	type plain Spec
+	return json.Marshal(plain(s))
+}
+
+// UnmarshalJSON reads a name or an object (stored specs; jobspec parses
+// spec files with its own key checks).
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err == nil {
+		*s = Spec{Name: name}
+		return nil
+	}
+	type plain Spec
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return fmt.Errorf("dataset: want a built-in name or an object with a type: %w", err)
+	}
+	*s = Spec(p)
+	return nil
+}
+
+// Validate checks the spec's keys: a known built-in name, or a known type
+// with every file of that type named and no key of another type. Errors
+// name the key as "dataset" or "dataset.KEY".
+func (s Spec) Validate() error {
+	if s.Name != "" {
+		if s.Type != "" {
+			return &KeyError{Key: "dataset", Problem: "a built-in name has no type"}
+		}
+		if !slices.Contains(Builtins, s.Name) {
+			return &KeyError{Key: "dataset", Problem: fmt.Sprintf("%q is not a built-in data set (want one of %s, or an object with type %s)",
+				s.Name, strings.Join(Builtins, ", "), strings.Join(Types, ", "))}
+		}
+		return nil
+	}
+	keys, ok := SpecKeys[s.Type]
+	if !ok {
+		return &KeyError{Key: "dataset.type", Problem: fmt.Sprintf("%q is not a data set type (want %s)", s.Type, strings.Join(Types, ", "))}
+	}
+	for _, f := range s.Files() {
+		mine := slices.Contains(keys, f.Key)
+		switch {
+		case mine && *f.Path == "":
+			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("missing: type %s needs %s", s.Type, strings.Join(fileKeys(keys), ", "))}
+		case !mine && *f.Path != "":
+			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("is not a key of type %s (its keys: %s)", s.Type, strings.Join(keys, ", "))}
+		}
+	}
+	switch {
+	case s.Type == TypeText && !(s.ValFraction > 0 && s.ValFraction <= 0.5):
+		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", s.ValFraction)}
+	case s.Type != TypeText && s.ValFraction != 0:
+		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("is a key of type text, not %s", s.Type)}
+	}
+	return nil
+}
+
+func fileKeys(keys []string) []string {
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == "val_fraction" })
+}
+
+// KeyError is a data spec or data file problem, naming the spec key
+// ("dataset", "dataset.train_x") it comes from.
+type KeyError struct {
+	Key     string
+	Problem string
+	Err     error // the underlying error, for errors.Is
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Problem }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// fileError names the key and file of a data file that cannot be used.
+func fileError(key, path string, err error, fix string) error {
+	var problem string
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		problem = fmt.Sprintf("%s does not exist", path)
+	default:
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Path == path {
+			problem = fmt.Sprintf("%s: %v", path, pe.Err)
+		} else {
+			problem = fmt.Sprintf("%s: %v", path, err)
+		}
+	}
+	if fix != "" {
+		problem += ". Fix: " + fix
+	}
+	if key != "dataset" {
+		key = "dataset." + key
+	}
+	return &KeyError{Key: key, Problem: problem, Err: err}
+}
+
+// Resolve makes the spec's relative paths relative to dir (the directory
+// of the spec file that names them).
+func (s *Spec) Resolve(dir string) {
+	for _, f := range s.Files() {
+		if *f.Path != "" && !filepath.IsAbs(*f.Path) {
+			*f.Path = filepath.Join(dir, *f.Path)
+		}
+	}
+}
+
+// ResolveUnder resolves the spec's paths against root, as a coordinator
+// does for a spec submitted over its API: a relative path is joined to
+// root, and every path must name an existing file (or, for text, a
+// directory) inside root once symlinks are followed, so a submitted spec
+// cannot read other files of the coordinator's machine. Paths become
+// absolute and symlink-free.
+func (s *Spec) ResolveUnder(root string) error {
+	if s.Name != "" {
+		return nil
+	}
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return fmt.Errorf("dataset: data root %s: %w", root, err)
+	}
+	realRoot, err := filepath.EvalSymlinks(absRoot)
+	if err != nil {
+		return fmt.Errorf("dataset: data root %s: %w (start the coordinator with --data-root naming an existing directory)", root, err)
+	}
+	for _, f := range s.Files() {
+		p := *f.Path
+		if p == "" {
+			continue
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(absRoot, p)
+		}
+		p = filepath.Clean(p)
+		outside := fmt.Sprintf("%s is outside the coordinator's data root %s: name a file under it (or start the coordinator with another --data-root)", *f.Path, absRoot)
+		if !within(absRoot, p) && !within(realRoot, p) {
+			return &KeyError{Key: "dataset." + f.Key, Problem: outside}
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return fileError(f.Key, *f.Path, err, "name a file under the coordinator's data root "+absRoot)
+		}
+		if !within(realRoot, real) {
+			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("%s leads (through a symlink) to %s, outside the coordinator's data root %s", *f.Path, real, absRoot)}
+		}
+		*f.Path = real
+	}
+	return nil
+}
+
+// within reports whether path is root or below it (both clean, absolute).
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// Options are what loading a spec needs besides the spec.
+type Options struct {
+	// Context is the window t of a text data set: the model's input [t].
+	Context int
+	// MNISTDir is where `mnist` is read from ("" searches: FindMNIST).
+	MNISTDir string
+}
+
+// A Source loads a data set's train and test (or validation) splits.
+type Source interface {
+	Load(o Options) (train, test *Set, err error)
+}
+
+// Source returns the loader of the spec's format. The spec must be valid.
+func (s Spec) Source() (Source, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case s.Name == BibleKJV:
+		return BibleSource{}, nil
+	case s.Name != "":
+		return BuiltinSource{Name: s.Name}, nil
+	case s.Type == TypeIDX:
+		return IDXSource{TrainImages: s.TrainImages, TrainLabels: s.TrainLabels, TestImages: s.TestImages, TestLabels: s.TestLabels}, nil
+	case s.Type == TypeNPY:
+		return NPYSource{TrainX: s.TrainX, TrainY: s.TrainY, TestX: s.TestX, TestY: s.TestY}, nil
+	}
+	return TextSource{Path: s.Path, ValFraction: s.ValFraction}, nil
+}
+
+// Load loads the spec's train and test splits.
+func Load(s Spec, o Options) (train, test *Set, err error) {
+	src, err := s.Source()
+	if err != nil {
+		return nil, nil, err
+	}
+	return src.Load(o)
+}
+
+// BuiltinSource is a built-in image data set by name (LoadBuiltin).
+type BuiltinSource struct{ Name string }
+
+func (b BuiltinSource) Load(o Options) (train, test *Set, err error) {
+	return LoadBuiltin(b.Name, o.MNISTDir)
+}
+
+// IDXSource is any IDX image set: images files of (count, rows, cols) or
+// (count, channels, rows, cols) bytes and labels files of (count) bytes,
+// raw or gzip.
+type IDXSource struct{ TrainImages, TrainLabels, TestImages, TestLabels string }
+
+func (x IDXSource) Load(Options) (train, test *Set, err error) {
+	load := func(split, imgKey, img, labKey, lab string) (*Set, error) {
+		s, err := loadIDXPair("idx-"+split, imgKey, img, labKey, lab)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if train, err = load("train", "train_images", x.TrainImages, "train_labels", x.TrainLabels); err != nil {
+		return nil, nil, err
+	}
+	if test, err = load("test", "test_images", x.TestImages, "test_labels", x.TestLabels); err != nil {
+		return nil, nil, err
+	}
+	if err := pairSplits(train, test, "test_images", x.TestImages, "train_images", x.TrainImages); err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
+}
+
+// pairSplits checks that test's examples have train's shape and type and
+// gives both the larger Classes.
+func pairSplits(train, test *Set, testKey, testPath, trainKey, trainPath string) error {
+	if !slices.Equal(train.Shape, test.Shape) || train.Elem != test.Elem {
+		return &KeyError{Key: "dataset." + testKey, Problem: fmt.Sprintf("%s holds %s %s examples but %s (%s) holds %s %s: the files are from different data sets",
+			testPath, test.Elem, test.ShapeString(), trainPath, trainKey, train.Elem, train.ShapeString())}
+	}
+	c := max(train.Classes, test.Classes)
+	train.Classes, test.Classes = c, c
+	return nil
+}
+
+const idxFix = "name an IDX file (the MNIST format: *-idx3-ubyte images, *-idx1-ubyte labels, raw or .gz)"
+
+// loadIDXPair loads an images and a labels IDX file, naming the spec key
+// of the file that is wrong.
+func loadIDXPair(name, imgKey, imgPath, labKey, labPath string) (*Set, error) {
+	img, err := readIDXPath(imgPath)
+	if err != nil {
+		return nil, fileError(imgKey, imgPath, err, idxFix)
+	}
+	lab, err := readIDXPath(labPath)
+	if err != nil {
+		return nil, fileError(labKey, labPath, err, idxFix)
+	}
+	var shape []int
+	switch len(img.Dims) {
+	case 3:
+		shape = []int{1, img.Dims[1], img.Dims[2]}
+	case 4:
+		shape = slices.Clone(img.Dims[1:])
+	default:
+		return nil, fileError(imgKey, imgPath, fmt.Errorf("images file has dims %v; want 3 (count, rows, cols) or 4 (count, channels, rows, cols): is it a labels file?", img.Dims), "")
+	}
+	if len(lab.Dims) != 1 {
+		return nil, fileError(labKey, labPath, fmt.Errorf("labels file has dims %v; want 1 (count): is it an images file?", lab.Dims), "")
+	}
+	if img.Dims[0] != lab.Dims[0] {
+		return nil, &KeyError{Key: strings.TrimPrefix("dataset."+labKey, "dataset.dataset"), Problem: fmt.Sprintf("%s has %d images but %s has %d labels; the files are not a pair",
+			imgPath, img.Dims[0], labPath, lab.Dims[0])}
+	}
+	s := &Set{Name: name, Elem: Pixels, Shape: shape, Kind: ClassLabels, N: img.Dims[0], Classes: 2, U8: img.Data, Labels: make([]int32, len(lab.Data))}
+	for i, l := range lab.Data {
+		s.Labels[i] = int32(l)
+		s.Classes = max(s.Classes, int(l)+1)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fileError(imgKey, imgPath, err, "")
+	}
+	return s, nil
+}
+
+func readIDXPath(path string) (*IDX, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadIDX(f, IDXFileMaxBytes)
+}
+
+// LoadIDXPair loads an images file (3 dims N,R,C, or 4 dims N,C,R,C) and a
+// labels file (1 dim N), checking N matches. Classes is max label + 1, at
+// least 2.
+func LoadIDXPair(name, imagesPath, labelsPath string) (*Set, error) {
+	return loadIDXPair(name, "dataset", imagesPath, "dataset", labelsPath)
+}
+
+// NPYSource is NumPy arrays as numpy.save writes them: inputs uint8
+// (pixels, read as p/255) or float32 (features) of shape (N, ...), labels
+// of any integer dtype and shape (N,) or (N, 1).
+type NPYSource struct{ TrainX, TrainY, TestX, TestY string }
+
+const npyFix = "name a .npy file as numpy.save writes it (inputs uint8 or float32, labels integers)"
+
+func (p NPYSource) Load(Options) (train, test *Set, err error) {
+	load := func(split, xKey, xPath, yKey, yPath string) (*Set, error) {
+		xa, err := ReadNPYFile(xPath)
+		if err != nil {
+			return nil, fileError(xKey, xPath, err, npyFix)
+		}
+		s := &Set{Name: "npy-" + split, Kind: ClassLabels}
+		if err := npyInputs(xa, s); err != nil {
+			return nil, fileError(xKey, xPath, err, "")
+		}
+		ya, err := ReadNPYFile(yPath)
+		if err != nil {
+			return nil, fileError(yKey, yPath, err, npyFix)
+		}
+		if s.Labels, s.Classes, err = npyLabels(ya, s.N); err != nil {
+			return nil, fileError(yKey, yPath, err, "")
+		}
+		if err := s.Validate(); err != nil {
+			return nil, fileError(xKey, xPath, err, "")
+		}
+		return s, nil
+	}
+	if train, err = load("train", "train_x", p.TrainX, "train_y", p.TrainY); err != nil {
+		return nil, nil, err
+	}
+	if test, err = load("test", "test_x", p.TestX, "test_y", p.TestY); err != nil {
+		return nil, nil, err
+	}
+	if err := pairSplits(train, test, "test_x", p.TestX, "train_x", p.TrainX); err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
+}
+
+// TextSource is UTF-8 text: a file, or a directory whose regular files
+// (not hidden ones, not subdirectories) are read in name order and
+// concatenated. The model reads bytes: vocabulary 256.
+type TextSource struct {
+	Path        string
+	ValFraction float64
+}
+
+func (t TextSource) Load(o Options) (train, test *Set, err error) {
+	text, err := ReadText(t.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return TextSplits("text", "dataset.path", text, o.Context, t.ValFraction)
+}
+
+// ReadText reads a UTF-8 text file, or every regular file of a directory in
+// name order, concatenated. Text that is not valid UTF-8 is an error naming
+// the file and the byte offset.
+func ReadText(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fileError("path", path, err, "name a UTF-8 text file or a directory of them")
+	}
+	files := []string{path}
+	if fi.IsDir() {
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fileError("path", path, err, "")
+		}
+		files = files[:0]
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			info, err := os.Stat(filepath.Join(path, e.Name()))
+			if err == nil && info.Mode().IsRegular() {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+		slices.Sort(files)
+		if len(files) == 0 {
+			return nil, fileError("path", path, errors.New("the directory holds no files"), "put UTF-8 text files in it, or name a file")
+		}
+	}
+	var text []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fileError("path", f, err, "")
+		}
+		if err := checkUTF8(b); err != nil {
+			return nil, fileError("path", f, err, "convert it to UTF-8 (iconv -f LATIN1 -t UTF-8, say) or leave it out")
+		}
+		text = append(text, b...)
+	}
+	return text, nil
+}
+
+// checkUTF8 returns an error naming the first invalid byte's offset.
+func checkUTF8(b []byte) error {
+	if utf8.Valid(b) {
+		return nil
+	}
+	for off := 0; off < len(b); {
+		r, n := utf8.DecodeRune(b[off:])
+		if r == utf8.RuneError && n <= 1 {
+			return fmt.Errorf("not UTF-8 text: invalid byte 0x%02x at offset %d", b[off], off)
+		}
+		off += n
+	}
+	return errors.New("not UTF-8 text")
+}
+
+// TextSplits cuts text into a training split (all but the last
+// valFraction) and a validation split (the last valFraction), each as
+// windows of t+1 bytes starting at multiples of t: input the first t bytes,
+// labels the next t. key names the spec key errors blame.
+func TextSplits(name, key string, text []byte, t int, valFraction float64) (train, val *Set, err error) {
+	if t < 1 {
+		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", t)}
+	}
+	if !(valFraction > 0 && valFraction <= 0.5) {
+		return nil, nil, &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", valFraction)}
+	}
+	nVal := int(float64(len(text)) * valFraction)
+	cut := len(text) - nVal
+	mk := func(split string, b []byte) (*Set, error) {
+		n := 0
+		if len(b) > t {
+			n = (len(b) - 1) / t
+		}
+		if n < 1 {
+			return nil, &KeyError{Key: key, Problem: fmt.Sprintf("the %s split holds %d bytes of the %d; a window needs context+1 = %d: the context (model input [%d]) is longer than the data. Use more text, a shorter context, or a larger val_fraction",
+				split, len(b), len(text), t+1, t)}
+		}
+		s := &Set{Name: name + "-" + split, Elem: Tokens8, Shape: []int{t}, Kind: NextTokens, Classes: 256, N: n, U8: b, Stride: t}
+		return s, s.Validate()
+	}
+	if train, err = mk("train", text[:cut:cut]); err != nil {
+		return nil, nil, err
+	}
+	if val, err = mk("validation", text[cut:]); err != nil {
+		return nil, nil, err
+	}
+	return train, val, nil
+}

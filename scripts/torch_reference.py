@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""The same model in plain PyTorch, from a model crowdtrain exported.
+
+`crowdtrain export` (and the admin page's downloads) write safetensors whose
+"__metadata__" carries the model spec as JSON ("crowdtrain.model") and the
+job spec ("crowdtrain.spec"). This script rebuilds that architecture with
+torch.nn modules whose state_dict names are exactly the exported tensor
+names (`<index>.<type>.<tensor>`, `<index>.residual.<j>.<type>.<tensor>` in a
+residual body), loads the weights strictly, and then:
+
+  score  --model M --x X.npy --y Y.npy
+         prints `loss L`: the mean softmax cross-entropy (nats) per label
+         position on that batch, and `accuracy A`. X holds the inputs as
+         float32, shape [n, *input] (token ids as exact integers for a text
+         model); Y the integer labels, [n] for a classifier, [n, t] for a
+         sequence model.
+  sample --model M --prompt TEXT [--tokens N] [--temperature T] [--seed S]
+         prints the prompt's continuation from a byte-level text model, fed
+         as crowdtrain's Generate feeds it (the last <= t bytes, left-aligned).
+  train  --model M --data FILE [--tokens N] [--batch B] [--threads K]
+         trains the same architecture from the exported (initial) weights
+         single-process on the text file, with the job's outer optimizer
+         (adam, adamw with weight_decay, sgd, momentum; clip_norm) and batch
+         size, for N training tokens, and prints `val_loss L`: the mean loss
+         on the validation split (the last val_fraction of the file, windows
+         of t+1 bytes at multiples of t, at most 64 of them evenly spread),
+         as crowdtrain's coordinator measures it.
+
+Only the standard library, numpy and torch (Debian's python3-torch) are
+used; the safetensors file is parsed here (8-byte header length, JSON
+header, little-endian F32 data).
+"""
+
+import argparse
+import json
+import math
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as tnn
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {}) or {}
+    data = raw[8 + n:]
+    tensors = {}
+    for name, t in header.items():
+        if t["dtype"] != "F32":
+            raise SystemExit(f"{path}: tensor {name} is {t['dtype']}, want F32")
+        b, e = t["data_offsets"]
+        arr = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"])
+        tensors[name] = torch.from_numpy(arr.copy())
+    return tensors, meta
+
+
+# ---- the architecture ----
+
+class Embedding(tnn.Module):
+    """Token ids [n, t] -> weight[x] + position[p], [n, t, units]."""
+
+    def __init__(self, vocab, units, positions):
+        super().__init__()
+        self.weight = tnn.Parameter(torch.zeros(vocab, units))
+        self.position = tnn.Parameter(torch.zeros(positions, units)) if positions else None
+
+    def forward(self, x):
+        out = F.embedding(x.long(), self.weight)
+        if self.position is not None:
+            out = out + self.position[: x.shape[1]]
+        return out
+
+
+class Dense(tnn.Module):
+    """nn.Linear; on an image or flat input it flattens first, on a
+    sequence [t, d] it applies per position."""
+
+    def __init__(self, fan_in, units, flatten):
+        super().__init__()
+        self.weight = tnn.Parameter(torch.zeros(units, fan_in))
+        self.bias = tnn.Parameter(torch.zeros(units))
+        self.flatten = flatten
+
+    def forward(self, x):
+        if self.flatten:
+            x = x.flatten(1)
+        return F.linear(x, self.weight, self.bias)
+
+
+class TiedDense(tnn.Module):
+    """The output layer that shares the first embedding's weight: only its
+    own bias is a tensor of its own."""
+
+    def __init__(self, vocab, embedding):
+        super().__init__()
+        self.bias = tnn.Parameter(torch.zeros(vocab))
+        self._embedding = [embedding]  # not a submodule: no second copy in the state_dict
+
+    def forward(self, x):
+        return F.linear(x, self._embedding[0].weight, self.bias)
+
+
+class Attention(tnn.MultiheadAttention):
+    """torch.nn.MultiheadAttention(d, heads, batch_first=True) as
+    self-attention, causal if asked; its tensors are in_proj_weight,
+    in_proj_bias, out_proj.weight and out_proj.bias."""
+
+    def __init__(self, d, heads, causal):
+        super().__init__(d, heads, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x):
+        mask = None
+        if self.causal:
+            t = x.shape[1]
+            mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class Flatten(tnn.Module):
+    def forward(self, x):
+        return x.flatten(1)
+
+
+class Layers(tnn.Module):
+    """Layer i is the child str(i), a ModuleDict {type: module}, so its
+    state_dict names are `<i>.<type>.<tensor>`: the exported names."""
+
+    def __init__(self, entries):
+        super().__init__()
+        for i, (typ, mod) in enumerate(entries):
+            self.add_module(str(i), tnn.ModuleDict({typ: mod}))
+        self.order = [(str(i), typ) for i, (typ, _) in enumerate(entries)]
+
+    def forward(self, x):
+        for i, typ in self.order:
+            x = getattr(self, i)[typ](x)
+        return x
+
+
+class Residual(Layers):
+    """x + body(x); the body's layers are `<j>.<type>` under it."""
+
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+def build(spec_layers, shape, ctx):
+    """Returns (Layers, output shape) for layers applied to an example of
+    shape: ("tokens", t), ("seq", t, d), ("image", c, h, w) or ("flat", n)."""
+    entries = []
+    for i, ls in enumerate(spec_layers):
+        typ = ls["type"]
+        where = f"layer {i} ({typ})"
+        if typ == "dense":
+            if ls.get("tied"):
+                if shape[0] != "seq" or ctx["embedding"] is None:
+                    raise SystemExit(f"{where}: tied needs a sequence input and an embedding before it")
+                emb = ctx["embedding"]
+                mod = TiedDense(emb.weight.shape[0], emb)
+                shape = ("seq", shape[1], emb.weight.shape[0])
+            elif shape[0] == "seq":
+                mod = Dense(shape[2], ls["units"], flatten=False)
+                shape = ("seq", shape[1], ls["units"])
+            else:
+                fan_in = int(np.prod(shape[1:]))
+                mod = Dense(fan_in, ls["units"], flatten=True)
+                shape = ("flat", ls["units"])
+        elif typ == "relu":
+            mod = tnn.ReLU()
+        elif typ == "gelu":
+            mod = tnn.GELU()
+        elif typ == "flatten":
+            mod = Flatten()
+            shape = ("flat", int(np.prod(shape[1:])))
+        elif typ == "conv2d":
+            c, h, w = shape[1:]
+            k, s, p = ls["kernel"], ls.get("stride") or 1, ls.get("padding") or 0
+            mod = tnn.Conv2d(c, ls["filters"], k, stride=s, padding=p)
+            shape = ("image", ls["filters"], (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1)
+        elif typ == "maxpool2d":
+            c, h, w = shape[1:]
+            k = ls.get("kernel") or 2
+            s = ls.get("stride") or k
+            mod = tnn.MaxPool2d(k, stride=s)
+            shape = ("image", c, (h - k) // s + 1, (w - k) // s + 1)
+        elif typ == "embedding":
+            mod = Embedding(ls["vocab"], ls["units"], ls.get("positions") or 0)
+            if ctx["embedding"] is None:
+                ctx["embedding"] = mod
+            shape = ("seq", shape[1], ls["units"])
+        elif typ == "layernorm":
+            mod = tnn.LayerNorm(shape[-1], eps=ls.get("eps") or 1e-5)
+        elif typ == "attention":
+            mod = Attention(shape[2], ls["heads"], bool(ls.get("causal")))
+        elif typ == "dropout":
+            mod = tnn.Dropout(ls.get("rate") or 0.0)
+        elif typ == "residual":
+            body, out = build(ls["layers"], shape, ctx)
+            if out != shape:
+                raise SystemExit(f"{where}: the body changes the shape {shape} to {out}")
+            mod = Residual([(typ, getattr(body, i)[typ]) for i, typ in body.order])
+        else:
+            raise SystemExit(f"{where}: unknown layer type {typ!r}")
+        entries.append((typ, mod))
+    return Layers(entries), shape
+
+
+class Model(tnn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        inp = spec["input"]
+        if len(inp) == 1:
+            shape = ("tokens", inp[0])
+        else:
+            shape = ("image",) + tuple(inp)
+        self.input = inp
+        self.seq = len(inp) == 1
+        self.net, self.out_shape = build(spec["layers"], shape, {"embedding": None})
+
+    def forward(self, x):
+        """x: [n, *input] float; returns logits [n, labels per example, classes]."""
+        x = x.reshape([x.shape[0]] + list(self.input))
+        if self.seq:
+            x = x.long()
+        out = self.net(x)
+        if out.dim() == 2:
+            out = out.unsqueeze(1)
+        return out
+
+    def load_exported(self, tensors):
+        sd = {"net." + k: v for k, v in tensors.items()}
+        try:
+            self.load_state_dict(sd, strict=True)
+        except RuntimeError as e:
+            raise SystemExit(f"the exported tensors do not fit the model spec: {e}")
+
+
+def load(path, dtype=torch.float64):
+    tensors, meta = read_safetensors(path)
+    if "crowdtrain.model" not in meta:
+        raise SystemExit(f"{path}: no crowdtrain.model in its metadata: not a crowdtrain export")
+    spec = json.loads(meta["crowdtrain.model"])
+    model = Model(spec)
+    model.load_exported(tensors)
+    return model.to(dtype), meta
+
+
+def mean_loss(model, x, y, dtype=torch.float64):
+    logits = model(x.to(dtype))
+    n, per, classes = logits.shape
+    y = y.reshape(n, per).long()
+    loss = F.cross_entropy(logits.reshape(n * per, classes), y.reshape(-1), reduction="mean")
+    acc = (logits.argmax(-1) == y).double().mean()
+    return loss, acc
+
+
+# ---- commands ----
+
+def cmd_score(a):
+    torch.set_num_threads(a.threads)
+    model, _ = load(a.model)
+    model.eval()
+    x = torch.from_numpy(np.load(a.x).astype(np.float64))
+    y = torch.from_numpy(np.load(a.y).astype(np.int64))
+    with torch.no_grad():
+        loss, acc = mean_loss(model, x, y)
+    print(f"loss {loss.item():.9f}")
+    print(f"accuracy {acc.item():.9f}")
+
+
+def generate(model, prompt, tokens, temperature, gen):
+    t = model.input[0]
+    ctx = list(prompt)
+    out = []
+    with torch.no_grad():
+        for _ in range(tokens):
+            window = ctx[-t:]
+            k = len(window)
+            x = torch.zeros(1, t, dtype=torch.float64)
+            x[0, :k] = torch.tensor(window, dtype=torch.float64)
+            logits = model(x)[0, k - 1]
+            if temperature == 0:
+                nxt = int(logits.argmax())
+            else:
+                p = torch.softmax(logits / temperature, -1)
+                nxt = int(torch.multinomial(p, 1, generator=gen))
+            out.append(nxt)
+            ctx.append(nxt)
+    return out
+
+
+def cmd_sample(a):
+    torch.set_num_threads(a.threads)
+    model, _ = load(a.model)
+    model.eval()
+    if not model.seq:
+        raise SystemExit("sample: the model does not read token sequences")
+    gen = torch.Generator().manual_seed(a.seed)
+    out = generate(model, a.prompt.encode("utf-8"), a.tokens, a.temperature, gen)
+    # The model writes bytes, not necessarily UTF-8: they go out as they are.
+    sys.stdout.buffer.write(bytes(out) + b"\n")
+
+
+def make_optimizer(params, o):
+    typ, lr = o.get("type", "adam"), o["lr"]
+    betas = (o.get("beta1") or 0.9, o.get("beta2") or 0.999)
+    eps = o.get("epsilon") or 1e-8
+    if typ == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=o.get("weight_decay", 0.0))
+    if typ == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+    if typ == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=o.get("momentum") or 0.9, nesterov=bool(o.get("nesterov")))
+    if typ == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise SystemExit(f"train: optimizer type {typ!r} is not one this script knows")
+
+
+def text_windows(data, t, start, end):
+    """Windows of t+1 bytes of data[start:end] at multiples of t."""
+    n = (end - start - 1) // t
+    idx = start + np.arange(n)[:, None] * t + np.arange(t + 1)[None, :]
+    return data[idx]
+
+
+def cmd_train(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model, meta = load(a.model, dtype=torch.float32)
+    if not model.seq:
+        raise SystemExit("train: only text models (input [t]) train here")
+    spec = json.loads(meta.get("crowdtrain.spec", "{}"))
+    opt_spec = spec.get("outer_optimizer") or {"type": "adamw", "lr": 3e-3, "weight_decay": 0.01, "clip_norm": 1.0}
+    batch = a.batch or spec.get("batch_size") or 32
+    clip = opt_spec.get("clip_norm") or 0.0
+    t = model.input[0]
+    with open(a.data, "rb") as f:
+        data = np.frombuffer(f.read(), dtype=np.uint8)
+    vf = a.val_fraction
+    if vf is None:
+        ds = spec.get("dataset")
+        vf = (ds.get("val_fraction") if isinstance(ds, dict) else None) or 0.05
+    split = len(data) - int(len(data) * vf)
+    train = text_windows(data, t, 0, split)
+    val = text_windows(data, t, split, len(data))
+    # The coordinator scores at most val_windows of them, evenly spread.
+    m = min(a.val_windows, len(val))
+    val = val[[k * len(val) // m for k in range(m)]] if m else val
+    if len(train) == 0 or len(val) == 0:
+        raise SystemExit(f"train: {a.data} is too short for windows of {t + 1} bytes in both splits")
+    opt = make_optimizer(model.parameters(), opt_spec)
+    rng = np.random.default_rng(a.seed)
+    steps = max(1, a.tokens // (batch * t))
+    order = rng.permutation(len(train))
+    pos = 0
+    start = time.time()
+    model.train()
+    for step in range(steps):
+        if pos + batch > len(order):
+            order, pos = rng.permutation(len(train)), 0
+        w = torch.from_numpy(train[order[pos:pos + batch]].astype(np.int64))
+        pos += batch
+        logits = model(w[:, :t].float())
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        if a.verbose and (step % 50 == 0 or step == steps - 1):
+            print(f"step {step + 1}/{steps} loss {loss.item():.4f}", file=sys.stderr)
+    model.eval()
+    with torch.no_grad():
+        v = torch.from_numpy(val.astype(np.int64))
+        vl, _ = mean_loss(model.double(), v[:, :t], v[:, 1:])
+    secs = time.time() - start
+    print(f"steps {steps} batch {batch} tokens {steps * batch * t} seconds {secs:.1f} tokens_per_sec {steps * batch * t / secs:.0f}")
+    print(f"val_loss {vl.item():.6f}")
+    print(f"bits_per_char {vl.item() / math.log(2):.6f}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("score", help="mean loss of the exported model on a batch")
+    s.add_argument("--model", required=True)
+    s.add_argument("--x", required=True)
+    s.add_argument("--y", required=True)
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(f=cmd_score)
+    s = sub.add_parser("sample", help="text from a byte-level text model")
+    s.add_argument("--model", required=True)
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--tokens", type=int, default=200)
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(f=cmd_sample)
+    s = sub.add_parser("train", help="train the same architecture single-process on a text file")
+    s.add_argument("--model", required=True, help="the exported initial model (version 0)")
+    s.add_argument("--data", required=True, help="the text file")
+    s.add_argument("--tokens", type=int, default=2_000_000, help="training tokens (examples x context)")
+    s.add_argument("--batch", type=int, default=0, help="default: the job's batch_size")
+    s.add_argument("--val-fraction", type=float, default=None, help="default: the job's dataset.val_fraction, or 0.05")
+    s.add_argument("--val-windows", type=int, default=64)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("-v", "--verbose", action="store_true")
+    s.set_defaults(f=cmd_train)
+    a = p.parse_args()
+    a.f(a)
+
+
+if __name__ == "__main__":
+    main()
