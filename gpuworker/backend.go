@@ -351,6 +351,17 @@ func (b *Backend) launch(name string, total int, args ...any) error {
 	return b.launchGrid(name, max(grid, 1), block, args...)
 }
 
+// rowBlock is the block size of the kernels that give each row (or
+// column) a block and reduce over it with block_sum: a power of two of at
+// most 256.
+const rowBlock = 128
+
+// launchRows runs a kernel that takes one block per row (BLOCK_ROWS) over
+// rows rows; a block takes several when there are more than the grid.
+func (b *Backend) launchRows(name string, rows int, args ...any) error {
+	return b.launchGrid(name, max(1, min(rows, 1<<16)), rowBlock, args...)
+}
+
 func (b *Backend) launchGrid(name string, grid, block int, args ...any) error {
 	if err := b.d.Launch(b.fn[name], cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: uint32(block), Y: 1, Z: 1}, 0, args...); err != nil {
 		return fmt.Errorf("kernel %s: %w", name, err)

@@ -46,7 +46,7 @@ func emulatorDir(t *testing.T) string {
 		so := filepath.Join(dir, "libfakecuda.so")
 		args := []string{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-DEMU", "-o", so,
 			"-x", "c", filepath.Join("cuda", "testdata", "fakecuda.c"),
-			"-x", "c++", "-fno-exceptions", filepath.Join("testdata", "emu.cpp"), "-lm"}
+			"-x", "c++", "-fno-exceptions", filepath.Join("testdata", "emu.cpp"), "-lm", "-lpthread"}
 		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 			emuErr = errors.New("gcc " + strings.Join(args, " ") + ": " + err.Error() + "\n" + string(out))
 			return
