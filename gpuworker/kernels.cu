@@ -163,34 +163,75 @@ extern "C" __global__ void maxpool_backward(const float *dout, const int *argmax
 	}
 }
 
-// Softmax cross-entropy over n rows, one block: dlogits = (softmax -
-// onehot) * scale; the summed loss (in double) and the number of rows whose
-// first maximum is the label are added to acc_loss and acc_correct.
-extern "C" __global__ void softmax_xent(const float *logits, const int *labels, float *dlogits, int n, int classes, float scale,
-		double *acc_loss, int *acc_correct) {
+// The first maximum of v over the block's threads: each thread brings its
+// own first maximum (v at index i); the larger value wins, a tie goes to
+// the smaller index. Every thread gets the winner in *v and *i.
+__device__ void block_argmax(float *v, int *i, float *sh, int *shi) {
+	sh[threadIdx.x] = *v;
+	shi[threadIdx.x] = *i;
+	__syncthreads();
+	for (int k = blockDim.x / 2; k > 0; k /= 2) {
+		if (threadIdx.x < k) {
+			float a = sh[threadIdx.x], b = sh[threadIdx.x + k];
+			int ia = shi[threadIdx.x], ib = shi[threadIdx.x + k];
+			if (b > a || (b == a && ib < ia)) {
+				sh[threadIdx.x] = b;
+				shi[threadIdx.x] = ib;
+			}
+		}
+		__syncthreads();
+	}
+	*v = sh[0];
+	*i = shi[0];
+	__syncthreads();
+}
+
+// Softmax cross-entropy, one block per row of classes logits (a row per
+// example, or per position of a sequence model): dlogits = (softmax -
+// onehot)*scale; the row's loss into row_loss and whether its first
+// maximum is the label into row_hit. sum_losses adds those up.
+extern "C" __global__ void softmax_xent(const float *logits, const int *labels, float *dlogits, int rows, int classes, float scale,
+		float *row_loss, int *row_hit) {
+	__shared__ float sh[256];
+	__shared__ int shi[256];
+	BLOCK_ROWS(r, rows) {
+		const float *z = logits + r * classes;
+		float *d = dlogits + r * classes;
+		int lab = labels[r];
+		float mx = -3.402823466e38f;
+		int arg = classes;
+		for (int j = threadIdx.x; j < classes; j += blockDim.x)
+			if (z[j] > mx || arg == classes) {
+				mx = z[j];
+				arg = j;
+			}
+		block_argmax(&mx, &arg, sh, shi);
+		float s = 0.f;
+		for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+			float e = expf(z[j] - mx);
+			d[j] = e;
+			s += e;
+		}
+		s = block_sum(s, sh);
+		float inv = scale / s;
+		for (int j = threadIdx.x; j < classes; j += blockDim.x) d[j] = d[j] * inv - (j == lab ? scale : 0.f);
+		if (threadIdx.x == 0) {
+			row_loss[r] = mx + logf(s) - z[lab];
+			row_hit[r] = arg == lab;
+		}
+	}
+}
+
+// acc_loss[0] += the sum of row_loss (in double), acc_correct[0] += the sum
+// of row_hit, in a fixed order: one block.
+extern "C" __global__ void sum_losses(const float *row_loss, const int *row_hit, int rows, double *acc_loss, int *acc_correct) {
 	__shared__ double loss[256];
 	__shared__ int hits[256];
 	double l = 0;
 	int h = 0;
-	for (int e = threadIdx.x; e < n; e += blockDim.x) {
-		const float *z = logits + (long long)e * classes;
-		float *d = dlogits + (long long)e * classes;
-		int lab = labels[e];
-		float mx = z[0];
-		int arg = 0;
-		for (int j = 1; j < classes; j++)
-			if (z[j] > mx) { mx = z[j]; arg = j; }
-		if (arg == lab) h++;
-		double s = 0;
-		for (int j = 0; j < classes; j++) {
-			double ex = exp((double)z[j] - (double)mx);
-			d[j] = (float)ex;
-			s += ex;
-		}
-		double inv = (double)scale / s;
-		for (int j = 0; j < classes; j++) d[j] = (float)((double)d[j] * inv);
-		d[lab] -= scale;
-		l += (double)mx + log(s) - (double)z[lab];
+	for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+		l += (double)row_loss[r];
+		h += row_hit[r];
 	}
 	loss[threadIdx.x] = l;
 	hits[threadIdx.x] = h;

@@ -387,14 +387,17 @@ func TestPerPositionKernels(t *testing.T) {
 			labels[i] = int32(rng.IntN(classes))
 		}
 		labels[0] = int32(argmax(logits[:classes])) // at least one right
+		// Ties: the first maximum is the prediction.
+		logits[classes+3], logits[classes+7], labels[1] = 9, 9, 3     // right
+		logits[2*classes+2], logits[2*classes+5], labels[2] = 9, 9, 5 // wrong
 		pl := k.floats(logits)
 		plab := k.floats(unsafe.Slice((*float32)(unsafe.Pointer(&labels[0])), rows))
 		dl := k.floats(make([]float32, rows*classes))
 		acc := k.floats(make([]float32, 4))
+		rowLoss, rowHit := k.floats(make([]float32, rows)), k.floats(make([]float32, rows))
 		scale := 1 / float32(rows)
-		k.do(func() error {
-			return k.b.launchGrid("softmax_xent", 1, 256, pl, plab, dl, rows, classes, scale, acc, acc+8)
-		})
+		k.rows("softmax_xent", rows, pl, plab, dl, rows, classes, scale, rowLoss, rowHit)
+		k.do(func() error { return k.b.launchGrid("sum_losses", 1, 256, rowLoss, rowHit, rows, acc, acc+8) })
 		wantD := make([]float64, rows*classes)
 		wantLoss, wantHits := 0.0, 0
 		for r := range rows {

@@ -33,6 +33,7 @@ type net struct {
 	x, labels        cuda.DevicePtr
 	xCap, labelCap   int            // examples x and labels hold
 	acc              cuda.DevicePtr // float64 loss sum, int32 correct count
+	rowLoss, rowHit  cuda.DevicePtr // softmax_xent's loss and hit per row
 	stage            *cuda.HostBuffer
 	allocs           []cuda.DevicePtr
 }
@@ -104,6 +105,11 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 	}
 	if nt.acc, err = alloc(4); err != nil {
 		return nil, err
+	}
+	for _, p := range []*cuda.DevicePtr{&nt.rowLoss, &nt.rowHit} {
+		if *p, err = alloc(maxBatch); err != nil {
+			return nil, err
+		}
 	}
 	nt.stage, err = b.d.AllocHost(4 * max(model.NumParams, maxBatch*model.InputSize))
 	return nt, err
@@ -195,7 +201,10 @@ func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cud
 		}
 	}
 	classes := nt.model.NumClasses
-	if err := b.launchGrid("softmax_xent", 1, 256, nt.acts[L], labels, nt.dacts[L], n, classes, 1/float32(n), nt.acc, off(nt.acc, 2)); err != nil {
+	if err := b.launchRows("softmax_xent", n, nt.acts[L], labels, nt.dacts[L], n, classes, 1/float32(n), nt.rowLoss, nt.rowHit); err != nil {
+		return err
+	}
+	if err := b.launchGrid("sum_losses", 1, 256, nt.rowLoss, nt.rowHit, n, nt.acc, off(nt.acc, 2)); err != nil {
 		return err
 	}
 	for i := L - 1; i >= 0; i-- {

@@ -65,8 +65,9 @@ static void w_maxpool_backward(void **p) {
 	maxpool_backward(A(0, const float *), A(1, const int *), A(2, float *), A(3, int), A(4, int), A(5, int), A(6, int), A(7, int), A(8, int), A(9, int), A(10, int));
 }
 static void w_softmax_xent(void **p) {
-	softmax_xent(A(0, const float *), A(1, const int *), A(2, float *), A(3, int), A(4, int), A(5, float), A(6, double *), A(7, int *));
+	softmax_xent(A(0, const float *), A(1, const int *), A(2, float *), A(3, int), A(4, int), A(5, float), A(6, float *), A(7, int *));
 }
+static void w_sum_losses(void **p) { sum_losses(A(0, const float *), A(1, const int *), A(2, int), A(3, double *), A(4, int *)); }
 static void w_sgd_step(void **p) { sgd_step(A(0, float *), A(1, const float *), A(2, float), A(3, int)); }
 static void w_pseudo_gradient(void **p) { pseudo_gradient(A(0, const float *), A(1, const float *), A(2, float *), A(3, float), A(4, int)); }
 
@@ -113,7 +114,7 @@ static const struct { const char *name; wrapper w; } table[] = {
 	{"add_bias", w_add_bias}, {"relu_forward", w_relu_forward}, {"relu_backward", w_relu_backward},
 	{"im2row", w_im2row}, {"row2im", w_row2im}, {"conv_output", w_conv_output}, {"conv_grad_rows", w_conv_grad_rows},
 	{"column_sums", w_column_sums}, {"maxpool_forward", w_maxpool_forward}, {"maxpool_backward", w_maxpool_backward},
-	{"softmax_xent", w_softmax_xent}, {"sgd_step", w_sgd_step}, {"pseudo_gradient", w_pseudo_gradient},
+	{"softmax_xent", w_softmax_xent}, {"sum_losses", w_sum_losses}, {"sgd_step", w_sgd_step}, {"pseudo_gradient", w_pseudo_gradient},
 	{"adamw_step", w_adamw_step},
 	{"embedding_forward", w_embedding_forward}, {"embedding_backward_tokens", w_embedding_backward_tokens},
 	{"embedding_backward_positions", w_embedding_backward_positions},
