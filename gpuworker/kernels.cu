@@ -294,11 +294,25 @@ extern "C" __global__ void embedding_forward(const float *x, const float *weight
 	}
 }
 
-// dweight[x_r] += dout[r] for every row. Rows with the same token add into
-// the same table row concurrently, so this one sum is by atomicAdd, in no
-// fixed order (with one thread per block, as in the emulator, in row
-// order). dweight holds zeros, or what a tied output layer added first.
-extern "C" __global__ void embedding_backward_tokens(const float *x, const float *dout, float *dweight, int rows, int d, int vocab) {
+// dweight[v*d + j] += the sum, in row order, of dout[r*d + j] over the
+// rows r whose token is v: a gather, so the sum's order is fixed. Each
+// thread reads every row's token, rows*vocab*d comparisons in all, cheap
+// for a byte vocabulary; embedding_backward_scatter serves large ones.
+// dweight holds zeros, or what a tied output layer added first.
+extern "C" __global__ void embedding_backward_gather(const float *x, const float *dout, float *dweight, int rows, int d, int vocab) {
+	GRID_STRIDE(i, (long long)vocab * d) {
+		int v = (int)(i / d), j = (int)(i % d);
+		float s = 0.f;
+		for (int r = 0; r < rows; r++)
+			if ((int)x[r] == v) s += dout[(long long)r * d + j];
+		dweight[i] += s;
+	}
+}
+
+// dweight[x_r] += dout[r] for every row, by atomicAdd: rows with the same
+// token add into the same table row concurrently, in no fixed order (in row
+// order with one thread per block, as in the emulator).
+extern "C" __global__ void embedding_backward_scatter(const float *x, const float *dout, float *dweight, int rows, int d, int vocab) {
 	GRID_STRIDE(i, (long long)rows * d) {
 		long long r = i / d;
 		int j = (int)(i % d), tok = (int)x[r];

@@ -199,15 +199,21 @@ func TestEmbeddingKernels(t *testing.T) {
 			}
 			closeTo(t, fmt.Sprintf("embedding forward, position table %v", withPos), k.read(out, rows*d), want, fwdTol)
 		}
-		dw := k.floats(pre)
-		k.launch("embedding_backward_tokens", rows*d, x, pd, dw, rows, d, vocab)
 		want := f64(pre)
 		for r := range rows {
 			for j := range d {
 				want[int(tokens[r])*d+j] += float64(dout[r*d+j])
 			}
 		}
-		closeTo(t, "embedding token table gradient (added to what was there)", k.read(dw, vocab*d), want, fwdTol)
+		for _, kernel := range []string{"embedding_backward_gather", "embedding_backward_scatter"} {
+			dw := k.floats(pre)
+			total := rows * d
+			if kernel == "embedding_backward_gather" {
+				total = vocab * d
+			}
+			k.launch(kernel, total, x, pd, dw, rows, d, vocab)
+			closeTo(t, kernel+": token table gradient, added to what was there", k.read(dw, vocab*d), want, fwdTol)
+		}
 		dp := k.floats(randFloats(rng, positions*d, 1)) // overwritten, rows t.. with 0
 		k.launch("embedding_backward_positions", positions*d, pd, dp, n, tt, positions, d)
 		want = make([]float64, positions*d)

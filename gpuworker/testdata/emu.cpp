@@ -79,8 +79,11 @@ static void w_adamw_step(void **p) {
 static void w_embedding_forward(void **p) {
 	embedding_forward(A(0, const float *), A(1, const float *), A(2, const float *), A(3, float *), A(4, int), A(5, int), A(6, int), A(7, int));
 }
-static void w_embedding_backward_tokens(void **p) {
-	embedding_backward_tokens(A(0, const float *), A(1, const float *), A(2, float *), A(3, int), A(4, int), A(5, int));
+static void w_embedding_backward_gather(void **p) {
+	embedding_backward_gather(A(0, const float *), A(1, const float *), A(2, float *), A(3, int), A(4, int), A(5, int));
+}
+static void w_embedding_backward_scatter(void **p) {
+	embedding_backward_scatter(A(0, const float *), A(1, const float *), A(2, float *), A(3, int), A(4, int), A(5, int));
 }
 static void w_embedding_backward_positions(void **p) {
 	embedding_backward_positions(A(0, const float *), A(1, float *), A(2, int), A(3, int), A(4, int), A(5, int));
@@ -116,7 +119,8 @@ static const struct { const char *name; wrapper w; } table[] = {
 	{"column_sums", w_column_sums}, {"maxpool_forward", w_maxpool_forward}, {"maxpool_backward", w_maxpool_backward},
 	{"softmax_xent", w_softmax_xent}, {"sum_losses", w_sum_losses}, {"sgd_step", w_sgd_step}, {"pseudo_gradient", w_pseudo_gradient},
 	{"adamw_step", w_adamw_step},
-	{"embedding_forward", w_embedding_forward}, {"embedding_backward_tokens", w_embedding_backward_tokens},
+	{"embedding_forward", w_embedding_forward}, {"embedding_backward_gather", w_embedding_backward_gather},
+	{"embedding_backward_scatter", w_embedding_backward_scatter},
 	{"embedding_backward_positions", w_embedding_backward_positions},
 	{"layernorm_forward", w_layernorm_forward}, {"layernorm_backward", w_layernorm_backward},
 	{"layernorm_param_grads", w_layernorm_param_grads}, {"gelu_forward", w_gelu_forward}, {"gelu_backward", w_gelu_backward},
