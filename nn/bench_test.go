@@ -20,10 +20,18 @@ func benchModel(b *testing.B, preset string) *Model {
 
 func randomData(r *rand.Rand, m *Model, n int) ([]float32, []int32) {
 	x := make([]float32, n*m.InputSize)
-	for i := range x {
-		x[i] = r.Float32()
+	vocab := 0
+	if e, ok := m.top.layers[0].(*embeddingLayer); ok {
+		vocab = e.vocab
 	}
-	labels := make([]int32, n)
+	for i := range x {
+		if vocab > 0 {
+			x[i] = float32(r.IntN(vocab))
+		} else {
+			x[i] = r.Float32()
+		}
+	}
+	labels := make([]int32, n*m.LabelsPerExample)
 	for i := range labels {
 		labels[i] = int32(r.IntN(m.NumClasses))
 	}
