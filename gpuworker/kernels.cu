@@ -462,24 +462,28 @@ extern "C" __global__ void add(const float *a, const float *b, float *out, int n
 	GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
 }
 
-// dropout_keep says whether element index of a dropout layer's output is
-// kept in the step with this seed: a counter-based hash (SplitMix64's
-// finaliser over the seed and the index), so every backend draws the same
-// mask from the same seed without sharing state. The element is kept when
-// the hash's top 24 bits are at least threshold = round(rate * 2^24).
+// dropout_keep says whether value i of the batch (example e's value j is
+// e*size + j) is kept by the dropout layer with depth-first index layer in
+// the step with this seed, as nn.DropoutKeep: a counter-based hash, so
+// every backend draws the same mask from the same seed without sharing
+// state. key = splitmix64(seed + layer*G), bits = splitmix64(key + i*G) >>
+// 40 with G = 0x9e3779b97f4a7c15 and splitmix64 SplitMix64's finaliser;
+// kept when bits >= threshold = (uint32)(rate * 2^24).
 __device__ unsigned long long dropout_mix(unsigned long long z) {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
-__device__ bool dropout_keep(unsigned long long seed, unsigned long long index, unsigned int threshold) {
-	unsigned long long h = dropout_mix(seed + (index + 1) * 0x9e3779b97f4a7c15ull);
-	return (unsigned int)(h >> 40) >= threshold;
+__device__ bool dropout_keep(unsigned long long seed, int layer, unsigned long long i, unsigned int threshold) {
+	const unsigned long long g = 0x9e3779b97f4a7c15ull;
+	unsigned long long key = dropout_mix(seed + (unsigned long long)layer * g);
+	return (unsigned int)(dropout_mix(key + i * g) >> 40) >= threshold;
 }
 
 // Inverted dropout: out = keep ? in*scale : 0 with scale = 1/(1 - rate).
 // The backward pass is the same map applied to the output's gradient, with
 // the same seed.
-extern "C" __global__ void dropout_apply(const float *in, float *out, int n, unsigned long long seed, unsigned int threshold, float scale) {
-	GRID_STRIDE(i, n) { out[i] = dropout_keep(seed, (unsigned long long)i, threshold) ? in[i] * scale : 0.f; }
+extern "C" __global__ void dropout_apply(const float *in, float *out, int n, unsigned long long seed, int layer, unsigned int threshold,
+		float scale) {
+	GRID_STRIDE(i, n) { out[i] = dropout_keep(seed, layer, (unsigned long long)i, threshold) ? in[i] * scale : 0.f; }
 }

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
+	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 // The sequence layers' kernels, one at a time, against float64 references
@@ -450,40 +451,32 @@ func slicesMax(v []float64) float64 {
 	return m
 }
 
-// dropoutKeepRef is kernels.cu's dropout_keep in Go.
-func dropoutKeepRef(seed, index uint64, threshold uint32) bool {
-	z := seed + (index+1)*0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return uint32(z>>40) >= threshold
-}
-
 func TestDropoutKernel(t *testing.T) {
 	forEachKernelDevice(t, func(t *testing.T, k *rig) {
 		rng := rand.New(rand.NewPCG(6, 1))
 		const n = 50000
 		x := randFloats(rng, n, 1)
 		px := k.floats(x)
-		for _, rate := range []float32{0.1, 0.5} {
-			th, scale := dropoutThreshold(rate), 1/(1-rate)
+		const layer = 3
+		for _, rate := range []float64{0.1, 0.5} {
+			th, scale := dropoutThreshold(rate), float32(1/(1-rate))
 			var masks [2][]bool
 			for si, seed := range []uint64{12345, 12346} {
 				out := k.floats(make([]float32, n))
-				k.launch("dropout_apply", n, px, out, n, seed, th, scale)
+				k.launch("dropout_apply", n, px, out, n, seed, layer, th, scale)
 				got := k.read(out, n)
 				want := make([]float64, n)
 				kept := 0
 				masks[si] = make([]bool, n)
 				for i := range want {
-					if dropoutKeepRef(seed, uint64(i), th) {
+					if nn.DropoutKeep(seed, layer, i, rate) { // the CPU's mask
 						want[i] = float64(x[i] * scale)
 						kept++
 						masks[si][i] = true
 					}
 				}
 				closeTo(t, fmt.Sprintf("dropout %.1f, seed %d", rate, seed), got, want, 0)
-				if frac := float64(kept) / n; math.Abs(frac-float64(1-rate)) > 0.01 {
+				if frac := float64(kept) / n; math.Abs(frac-(1-rate)) > 0.01 {
 					t.Errorf("dropout %.1f keeps %.4f of the values", rate, frac)
 				}
 			}
@@ -494,7 +487,7 @@ func TestDropoutKernel(t *testing.T) {
 				}
 			}
 			// Independent masks agree on (1-r)² + r² of the values.
-			if want := float64((1-rate)*(1-rate) + rate*rate); math.Abs(float64(same)/n-want) > 0.01 {
+			if want := (1-rate)*(1-rate) + rate*rate; math.Abs(float64(same)/n-want) > 0.01 {
 				t.Errorf("dropout %.1f: seeds 12345 and 12346 agree on %.4f of the mask, independent ones on %.4f", rate, float64(same)/n, want)
 			}
 		}

@@ -18,14 +18,22 @@ type net struct {
 	maxBatch int
 	top      *stack
 
-	scratchT    cuda.DevicePtr // conv2d: the GEMM's (n*P)×F output and gradient
-	scratchRows cuda.DevicePtr // conv2d: the patches' gradient
+	scratchT    cuda.DevicePtr   // conv2d: the GEMM's (n*P)×F output and gradient
+	scratchRows cuda.DevicePtr   // conv2d: the patches' gradient
+	attScratch  attentionScratch // attention's backward
+	// clears are the gradient spans that backward adds into (an
+	// embedding's token table, which a tied output layer writes first):
+	// zeroed before each backward pass.
+	clears [][2]int
+	// seed is the dropout seed of the next gradient call, which moves it on
+	// by one, as an nn.Workspace's.
+	seed uint64
 
 	base, w, grad    cuda.DevicePtr // NumParams each
 	moment1, moment2 cuda.DevicePtr // inner AdamW's m and v, NumParams each
 	snap             worker.SnapshotID
 	x, labels        cuda.DevicePtr
-	xCap, labelCap   int            // examples x and labels hold
+	xCap             int            // examples x and labels hold
 	acc              cuda.DevicePtr // float64 loss sum, int32 correct count
 	rowLoss, rowHit  cuda.DevicePtr // softmax_xent's loss and hit per row
 	stage            *cuda.HostBuffer
@@ -44,19 +52,49 @@ type stack struct {
 // layer is one layer's plan and what it keeps on the device.
 type layer struct {
 	nn.LayerPlan
-	rows   cuda.DevicePtr // conv2d: the batch's patches, kept for backward
-	argmax cuda.DevicePtr // maxpool2d: the winners
+	rows       cuda.DevicePtr // conv2d: the batch's patches, kept for backward
+	argmax     cuda.DevicePtr // maxpool2d: the winners
+	mean, rstd cuda.DevicePtr // layernorm: per row
+	att        *attention     // attention: its buffers
+	body       *stack         // residual: the body
 }
 
-// hasParams says whether a layer has parameters of its own.
-func hasParams(l nn.LayerPlan) bool { return l.WeightSize > 0 || l.BiasSize > 0 }
+// hasParams says whether a layer (or a residual block's body) has
+// parameters.
+func hasParams(l nn.LayerPlan) bool {
+	if len(l.Tensors) > 0 || l.WeightSize > 0 {
+		return true
+	}
+	for _, b := range l.Body {
+		if hasParams(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// seqRows views a layer's input per example as rows of values: a sequence
+// [t,d] is t rows of d (dense, layernorm apply per position), anything else
+// one row of all its values.
+func seqRows(l nn.LayerPlan) (rows, cols int) {
+	if l.InKind == "sequence" {
+		return l.InShape[0], l.InShape[1]
+	}
+	return 1, l.InSize
+}
+
+// gatherVocab is the largest vocabulary whose token table gradient is
+// gathered in a fixed order (embedding_backward_gather, rows*vocab*d
+// comparisons); larger ones are scattered by atomics.
+const gatherVocab = 1024
 
 // builder allocates a net's device memory.
 type builder struct {
-	b                     *Backend
-	nt                    *net
-	maxBatch              int
-	scratchT, scratchRows int
+	b                        *Backend
+	nt                       *net
+	maxBatch                 int
+	scratchT, scratchRows    int
+	attCtx, attProbs, attQKV int // attention's backward scratch, floats
 }
 
 func (bl *builder) alloc(floats int) (cuda.DevicePtr, error) {
@@ -79,15 +117,52 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 		st.layers = append(st.layers, l)
 		// An input gradient is needed below a layer only if some layer
 		// under it has parameters.
-		if paramsBelow && p.Type != nn.TypeFlatten {
+		if paramsBelow && p.Type != nn.TypeFlatten && p.Type != nn.TypeEmbedding {
 			if st.dacts[i], err = bl.alloc(nb * p.InSize); err != nil {
 				return nil, err
 			}
 		}
+		below := paramsBelow
 		paramsBelow = paramsBelow || hasParams(p)
 		switch p.Type {
 		case nn.TypeFlatten:
 			continue // aliases, set per call
+		case nn.TypeDense, nn.TypeReLU, nn.TypeGELU, nn.TypeDropout:
+		case nn.TypeEmbedding:
+			if p.InKind != "tokens" || p.Units < 1 || p.Vocab < 1 {
+				return nil, fmt.Errorf("layer %d: an embedding on %s input %v", p.Index, p.InKind, p.InShape)
+			}
+			bl.nt.clears = append(bl.nt.clears, [2]int{p.WeightOffset, p.WeightSize})
+		case nn.TypeLayerNorm:
+			r, _ := seqRows(p)
+			if l.mean, err = bl.alloc(nb * r); err != nil {
+				return nil, err
+			}
+			if l.rstd, err = bl.alloc(nb * r); err != nil {
+				return nil, err
+			}
+		case nn.TypeAttention:
+			if p.InKind != "sequence" || p.Heads < 1 || p.InShape[1]%p.Heads != 0 {
+				return nil, fmt.Errorf("layer %d: attention with %d heads on %s input %v", p.Index, p.Heads, p.InKind, p.InShape)
+			}
+			a := &attention{n: nb, t: p.InShape[0], d: p.InShape[1], heads: p.Heads, causal: p.Causal}
+			if a.qkv, err = bl.alloc(a.qkvSize()); err != nil {
+				return nil, err
+			}
+			if a.probs, err = bl.alloc(a.probsSize()); err != nil {
+				return nil, err
+			}
+			if a.ctx, err = bl.alloc(a.ctxSize()); err != nil {
+				return nil, err
+			}
+			bl.attCtx = max(bl.attCtx, a.ctxSize())
+			bl.attProbs = max(bl.attProbs, a.probsSize())
+			bl.attQKV = max(bl.attQKV, a.qkvSize())
+			l.att = a
+		case nn.TypeResidual:
+			if l.body, err = bl.stack(p.Body, below); err != nil {
+				return nil, err
+			}
 		case nn.TypeConv2D:
 			P, R := p.Out[1]*p.Out[2], p.In[0]*p.Kernel*p.Kernel
 			if l.rows, err = bl.alloc(nb * P * R); err != nil {
@@ -99,6 +174,8 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 			if l.argmax, err = bl.alloc(nb * p.OutSize); err != nil {
 				return nil, err
 			}
+		default:
+			return nil, fmt.Errorf("layer %d: the CUDA backend has no layer type %q", p.Index, p.Type)
 		}
 		if st.acts[i+1], err = bl.alloc(nb * p.OutSize); err != nil {
 			return nil, err
@@ -118,15 +195,20 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 	if nt.top, err = bl.stack(model.Plan(), false); err != nil {
 		return nil, err
 	}
-	L := len(nt.top.layers)
-	if nt.top.dacts[L], err = bl.alloc(maxBatch * model.NumClasses); err != nil {
+	L, rows := len(nt.top.layers), maxBatch*model.LabelsPerExample
+	if nt.top.dacts[L], err = bl.alloc(rows * model.NumClasses); err != nil {
 		return nil, err
 	}
-	if nt.scratchT, err = bl.alloc(bl.scratchT); err != nil {
-		return nil, err
-	}
-	if nt.scratchRows, err = bl.alloc(bl.scratchRows); err != nil {
-		return nil, err
+	for _, s := range []struct {
+		p      *cuda.DevicePtr
+		floats int
+	}{
+		{&nt.scratchT, bl.scratchT}, {&nt.scratchRows, bl.scratchRows},
+		{&nt.attScratch.dctx, bl.attCtx}, {&nt.attScratch.dprobs, bl.attProbs}, {&nt.attScratch.dqkv, bl.attQKV},
+	} {
+		if *s.p, err = bl.alloc(s.floats); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range []*cuda.DevicePtr{&nt.base, &nt.w, &nt.grad, &nt.moment1, &nt.moment2} {
 		if *p, err = bl.alloc(model.NumParams); err != nil {
@@ -137,7 +219,7 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 		return nil, err
 	}
 	for _, p := range []*cuda.DevicePtr{&nt.rowLoss, &nt.rowHit} {
-		if *p, err = bl.alloc(maxBatch); err != nil {
+		if *p, err = bl.alloc(rows); err != nil {
 			return nil, err
 		}
 	}
@@ -191,7 +273,7 @@ func (nt *net) download(d *cuda.Driver, v []float32, src cuda.DevicePtr) error {
 // uploadBatch copies a lease's examples and labels to the device, growing
 // their buffers when a lease has more examples than any before.
 func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
-	n := len(labels)
+	n := len(labels) / nt.model.LabelsPerExample
 	if n > nt.xCap {
 		d.Free(nt.x)
 		d.Free(nt.labels)
@@ -200,7 +282,7 @@ func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
 		if nt.x, err = d.Alloc(4 * len(x)); err != nil {
 			return err
 		}
-		if nt.labels, err = d.Alloc(4 * n); err != nil {
+		if nt.labels, err = d.Alloc(4 * len(labels)); err != nil {
 			d.Free(nt.x)
 			nt.x = 0
 			return err
@@ -210,11 +292,11 @@ func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
 	if err := nt.upload(d, nt.x, x); err != nil {
 		return err
 	}
-	if err := nt.ensureStage(d, 4*n); err != nil {
+	if err := nt.ensureStage(d, 4*len(labels)); err != nil {
 		return err
 	}
-	copy(nt.stage.Int32s(n), labels)
-	return d.Upload(nt.labels, nt.stage, 4*n)
+	copy(nt.stage.Int32s(len(labels)), labels)
+	return d.Upload(nt.labels, nt.stage, 4*len(labels))
 }
 
 func off(p cuda.DevicePtr, floats int) cuda.DevicePtr { return p + cuda.DevicePtr(4*floats) }
@@ -229,14 +311,22 @@ func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cud
 	if err := nt.forward(b, top, w, n, ""); err != nil {
 		return err
 	}
-	classes := nt.model.NumClasses
-	if err := b.launchRows("softmax_xent", n, top.acts[L], labels, top.dacts[L], n, classes, 1/float32(n), nt.rowLoss, nt.rowHit); err != nil {
+	// The loss: one row of classes per label, n*LabelsPerExample rows.
+	classes, rows := nt.model.NumClasses, n*nt.model.LabelsPerExample
+	if err := b.launchRows("softmax_xent", rows, top.acts[L], labels, top.dacts[L], rows, classes, 1/float32(rows), nt.rowLoss, nt.rowHit); err != nil {
 		return err
 	}
-	if err := b.launchGrid("sum_losses", 1, 256, nt.rowLoss, nt.rowHit, n, nt.acc, off(nt.acc, 2)); err != nil {
+	if err := b.launchGrid("sum_losses", 1, 256, nt.rowLoss, nt.rowHit, rows, nt.acc, off(nt.acc, 2)); err != nil {
 		return err
 	}
-	return nt.backward(b, top, w, n, grad, "")
+	for _, c := range nt.clears {
+		if err := b.d.Memset32(off(grad, c[0]), 0, c[1]); err != nil {
+			return err
+		}
+	}
+	err := nt.backward(b, top, w, n, grad, "")
+	nt.seed++
+	return err
 }
 
 // forward runs a stack's layers; where names the stack in errors.
@@ -263,6 +353,15 @@ func (nt *net) backward(b *Backend, st *stack, w cuda.DevicePtr, n int, grad cud
 	return nil
 }
 
+// attentionAt points a layer's attention at this call's batch and tensors.
+func (l *layer) attentionAt(n int, w, grad cuda.DevicePtr) *attention {
+	a := l.att
+	a.n = n
+	a.win, a.bin, a.wout, a.bout = off(w, l.WeightOffset), off(w, l.BiasOffset), off(w, l.OutWeightOffset), off(w, l.OutBiasOffset)
+	a.gwin, a.gbin, a.gwout, a.gbout = off(grad, l.WeightOffset), off(grad, l.BiasOffset), off(grad, l.OutWeightOffset), off(grad, l.OutBiasOffset)
+	return a
+}
+
 func (nt *net) forwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.DevicePtr, n int) error {
 	in, out := st.acts[i], st.acts[i+1]
 	switch l.Type {
@@ -270,11 +369,37 @@ func (nt *net) forwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.Devic
 		st.acts[i+1] = in
 		return nil
 	case nn.TypeDense:
-		I, O := l.InSize, l.OutSize
-		if err := b.blas.GemmRowMajor(false, true, n, O, I, 1, in, I, off(w, l.WeightOffset), I, 0, out, O); err != nil {
+		// Per position on a sequence: n*t rows of d.
+		r, I := seqRows(l.LayerPlan)
+		rows, O := n*r, l.Units
+		if err := b.blas.GemmRowMajor(false, true, rows, O, I, 1, in, I, off(w, l.WeightOffset), I, 0, out, O); err != nil {
 			return err
 		}
-		return b.launch("add_bias", n*O, out, off(w, l.BiasOffset), n, O)
+		return b.launch("add_bias", rows*O, out, off(w, l.BiasOffset), rows, O)
+	case nn.TypeEmbedding:
+		t, d := l.InShape[0], l.Units
+		var pos cuda.DevicePtr
+		if l.PositionSize > 0 {
+			pos = off(w, l.PositionOffset)
+		}
+		return b.launch("embedding_forward", n*t*d, in, off(w, l.WeightOffset), pos, out, n*t, t, d, l.Vocab)
+	case nn.TypeLayerNorm:
+		r, d := seqRows(l.LayerPlan)
+		return b.launchRows("layernorm_forward", n*r, in, off(w, l.WeightOffset), off(w, l.BiasOffset), out, l.mean, l.rstd, n*r, d, float32(l.Eps))
+	case nn.TypeGELU:
+		return b.launch("gelu_forward", n*l.OutSize, in, out, n*l.OutSize)
+	case nn.TypeAttention:
+		return l.attentionAt(n, w, 0).forward(b, in, out)
+	case nn.TypeResidual:
+		body := l.body
+		body.acts[0] = in
+		if err := nt.forward(b, body, w, n, fmt.Sprintf("%d.residual.", l.Index)); err != nil {
+			return err
+		}
+		return b.launch("add", n*l.OutSize, in, body.acts[len(body.layers)], out, n*l.OutSize)
+	case nn.TypeDropout:
+		size := n * l.OutSize
+		return b.launch("dropout_apply", size, in, out, size, nt.seed, l.Index, dropoutThreshold(l.Rate), float32(1/(1-l.Rate)))
 	case nn.TypeReLU:
 		return b.launch("relu_forward", n*l.OutSize, in, out, n*l.OutSize)
 	case nn.TypeConv2D:
@@ -302,17 +427,67 @@ func (nt *net) backwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.Devi
 		st.dacts[i] = dOut // the same values, reshaped
 		return nil
 	case nn.TypeDense:
-		I, O := l.InSize, l.OutSize
-		// dW[O×I] = dOutᵀ · in
-		if err := b.blas.GemmRowMajor(true, false, O, I, n, 1, dOut, O, in, I, 0, off(grad, l.WeightOffset), I); err != nil {
+		r, I := seqRows(l.LayerPlan)
+		rows, O := n*r, l.Units
+		// dW[O×I] = dOutᵀ · in; added to the embedding's gradient when tied
+		var beta float32
+		if l.Tied {
+			beta = 1
+		}
+		if err := b.blas.GemmRowMajor(true, false, O, I, rows, 1, dOut, O, in, I, beta, off(grad, l.WeightOffset), I); err != nil {
 			return err
 		}
-		if err := b.launchGrid("column_sums", O, 256, dOut, off(grad, l.BiasOffset), n, O); err != nil {
+		if err := b.launchGrid("column_sums", O, 256, dOut, off(grad, l.BiasOffset), rows, O); err != nil {
 			return err
 		}
 		if dIn != 0 {
-			// dIn[n×I] = dOut · W
-			return b.blas.GemmRowMajor(false, false, n, I, O, 1, dOut, O, off(w, l.WeightOffset), I, 0, dIn, I)
+			// dIn[rows×I] = dOut · W
+			return b.blas.GemmRowMajor(false, false, rows, I, O, 1, dOut, O, off(w, l.WeightOffset), I, 0, dIn, I)
+		}
+	case nn.TypeEmbedding:
+		t, d := l.InShape[0], l.Units
+		rows := n * t
+		// The token table's gradient was zeroed (nt.clears), or holds the
+		// tied output layer's.
+		if l.Vocab <= gatherVocab {
+			if err := b.launch("embedding_backward_gather", l.Vocab*d, in, dOut, off(grad, l.WeightOffset), rows, d, l.Vocab); err != nil {
+				return err
+			}
+		} else if err := b.launch("embedding_backward_scatter", rows*d, in, dOut, off(grad, l.WeightOffset), rows, d, l.Vocab); err != nil {
+			return err
+		}
+		if l.PositionSize > 0 {
+			return b.launch("embedding_backward_positions", l.Positions*d, dOut, off(grad, l.PositionOffset), n, t, l.Positions, d)
+		}
+	case nn.TypeLayerNorm:
+		r, d := seqRows(l.LayerPlan)
+		if err := b.launchRows("layernorm_param_grads", d, in, dOut, l.mean, l.rstd, off(grad, l.WeightOffset), off(grad, l.BiasOffset), n*r, d); err != nil {
+			return err
+		}
+		if dIn != 0 {
+			return b.launchRows("layernorm_backward", n*r, in, dOut, off(w, l.WeightOffset), l.mean, l.rstd, dIn, n*r, d)
+		}
+	case nn.TypeGELU:
+		if dIn != 0 {
+			return b.launch("gelu_backward", n*l.OutSize, in, dOut, dIn, n*l.OutSize)
+		}
+	case nn.TypeAttention:
+		return l.attentionAt(n, w, grad).backward(b, nt.attScratch, in, dOut, dIn)
+	case nn.TypeResidual:
+		// The body's output gradient is the block's; the input's is that
+		// plus the body's input gradient.
+		body := l.body
+		body.dacts[len(body.layers)] = dOut
+		if err := nt.backward(b, body, w, n, grad, fmt.Sprintf("%d.residual.", l.Index)); err != nil {
+			return err
+		}
+		if dIn != 0 {
+			return b.launch("add", n*l.InSize, dOut, body.dacts[0], dIn, n*l.InSize)
+		}
+	case nn.TypeDropout:
+		if dIn != 0 {
+			size := n * l.OutSize
+			return b.launch("dropout_apply", size, dOut, dIn, size, nt.seed, l.Index, dropoutThreshold(l.Rate), float32(1/(1-l.Rate)))
 		}
 	case nn.TypeReLU:
 		if dIn != 0 {

@@ -110,7 +110,7 @@ static void w_attention_softmax_backward(void **p) {
 }
 static void w_add(void **p) { add(A(0, const float *), A(1, const float *), A(2, float *), A(3, int)); }
 static void w_dropout_apply(void **p) {
-	dropout_apply(A(0, const float *), A(1, float *), A(2, int), A(3, unsigned long long), A(4, unsigned int), A(5, float));
+	dropout_apply(A(0, const float *), A(1, float *), A(2, int), A(3, unsigned long long), A(4, int), A(5, unsigned int), A(6, float));
 }
 
 static const struct { const char *name; wrapper w; } table[] = {
