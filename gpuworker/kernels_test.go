@@ -24,6 +24,7 @@ import (
 // rig runs single kernels on a backend from the test goroutine.
 type rig struct {
 	t     *testing.T
+	name  string // the device, in what closeTo logs
 	b     *Backend
 	alloc []cuda.DevicePtr
 }
@@ -36,7 +37,7 @@ func forEachKernelDevice(t *testing.T, f func(t *testing.T, k *rig)) {
 			n := emuVar[int32](t, "emu_threads")
 			*n = threads
 			defer func() { *n = 1 }()
-			k := &rig{t: t, b: b}
+			k := &rig{t: t, name: fmt.Sprintf("emulator, %d thread(s) per block", threads), b: b}
 			defer k.free()
 			f(t, k)
 		})
@@ -44,7 +45,7 @@ func forEachKernelDevice(t *testing.T, f func(t *testing.T, k *rig)) {
 	t.Run("gpu", func(t *testing.T) {
 		b := openGPU(t)
 		defer b.Close()
-		k := &rig{t: t, b: b}
+		k := &rig{t: t, name: "gpu", b: b}
 		defer k.free()
 		f(t, k)
 	})
@@ -119,8 +120,10 @@ func f64(v []float32) []float64 {
 // closeTo fails unless got is within tol of want, relative to want's
 // largest magnitude (so an entry near zero is not held to a relative error
 // it cannot have in float32).
-func closeTo(t *testing.T, what string, got []float32, want []float64, tol float64) {
+func (k *rig) closeTo(what string, got []float32, want []float64, tol float64) {
+	t := k.t
 	t.Helper()
+	what = k.name + ": " + what
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
@@ -198,7 +201,7 @@ func TestEmbeddingKernels(t *testing.T) {
 					}
 				}
 			}
-			closeTo(t, fmt.Sprintf("embedding forward, position table %v", withPos), k.read(out, rows*d), want, fwdTol)
+			k.closeTo(fmt.Sprintf("embedding forward, position table %v", withPos), k.read(out, rows*d), want, fwdTol)
 		}
 		want := f64(pre)
 		for r := range rows {
@@ -213,7 +216,7 @@ func TestEmbeddingKernels(t *testing.T) {
 				total = vocab * d
 			}
 			k.launch(kernel, total, x, pd, dw, rows, d, vocab)
-			closeTo(t, kernel+": token table gradient, added to what was there", k.read(dw, vocab*d), want, fwdTol)
+			k.closeTo(kernel+": token table gradient, added to what was there", k.read(dw, vocab*d), want, fwdTol)
 		}
 		dp := k.floats(randFloats(rng, positions*d, 1)) // overwritten, rows t.. with 0
 		k.launch("embedding_backward_positions", positions*d, pd, dp, n, tt, positions, d)
@@ -223,7 +226,7 @@ func TestEmbeddingKernels(t *testing.T) {
 				want[(r%tt)*d+j] += float64(dout[r*d+j])
 			}
 		}
-		closeTo(t, "embedding position table gradient", k.read(dp, positions*d), want, fwdTol)
+		k.closeTo("embedding position table gradient", k.read(dp, positions*d), want, fwdTol)
 	})
 }
 
@@ -265,20 +268,20 @@ func TestLayerNormKernels(t *testing.T) {
 			k.rows("layernorm_forward", rows, px, pw, pb, out, mean, rstd, rows, d, float32(eps))
 			wantY, wantMean, wantRstd := layernormRef(f64(x), f64(w), f64(b), rows, d, eps)
 			what := fmt.Sprintf("layernorm %d×%d", rows, d)
-			closeTo(t, what+" forward", k.read(out, rows*d), wantY, fwdTol)
-			closeTo(t, what+" mean", k.read(mean, rows), wantMean, fwdTol)
-			closeTo(t, what+" rstd", k.read(rstd, rows), wantRstd, 1e-5) // 1/sqrt(var+eps) of a tiny var magnifies rounding
+			k.closeTo(what+" forward", k.read(out, rows*d), wantY, fwdTol)
+			k.closeTo(what+" mean", k.read(mean, rows), wantMean, fwdTol)
+			k.closeTo(what+" rstd", k.read(rstd, rows), wantRstd, 1e-5) // 1/sqrt(var+eps) of a tiny var magnifies rounding
 
 			din := k.floats(make([]float32, rows*d))
 			k.rows("layernorm_backward", rows, px, pd, pw, mean, rstd, din, rows, d)
 			fx := func(xs []float64) []float64 { y, _, _ := layernormRef(xs, f64(w), f64(b), rows, d, eps); return y }
-			closeTo(t, what+" input gradient", k.read(din, rows*d), numGrad(fx, f64(x), f64(dout)), bwdTol)
+			k.closeTo(what+" input gradient", k.read(din, rows*d), numGrad(fx, f64(x), f64(dout)), bwdTol)
 			dw, db := k.floats(make([]float32, d)), k.floats(make([]float32, d))
 			k.rows("layernorm_param_grads", d, px, pd, mean, rstd, dw, db, rows, d)
 			fw := func(ws []float64) []float64 { y, _, _ := layernormRef(f64(x), ws, f64(b), rows, d, eps); return y }
 			fb := func(bs []float64) []float64 { y, _, _ := layernormRef(f64(x), f64(w), bs, rows, d, eps); return y }
-			closeTo(t, what+" weight gradient", k.read(dw, d), numGrad(fw, f64(w), f64(dout)), bwdTol)
-			closeTo(t, what+" bias gradient", k.read(db, d), numGrad(fb, f64(b), f64(dout)), bwdTol)
+			k.closeTo(what+" weight gradient", k.read(dw, d), numGrad(fw, f64(w), f64(dout)), bwdTol)
+			k.closeTo(what+" bias gradient", k.read(db, d), numGrad(fb, f64(b), f64(dout)), bwdTol)
 		}
 	})
 }
@@ -299,9 +302,9 @@ func TestGELUKernels(t *testing.T) {
 		x[0], x[1], x[2] = 0, -8, 8
 		px, pd, out, din := k.floats(x), k.floats(dout), k.floats(make([]float32, n)), k.floats(make([]float32, n))
 		k.launch("gelu_forward", n, px, out, n)
-		closeTo(t, "gelu forward", k.read(out, n), geluRef(f64(x)), fwdTol)
+		k.closeTo("gelu forward", k.read(out, n), geluRef(f64(x)), fwdTol)
 		k.launch("gelu_backward", n, px, pd, din, n)
-		closeTo(t, "gelu backward", k.read(din, n), numGrad(geluRef, f64(x), f64(dout)), bwdTol)
+		k.closeTo("gelu backward", k.read(din, n), numGrad(geluRef, f64(x), f64(dout)), bwdTol)
 	})
 }
 
@@ -341,14 +344,14 @@ func TestAttentionSoftmaxKernels(t *testing.T) {
 			what := fmt.Sprintf("attention softmax, causal %v", causal)
 			p := k.floats(randFloats(rng, rows*tt, 1)) // masked entries must be overwritten with 0
 			k.rows("attention_softmax", rows, ps, p, rows, tt, float32(scale), map[bool]int{true: 1}[causal])
-			closeTo(t, what+", forward", k.read(p, rows*tt), attentionSoftmaxRef(f64(s), rows, tt, scale, causal), fwdTol)
+			k.closeTo(what+", forward", k.read(p, rows*tt), attentionSoftmaxRef(f64(s), rows, tt, scale, causal), fwdTol)
 			ds := k.floats(dp) // in place: ds starts as dp
 			k.rows("attention_softmax_backward", rows, p, ds, ds, rows, tt, float32(scale))
 			f := func(x []float64) []float64 { return attentionSoftmaxRef(x, rows, tt, scale, causal) }
-			closeTo(t, what+", backward (in place)", k.read(ds, rows*tt), numGrad(f, f64(s), f64(dp)), bwdTol)
+			k.closeTo(what+", backward (in place)", k.read(ds, rows*tt), numGrad(f, f64(s), f64(dp)), bwdTol)
 			ds2 := k.floats(make([]float32, rows*tt))
 			k.rows("attention_softmax_backward", rows, p, pdp, ds2, rows, tt, float32(scale))
-			closeTo(t, what+", backward", k.read(ds2, rows*tt), numGrad(f, f64(s), f64(dp)), bwdTol)
+			k.closeTo(what+", backward", k.read(ds2, rows*tt), numGrad(f, f64(s), f64(dp)), bwdTol)
 		}
 	})
 }
@@ -369,7 +372,7 @@ func TestPerPositionKernels(t *testing.T) {
 		for i := range want {
 			want[i] = float64(m[i]) + float64(bias[i%classes])
 		}
-		closeTo(t, "bias per position", k.read(pm, rows*classes), want, fwdTol)
+		k.closeTo("bias per position", k.read(pm, rows*classes), want, fwdTol)
 
 		sums := k.floats(make([]float32, classes))
 		k.do(func() error { return k.b.launchGrid("column_sums", classes, 256, pm, sums, rows, classes) })
@@ -377,7 +380,7 @@ func TestPerPositionKernels(t *testing.T) {
 		for i, v := range want {
 			wantSums[i%classes] += v
 		}
-		closeTo(t, "bias gradient over n*t rows", k.read(sums, classes), wantSums, fwdTol)
+		k.closeTo("bias gradient over n*t rows", k.read(sums, classes), wantSums, fwdTol)
 
 		a, b := randFloats(rng, 77, 1), randFloats(rng, 77, 1)
 		pa, pbb := k.floats(a), k.floats(b)
@@ -386,7 +389,7 @@ func TestPerPositionKernels(t *testing.T) {
 		for i := range wantAdd {
 			wantAdd[i] = float64(a[i]) + float64(b[i])
 		}
-		closeTo(t, "residual add", k.read(pa, 77), wantAdd, fwdTol)
+		k.closeTo("residual add", k.read(pa, 77), wantAdd, fwdTol)
 
 		logits := randFloats(rng, rows*classes, 2)
 		labels := make([]int32, rows)
@@ -423,7 +426,7 @@ func TestPerPositionKernels(t *testing.T) {
 			}
 			wantD[r*classes+int(labels[r])] -= float64(scale)
 		}
-		closeTo(t, "softmax cross-entropy gradient, a label per position", k.read(dl, rows*classes), wantD, fwdTol)
+		k.closeTo("softmax cross-entropy gradient, a label per position", k.read(dl, rows*classes), wantD, fwdTol)
 		raw := k.read(acc, 4)
 		loss := math.Float64frombits(uint64(math.Float32bits(raw[0])) | uint64(math.Float32bits(raw[1]))<<32)
 		hits := int(int32(math.Float32bits(raw[2])))
@@ -475,7 +478,7 @@ func TestDropoutKernel(t *testing.T) {
 						masks[si][i] = true
 					}
 				}
-				closeTo(t, fmt.Sprintf("dropout %.1f, seed %d", rate, seed), got, want, 0)
+				k.closeTo(fmt.Sprintf("dropout %.1f, seed %d", rate, seed), got, want, 0)
 				if frac := float64(kept) / n; math.Abs(frac-(1-rate)) > 0.01 {
 					t.Errorf("dropout %.1f keeps %.4f of the values", rate, frac)
 				}
@@ -582,12 +585,12 @@ func TestAttentionMatchesReference(t *testing.T) {
 				return attentionRef(x, win, bin, wout, bout, n, tt, d, c.heads, c.causal)
 			}
 			X, Win, Bin, Wout, Bout, D := f64(x), f64(win), f64(bin), f64(wout), f64(bout), f64(dout)
-			closeTo(t, what+": output", k.read(out, rows*d), ref(X, Win, Bin, Wout, Bout), fwdTol)
-			closeTo(t, what+": input gradient", k.read(dx, rows*d), numGrad(func(v []float64) []float64 { return ref(v, Win, Bin, Wout, Bout) }, X, D), bwdTol)
-			closeTo(t, what+": in_proj_weight gradient", k.read(a.gwin, 3*d*d), numGrad(func(v []float64) []float64 { return ref(X, v, Bin, Wout, Bout) }, Win, D), bwdTol)
-			closeTo(t, what+": in_proj_bias gradient", k.read(a.gbin, 3*d), numGrad(func(v []float64) []float64 { return ref(X, Win, v, Wout, Bout) }, Bin, D), bwdTol)
-			closeTo(t, what+": out_proj.weight gradient", k.read(a.gwout, d*d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, v, Bout) }, Wout, D), bwdTol)
-			closeTo(t, what+": out_proj.bias gradient", k.read(a.gbout, d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, Wout, v) }, Bout, D), bwdTol)
+			k.closeTo(what+": output", k.read(out, rows*d), ref(X, Win, Bin, Wout, Bout), fwdTol)
+			k.closeTo(what+": input gradient", k.read(dx, rows*d), numGrad(func(v []float64) []float64 { return ref(v, Win, Bin, Wout, Bout) }, X, D), bwdTol)
+			k.closeTo(what+": in_proj_weight gradient", k.read(a.gwin, 3*d*d), numGrad(func(v []float64) []float64 { return ref(X, v, Bin, Wout, Bout) }, Win, D), bwdTol)
+			k.closeTo(what+": in_proj_bias gradient", k.read(a.gbin, 3*d), numGrad(func(v []float64) []float64 { return ref(X, Win, v, Wout, Bout) }, Bin, D), bwdTol)
+			k.closeTo(what+": out_proj.weight gradient", k.read(a.gwout, d*d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, v, Bout) }, Wout, D), bwdTol)
+			k.closeTo(what+": out_proj.bias gradient", k.read(a.gbout, d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, Wout, v) }, Bout, D), bwdTol)
 		}
 	})
 }
