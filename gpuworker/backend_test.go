@@ -572,3 +572,67 @@ func TestMeasureReportsSpeed(t *testing.T) {
 		t.Error("an unknown preset was measured")
 	}
 }
+
+// The CUDA backend trains charlm-tiny: one lease of 100 AdamW steps on
+// windows of a short repeating text, all on the device; the parameters it
+// ends with, scored by package nn on the CPU, predict the text far better
+// than a uniform guess over bytes (ln 256 = 5.55 nats).
+func TestCharLMTrainsOnTheDevice(t *testing.T) {
+	for _, dev := range devices() {
+		t.Run(dev.name, func(t *testing.T) {
+			b := dev.open(t)
+			defer b.Close()
+			const text = "the quick brown fox jumps. "
+			spec, _ := nn.Preset("charlm-tiny")
+			m, _ := nn.NewModel(spec)
+			T := m.InputSize
+			const batch, steps = 8, 100
+			r := rand.New(rand.NewPCG(1, 2))
+			windows := func(starts []int) ([]float32, []int32) {
+				x, labels := make([]float32, len(starts)*T), make([]int32, len(starts)*T)
+				for e, s := range starts {
+					for p := range T {
+						x[e*T+p] = float32(text[(s+p)%len(text)])
+						labels[e*T+p] = int32(text[(s+p+1)%len(text)])
+					}
+				}
+				return x, labels
+			}
+			starts := make([]int, batch*steps)
+			for i := range starts {
+				starts[i] = r.IntN(len(text))
+			}
+			x, labels := windows(starts)
+			base := make([]float32, m.NumParams)
+			m.Init(base, 1)
+			if err := b.Prepare(m, batch); err != nil {
+				t.Fatal(err)
+			}
+			adamw := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 3e-3, WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}
+			update := make([]float32, m.NumParams)
+			plan := worker.InnerSteps{BatchSize: batch, Steps: steps, Inner: adamw, UpdateKind: protocol.UpdateDelta}
+			trainLoss, _, err := b.Steps(1, base, x, labels, plan, update)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trained := make([]float32, m.NumParams)
+			for i := range trained {
+				trained[i] = base[i] - update[i] // a delta update is base - w
+			}
+			every := make([]int, len(text))
+			for i := range every {
+				every[i] = i
+			}
+			hx, hl := windows(every)
+			ws := m.NewWorkspace(len(every))
+			before, _ := m.Evaluate(ws, base, hx, hl)
+			after, right := m.Evaluate(ws, trained, hx, hl)
+			before, after = before/float64(len(hl)), after/float64(len(hl))
+			t.Logf("charlm-tiny, %d AdamW steps on the device: training loss %.3f on average; held-out loss %.3f -> %.3f, %d/%d next bytes right",
+				steps, trainLoss/float64(len(labels)), before, after, right, len(hl))
+			if before < math.Log(256)-1 || after > 0.6 || math.IsNaN(after) {
+				t.Errorf("held-out loss %.3f before and %.3f after training; want about ln 256 = %.2f, then under 0.6", before, after, math.Log(256))
+			}
+		})
+	}
+}

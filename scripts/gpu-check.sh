@@ -81,7 +81,7 @@ pkgdir="$here/../gpuworker"
 (cd "$pkgdir" && run timeout 200 "$bin/gpuworker.test" -test.v -test.count=1 -test.timeout=190s) >"$work/tests" 2>&1
 status=$?
 cat "$work/tests" >>"$log"
-grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|    --- (PASS|FAIL|SKIP)|PASS|FAIL|ok )|GPU: |mnist-mlp on the GPU|no usable GPU|differs|relative of the CPU|gpu: .*(of the reference|tolerance)' "$work/tests" |
+grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|    --- (PASS|FAIL|SKIP)|PASS|FAIL|ok )|GPU: |mnist-mlp on the GPU|no usable GPU|differs|relative of the CPU|gpu: .*(of the reference|tolerance)|steps on the device' "$work/tests" |
 	grep -v '^=== RUN' | sort -u | tee -a "$report"
 say "tests exit status: $status"
 gpu=yes
