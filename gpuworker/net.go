@@ -52,6 +52,7 @@ type stack struct {
 // layer is one layer's plan and what it keeps on the device.
 type layer struct {
 	nn.LayerPlan
+	name       string         // as in its tensors' names: "3", or "1.residual.0" in a body
 	rows       cuda.DevicePtr // conv2d: the batch's patches, kept for backward
 	argmax     cuda.DevicePtr // maxpool2d: the winners
 	mean, rstd cuda.DevicePtr // layernorm: per row
@@ -108,12 +109,14 @@ func (bl *builder) alloc(floats int) (cuda.DevicePtr, error) {
 // stack resolves plans into a stack with its activations. paramsBelow says
 // whether a layer before the stack has parameters, so that the stack's
 // input gradient is needed.
-func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error) {
+// prefix starts the names of the stack's layers ("" at the top,
+// "1.residual." in layer 1's body).
+func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool, prefix string) (*stack, error) {
 	L, nb := len(plans), bl.maxBatch
 	st := &stack{acts: make([]cuda.DevicePtr, L+1), dacts: make([]cuda.DevicePtr, L+1)}
 	var err error
 	for i, p := range plans {
-		l := &layer{LayerPlan: p}
+		l := &layer{LayerPlan: p, name: fmt.Sprintf("%s%d", prefix, i)}
 		st.layers = append(st.layers, l)
 		// An input gradient is needed below a layer only if some layer
 		// under it has parameters.
@@ -130,7 +133,7 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 		case nn.TypeDense, nn.TypeReLU, nn.TypeGELU, nn.TypeDropout:
 		case nn.TypeEmbedding:
 			if p.InKind != "tokens" || p.Units < 1 || p.Vocab < 1 {
-				return nil, fmt.Errorf("layer %d: an embedding on %s input %v", p.Index, p.InKind, p.InShape)
+				return nil, fmt.Errorf("layer %s: an embedding on %s input %v", l.name, p.InKind, p.InShape)
 			}
 			bl.nt.clears = append(bl.nt.clears, [2]int{p.WeightOffset, p.WeightSize})
 		case nn.TypeLayerNorm:
@@ -143,7 +146,7 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 			}
 		case nn.TypeAttention:
 			if p.InKind != "sequence" || p.Heads < 1 || p.InShape[1]%p.Heads != 0 {
-				return nil, fmt.Errorf("layer %d: attention with %d heads on %s input %v", p.Index, p.Heads, p.InKind, p.InShape)
+				return nil, fmt.Errorf("layer %s: attention with %d heads on %s input %v", l.name, p.Heads, p.InKind, p.InShape)
 			}
 			a := &attention{n: nb, t: p.InShape[0], d: p.InShape[1], heads: p.Heads, causal: p.Causal}
 			if a.qkv, err = bl.alloc(a.qkvSize()); err != nil {
@@ -160,7 +163,7 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 			bl.attQKV = max(bl.attQKV, a.qkvSize())
 			l.att = a
 		case nn.TypeResidual:
-			if l.body, err = bl.stack(p.Body, below); err != nil {
+			if l.body, err = bl.stack(p.Body, below, l.name+".residual."); err != nil {
 				return nil, err
 			}
 		case nn.TypeConv2D:
@@ -175,7 +178,7 @@ func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool) (*stack, error)
 				return nil, err
 			}
 		default:
-			return nil, fmt.Errorf("layer %d: the CUDA backend has no layer type %q", p.Index, p.Type)
+			return nil, fmt.Errorf("layer %s: the CUDA backend has no layer type %q", l.name, p.Type)
 		}
 		if st.acts[i+1], err = bl.alloc(nb * p.OutSize); err != nil {
 			return nil, err
@@ -192,7 +195,7 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 		}
 	}()
 	bl := &builder{b: b, nt: nt, maxBatch: maxBatch}
-	if nt.top, err = bl.stack(model.Plan(), false); err != nil {
+	if nt.top, err = bl.stack(model.Plan(), false, ""); err != nil {
 		return nil, err
 	}
 	L, rows := len(nt.top.layers), maxBatch*model.LabelsPerExample
@@ -308,7 +311,7 @@ func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cud
 	top := nt.top
 	L := len(top.layers)
 	top.acts[0] = x
-	if err := nt.forward(b, top, w, n, ""); err != nil {
+	if err := nt.forward(b, top, w, n); err != nil {
 		return err
 	}
 	// The loss: one row of classes per label, n*LabelsPerExample rows.
@@ -324,16 +327,16 @@ func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cud
 			return err
 		}
 	}
-	err := nt.backward(b, top, w, n, grad, "")
+	err := nt.backward(b, top, w, n, grad)
 	nt.seed++
 	return err
 }
 
-// forward runs a stack's layers; where names the stack in errors.
-func (nt *net) forward(b *Backend, st *stack, w cuda.DevicePtr, n int, where string) error {
+// forward runs a stack's layers.
+func (nt *net) forward(b *Backend, st *stack, w cuda.DevicePtr, n int) error {
 	for i, l := range st.layers {
 		if err := nt.forwardLayer(b, st, i, l, w, n); err != nil {
-			return fmt.Errorf("layer %s%d (%s) forward: %w", where, i, l.Type, err)
+			return fmt.Errorf("layer %s (%s) forward: %w", l.name, l.Type, err)
 		}
 	}
 	return nil
@@ -341,13 +344,14 @@ func (nt *net) forward(b *Backend, st *stack, w cuda.DevicePtr, n int, where str
 
 // backward runs a stack's layers backward, from the gradient of its
 // output in dacts[len(layers)], as far down as a gradient is needed.
-func (nt *net) backward(b *Backend, st *stack, w cuda.DevicePtr, n int, grad cuda.DevicePtr, where string) error {
+func (nt *net) backward(b *Backend, st *stack, w cuda.DevicePtr, n int, grad cuda.DevicePtr) error {
 	for i := len(st.layers) - 1; i >= 0; i-- {
 		if st.dacts[i+1] == 0 {
 			break
 		}
-		if err := nt.backwardLayer(b, st, i, st.layers[i], w, n, grad); err != nil {
-			return fmt.Errorf("layer %s%d (%s) backward: %w", where, i, st.layers[i].Type, err)
+		l := st.layers[i]
+		if err := nt.backwardLayer(b, st, i, l, w, n, grad); err != nil {
+			return fmt.Errorf("layer %s (%s) backward: %w", l.name, l.Type, err)
 		}
 	}
 	return nil
@@ -393,7 +397,7 @@ func (nt *net) forwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.Devic
 	case nn.TypeResidual:
 		body := l.body
 		body.acts[0] = in
-		if err := nt.forward(b, body, w, n, fmt.Sprintf("%d.residual.", l.Index)); err != nil {
+		if err := nt.forward(b, body, w, n); err != nil {
 			return err
 		}
 		return b.launch("add", n*l.OutSize, in, body.acts[len(body.layers)], out, n*l.OutSize)
@@ -478,7 +482,7 @@ func (nt *net) backwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.Devi
 		// plus the body's input gradient.
 		body := l.body
 		body.dacts[len(body.layers)] = dOut
-		if err := nt.backward(b, body, w, n, grad, fmt.Sprintf("%d.residual.", l.Index)); err != nil {
+		if err := nt.backward(b, body, w, n, grad); err != nil {
 			return err
 		}
 		if dIn != 0 {
