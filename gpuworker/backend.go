@@ -207,26 +207,34 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	})
 }
 
-func (b *Backend) ready(params []float32, labels []int32) error {
+func (b *Backend) ready(params, x []float32, labels []int32) error {
 	if b.th == nil {
 		return errors.New("gpuworker: backend is closed")
 	}
 	if b.net == nil {
 		return errors.New("gpuworker: Gradient or Steps before Prepare")
 	}
-	if len(params) != b.net.model.NumParams {
-		return fmt.Errorf("gpuworker: %d parameters, the model has %d", len(params), b.net.model.NumParams)
+	m := b.net.model
+	if len(params) != m.NumParams {
+		return fmt.Errorf("gpuworker: %d parameters, the model has %d", len(params), m.NumParams)
 	}
-	return b.net.model.CheckLabels(labels)
+	if len(labels)%m.LabelsPerExample != 0 {
+		return fmt.Errorf("gpuworker: %d labels is not a whole number of examples of %d labels", len(labels), m.LabelsPerExample)
+	}
+	if err := m.CheckLabels(labels); err != nil {
+		return err
+	}
+	// Token ids index the embedding's table on the device: check them here.
+	return m.CheckInputs(x)
 }
 
 // Gradient implements worker.Backend: the parameters are uploaded on every
 // call. Steps uploads a snapshot once.
 func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
-	if err := b.ready(params, labels); err != nil {
+	if err := b.ready(params, x, labels); err != nil {
 		return 0, 0, err
 	}
-	n := len(labels)
+	n := len(labels) / b.net.model.LabelsPerExample
 	if n < 1 || n > b.net.maxBatch || len(x) != n*b.net.model.InputSize || len(grad) != len(params) {
 		return 0, 0, fmt.Errorf("gpuworker: Gradient of %d examples (%d values, grad %d), want 1..%d examples of %d values",
 			n, len(x), len(grad), b.net.maxBatch, b.net.model.InputSize)
@@ -262,10 +270,11 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 // is new, and the inner steps (SGD or AdamW, its moments zeroed first) run
 // on the device.
 func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (float64, int, error) {
-	if err := b.ready(params, labels); err != nil {
+	if err := b.ready(params, x, labels); err != nil {
 		return 0, 0, err
 	}
-	count := len(labels)
+	lpe := b.net.model.LabelsPerExample
+	count := len(labels) / lpe
 	in := b.net.model.InputSize
 	if err := plan.Check(); err != nil {
 		return 0, 0, fmt.Errorf("gpuworker: %w", err)
@@ -312,7 +321,7 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 				break
 			}
 			hi := min(lo+plan.BatchSize, count)
-			if err := nt.gradient(b, nt.w, nt.x+cuda.DevicePtr(4*lo*in), nt.labels+cuda.DevicePtr(4*lo), hi-lo, nt.grad); err != nil {
+			if err := nt.gradient(b, nt.w, off(nt.x, lo*in), off(nt.labels, lo*lpe), hi-lo, nt.grad); err != nil {
 				return err
 			}
 			if plan.GradientOnly(count) {
@@ -349,6 +358,17 @@ func (b *Backend) launch(name string, total int, args ...any) error {
 	const block = 256
 	grid := min((total+block-1)/block, max(1, b.info.Multiprocessors)*16)
 	return b.launchGrid(name, max(grid, 1), block, args...)
+}
+
+// rowBlock is the block size of the kernels that give each row (or
+// column) a block and reduce over it with block_sum: a power of two of at
+// most 256.
+const rowBlock = 128
+
+// launchRows runs a kernel that takes one block per row (BLOCK_ROWS) over
+// rows rows; a block takes several when there are more than the grid.
+func (b *Backend) launchRows(name string, rows int, args ...any) error {
+	return b.launchGrid(name, max(1, min(rows, 1<<16)), rowBlock, args...)
 }
 
 func (b *Backend) launchGrid(name string, grid, block int, args ...any) error {

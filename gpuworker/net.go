@@ -15,95 +15,216 @@ import (
 // thread only.
 type net struct {
 	model    *nn.Model
-	plan     []nn.LayerPlan
 	maxBatch int
+	top      *stack
 
-	// acts[i] is layer i's input and acts[i+1] its output (acts[0] is set
-	// per call; a flatten layer's output aliases its input). dacts[i] is
-	// the loss gradient of acts[i], 0 where nobody reads it.
-	acts, dacts []cuda.DevicePtr
-	rows        []cuda.DevicePtr // conv2d: the batch's patches, kept for backward
-	argmax      []cuda.DevicePtr // maxpool2d: the winners
 	scratchT    cuda.DevicePtr   // conv2d: the GEMM's (n*P)×F output and gradient
 	scratchRows cuda.DevicePtr   // conv2d: the patches' gradient
+	attScratch  attentionScratch // attention's backward
+	// clears are the gradient spans that backward adds into (an
+	// embedding's token table, which a tied output layer writes first):
+	// zeroed before each backward pass.
+	clears [][2]int
+	// seed is the dropout seed of the next gradient call, which moves it on
+	// by one, as an nn.Workspace's.
+	seed uint64
 
 	base, w, grad    cuda.DevicePtr // NumParams each
 	moment1, moment2 cuda.DevicePtr // inner AdamW's m and v, NumParams each
 	snap             worker.SnapshotID
 	x, labels        cuda.DevicePtr
-	xCap, labelCap   int            // examples x and labels hold
+	xCap             int            // examples x and labels hold
 	acc              cuda.DevicePtr // float64 loss sum, int32 correct count
+	rowLoss, rowHit  cuda.DevicePtr // softmax_xent's loss and hit per row
 	stage            *cuda.HostBuffer
 	allocs           []cuda.DevicePtr
 }
 
+// stack is a sequence of layers: the model's, or a residual block's body.
+// acts[i] is layer i's input and acts[i+1] its output (acts[0] is set per
+// call; a flatten layer's output aliases its input). dacts[i] is the loss
+// gradient of acts[i], 0 where nobody reads it.
+type stack struct {
+	layers      []*layer
+	acts, dacts []cuda.DevicePtr
+}
+
+// layer is one layer's plan and what it keeps on the device.
+type layer struct {
+	nn.LayerPlan
+	name       string         // as in its tensors' names: "3", or "1.residual.0" in a body
+	rows       cuda.DevicePtr // conv2d: the batch's patches, kept for backward
+	argmax     cuda.DevicePtr // maxpool2d: the winners
+	mean, rstd cuda.DevicePtr // layernorm: per row
+	att        *attention     // attention: its buffers
+	body       *stack         // residual: the body
+}
+
+// hasParams says whether a layer (or a residual block's body) has
+// parameters.
+func hasParams(l nn.LayerPlan) bool {
+	if len(l.Tensors) > 0 || l.WeightSize > 0 {
+		return true
+	}
+	for _, b := range l.Body {
+		if hasParams(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// seqRows views a layer's input per example as rows of values: a sequence
+// [t,d] is t rows of d (dense, layernorm apply per position), anything else
+// one row of all its values.
+func seqRows(l nn.LayerPlan) (rows, cols int) {
+	if l.InKind == "sequence" {
+		return l.InShape[0], l.InShape[1]
+	}
+	return 1, l.InSize
+}
+
+// gatherVocab is the largest vocabulary whose token table gradient is
+// gathered in a fixed order (embedding_backward_gather, rows*vocab*d
+// comparisons); larger ones are scattered by atomics.
+const gatherVocab = 1024
+
+// builder allocates a net's device memory.
+type builder struct {
+	b                        *Backend
+	nt                       *net
+	maxBatch                 int
+	scratchT, scratchRows    int
+	attCtx, attProbs, attQKV int // attention's backward scratch, floats
+}
+
+func (bl *builder) alloc(floats int) (cuda.DevicePtr, error) {
+	p, err := bl.b.d.Alloc(4 * max(floats, 1))
+	if err == nil {
+		bl.nt.allocs = append(bl.nt.allocs, p)
+	}
+	return p, err
+}
+
+// stack resolves plans into a stack with its activations. paramsBelow says
+// whether a layer before the stack has parameters, so that the stack's
+// input gradient is needed.
+// prefix starts the names of the stack's layers ("" at the top,
+// "1.residual." in layer 1's body).
+func (bl *builder) stack(plans []nn.LayerPlan, paramsBelow bool, prefix string) (*stack, error) {
+	L, nb := len(plans), bl.maxBatch
+	st := &stack{acts: make([]cuda.DevicePtr, L+1), dacts: make([]cuda.DevicePtr, L+1)}
+	var err error
+	for i, p := range plans {
+		l := &layer{LayerPlan: p, name: fmt.Sprintf("%s%d", prefix, i)}
+		st.layers = append(st.layers, l)
+		// An input gradient is needed below a layer only if some layer
+		// under it has parameters.
+		if paramsBelow && p.Type != nn.TypeFlatten && p.Type != nn.TypeEmbedding {
+			if st.dacts[i], err = bl.alloc(nb * p.InSize); err != nil {
+				return nil, err
+			}
+		}
+		below := paramsBelow
+		paramsBelow = paramsBelow || hasParams(p)
+		switch p.Type {
+		case nn.TypeFlatten:
+			continue // aliases, set per call
+		case nn.TypeDense, nn.TypeReLU, nn.TypeGELU, nn.TypeDropout:
+		case nn.TypeEmbedding:
+			if p.InKind != "tokens" || p.Units < 1 || p.Vocab < 1 {
+				return nil, fmt.Errorf("layer %s: an embedding on %s input %v", l.name, p.InKind, p.InShape)
+			}
+			bl.nt.clears = append(bl.nt.clears, [2]int{p.WeightOffset, p.WeightSize})
+		case nn.TypeLayerNorm:
+			r, _ := seqRows(p)
+			if l.mean, err = bl.alloc(nb * r); err != nil {
+				return nil, err
+			}
+			if l.rstd, err = bl.alloc(nb * r); err != nil {
+				return nil, err
+			}
+		case nn.TypeAttention:
+			if p.InKind != "sequence" || p.Heads < 1 || p.InShape[1]%p.Heads != 0 {
+				return nil, fmt.Errorf("layer %s: attention with %d heads on %s input %v", l.name, p.Heads, p.InKind, p.InShape)
+			}
+			a := &attention{n: nb, t: p.InShape[0], d: p.InShape[1], heads: p.Heads, causal: p.Causal}
+			if a.qkv, err = bl.alloc(a.qkvSize()); err != nil {
+				return nil, err
+			}
+			if a.probs, err = bl.alloc(a.probsSize()); err != nil {
+				return nil, err
+			}
+			if a.ctx, err = bl.alloc(a.ctxSize()); err != nil {
+				return nil, err
+			}
+			bl.attCtx = max(bl.attCtx, a.ctxSize())
+			bl.attProbs = max(bl.attProbs, a.probsSize())
+			bl.attQKV = max(bl.attQKV, a.qkvSize())
+			l.att = a
+		case nn.TypeResidual:
+			if l.body, err = bl.stack(p.Body, below, l.name+".residual."); err != nil {
+				return nil, err
+			}
+		case nn.TypeConv2D:
+			P, R := p.Out[1]*p.Out[2], p.In[0]*p.Kernel*p.Kernel
+			if l.rows, err = bl.alloc(nb * P * R); err != nil {
+				return nil, err
+			}
+			bl.scratchT = max(bl.scratchT, nb*P*p.Out[0])
+			bl.scratchRows = max(bl.scratchRows, nb*P*R)
+		case nn.TypeMaxPool2D:
+			if l.argmax, err = bl.alloc(nb * p.OutSize); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("layer %s: the CUDA backend has no layer type %q", l.name, p.Type)
+		}
+		if st.acts[i+1], err = bl.alloc(nb * p.OutSize); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
 func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
-	nt := &net{model: model, plan: model.Plan(), maxBatch: maxBatch}
+	nt := &net{model: model, maxBatch: maxBatch}
 	defer func() {
 		if err != nil {
 			nt.free(b.d)
 		}
 	}()
-	alloc := func(floats int) (cuda.DevicePtr, error) {
-		p, err := b.d.Alloc(4 * max(floats, 1))
-		if err == nil {
-			nt.allocs = append(nt.allocs, p)
-		}
-		return p, err
+	bl := &builder{b: b, nt: nt, maxBatch: maxBatch}
+	if nt.top, err = bl.stack(model.Plan(), false, ""); err != nil {
+		return nil, err
 	}
-	L := len(nt.plan)
-	nt.acts = make([]cuda.DevicePtr, L+1)
-	nt.dacts = make([]cuda.DevicePtr, L+1)
-	nt.rows = make([]cuda.DevicePtr, L)
-	nt.argmax = make([]cuda.DevicePtr, L)
-	var scratchT, scratchRows int
-	for i, l := range nt.plan {
-		switch l.Type {
-		case nn.TypeFlatten:
-			continue // aliases, set per call
-		case nn.TypeConv2D:
-			P, R := l.Out[1]*l.Out[2], l.In[0]*l.Kernel*l.Kernel
-			if nt.rows[i], err = alloc(maxBatch * P * R); err != nil {
-				return nil, err
-			}
-			scratchT = max(scratchT, maxBatch*P*l.Out[0])
-			scratchRows = max(scratchRows, maxBatch*P*R)
-		case nn.TypeMaxPool2D:
-			if nt.argmax[i], err = alloc(maxBatch * l.OutSize); err != nil {
-				return nil, err
-			}
-		}
-		if nt.acts[i+1], err = alloc(maxBatch * l.OutSize); err != nil {
+	L, rows := len(nt.top.layers), maxBatch*model.LabelsPerExample
+	if nt.top.dacts[L], err = bl.alloc(rows * model.NumClasses); err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		p      *cuda.DevicePtr
+		floats int
+	}{
+		{&nt.scratchT, bl.scratchT}, {&nt.scratchRows, bl.scratchRows},
+		{&nt.attScratch.dctx, bl.attCtx}, {&nt.attScratch.dprobs, bl.attProbs}, {&nt.attScratch.dqkv, bl.attQKV},
+	} {
+		if *s.p, err = bl.alloc(s.floats); err != nil {
 			return nil, err
 		}
-	}
-	if nt.scratchT, err = alloc(scratchT); err != nil {
-		return nil, err
-	}
-	if nt.scratchRows, err = alloc(scratchRows); err != nil {
-		return nil, err
-	}
-	// An input gradient is needed below a layer only if some layer under
-	// it has parameters.
-	params := false
-	for i, l := range nt.plan {
-		if i > 0 && params && l.Type != nn.TypeFlatten {
-			if nt.dacts[i], err = alloc(maxBatch * l.InSize); err != nil {
-				return nil, err
-			}
-		}
-		params = params || l.WeightSize > 0
-	}
-	if nt.dacts[L], err = alloc(maxBatch * model.NumClasses); err != nil {
-		return nil, err
 	}
 	for _, p := range []*cuda.DevicePtr{&nt.base, &nt.w, &nt.grad, &nt.moment1, &nt.moment2} {
-		if *p, err = alloc(model.NumParams); err != nil {
+		if *p, err = bl.alloc(model.NumParams); err != nil {
 			return nil, err
 		}
 	}
-	if nt.acc, err = alloc(4); err != nil {
+	if nt.acc, err = bl.alloc(4); err != nil {
 		return nil, err
+	}
+	for _, p := range []*cuda.DevicePtr{&nt.rowLoss, &nt.rowHit} {
+		if *p, err = bl.alloc(rows); err != nil {
+			return nil, err
+		}
 	}
 	nt.stage, err = b.d.AllocHost(4 * max(model.NumParams, maxBatch*model.InputSize))
 	return nt, err
@@ -155,7 +276,7 @@ func (nt *net) download(d *cuda.Driver, v []float32, src cuda.DevicePtr) error {
 // uploadBatch copies a lease's examples and labels to the device, growing
 // their buffers when a lease has more examples than any before.
 func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
-	n := len(labels)
+	n := len(labels) / nt.model.LabelsPerExample
 	if n > nt.xCap {
 		d.Free(nt.x)
 		d.Free(nt.labels)
@@ -164,7 +285,7 @@ func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
 		if nt.x, err = d.Alloc(4 * len(x)); err != nil {
 			return err
 		}
-		if nt.labels, err = d.Alloc(4 * n); err != nil {
+		if nt.labels, err = d.Alloc(4 * len(labels)); err != nil {
 			d.Free(nt.x)
 			nt.x = 0
 			return err
@@ -174,11 +295,11 @@ func (nt *net) uploadBatch(d *cuda.Driver, x []float32, labels []int32) error {
 	if err := nt.upload(d, nt.x, x); err != nil {
 		return err
 	}
-	if err := nt.ensureStage(d, 4*n); err != nil {
+	if err := nt.ensureStage(d, 4*len(labels)); err != nil {
 		return err
 	}
-	copy(nt.stage.Int32s(n), labels)
-	return d.Upload(nt.labels, nt.stage, 4*n)
+	copy(nt.stage.Int32s(len(labels)), labels)
+	return d.Upload(nt.labels, nt.stage, 4*len(labels))
 }
 
 func off(p cuda.DevicePtr, floats int) cuda.DevicePtr { return p + cuda.DevicePtr(4*floats) }
@@ -187,82 +308,194 @@ func off(p cuda.DevicePtr, floats int) cuda.DevicePtr { return p + cuda.DevicePt
 // w, writes the gradient of the mean loss into grad and adds the summed
 // loss and correct count to acc.
 func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cuda.DevicePtr) error {
-	L := len(nt.plan)
-	nt.acts[0] = x
-	for i, l := range nt.plan {
-		if err := nt.forward(b, i, l, w, n); err != nil {
-			return fmt.Errorf("layer %d (%s) forward: %w", i, l.Type, err)
-		}
-	}
-	classes := nt.model.NumClasses
-	if err := b.launchGrid("softmax_xent", 1, 256, nt.acts[L], labels, nt.dacts[L], n, classes, 1/float32(n), nt.acc, off(nt.acc, 2)); err != nil {
+	top := nt.top
+	L := len(top.layers)
+	top.acts[0] = x
+	if err := nt.forward(b, top, w, n); err != nil {
 		return err
 	}
-	for i := L - 1; i >= 0; i-- {
-		if nt.dacts[i+1] == 0 {
-			break
+	// The loss: one row of classes per label, n*LabelsPerExample rows.
+	classes, rows := nt.model.NumClasses, n*nt.model.LabelsPerExample
+	if err := b.launchRows("softmax_xent", rows, top.acts[L], labels, top.dacts[L], rows, classes, 1/float32(rows), nt.rowLoss, nt.rowHit); err != nil {
+		return err
+	}
+	if err := b.launchGrid("sum_losses", 1, 256, nt.rowLoss, nt.rowHit, rows, nt.acc, off(nt.acc, 2)); err != nil {
+		return err
+	}
+	for _, c := range nt.clears {
+		if err := b.d.Memset32(off(grad, c[0]), 0, c[1]); err != nil {
+			return err
 		}
-		if err := nt.backward(b, i, nt.plan[i], w, n, grad); err != nil {
-			return fmt.Errorf("layer %d (%s) backward: %w", i, nt.plan[i].Type, err)
+	}
+	err := nt.backward(b, top, w, n, grad)
+	nt.seed++
+	return err
+}
+
+// forward runs a stack's layers.
+func (nt *net) forward(b *Backend, st *stack, w cuda.DevicePtr, n int) error {
+	for i, l := range st.layers {
+		if err := nt.forwardLayer(b, st, i, l, w, n); err != nil {
+			return fmt.Errorf("layer %s (%s) forward: %w", l.name, l.Type, err)
 		}
 	}
 	return nil
 }
 
-func (nt *net) forward(b *Backend, i int, l nn.LayerPlan, w cuda.DevicePtr, n int) error {
-	in, out := nt.acts[i], nt.acts[i+1]
+// backward runs a stack's layers backward, from the gradient of its
+// output in dacts[len(layers)], as far down as a gradient is needed.
+func (nt *net) backward(b *Backend, st *stack, w cuda.DevicePtr, n int, grad cuda.DevicePtr) error {
+	for i := len(st.layers) - 1; i >= 0; i-- {
+		if st.dacts[i+1] == 0 {
+			break
+		}
+		l := st.layers[i]
+		if err := nt.backwardLayer(b, st, i, l, w, n, grad); err != nil {
+			return fmt.Errorf("layer %s (%s) backward: %w", l.name, l.Type, err)
+		}
+	}
+	return nil
+}
+
+// attentionAt points a layer's attention at this call's batch and tensors.
+func (l *layer) attentionAt(n int, w, grad cuda.DevicePtr) *attention {
+	a := l.att
+	a.n = n
+	a.win, a.bin, a.wout, a.bout = off(w, l.WeightOffset), off(w, l.BiasOffset), off(w, l.OutWeightOffset), off(w, l.OutBiasOffset)
+	a.gwin, a.gbin, a.gwout, a.gbout = off(grad, l.WeightOffset), off(grad, l.BiasOffset), off(grad, l.OutWeightOffset), off(grad, l.OutBiasOffset)
+	return a
+}
+
+func (nt *net) forwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.DevicePtr, n int) error {
+	in, out := st.acts[i], st.acts[i+1]
 	switch l.Type {
 	case nn.TypeFlatten:
-		nt.acts[i+1] = in
+		st.acts[i+1] = in
 		return nil
 	case nn.TypeDense:
-		I, O := l.InSize, l.OutSize
-		if err := b.blas.GemmRowMajor(false, true, n, O, I, 1, in, I, off(w, l.WeightOffset), I, 0, out, O); err != nil {
+		// Per position on a sequence: n*t rows of d.
+		r, I := seqRows(l.LayerPlan)
+		rows, O := n*r, l.Units
+		if err := b.blas.GemmRowMajor(false, true, rows, O, I, 1, in, I, off(w, l.WeightOffset), I, 0, out, O); err != nil {
 			return err
 		}
-		return b.launch("add_bias", n*O, out, off(w, l.BiasOffset), n, O)
+		return b.launch("add_bias", rows*O, out, off(w, l.BiasOffset), rows, O)
+	case nn.TypeEmbedding:
+		t, d := l.InShape[0], l.Units
+		var pos cuda.DevicePtr
+		if l.PositionSize > 0 {
+			pos = off(w, l.PositionOffset)
+		}
+		return b.launch("embedding_forward", n*t*d, in, off(w, l.WeightOffset), pos, out, n*t, t, d, l.Vocab)
+	case nn.TypeLayerNorm:
+		r, d := seqRows(l.LayerPlan)
+		return b.launchRows("layernorm_forward", n*r, in, off(w, l.WeightOffset), off(w, l.BiasOffset), out, l.mean, l.rstd, n*r, d, float32(l.Eps))
+	case nn.TypeGELU:
+		return b.launch("gelu_forward", n*l.OutSize, in, out, n*l.OutSize)
+	case nn.TypeAttention:
+		return l.attentionAt(n, w, 0).forward(b, in, out)
+	case nn.TypeResidual:
+		body := l.body
+		body.acts[0] = in
+		if err := nt.forward(b, body, w, n); err != nil {
+			return err
+		}
+		return b.launch("add", n*l.OutSize, in, body.acts[len(body.layers)], out, n*l.OutSize)
+	case nn.TypeDropout:
+		size := n * l.OutSize
+		return b.launch("dropout_apply", size, in, out, size, nt.seed, l.Index, dropoutThreshold(l.Rate), float32(1/(1-l.Rate)))
 	case nn.TypeReLU:
 		return b.launch("relu_forward", n*l.OutSize, in, out, n*l.OutSize)
 	case nn.TypeConv2D:
 		C, H, W := l.In[0], l.In[1], l.In[2]
 		F, OH, OW := l.Out[0], l.Out[1], l.Out[2]
 		P, R := OH*OW, C*l.Kernel*l.Kernel
-		if err := b.launch("im2row", n*P*R, in, nt.rows[i], n, C, H, W, l.Kernel, l.Stride, l.Padding, OH, OW); err != nil {
+		if err := b.launch("im2row", n*P*R, in, l.rows, n, C, H, W, l.Kernel, l.Stride, l.Padding, OH, OW); err != nil {
 			return err
 		}
 		// outT[(n*P)×F] = rows[(n*P)×R] · Wᵀ
-		if err := b.blas.GemmRowMajor(false, true, n*P, F, R, 1, nt.rows[i], R, off(w, l.WeightOffset), R, 0, nt.scratchT, F); err != nil {
+		if err := b.blas.GemmRowMajor(false, true, n*P, F, R, 1, l.rows, R, off(w, l.WeightOffset), R, 0, nt.scratchT, F); err != nil {
 			return err
 		}
 		return b.launch("conv_output", n*F*P, nt.scratchT, off(w, l.BiasOffset), out, n, F, P)
 	case nn.TypeMaxPool2D:
-		return b.launch("maxpool_forward", n*l.OutSize, in, out, nt.argmax[i], n, l.In[0], l.In[1], l.In[2], l.Kernel, l.Stride, l.Out[1], l.Out[2])
+		return b.launch("maxpool_forward", n*l.OutSize, in, out, l.argmax, n, l.In[0], l.In[1], l.In[2], l.Kernel, l.Stride, l.Out[1], l.Out[2])
 	}
 	return fmt.Errorf("unsupported layer type %q", l.Type)
 }
 
-func (nt *net) backward(b *Backend, i int, l nn.LayerPlan, w cuda.DevicePtr, n int, grad cuda.DevicePtr) error {
-	in, dOut, dIn := nt.acts[i], nt.dacts[i+1], nt.dacts[i]
+func (nt *net) backwardLayer(b *Backend, st *stack, i int, l *layer, w cuda.DevicePtr, n int, grad cuda.DevicePtr) error {
+	in, dOut, dIn := st.acts[i], st.dacts[i+1], st.dacts[i]
 	switch l.Type {
 	case nn.TypeFlatten:
-		nt.dacts[i] = dOut // the same values, reshaped
+		st.dacts[i] = dOut // the same values, reshaped
 		return nil
 	case nn.TypeDense:
-		I, O := l.InSize, l.OutSize
-		// dW[O×I] = dOutᵀ · in
-		if err := b.blas.GemmRowMajor(true, false, O, I, n, 1, dOut, O, in, I, 0, off(grad, l.WeightOffset), I); err != nil {
+		r, I := seqRows(l.LayerPlan)
+		rows, O := n*r, l.Units
+		// dW[O×I] = dOutᵀ · in; added to the embedding's gradient when tied
+		var beta float32
+		if l.Tied {
+			beta = 1
+		}
+		if err := b.blas.GemmRowMajor(true, false, O, I, rows, 1, dOut, O, in, I, beta, off(grad, l.WeightOffset), I); err != nil {
 			return err
 		}
-		if err := b.launchGrid("column_sums", O, 256, dOut, off(grad, l.BiasOffset), n, O); err != nil {
+		if err := b.launchGrid("column_sums", O, 256, dOut, off(grad, l.BiasOffset), rows, O); err != nil {
 			return err
 		}
 		if dIn != 0 {
-			// dIn[n×I] = dOut · W
-			return b.blas.GemmRowMajor(false, false, n, I, O, 1, dOut, O, off(w, l.WeightOffset), I, 0, dIn, I)
+			// dIn[rows×I] = dOut · W
+			return b.blas.GemmRowMajor(false, false, rows, I, O, 1, dOut, O, off(w, l.WeightOffset), I, 0, dIn, I)
+		}
+	case nn.TypeEmbedding:
+		t, d := l.InShape[0], l.Units
+		rows := n * t
+		// The token table's gradient was zeroed (nt.clears), or holds the
+		// tied output layer's.
+		if l.Vocab <= gatherVocab {
+			if err := b.launch("embedding_backward_gather", l.Vocab*d, in, dOut, off(grad, l.WeightOffset), rows, d, l.Vocab); err != nil {
+				return err
+			}
+		} else if err := b.launch("embedding_backward_scatter", rows*d, in, dOut, off(grad, l.WeightOffset), rows, d, l.Vocab); err != nil {
+			return err
+		}
+		if l.PositionSize > 0 {
+			return b.launch("embedding_backward_positions", l.Positions*d, dOut, off(grad, l.PositionOffset), n, t, l.Positions, d)
+		}
+	case nn.TypeLayerNorm:
+		r, d := seqRows(l.LayerPlan)
+		if err := b.launchRows("layernorm_param_grads", d, in, dOut, l.mean, l.rstd, off(grad, l.WeightOffset), off(grad, l.BiasOffset), n*r, d); err != nil {
+			return err
+		}
+		if dIn != 0 {
+			return b.launchRows("layernorm_backward", n*r, in, dOut, off(w, l.WeightOffset), l.mean, l.rstd, dIn, n*r, d)
+		}
+	case nn.TypeGELU:
+		if dIn != 0 {
+			return b.launch("gelu_backward", n*l.OutSize, in, dOut, dIn, n*l.OutSize)
+		}
+	case nn.TypeAttention:
+		return l.attentionAt(n, w, grad).backward(b, nt.attScratch, in, dOut, dIn)
+	case nn.TypeResidual:
+		// The body's output gradient is the block's; the input's is that
+		// plus the body's input gradient.
+		body := l.body
+		body.dacts[len(body.layers)] = dOut
+		if err := nt.backward(b, body, w, n, grad); err != nil {
+			return err
+		}
+		if dIn != 0 {
+			return b.launch("add", n*l.InSize, dOut, body.dacts[0], dIn, n*l.InSize)
+		}
+	case nn.TypeDropout:
+		if dIn != 0 {
+			size := n * l.OutSize
+			return b.launch("dropout_apply", size, dOut, dIn, size, nt.seed, l.Index, dropoutThreshold(l.Rate), float32(1/(1-l.Rate)))
 		}
 	case nn.TypeReLU:
 		if dIn != 0 {
-			return b.launch("relu_backward", n*l.OutSize, nt.acts[i+1], dOut, dIn, n*l.OutSize)
+			return b.launch("relu_backward", n*l.OutSize, st.acts[i+1], dOut, dIn, n*l.OutSize)
 		}
 	case nn.TypeConv2D:
 		C, H, W := l.In[0], l.In[1], l.In[2]
@@ -272,7 +505,7 @@ func (nt *net) backward(b *Backend, i int, l nn.LayerPlan, w cuda.DevicePtr, n i
 			return err
 		}
 		// dW[F×R] = dOutTᵀ · rows, over all n*P positions at once.
-		if err := b.blas.GemmRowMajor(true, false, F, R, n*P, 1, nt.scratchT, F, nt.rows[i], R, 0, off(grad, l.WeightOffset), R); err != nil {
+		if err := b.blas.GemmRowMajor(true, false, F, R, n*P, 1, nt.scratchT, F, l.rows, R, 0, off(grad, l.WeightOffset), R); err != nil {
 			return err
 		}
 		if err := b.launchGrid("column_sums", F, 256, nt.scratchT, off(grad, l.BiasOffset), n*P, F); err != nil {
@@ -287,7 +520,7 @@ func (nt *net) backward(b *Backend, i int, l nn.LayerPlan, w cuda.DevicePtr, n i
 		}
 	case nn.TypeMaxPool2D:
 		if dIn != 0 {
-			return b.launch("maxpool_backward", n*l.InSize, dOut, nt.argmax[i], dIn, n, l.In[0], l.In[1], l.In[2], l.Kernel, l.Stride, l.Out[1], l.Out[2])
+			return b.launch("maxpool_backward", n*l.InSize, dOut, l.argmax, dIn, n, l.In[0], l.In[1], l.In[2], l.Kernel, l.Stride, l.Out[1], l.Out[2])
 		}
 	default:
 		return fmt.Errorf("unsupported layer type %q", l.Type)

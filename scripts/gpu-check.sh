@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the GPU worker's checks on a machine with an NVIDIA GPU:
-# diagnostics, the GPU tests (numerics against the CPU, mnist-mlp to 97%
-# through a real coordinator) and examples/s for both presets on the GPU,
-# the CPU backend and, when python3 has torch, PyTorch on the same GPU.
+# diagnostics, the GPU tests (each kernel against a float64 reference, every
+# layer, the presets and charlm against the CPU, mnist-mlp to 97% through a
+# real coordinator) and examples/s for mnist-mlp, mnist-cnn and charlm on
+# the GPU, the CPU backend and, when python3 has torch, PyTorch on the same
+# GPU.
 #
 #   scripts/gpu-check.sh            from a checkout, with Go: builds first
 #   bash DIR/gpu-check.sh           without Go: uses the binaries in DIR
@@ -79,27 +81,32 @@ pkgdir="$here/../gpuworker"
 (cd "$pkgdir" && run timeout 200 "$bin/gpuworker.test" -test.v -test.count=1 -test.timeout=190s) >"$work/tests" 2>&1
 status=$?
 cat "$work/tests" >>"$log"
-grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|    --- (PASS|FAIL|SKIP)|PASS|FAIL|ok )|GPU: |mnist-mlp on the GPU|no usable GPU|differs|relative of the CPU' "$work/tests" |
+grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|    --- (PASS|FAIL|SKIP)|PASS|FAIL|ok )|GPU: |mnist-mlp on the GPU|no usable GPU|differs|relative of the CPU|gpu: .*(of the reference|tolerance)|steps on the device' "$work/tests" |
 	grep -v '^=== RUN' | sort -u | tee -a "$report"
 say "tests exit status: $status"
 gpu=yes
 grep -q 'no usable GPU' "$work/tests" && gpu=no
 
-section "examples/s, batch 64 (median of 5 rounds)"
+section "examples/s, batch 64, charlm batch 32 (median of 5 rounds)"
 bench() { # label, args...
 	local label="$1"
 	shift
 	local r
-	r="$(timeout 60 "$bin/crowdtrain" bench --batch 64 --rounds 5 --round 400ms "$@" 2>>"$log" | tee -a "$log" | sed -n 's/^examples\/s: //p')"
+	r="$(timeout 90 "$bin/crowdtrain" bench --rounds 5 --round 400ms "$@" 2>>"$log" | tee -a "$log" | sed -n 's/^examples\/s: //p')"
+	case "$label" in
+	charlm*) [ -n "$r" ] && r="$r  ($(awk -v e="$r" 'BEGIN { printf "%.0f", e * 128 }') tokens/s)" ;;
+	esac
 	say "$(printf '%-44s %s' "$label" "${r:-failed}")"
 }
-for model in mnist-mlp mnist-cnn; do
+for model in mnist-mlp mnist-cnn charlm; do
+	batch=64
+	[ "$model" = charlm ] && batch=32
 	if [ "$gpu" = yes ]; then
-		bench "$model cuda, 1 step per lease" --model "$model" --backend cuda
-		bench "$model cuda, 16 steps per lease" --model "$model" --backend cuda --local-steps 16
+		bench "$model cuda, 1 step per lease" --model "$model" --backend cuda --batch "$batch"
+		bench "$model cuda, 16 steps per lease" --model "$model" --backend cuda --batch "$batch" --local-steps 16
 	fi
-	bench "$model cpu, 1 thread" --model "$model" --backend cpu --threads 1
-	bench "$model cpu, $(nproc) threads" --model "$model" --backend cpu --threads 0
+	bench "$model cpu, 1 thread" --model "$model" --backend cpu --threads 1 --batch "$batch"
+	bench "$model cpu, $(nproc) threads" --model "$model" --backend cpu --threads 0 --batch "$batch"
 done
 
 if [ "$gpu" = yes ] && command -v python3 >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 func TestTimeRounds(t *testing.T) {
@@ -42,5 +44,24 @@ func TestRandomBatchIsRepeatableAndInRange(t *testing.T) {
 		if l != labels2[i] || l < 0 || int(l) >= m.NumClasses {
 			t.Fatalf("label %d: %d then %d", i, l, labels2[i])
 		}
+	}
+}
+
+// A model on token ids gets valid ids and a label per position.
+func TestRandomBatchForASequenceModel(t *testing.T) {
+	spec, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, labels := RandomBatch(m, 3)
+	if len(x) != 3*m.InputSize || len(labels) != 3*m.LabelsPerExample {
+		t.Fatalf("%d inputs, %d labels; want %d and %d", len(x), len(labels), 3*m.InputSize, 3*m.LabelsPerExample)
+	}
+	if err := m.CheckInputs(x); err != nil {
+		t.Error(err)
+	}
+	if err := m.CheckLabels(labels); err != nil {
+		t.Error(err)
 	}
 }

@@ -9,10 +9,12 @@ type BLAS struct {
 	Path    string
 	Version int
 
-	cublasCreate        func(h *uintptr) int32
-	cublasDestroy       func(h uintptr) int32
-	cublasGetVersion    func(h uintptr, v *int32) int32
-	cublasSgemm         func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevicePtr, lda int32, b DevicePtr, ldb int32, beta *float32, c DevicePtr, ldc int32) int32
+	cublasCreate       func(h *uintptr) int32
+	cublasDestroy      func(h uintptr) int32
+	cublasGetVersion   func(h uintptr, v *int32) int32
+	cublasSgemm        func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevicePtr, lda int32, b DevicePtr, ldb int32, beta *float32, c DevicePtr, ldc int32) int32
+	cublasSgemmBatched func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a DevicePtr, lda int32, strideA int64, b DevicePtr, ldb int32, strideB int64,
+		beta *float32, c DevicePtr, ldc int32, strideC int64, batch int32) int32
 	cublasGetStatusName func(code int32) *byte // optional (cuBLAS 11.4 and later)
 
 	handle uintptr
@@ -35,10 +37,11 @@ func LoadBLAS(dirs []string) (*BLAS, error) {
 	lib.hint = "cuBLAS is too old; install cuBLAS 11 or later"
 	b := &BLAS{Path: lib.path}
 	if err := lib.bindAll(map[string]any{
-		"cublasCreate_v2":     &b.cublasCreate,
-		"cublasDestroy_v2":    &b.cublasDestroy,
-		"cublasGetVersion_v2": &b.cublasGetVersion,
-		"cublasSgemm_v2":      &b.cublasSgemm,
+		"cublasCreate_v2":           &b.cublasCreate,
+		"cublasDestroy_v2":          &b.cublasDestroy,
+		"cublasGetVersion_v2":       &b.cublasGetVersion,
+		"cublasSgemm_v2":            &b.cublasSgemm,
+		"cublasSgemmStridedBatched": &b.cublasSgemmBatched,
 	}); err != nil {
 		return nil, err
 	}
@@ -123,4 +126,23 @@ func (b *BLAS) Gemm(transA, transB bool, m, n, k int, alpha float32, a DevicePtr
 // operands swap places and keep their transpose flags.
 func (b *BLAS) GemmRowMajor(transA, transB bool, m, n, k int, alpha float32, a DevicePtr, lda int, bm DevicePtr, ldb int, beta float32, c DevicePtr, ldc int) error {
 	return b.Gemm(transB, transA, n, m, k, alpha, bm, ldb, a, lda, beta, c, ldc)
+}
+
+// GemmStridedBatched is batch independent GEMMs in one call, in cuBLAS's
+// column-major terms: C_i = alpha·op(A_i)·op(B_i) + beta·C_i, where X_i
+// starts strideX floats after X_{i-1}.
+func (b *BLAS) GemmStridedBatched(transA, transB bool, m, n, k int, alpha float32, a DevicePtr, lda, strideA int, bm DevicePtr, ldb, strideB int,
+	beta float32, c DevicePtr, ldc, strideC, batch int) error {
+	b.alpha, b.beta = alpha, beta
+	return b.check("cublasSgemmStridedBatched", b.cublasSgemmBatched(b.handle, op(transA), op(transB), int32(m), int32(n), int32(k),
+		&b.alpha, a, int32(lda), int64(strideA), bm, int32(ldb), int64(strideB), &b.beta, c, int32(ldc), int64(strideC), int32(batch)))
+}
+
+// GemmStridedBatchedRowMajor is GemmRowMajor on batch matrices at once:
+// C_i = alpha·op(A_i)·op(B_i) + beta·C_i, all row-major, X_i at X +
+// i·strideX floats. Attention multiplies every example's (or head's)
+// blocks this way.
+func (b *BLAS) GemmStridedBatchedRowMajor(transA, transB bool, m, n, k int, alpha float32, a DevicePtr, lda, strideA int, bm DevicePtr, ldb, strideB int,
+	beta float32, c DevicePtr, ldc, strideC, batch int) error {
+	return b.GemmStridedBatched(transB, transA, n, m, k, alpha, bm, ldb, strideB, a, lda, strideA, beta, c, ldc, strideC, batch)
 }

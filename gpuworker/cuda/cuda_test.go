@@ -317,6 +317,98 @@ func TestGemmRowMajorMatchesReference(t *testing.T) {
 	}
 }
 
+// GemmStridedBatchedRowMajor multiplies sub-matrices of row-major
+// buffers (leading dimensions wider than the operands, batch strides
+// between them), as attention reads one head's columns of each example,
+// and matches a plain Go product for every combination of transposes.
+func TestGemmStridedBatchedRowMajorMatchesReference(t *testing.T) {
+	dir, _ := fakeLibs(t)
+	d, err := LoadDriver([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadBLAS([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const m, n, k, batch = 4, 3, 5, 3
+	const pad = 2 // extra columns in every row: the operands are sub-matrices
+	upload := func(v []float32) DevicePtr {
+		p, err := d.Alloc(4 * len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+		return p
+	}
+	for _, tA := range []bool{false, true} {
+		for _, tB := range []bool{false, true} {
+			ar, ac := m, k // A's rows and columns as stored
+			if tA {
+				ar, ac = k, m
+			}
+			br, bc := k, n
+			if tB {
+				br, bc = n, k
+			}
+			lda, ldb, ldc := ac+pad, bc+pad, n+pad
+			sa, sb, sc := ar*lda+1, br*ldb+3, m*ldc+2
+			a := make([]float32, batch*sa)
+			bm := make([]float32, batch*sb)
+			c := make([]float32, batch*sc)
+			for _, v := range [][]float32{a, bm, c} {
+				for i := range v {
+					v[i] = float32(rng.IntN(7) - 3)
+				}
+			}
+			want := append([]float32(nil), c...)
+			for e := range batch {
+				at := func(i, p int) float32 {
+					if tA {
+						return a[e*sa+p*lda+i]
+					}
+					return a[e*sa+i*lda+p]
+				}
+				bt := func(p, j int) float32 {
+					if tB {
+						return bm[e*sb+j*ldb+p]
+					}
+					return bm[e*sb+p*ldb+j]
+				}
+				for i := range m {
+					for j := range n {
+						var s float32
+						for p := range k {
+							s += at(i, p) * bt(p, j)
+						}
+						o := e*sc + i*ldc + j
+						want[o] = 2*s + 0.5*c[o]
+					}
+				}
+			}
+			pa, pb, pc := upload(a), upload(bm), upload(c)
+			if err := b.GemmStridedBatchedRowMajor(tA, tB, m, n, k, 2, pa, lda, sa, pb, ldb, sb, 0.5, pc, ldc, sc, batch); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, len(c))
+			d.DownloadBytes(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 4*len(got)), pc)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("transA %v transB %v: C[%d] = %v, want %v", tA, tB, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	if err := b.GemmStridedBatched(false, false, 1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, -1); err == nil || !strings.Contains(err.Error(), "cublasSgemmStridedBatched: CUBLAS_STATUS_INVALID_VALUE") {
+		t.Errorf("bad batched GEMM: %v", err)
+	}
+}
+
 func TestMissingLibraryNamesWhatToInstall(t *testing.T) {
 	empty := t.TempDir()
 	_, err := LoadDriver([]string{empty})

@@ -86,7 +86,7 @@ int cuModuleUnload(void *m) { return 0; }
 #ifdef EMU
 // Kernels run on the CPU (gpuworker/testdata/emu.cpp).
 void *emu_function(const char *name);
-int emu_launch(void *f, unsigned gx, unsigned gy, unsigned gz, void **params);
+int emu_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, void **params);
 #endif
 int cuModuleGetFunction(void **f, void *m, const char *name) {
 	strncpy(fake_last_name, name, sizeof fake_last_name - 1);
@@ -103,7 +103,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 		unsigned shared, void *stream, void **params, void **extra) {
 #ifdef EMU
 	if (bx < 1 || by != 1 || bz != 1 || bx > 1024) return 1; // CUDA_ERROR_INVALID_VALUE
-	return emu_launch(f, gx, gy, gz, params);
+	return emu_launch(f, gx, gy, gz, bx, params);
 #endif
 	unsigned int d[7] = {gx, gy, gz, bx, by, bz, shared};
 	memcpy(fake_launch_dims, d, sizeof d);
@@ -174,5 +174,14 @@ int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *al
 			}
 			C[i + j * ldc] = *alpha * s + (*beta == 0 ? 0 : *beta * C[i + j * ldc]);
 		}
+	return 0;
+}
+int cublasSgemmStridedBatched(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda, long long sa,
+		const float *B, int ldb, long long sb, const float *beta, float *C, int ldc, long long sc, int batch) {
+	if (batch < 0) return 7;
+	for (int i = 0; i < batch; i++) {
+		int st = cublasSgemm_v2(h, ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+		if (st) return st;
+	}
 	return 0;
 }
