@@ -268,7 +268,8 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 
 // Steps implements worker.Stepper: the snapshot is uploaded only when id
 // is new, and the inner steps (SGD or AdamW, its moments zeroed first) run
-// on the device.
+// on the device, each gradient clipped there to the inner optimizer's
+// clip_norm first.
 func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (float64, int, error) {
 	if err := b.ready(params, x, labels); err != nil {
 		return 0, 0, err
@@ -324,6 +325,9 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 			if err := nt.gradient(b, nt.w, off(nt.x, lo*in), off(nt.labels, lo*lpe), hi-lo, nt.grad); err != nil {
 				return err
 			}
+			if err := nt.clip(b, nt.grad, o.ClipNorm); err != nil {
+				return err
+			}
 			if plan.GradientOnly(count) {
 				break // the only step: its gradient is the update
 			}
@@ -352,6 +356,11 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 	})
 	return loss, correct, err
 }
+
+// ClipsNorm reports that Steps clips each step's gradient to the inner
+// optimizer's clip_norm on the device, so the worker hands it leases with
+// one.
+func (b *Backend) ClipsNorm() bool { return true }
 
 // launch runs a grid-stride kernel over total elements.
 func (b *Backend) launch(name string, total int, args ...any) error {

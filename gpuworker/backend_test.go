@@ -305,6 +305,12 @@ func (c *cpuBackend) Gradient(params, x []float32, labels []int32, grad []float3
 	return l, h, nil
 }
 
+// clipped is o with a clip_norm far below any gradient's norm here.
+func clipped(o protocol.InnerOptimizer) protocol.InnerOptimizer {
+	o.ClipNorm = 1e-3
+	return o
+}
+
 var (
 	innerSGD   = protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.05}
 	innerAdamW = protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}
@@ -346,8 +352,11 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		{innerSGD, protocol.UpdateGradient, 1}, {innerSGD, protocol.UpdateGradient, 3}, {innerSGD, protocol.UpdateGradient, 5},
 		{innerSGD, protocol.UpdateDelta, 1}, {innerSGD, protocol.UpdateDelta, 3},
 		{innerAdamW, protocol.UpdateDelta, 1}, {innerAdamW, protocol.UpdateDelta, 3}, {innerAdamW, protocol.UpdateGradient, 3},
+		// Clipped: every gradient's norm is far above 1e-3.
+		{clipped(innerSGD), protocol.UpdateGradient, 1}, {clipped(innerSGD), protocol.UpdateGradient, 3},
+		{clipped(innerSGD), protocol.UpdateDelta, 3}, {clipped(innerAdamW), protocol.UpdateDelta, 3},
 	} {
-		what := fmt.Sprintf("%s: %s %s, %d steps", model, tc.inner.Type, tc.kind, tc.steps)
+		what := fmt.Sprintf("%s: %s %s, %d steps, clip_norm %v", model, tc.inner.Type, tc.kind, tc.steps, tc.inner.ClipNorm)
 		n := count
 		if tc.steps == 1 {
 			n = batch
@@ -373,10 +382,29 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		if math.Abs(loss-want.LossSum) > 1e-4*math.Abs(want.LossSum) || hits != want.Correct {
 			t.Errorf("%s: loss %v, %d correct; the CPU has %v, %d", what, loss, hits, want.LossSum, want.Correct)
 		}
+		var unclipped []float32
+		if tc.inner.ClipNorm > 0 {
+			// The clip must change the update for the case to test it.
+			plain := lease
+			plain.Inner.ClipNorm = 0
+			u, err := worker.ComputeLease(&cpuBackend{}, m, plain, params, x[:n*m.InputSize], labels[:n*lpe])
+			if err != nil {
+				t.Fatal(err)
+			}
+			unclipped = u.Update
+		}
 		if tc.inner.Type == protocol.InnerAdamW {
 			for _, s := range keyBiases(m.Plan()) {
 				clear(got[s[0] : s[0]+s[1]])
 				clear(want.Update[s[0] : s[0]+s[1]])
+				if unclipped != nil {
+					clear(unclipped[s[0] : s[0]+s[1]])
+				}
+			}
+		}
+		if unclipped != nil {
+			if d := relDiff(unclipped, want.Update); d < 0.02 { // 20 times the tolerance below
+				t.Fatalf("%s: the clip changes the CPU's update by only %.3g relative", what, d)
 			}
 		}
 		// Several steps amplify rounding differences a little:
