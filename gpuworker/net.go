@@ -26,7 +26,7 @@ type net struct {
 	// zeroed before each backward pass.
 	clears [][2]int
 	// seed is the dropout seed of the next gradient call, which moves it on
-	// by one, as an nn.Workspace's.
+	// by one, as an nn.Workspace's; Gradient and Steps set it first.
 	seed uint64
 
 	base, w, grad    cuda.DevicePtr // NumParams each
