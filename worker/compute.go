@@ -38,7 +38,8 @@ func newComputer(b Backend, m *nn.Model) *computer {
 
 // compute runs the lease: up to LocalSteps inner steps of BatchSize
 // examples from the base parameters with the lease's inner optimizer (its
-// state fresh for this lease, its dropout seed DropoutSeed(lease)), then the update its update kind names:
+// state fresh for this lease; the first step's dropout seed
+// DropoutSeed(lease)), then the update its update kind names:
 // (w_base - w_after) / inner lr, or w_base - w_after. For one SGD step of
 // kind gradient that is the gradient itself, written straight into the
 // update. A panic in the backend is turned into an error here, so one bad
