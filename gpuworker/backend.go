@@ -33,11 +33,13 @@ type Backend struct {
 	info          cuda.DeviceInfo
 	driverVersion int
 	net           *net
+	seed          uint64 // the next Gradient call's dropout seed
 }
 
 var (
 	_ worker.Backend = (*Backend)(nil)
 	_ worker.Stepper = (*Backend)(nil)
+	_ worker.Seeder  = (*Backend)(nil)
 )
 
 // minComputeCapability is the oldest GPU generation supported (Maxwell);
@@ -183,7 +185,7 @@ func (b *Backend) Describe() string {
 }
 
 // Prepare allocates the device buffers for model with batches of up to
-// maxBatch examples.
+// maxBatch examples; the dropout seed starts again at 0.
 func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	if maxBatch < 1 {
 		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
@@ -203,6 +205,7 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 				model.NumParams, maxBatch, free>>20, total>>20, err)
 		}
 		b.net = n
+		b.seed = 0 // as a new nn.Workspace's
 		return nil
 	})
 }
@@ -228,6 +231,11 @@ func (b *Backend) ready(params, x []float32, labels []int32) error {
 	return m.CheckInputs(x)
 }
 
+// SetDropoutSeed implements worker.Seeder: the next Gradient call draws
+// its dropout masks with seed, the one after with seed+1, and so on.
+// Steps takes its seed from its plan instead.
+func (b *Backend) SetDropoutSeed(seed uint64) { b.seed = seed }
+
 // Gradient implements worker.Backend: the parameters are uploaded on every
 // call. Steps uploads a snapshot once.
 func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
@@ -243,6 +251,8 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 	var correct int
 	err := b.th.do(func() error {
 		nt := b.net
+		nt.seed = b.seed
+		b.seed++
 		nt.snap = 0 // base is not what w holds from here on
 		if err := nt.upload(b.d, nt.w, params); err != nil {
 			return err
@@ -268,7 +278,8 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 
 // Steps implements worker.Stepper: the snapshot is uploaded only when id
 // is new, and the inner steps (SGD or AdamW, its moments zeroed first) run
-// on the device.
+// on the device, each gradient clipped there to the inner optimizer's
+// clip_norm first.
 func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (float64, int, error) {
 	if err := b.ready(params, x, labels); err != nil {
 		return 0, 0, err
@@ -299,6 +310,7 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 			}
 			nt.snap = id
 		}
+		nt.seed = plan.Seed
 		if err := b.d.Copy(nt.w, nt.base, 4*n); err != nil {
 			return err
 		}
@@ -322,6 +334,9 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 			}
 			hi := min(lo+plan.BatchSize, count)
 			if err := nt.gradient(b, nt.w, off(nt.x, lo*in), off(nt.labels, lo*lpe), hi-lo, nt.grad); err != nil {
+				return err
+			}
+			if err := nt.clip(b, nt.grad, o.ClipNorm); err != nil {
 				return err
 			}
 			if plan.GradientOnly(count) {
@@ -352,6 +367,11 @@ func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int3
 	})
 	return loss, correct, err
 }
+
+// ClipsNorm reports that Steps clips each step's gradient to the inner
+// optimizer's clip_norm on the device, so the worker hands it leases with
+// one.
+func (b *Backend) ClipsNorm() bool { return true }
 
 // launch runs a grid-stride kernel over total elements.
 func (b *Backend) launch(name string, total int, args ...any) error {

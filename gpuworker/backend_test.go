@@ -18,6 +18,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -300,9 +301,16 @@ func (c *cpuBackend) Prepare(m *nn.Model, maxBatch int) error {
 	c.m, c.ws = m, m.NewWorkspace(maxBatch)
 	return nil
 }
+func (c *cpuBackend) SetDropoutSeed(seed uint64) { c.ws.SetSeed(seed) }
 func (c *cpuBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	l, h := c.m.Gradient(c.ws, params, x, labels, grad)
 	return l, h, nil
+}
+
+// clipped is o with a clip_norm far below any gradient's norm here.
+func clipped(o protocol.InnerOptimizer) protocol.InnerOptimizer {
+	o.ClipNorm = 1e-3
+	return o
 }
 
 var (
@@ -346,16 +354,18 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		{innerSGD, protocol.UpdateGradient, 1}, {innerSGD, protocol.UpdateGradient, 3}, {innerSGD, protocol.UpdateGradient, 5},
 		{innerSGD, protocol.UpdateDelta, 1}, {innerSGD, protocol.UpdateDelta, 3},
 		{innerAdamW, protocol.UpdateDelta, 1}, {innerAdamW, protocol.UpdateDelta, 3}, {innerAdamW, protocol.UpdateGradient, 3},
+		// Clipped: every gradient's norm is far above 1e-3.
+		{clipped(innerSGD), protocol.UpdateGradient, 1}, {clipped(innerSGD), protocol.UpdateGradient, 3},
+		{clipped(innerSGD), protocol.UpdateDelta, 3}, {clipped(innerAdamW), protocol.UpdateDelta, 3},
 	} {
-		what := fmt.Sprintf("%s: %s %s, %d steps", model, tc.inner.Type, tc.kind, tc.steps)
+		what := fmt.Sprintf("%s: %s %s, %d steps, clip_norm %v", model, tc.inner.Type, tc.kind, tc.steps, tc.inner.ClipNorm)
 		n := count
 		if tc.steps == 1 {
 			n = batch
 		}
 		lease := protocol.Lease{ID: 1, JobID: "j", Count: n, BatchSize: batch, LocalSteps: tc.steps,
 			Inner: tc.inner, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
-		// A fresh CPU workspace per lease: its dropout seed starts at 0,
-		// as the device's does after Prepare.
+		// The same lease: the CPU draws the dropout masks of its seed.
 		want, err := worker.ComputeLease(&cpuBackend{}, m, lease, params, x[:n*m.InputSize], labels[:n*lpe])
 		if err != nil {
 			t.Fatal(err)
@@ -365,7 +375,7 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		}
 		got := make([]float32, m.NumParams)
 		id++
-		plan := worker.InnerSteps{BatchSize: batch, Steps: tc.steps, Inner: tc.inner, UpdateKind: tc.kind}
+		plan := worker.InnerSteps{BatchSize: batch, Steps: tc.steps, Inner: tc.inner, UpdateKind: tc.kind, Seed: worker.DropoutSeed(lease)}
 		loss, hits, err := b.Steps(id, params, x[:n*m.InputSize], labels[:n*lpe], plan, got)
 		if err != nil {
 			t.Fatal(err)
@@ -373,10 +383,29 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		if math.Abs(loss-want.LossSum) > 1e-4*math.Abs(want.LossSum) || hits != want.Correct {
 			t.Errorf("%s: loss %v, %d correct; the CPU has %v, %d", what, loss, hits, want.LossSum, want.Correct)
 		}
+		var unclipped []float32
+		if tc.inner.ClipNorm > 0 {
+			// The clip must change the update for the case to test it.
+			plain := lease
+			plain.Inner.ClipNorm = 0
+			u, err := worker.ComputeLease(&cpuBackend{}, m, plain, params, x[:n*m.InputSize], labels[:n*lpe])
+			if err != nil {
+				t.Fatal(err)
+			}
+			unclipped = u.Update
+		}
 		if tc.inner.Type == protocol.InnerAdamW {
 			for _, s := range keyBiases(m.Plan()) {
 				clear(got[s[0] : s[0]+s[1]])
 				clear(want.Update[s[0] : s[0]+s[1]])
+				if unclipped != nil {
+					clear(unclipped[s[0] : s[0]+s[1]])
+				}
+			}
+		}
+		if unclipped != nil {
+			if d := relDiff(unclipped, want.Update); d < 0.02 { // 20 times the tolerance below
+				t.Fatalf("%s: the clip changes the CPU's update by only %.3g relative", what, d)
 			}
 		}
 		// Several steps amplify rounding differences a little:
@@ -386,6 +415,60 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 			t.Errorf("%s: update differs from the CPU's by %.3g relative", what, d)
 		}
 		t.Logf("%s: update within %.2g relative of the CPU's", what, d)
+	}
+}
+
+// A lease's dropout masks are the lease's: the device draws the masks the
+// native worker draws for it with one thread or several, in one step or
+// several, and another lease draws others.
+func TestLeaseDropoutMatchesNative(t *testing.T) {
+	m, err := nn.NewModel(layerModels["dropout"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch = 9
+	for _, dev := range devices() {
+		t.Run(dev.name, func(t *testing.T) {
+			b := dev.open(t)
+			defer b.Close()
+			for _, tc := range []struct {
+				steps int
+				kind  string
+			}{{1, protocol.UpdateGradient}, {3, protocol.UpdateDelta}} {
+				n := batch * tc.steps
+				params, x, labels := randomBatch(m, n, 9)
+				lease := protocol.Lease{ID: 77, JobID: "j", ShardID: 3, Start: 45, Count: n, BatchSize: batch, LocalSteps: tc.steps,
+					Inner: innerSGD, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
+				got, err := worker.ComputeLease(b, m, lease, params, x, labels)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, threads := range []int{1, 4} {
+					cpu, err := nativeworker.New(threads)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, err := worker.ComputeLease(cpu, m, lease, params, x, labels)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d := relDiff(got.Update, want.Update)
+					if d > 1e-4 || math.Abs(got.LossSum-want.LossSum) > 1e-4*want.LossSum {
+						t.Errorf("%d steps: loss %v, update %.3g relative from the native worker's with %d threads (loss %v)",
+							tc.steps, got.LossSum, d, threads, want.LossSum)
+					}
+				}
+				other := lease
+				other.ID++
+				o, err := worker.ComputeLease(b, m, other, params, x, labels)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := relDiff(o.Update, got.Update); d < 0.1 {
+					t.Errorf("%d steps: leases %d and %d over the same examples differ by %.3g relative: the same masks?", tc.steps, lease.ID, other.ID, d)
+				}
+			}
+		})
 	}
 }
 

@@ -61,6 +61,7 @@ func (t *thread) stop() {
 var kernelNames = []string{
 	"add_bias", "relu_forward", "relu_backward", "im2row", "row2im", "conv_output", "conv_grad_rows",
 	"column_sums", "maxpool_forward", "maxpool_backward", "softmax_xent", "sum_losses", "sgd_step", "pseudo_gradient", "adamw_step",
+	"grad_sumsq_partial", "clip_scale", "scale_by",
 	"embedding_forward", "embedding_backward_gather", "embedding_backward_scatter", "embedding_backward_positions",
 	"layernorm_forward", "layernorm_backward", "layernorm_param_grads", "gelu_forward", "gelu_backward",
 	"attention_softmax", "attention_softmax_backward", "add", "dropout_apply",

@@ -259,6 +259,47 @@ extern "C" __global__ void pseudo_gradient(const float *base, const float *w, fl
 	GRID_STRIDE(i, n) { out[i] = (base[i] - w[i]) * inv_lr; }
 }
 
+// Gradient clipping, as nn.ClipScale: the sum of squares of g in double,
+// grad_sumsq_partial writing one partial sum per block into partial (the
+// host launches a fixed grid, so the order of the additions is fixed),
+// then clip_scale adding the partials up in one block and writing
+// min(1, c/(sqrt(sum)+1e-6)) into scale[0], then scale_by multiplying g by
+// it.
+extern "C" __global__ void grad_sumsq_partial(const float *g, int n, double *partial) {
+	__shared__ double sh[256];
+	double s = 0;
+	GRID_STRIDE(i, n) { s += (double)g[i] * (double)g[i]; }
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int k = blockDim.x / 2; k > 0; k /= 2) {
+		if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+extern "C" __global__ void clip_scale(const double *partial, int parts, float c, float *scale) {
+	__shared__ double sh[256];
+	double s = 0;
+	for (int i = threadIdx.x; i < parts; i += blockDim.x) s += partial[i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int k = blockDim.x / 2; k > 0; k /= 2) {
+		if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		double coef = (double)c / (sqrt(sh[0]) + 1e-6);
+		scale[0] = coef >= 1 ? 1.f : (float)coef;
+	}
+}
+
+extern "C" __global__ void scale_by(float *g, const float *scale, int n) {
+	float s = scale[0];
+	if (s == 1.f) return;
+	GRID_STRIDE(i, n) { g[i] *= s; }
+}
+
 // One AdamW step with decoupled weight decay, in the order of nn.AdamWUpdate:
 // w -= lr*wd*w; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g²;
 // w -= lr * (m*c1) / (sqrt(v)*c2 + eps), where c1 = 1/(1-b1^t) and

@@ -594,3 +594,49 @@ func TestAttentionMatchesReference(t *testing.T) {
 		}
 	})
 }
+
+// The clip kernels scale a vector by min(1, c/(‖g‖₂+1e-6)) as nn.ClipScale
+// does: by the same factor to float32 rounding when the norm is above c,
+// not at all (bit for bit) when it is below.
+func TestClipKernels(t *testing.T) {
+	forEachKernelDevice(t, func(t *testing.T, k *rig) {
+		rng := rand.New(rand.NewPCG(8, 1))
+		const n = 100003 // more than the grid's threads, not a multiple of the block
+		g := randFloats(rng, n, 0.1)
+		var ss float64
+		for _, v := range g {
+			ss += float64(v) * float64(v)
+		}
+		norm := math.Sqrt(ss)
+		for _, c := range []float64{norm / 4, norm * 2} {
+			pg := k.floats(g)
+			partial := k.floats(make([]float32, 2*clipBlocks))
+			scale := k.floats([]float32{0})
+			k.do(func() error {
+				if err := k.b.launchGrid("grad_sumsq_partial", clipBlocks, 256, pg, n, partial); err != nil {
+					return err
+				}
+				if err := k.b.launchGrid("clip_scale", 1, 256, partial, clipBlocks, float32(c), scale); err != nil {
+					return err
+				}
+				return k.b.launch("scale_by", n, pg, scale, n)
+			})
+			s := math.Min(1, c/(norm+1e-6))
+			if got := k.read(scale, 1)[0]; math.Abs(float64(got)-s) > 1e-6*s {
+				t.Errorf("%s: clip %.4g of a norm %.4g: scale %v, want %v", k.name, c, norm, got, s)
+			}
+			if want := nn.ClipScale(g, c); want != float32(s) {
+				t.Fatalf("nn.ClipScale is %v, want %v", want, s)
+			}
+			want := make([]float64, n)
+			tol := 1e-6
+			for i, v := range g {
+				want[i] = float64(v) * s
+			}
+			if s == 1 {
+				tol = 0
+			}
+			k.closeTo(fmt.Sprintf("clip %.4g of a norm %.4g", c, norm), k.read(pg, n), want, tol)
+		}
+	})
+}

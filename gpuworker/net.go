@@ -26,7 +26,7 @@ type net struct {
 	// zeroed before each backward pass.
 	clears [][2]int
 	// seed is the dropout seed of the next gradient call, which moves it on
-	// by one, as an nn.Workspace's.
+	// by one, as an nn.Workspace's; Gradient and Steps set it first.
 	seed uint64
 
 	base, w, grad    cuda.DevicePtr // NumParams each
@@ -35,6 +35,8 @@ type net struct {
 	x, labels        cuda.DevicePtr
 	xCap             int            // examples x and labels hold
 	acc              cuda.DevicePtr // float64 loss sum, int32 correct count
+	clipPartial      cuda.DevicePtr // clipBlocks float64 partial sums of squares
+	clipScale        cuda.DevicePtr // one float32: the clip's scale
 	rowLoss, rowHit  cuda.DevicePtr // softmax_xent's loss and hit per row
 	stage            *cuda.HostBuffer
 	allocs           []cuda.DevicePtr
@@ -221,6 +223,12 @@ func newNet(b *Backend, model *nn.Model, maxBatch int) (_ *net, err error) {
 	if nt.acc, err = bl.alloc(4); err != nil {
 		return nil, err
 	}
+	if nt.clipPartial, err = bl.alloc(2 * clipBlocks); err != nil {
+		return nil, err
+	}
+	if nt.clipScale, err = bl.alloc(1); err != nil {
+		return nil, err
+	}
 	for _, p := range []*cuda.DevicePtr{&nt.rowLoss, &nt.rowHit} {
 		if *p, err = bl.alloc(rows); err != nil {
 			return nil, err
@@ -330,6 +338,26 @@ func (nt *net) gradient(b *Backend, w, x, labels cuda.DevicePtr, n int, grad cud
 	err := nt.backward(b, top, w, n, grad)
 	nt.seed++
 	return err
+}
+
+// clipBlocks is the fixed grid of grad_sumsq_partial: a fixed grid and
+// block fix the order in which the squares are added.
+const clipBlocks = 256
+
+// clip scales the NumParams values at g by min(1, c/(‖g‖₂+1e-6)), as
+// nn.ClipInPlace does on the host; c = 0 does nothing.
+func (nt *net) clip(b *Backend, g cuda.DevicePtr, c float32) error {
+	if c == 0 {
+		return nil
+	}
+	n := nt.model.NumParams
+	if err := b.launchGrid("grad_sumsq_partial", clipBlocks, 256, g, n, nt.clipPartial); err != nil {
+		return err
+	}
+	if err := b.launchGrid("clip_scale", 1, 256, nt.clipPartial, clipBlocks, c, nt.clipScale); err != nil {
+		return err
+	}
+	return b.launch("scale_by", n, g, nt.clipScale, n)
 }
 
 // forward runs a stack's layers.

@@ -20,6 +20,7 @@ type Backend struct {
 	threads int
 	model   *nn.Model
 	parts   []part
+	seed    uint64 // the next Gradient call's dropout seed
 }
 
 type part struct {
@@ -47,7 +48,8 @@ func (b *Backend) Kind() string { return protocol.KindNative }
 func (b *Backend) Name() string { return "cpu-" + nn.KernelName() }
 func (b *Backend) Threads() int { return b.threads }
 
-// Prepare allocates per-thread workspaces for batches of up to maxBatch.
+// Prepare allocates per-thread workspaces for batches of up to maxBatch;
+// the dropout seed starts again at 0.
 func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	if maxBatch < 1 {
 		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
@@ -55,6 +57,7 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	n := min(b.threads, maxBatch)
 	per := (maxBatch + n - 1) / n
 	b.model = model
+	b.seed = 0 // as a new nn.Workspace's
 	b.parts = make([]part, n)
 	for i := range b.parts {
 		b.parts[i].ws = model.NewWorkspace(per)
@@ -65,16 +68,27 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	return nil
 }
 
-// Gradient implements worker.Backend.
+// SetDropoutSeed implements worker.Seeder: the next Gradient call draws
+// its dropout masks with seed, the one after with seed+1, and so on.
+func (b *Backend) SetDropoutSeed(seed uint64) { b.seed = seed }
+
+// Gradient implements worker.Backend. Every part draws its dropout mask
+// with the call's seed and numbers its values from its first example's
+// place in the batch, so the mask is the one a single thread draws.
 func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	if b.model == nil {
 		return 0, 0, fmt.Errorf("nativeworker: Gradient before Prepare")
 	}
+	seed := b.seed
+	b.seed++
 	lpe := b.model.LabelsPerExample
 	n := len(labels) / lpe
 	parts := min(len(b.parts), n)
 	if parts <= 1 {
-		loss, hits := b.model.Gradient(b.parts[0].ws, params, x, labels, grad)
+		ws := b.parts[0].ws
+		ws.SetSeed(seed)
+		ws.SetFirstExample(0)
+		loss, hits := b.model.Gradient(ws, params, x, labels, grad)
 		return loss, hits, nil
 	}
 	in := b.model.InputSize
@@ -91,6 +105,8 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 		if i == 0 {
 			g = grad
 		}
+		p.ws.SetSeed(seed)
+		p.ws.SetFirstExample(lo)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

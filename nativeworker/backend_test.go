@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // Splitting a batch across threads must give the single-thread gradient.
@@ -64,4 +66,77 @@ func TestNewRejectsNegativeThreads(t *testing.T) {
 	if b, _ := New(0); b.Threads() < 1 {
 		t.Fatalf("New(0) has %d threads, want one per CPU", b.Threads())
 	}
+}
+
+// dropoutModel has dropout on a sequence and on per-position dense
+// outputs.
+var dropoutModel = nn.ModelSpec{Input: []int{8}, Layers: []nn.LayerSpec{
+	{Type: nn.TypeEmbedding, Vocab: 11, Units: 16, Positions: 8}, {Type: nn.TypeDropout, Rate: 0.5},
+	{Type: nn.TypeDense, Units: 16}, {Type: nn.TypeDropout, Rate: 0.3}, {Type: nn.TypeDense, Units: 11}}}
+
+// A lease's dropout masks come from the lease: one thread and several
+// compute the same update for it (the threads' parts number their values
+// as in the whole batch), and another lease over the same examples draws
+// other masks.
+func TestLeaseDropoutMasks(t *testing.T) {
+	m, err := nn.NewModel(dropoutModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch = 13 // not divisible by the thread counts
+	rng := rand.New(rand.NewPCG(2, 2))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 4)
+	for _, tc := range []struct {
+		steps int
+		kind  string
+	}{{1, protocol.UpdateGradient}, {3, protocol.UpdateDelta}} {
+		n := batch * tc.steps
+		x := make([]float32, n*m.InputSize)
+		for i := range x {
+			x[i] = float32(rng.IntN(11))
+		}
+		labels := make([]int32, n*m.LabelsPerExample)
+		for i := range labels {
+			labels[i] = int32(rng.IntN(11))
+		}
+		lease := protocol.Lease{ID: 41, JobID: "j", ShardID: 2, Start: 130, Count: n, BatchSize: batch, LocalSteps: tc.steps,
+			Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.1}, UpdateKind: tc.kind, Snapshot: protocol.SnapshotGranted}
+		compute := func(threads int, l protocol.Lease) *protocol.Result {
+			b, err := New(threads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := worker.ComputeLease(b, m, l, params, x, labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		want := compute(1, lease)
+		for _, threads := range []int{2, 3, 8} {
+			got := compute(threads, lease)
+			if d := relDiff(got.Update, want.Update); d > 1e-5 || math.Abs(got.LossSum-want.LossSum) > 1e-5*want.LossSum {
+				t.Errorf("%d steps: %d threads: loss %v, update %.3g relative from one thread's (loss %v)", tc.steps, threads, got.LossSum, d, want.LossSum)
+			}
+		}
+		other := lease
+		other.ID++
+		if worker.DropoutSeed(other) == worker.DropoutSeed(lease) {
+			t.Fatalf("leases %d and %d have the same dropout seed", lease.ID, other.ID)
+		}
+		got := compute(1, other)
+		if d := relDiff(got.Update, want.Update); d < 0.1 {
+			t.Errorf("%d steps: leases %d and %d over the same examples differ by %.3g relative: the same masks?", tc.steps, lease.ID, other.ID, d)
+		}
+	}
+}
+
+func relDiff(a, b []float32) float64 {
+	var d, n float64
+	for i := range b {
+		d += (float64(a[i]) - float64(b[i])) * (float64(a[i]) - float64(b[i]))
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d / n)
 }

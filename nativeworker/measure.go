@@ -8,6 +8,9 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
+// The worker loop seeds each lease's dropout masks through Seeder.
+var _ worker.Seeder = (*Backend)(nil)
+
 // Measurement is the training speed of this machine on one model.
 type Measurement struct {
 	Model     string

@@ -74,9 +74,10 @@ func (l *dropoutLayer) forward(c *runCtx, st any, params, in, out []float32, n i
 	}
 	mask := st.(*dropoutState).mask[:len(in)]
 	key := dropoutKey(c.seed, l.index)
+	base := c.first * l.outSize // the batch's numbering, see SetFirstExample
 	for i, v := range in {
 		m := float32(0)
-		if dropoutBits(key, i) >= l.threshold {
+		if dropoutBits(key, base+i) >= l.threshold {
 			m = l.scale
 		}
 		mask[i] = m

@@ -468,6 +468,9 @@ type runCtx struct {
 	train bool
 	// seed is the dropout seed of the step in progress.
 	seed uint64
+	// first is the index in the step's batch of the call's first example
+	// (SetFirstExample): dropout numbers the values from there.
+	first int
 }
 
 // checkFields rejects negative values and fields a layer type does not use,

@@ -43,6 +43,17 @@ func (ws *Workspace) SetSeed(seed uint64) { ws.ctx.seed = seed }
 // Seed returns the dropout seed the next Gradient call will use.
 func (ws *Workspace) Seed() uint64 { return ws.ctx.seed }
 
+// SetFirstExample says that the examples of the next Gradient calls are
+// a part of a larger batch that starts with example first (0 by default):
+// dropout numbers their values as in that batch (DropoutKeep's i), so a
+// batch split into parts computed apart draws the same mask as the whole.
+func (ws *Workspace) SetFirstExample(first int) {
+	if first < 0 {
+		panic(fmt.Sprintf("nn: SetFirstExample: first must be >= 0, got %d", first))
+	}
+	ws.ctx.first = first
+}
+
 // inputGrad returns the loss gradient with respect to the model's input of
 // the last Gradient call (nil unless the workspace computes it).
 func (ws *Workspace) inputGrad() []float32 { return ws.st.dacts[0] }

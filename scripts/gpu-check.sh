@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the GPU worker's checks on a machine with an NVIDIA GPU:
-# diagnostics, the GPU tests (each kernel against a float64 reference, every
-# layer, the presets and charlm against the CPU, mnist-mlp to 97% through a
+# diagnostics, the GPU tests (each kernel, the gradient clip's among them,
+# against a float64 reference, every layer, the presets and charlm against the CPU, mnist-mlp to 97% through a
 # real coordinator) and examples/s for mnist-mlp, mnist-cnn and charlm on
 # the GPU, the CPU backend and, when python3 has torch, PyTorch on the same
 # GPU.

@@ -8,6 +8,9 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
+// The worker loop seeds each lease's dropout masks through Seeder.
+var _ worker.Seeder = (*Backend)(nil)
+
 // BenchResult is the training speed of the browser backend on one model.
 type BenchResult struct {
 	Model  string

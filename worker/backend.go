@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -26,6 +27,38 @@ type Backend interface {
 	Gradient(params, x []float32, labels []int32, grad []float32) (lossSum float64, correct int, err error)
 }
 
+// Seeder is implemented by backends that train models with dropout: the
+// loop calls SetDropoutSeed before a lease's first Gradient call, and
+// each Gradient call then draws its masks (nn.DropoutKeep) with the seed
+// and moves it on by one, numbering the values of the whole batch however
+// the backend splits it. A backend without it draws whatever masks its
+// own seed gives, the same for every lease.
+type Seeder interface {
+	SetDropoutSeed(seed uint64)
+}
+
+// DropoutSeed is the dropout seed of a lease's first inner step: a hash of
+// its job, lease id, shard and first example. Leases differ in at least
+// the id, so two tasks draw different masks, and every backend computing
+// the same lease draws the same ones.
+func DropoutSeed(l protocol.Lease) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(l.JobID))
+	z := h.Sum64()
+	for _, v := range []uint64{l.ID, uint64(int64(l.ShardID)), uint64(int64(l.Start))} {
+		z = mix64(z ^ v)
+	}
+	return z
+}
+
+// mix64 is the finaliser of SplitMix64.
+func mix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
 // SnapshotID identifies the parameters a Stepper is given: two calls with
 // the same non-zero id carry the same parameters, so a backend that keeps
 // them on a device may skip uploading them again. Zero means unknown.
@@ -39,6 +72,9 @@ type InnerSteps struct {
 	Steps      int
 	Inner      protocol.InnerOptimizer
 	UpdateKind string // protocol.UpdateGradient or protocol.UpdateDelta
+	// Seed is the dropout seed of the first step (DropoutSeed of the
+	// lease); step k draws its masks with Seed+k.
+	Seed uint64
 }
 
 // Check says what is wrong with s for a worker of this build: an unknown
@@ -95,7 +131,8 @@ type Stepper interface {
 	// Steps runs up to s.Steps inner steps of s.Inner from params, each
 	// on the next s.BatchSize examples of x (len(labels) examples),
 	// stopping early when the examples run out, with optimizer state
-	// fresh for this call. It writes (params - w_after) * s.UpdateScale()
+	// fresh for this call, step k drawing its dropout masks with
+	// s.Seed+k. It writes (params - w_after) * s.UpdateScale()
 	// into update; when s.GradientOnly, that is the first batch's
 	// gradient, written as computed. It returns the loss summed over every
 	// example and the correct predictions. s.BatchSize is at most the

@@ -38,7 +38,8 @@ func newComputer(b Backend, m *nn.Model) *computer {
 
 // compute runs the lease: up to LocalSteps inner steps of BatchSize
 // examples from the base parameters with the lease's inner optimizer (its
-// state fresh for this lease), then the update its update kind names:
+// state fresh for this lease; the first step's dropout seed
+// DropoutSeed(lease)), then the update its update kind names:
 // (w_base - w_after) / inner lr, or w_base - w_after. For one SGD step of
 // kind gradient that is the gradient itself, written straight into the
 // update. A panic in the backend is turned into an error here, so one bad
@@ -53,7 +54,7 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	if l.Snapshot != protocol.SnapshotGranted && l.Snapshot != protocol.SnapshotLatest {
 		return nil, fmt.Errorf("snapshot policy %q is not %q or %q: update crowdtrain", l.Snapshot, protocol.SnapshotGranted, protocol.SnapshotLatest)
 	}
-	plan := InnerSteps{BatchSize: l.BatchSize, Steps: l.LocalSteps, Inner: l.Inner, UpdateKind: l.UpdateKind}
+	plan := InnerSteps{BatchSize: l.BatchSize, Steps: l.LocalSteps, Inner: l.Inner, UpdateKind: l.UpdateKind, Seed: DropoutSeed(l)}
 	if err := plan.Check(); err != nil {
 		return nil, err
 	}
@@ -72,7 +73,12 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int
-	if st, ok := c.backend.(Stepper); ok && (plan.Inner.ClipNorm == 0 || clips(st)) {
+	st, stepper := c.backend.(Stepper)
+	stepper = stepper && (plan.Inner.ClipNorm == 0 || clips(st))
+	if sd, ok := c.backend.(Seeder); ok && !stepper {
+		sd.SetDropoutSeed(plan.Seed)
+	}
+	if stepper {
 		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
 	} else if plan.gradientOnly(l.Count) {
 		n := min(l.Count, l.BatchSize)

@@ -171,7 +171,7 @@ func TestStepperGetsTheWholeLease(t *testing.T) {
 	if b.calls != 1 || b.gradients != 0 {
 		t.Fatalf("%d Steps and %d Gradient calls, want 1 and 0", b.calls, b.gradients)
 	}
-	if want := (InnerSteps{BatchSize: 4, Steps: 3, Inner: tk.lease.Inner, UpdateKind: protocol.UpdateGradient}); b.id != 42 || b.n != 10 || b.plan != want {
+	if want := (InnerSteps{BatchSize: 4, Steps: 3, Inner: tk.lease.Inner, UpdateKind: protocol.UpdateGradient, Seed: DropoutSeed(tk.lease)}); b.id != 42 || b.n != 10 || b.plan != want {
 		t.Errorf("Steps got id %d, %d examples, %+v; want 42, 10, %+v", b.id, b.n, b.plan, want)
 	}
 	if res.LossSum != 2.5 || res.Correct != 7 || res.Examples != 10 || res.Update[5] != 5 {
@@ -374,5 +374,55 @@ func TestUnsupportedLeaseIsAnError(t *testing.T) {
 		if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("lease %+v: error %v, want one about %s", tk.lease, err, tc.want)
 		}
+	}
+}
+
+// seedingBackend records the dropout seeds its Gradient calls draw with.
+type seedingBackend struct {
+	refBackend
+	seed  uint64
+	seeds []uint64
+}
+
+func (b *seedingBackend) SetDropoutSeed(seed uint64) { b.seed = seed }
+func (b *seedingBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	b.seeds = append(b.seeds, b.seed)
+	b.seed++
+	return b.refBackend.Gradient(params, x, labels, grad)
+}
+
+// Each lease's steps draw their dropout masks from the lease's own seed,
+// the same whenever the lease is computed, another for any other lease.
+func TestLeaseDropoutSeed(t *testing.T) {
+	m := smallModel(t)
+	tk := randomTask(m, 10, 4, 3, 0.25)
+	tk.lease.ShardID, tk.lease.Start = 3, 120
+	seed := DropoutSeed(tk.lease)
+	for range 2 {
+		b := &seedingBackend{}
+		if _, err := newComputer(b, m).compute(tk); err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{seed, seed + 1, seed + 2}; fmt.Sprint(b.seeds) != fmt.Sprint(want) {
+			t.Errorf("the steps drew with seeds %v, want %v", b.seeds, want)
+		}
+	}
+	seen := map[uint64]string{seed: "the lease"}
+	for what, change := range map[string]func(*protocol.Lease){
+		"id":    func(l *protocol.Lease) { l.ID++ },
+		"job":   func(l *protocol.Lease) { l.JobID += "x" },
+		"shard": func(l *protocol.Lease) { l.ShardID++ },
+		"start": func(l *protocol.Lease) { l.Start++ },
+	} {
+		l := tk.lease
+		change(&l)
+		s := DropoutSeed(l)
+		if prev, ok := seen[s]; ok {
+			t.Errorf("another %s gives the seed of %s", what, prev)
+		}
+		seen[s] = "another " + what
+	}
+	if DropoutSeed(tk.lease) != seed {
+		t.Error("DropoutSeed is not a function of the lease")
 	}
 }

@@ -71,6 +71,10 @@ static void w_sum_losses(void **p) { sum_losses(A(0, const float *), A(1, const 
 static void w_sgd_step(void **p) { sgd_step(A(0, float *), A(1, const float *), A(2, float), A(3, int)); }
 static void w_pseudo_gradient(void **p) { pseudo_gradient(A(0, const float *), A(1, const float *), A(2, float *), A(3, float), A(4, int)); }
 
+static void w_grad_sumsq_partial(void **p) { grad_sumsq_partial(A(0, const float *), A(1, int), A(2, double *)); }
+static void w_clip_scale(void **p) { clip_scale(A(0, const double *), A(1, int), A(2, float), A(3, float *)); }
+static void w_scale_by(void **p) { scale_by(A(0, float *), A(1, const float *), A(2, int)); }
+
 static void w_adamw_step(void **p) {
 	adamw_step(A(0, float *), A(1, const float *), A(2, float *), A(3, float *), A(4, float), A(5, float), A(6, float), A(7, float), A(8, float),
 		A(9, float), A(10, float), A(11, int));
@@ -118,7 +122,8 @@ static const struct { const char *name; wrapper w; } table[] = {
 	{"im2row", w_im2row}, {"row2im", w_row2im}, {"conv_output", w_conv_output}, {"conv_grad_rows", w_conv_grad_rows},
 	{"column_sums", w_column_sums}, {"maxpool_forward", w_maxpool_forward}, {"maxpool_backward", w_maxpool_backward},
 	{"softmax_xent", w_softmax_xent}, {"sum_losses", w_sum_losses}, {"sgd_step", w_sgd_step}, {"pseudo_gradient", w_pseudo_gradient},
-	{"adamw_step", w_adamw_step},
+	{"adamw_step", w_adamw_step}, {"grad_sumsq_partial", w_grad_sumsq_partial}, {"clip_scale", w_clip_scale},
+	{"scale_by", w_scale_by},
 	{"embedding_forward", w_embedding_forward}, {"embedding_backward_gather", w_embedding_backward_gather},
 	{"embedding_backward_scatter", w_embedding_backward_scatter},
 	{"embedding_backward_positions", w_embedding_backward_positions},
