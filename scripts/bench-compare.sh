@@ -43,7 +43,7 @@ say "# bench-compare $(date -u +%Y-%m-%dT%H:%M:%SZ), $(grep -m1 'model name' /pr
 go build -o "$work/crowdtrain" ./cmd/crowdtrain || exit 1
 go build -tags purego -o "$work/crowdtrain-purego" ./cmd/crowdtrain || exit 1
 
-kernels="$("$work/crowdtrain" bench --rounds 1 --round 10ms 2>&1 | sed -n 's/.*kernel [a-z0-9]* (auto, of \([^;]*\);.*/\1/p' | tr -d ',')"
+kernels="$("$work/crowdtrain" bench --rounds 1 --round 10ms 2>&1 | sed -n 's/.*kernel auto (of \([^;]*\);.*/\1/p' | tr -d ',')"
 say "CPU kernels here: ${kernels:-unknown}"
 variants="auto noblas"
 for k in avx512 avx2 openblas gonum; do
