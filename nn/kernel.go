@@ -45,6 +45,9 @@ type kernel struct {
 	// sparseA: run op(A) with many zeros through sparseGemm (the pure-Go
 	// kernel, for wasm).
 	sparseA bool
+	// directConv: stride-1 conv2d layers take the direct convolution
+	// (conv_direct.go), whose kernels come with this one.
+	directConv bool
 }
 
 var (
@@ -162,6 +165,8 @@ type gemmScratch struct {
 	spVal []float32 // blockM × blockK
 	spIdx []int32   // blockM × blockK
 	spN   []int     // blockM
+	// dconv: the direct convolution's buffers (conv_direct.go).
+	dconv dconvScratch
 }
 
 func newGemmScratch() *gemmScratch {

@@ -56,7 +56,7 @@ func platformKernels() []*kernel {
 	avx2FMA, avx512 := cpuFeatures()
 	var ks []*kernel
 	if avx512 {
-		ks = append(ks, &kernel{name: KernelAVX512, micro: &microKernel{mr: 8, nr: 32, fn: avx512Micro}})
+		ks = append(ks, &kernel{name: KernelAVX512, micro: &microKernel{mr: 8, nr: 32, fn: avx512Micro}, directConv: true})
 	}
 	if avx2FMA {
 		ks = append(ks, &kernel{name: KernelAVX2, micro: &microKernel{mr: 6, nr: 16, fn: avx2Micro}})
