@@ -52,7 +52,7 @@ func newDconvGeom(C, H, W, F, K, pad, OH, OW int) dconvGeom {
 // with the step's kernel; forward and backward ask the same question and
 // get the same answer.
 func dconvFits(s *gemmScratch, l *layer, cols []float32, n int) (dconvGeom, bool) {
-	if dconvOff || !s.kernel().directConv || l.kind != kindConv || l.stride != 1 || l.k < 2 || l.pad >= l.k || l.out.c%8 != 0 {
+	if dconvOff || !s.kernel().directConv || l.stride != 1 || l.k < 2 || l.pad >= l.k || l.out.c%8 != 0 {
 		return dconvGeom{}, false
 	}
 	g := newDconvGeom(l.in.c, l.in.h, l.in.w, l.out.c, l.k, l.pad, l.out.h, l.out.w)
