@@ -304,6 +304,14 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 			}
 			continue
 		}
+		if rows == 8 && mr == 8 && alpha == 1 {
+			// A transpose: eight source rows at a time, so each p writes
+			// one contiguous run of eight values.
+			o := (ic+s0)*lda + pc
+			transpose8(strip, a[o:o+kb], a[o+lda:o+lda+kb], a[o+2*lda:o+2*lda+kb], a[o+3*lda:o+3*lda+kb],
+				a[o+4*lda:o+4*lda+kb], a[o+5*lda:o+5*lda+kb], a[o+6*lda:o+6*lda+kb], a[o+7*lda:o+7*lda+kb])
+			continue
+		}
 		for i := 0; i < rows; i++ {
 			src := a[(ic+s0+i)*lda+pc : (ic+s0+i)*lda+pc+kb]
 			d := strip[i:]
@@ -311,6 +319,17 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 				d[p*mr] = alpha * v
 			}
 		}
+	}
+}
+
+// transpose8 writes d[p*8+i] = ri[p] for i < 8 and every p < len(r0).
+func transpose8(d []float32, r0, r1, r2, r3, r4, r5, r6, r7 []float32) {
+	n := len(r0)
+	r1, r2, r3, r4, r5, r6, r7 = r1[:n], r2[:n], r3[:n], r4[:n], r5[:n], r6[:n], r7[:n]
+	d = d[:8*n]
+	for p := 0; p < n; p++ {
+		q := d[p*8 : p*8+8 : p*8+8]
+		q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
 	}
 }
 
