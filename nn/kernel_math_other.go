@@ -5,5 +5,5 @@ package nn
 // mathAVX512 is false without the assembly: the GELU runs in Go.
 const mathAVX512 = false
 
-func geluFwd16(n int, in, out []float32)        { panic("nn: no GELU kernel in this build") }
+func geluFwd16(n int, in, out []float32)       { panic("nn: no GELU kernel in this build") }
 func geluBwd16(n int, in, dOut, dIn []float32) { panic("nn: no GELU kernel in this build") }
