@@ -295,6 +295,16 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 		}
 		if transA {
 			// op(A)(i, p) = a[p*lda+i]: mr contiguous values per p.
+			if rows == 8 && mr == 8 {
+				for p := 0; p < kb; p++ {
+					o := (pc+p)*lda + ic + s0
+					src := a[o : o+8 : o+8]
+					d := strip[p*8 : p*8+8 : p*8+8]
+					d[0], d[1], d[2], d[3] = alpha*src[0], alpha*src[1], alpha*src[2], alpha*src[3]
+					d[4], d[5], d[6], d[7] = alpha*src[4], alpha*src[5], alpha*src[6], alpha*src[7]
+				}
+				continue
+			}
 			for p := 0; p < kb; p++ {
 				src := a[(pc+p)*lda+ic+s0 : (pc+p)*lda+ic+s0+rows]
 				d := strip[p*mr : p*mr+rows]
