@@ -15,8 +15,8 @@ import (
 //
 // The probe at Prepare runs the model's Gradient on a synthetic batch of
 // the job's batch size (smaller if one step would take longer than
-// probeStep), one warm-up step and one timed step per kernel (two warm-up
-// steps for the first), drops the
+// probeStep, sized from a step of one example), one warm-up step and one
+// timed step per kernel, drops the
 // kernels far behind the fastest warm-up, then times the rest in rounds that
 // alternate between them (the order rotating each round) and takes the
 // lowest median. It stays within about probeBudget of timed work.
@@ -82,19 +82,18 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 		}
 		return time.Since(t0).Seconds() / float64(steps*n), nil
 	}
-	// Size the synthetic batch from the first kernel: steps longer than
-	// probeStep would make the probe too long; the re-check times the real
-	// batches later.
+	// Size the synthetic batch from one example on the first kernel:
+	// steps longer than probeStep would make the probe too long (the
+	// re-check times the real batches later).
+	n = 1
 	if _, err := run(names[0], 2); err != nil {
 		return err
 	}
-	first, err := run(names[0], 1)
+	one, err := run(names[0], 1)
 	if err != nil {
 		return err
 	}
-	if d := first * float64(n); d > probeStep.Seconds() {
-		n = max(1, int(float64(n)*probeStep.Seconds()/d))
-	}
+	n = max(1, min(maxBatch, int(probeStep.Seconds()/one)))
 	warm := make([]float64, len(names))
 	for i, k := range names {
 		if _, err := run(k, 1); err != nil {
