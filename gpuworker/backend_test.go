@@ -204,6 +204,9 @@ func TestPresetGradientsMatchCPU(t *testing.T) {
 			for _, preset := range nn.PresetNames() {
 				spec, _ := nn.Preset(preset)
 				m, _ := nn.NewModel(spec)
+				if m.LabelsPerExample > 1 {
+					continue // sequence models: not on this backend yet
+				}
 				n := 16
 				if dev.name == "gpu" {
 					n = 64

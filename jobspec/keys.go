@@ -108,7 +108,7 @@ func lookup(name string) *key {
 var (
 	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon"}
 	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon"}
-	layerKeys = []string{"type", "units", "filters", "kernel", "stride", "padding"}
+	layerKeys = nn.LayerSpecKeys()
 	modelKeys = []string{"input", "layers"}
 )
 
@@ -278,7 +278,7 @@ func decodeModel(val *yaml.Node, s *Spec, _ given) error {
 					return err
 				}
 			} else if err := v.Decode(&s.Model.Input); err != nil {
-				return Errorf("model.input", "want [channels, height, width]: %v", cleanYAMLError(err))
+				return Errorf("model.input", "want [channels, height, width] or [t]: %v", cleanYAMLError(err))
 			}
 		}
 		return nil
@@ -294,6 +294,14 @@ func decodeLayers(key string, val *yaml.Node, m *nn.ModelSpec) error {
 		lk := fmt.Sprintf("%s[%d].", key, i)
 		if err := checkKeys(lk, l, layerKeys); err != nil {
 			return err
+		}
+		for j := 0; j+1 < len(l.Content); j += 2 {
+			if l.Content[j].Value == "layers" { // a residual block's body
+				var body nn.ModelSpec
+				if err := decodeLayers(lk+"layers", l.Content[j+1], &body); err != nil {
+					return err
+				}
+			}
 		}
 		var ls nn.LayerSpec
 		if err := l.Decode(&ls); err != nil {

@@ -16,7 +16,8 @@ import (
 // The probe at Prepare runs the model's Gradient on a synthetic batch of
 // the job's batch size (smaller if one step would take longer than
 // probeStep, sized from a step of one example), one warm-up step and one
-// timed step per kernel, drops the
+// timed step per kernel (only the warm-up for one over 2×warmupFactor
+// behind on it), drops the
 // kernels far behind the fastest warm-up, then times the rest in rounds that
 // alternate between them (the order rotating each round) and takes the
 // lowest median. It stays within about probeBudget of timed work.
@@ -63,7 +64,7 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 		return fmt.Errorf("no GEMM kernel available")
 	}
 	start := time.Now()
-	in := model.InputSize
+	in, lpe := model.InputSize, model.LabelsPerExample
 	x, labels := worker.RandomBatch(model, maxBatch)
 	params := make([]float32, model.NumParams)
 	model.Init(params, 1)
@@ -76,7 +77,7 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 		}
 		t0 := time.Now()
 		for range steps {
-			if _, _, err := b.gradient(params, x[:n*in], labels[:n], grad); err != nil {
+			if _, _, err := b.gradient(params, x[:n*in], labels[:n*lpe], grad); err != nil {
 				return 0, err
 			}
 		}
@@ -95,9 +96,20 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 	}
 	n = max(1, min(maxBatch, int(probeStep.Seconds()/one)))
 	warm := make([]float64, len(names))
+	firstBest := 0.0
 	for i, k := range names {
-		if _, err := run(k, 1); err != nil {
+		w, err := run(k, 1)
+		if err != nil {
 			return err
+		}
+		if firstBest > 0 && w > 2*warmupFactor*firstBest {
+			// Far behind already on its cold first step: its time stands
+			// as its warm-up figure, and it is not timed again.
+			warm[i] = w
+			continue
+		}
+		if firstBest == 0 || w < firstBest {
+			firstBest = w
 		}
 		if warm[i], err = run(k, 1); err != nil {
 			return err
@@ -207,7 +219,7 @@ func (t *kernelTuner) gradient(b *Backend, params, x []float32, labels []int32, 
 	}
 	t0 := time.Now()
 	loss, hits, err := b.gradient(params, x, labels, grad)
-	if n := len(labels); err == nil && n > 0 {
+	if n := len(labels) / max(1, b.model.LabelsPerExample); err == nil && n > 0 {
 		t.trial[i].Secs = append(t.trial[i].Secs, time.Since(t0).Seconds()/float64(n))
 	}
 	t.step++

@@ -94,7 +94,8 @@ func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) 
 	if b.model == nil {
 		return 0, 0, fmt.Errorf("nativeworker: Gradient before Prepare")
 	}
-	n := len(labels)
+	lpe := b.model.LabelsPerExample
+	n := len(labels) / lpe
 	parts := min(len(b.parts), n)
 	if parts <= 1 {
 		loss, hits := b.model.Gradient(b.parts[0].ws, params, x, labels, grad)
@@ -117,7 +118,7 @@ func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.loss, p.hits = b.model.Gradient(p.ws, params, x[lo*in:hi*in], labels[lo:hi], g)
+			p.loss, p.hits = b.model.Gradient(p.ws, params, x[lo*in:hi*in], labels[lo*lpe:hi*lpe], g)
 		}()
 	}
 	wg.Wait()

@@ -20,21 +20,33 @@ func benchModel(b *testing.B, preset string) *Model {
 
 func randomData(r *rand.Rand, m *Model, n int) ([]float32, []int32) {
 	x := make([]float32, n*m.InputSize)
-	for i := range x {
-		x[i] = r.Float32()
+	vocab := 0
+	if e, ok := m.top.layers[0].(*embeddingLayer); ok {
+		vocab = e.vocab
 	}
-	labels := make([]int32, n)
+	for i := range x {
+		if vocab > 0 {
+			x[i] = float32(r.IntN(vocab))
+		} else {
+			x[i] = r.Float32()
+		}
+	}
+	labels := make([]int32, n*m.LabelsPerExample)
 	for i := range labels {
 		labels[i] = int32(r.IntN(m.NumClasses))
 	}
 	return x, labels
 }
 
-// BenchmarkTrainStep measures one Gradient + SGDStep on a batch of 64 random
-// examples, the work a worker does per local step.
+// BenchmarkTrainStep measures one Gradient + SGDStep on a batch of random
+// examples, the work a worker does per local step: 64 images for the MNIST
+// models, 32 sequences of 128 bytes for charlm (its job's batch).
 func BenchmarkTrainStep(b *testing.B) {
-	const batch = 64
-	for _, name := range []string{"mnist-mlp", "mnist-cnn"} {
+	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm"} {
+		batch := 64
+		if name == "charlm" {
+			batch = 32
+		}
 		b.Run(name, func(b *testing.B) {
 			m := benchModel(b, name)
 			r := rand.New(rand.NewPCG(1, 2))

@@ -58,13 +58,14 @@ func TestDirectConvMatchesIm2col(t *testing.T) {
 			const n = 5
 			x, labels := randomData(r, m, n)
 			ws := m.newWorkspace(n+2, true)
-			if _, ok := dconvFits(ws.gemm, &m.layers[0], ws.cols[0], n); !ok {
+			conv := &m.top.layers[0].(*convLayer).layer
+			if _, ok := dconvFits(ws.ctx.gemm, conv, ws.st.states[0].(*convState).cols, n); !ok {
 				t.Fatal("the direct path does not take this layer")
 			}
 			dconvOff = true
 			want := make([]float32, m.NumParams)
 			wantLoss, _ := m.Gradient(ws, params, x, labels, want)
-			wantDIn := append([]float32(nil), ws.dacts[0][:n*m.InputSize]...)
+			wantDIn := append([]float32(nil), ws.inputGrad()[:n*m.InputSize]...)
 			wantLogits := append([]float32(nil), m.Forward(ws, params, x)...)
 			dconvOff = false
 			got := make([]float32, m.NumParams)
@@ -79,12 +80,12 @@ func TestDirectConvMatchesIm2col(t *testing.T) {
 				name string
 				off  int
 				len  int
-			}{{"conv weight", m.layers[0].wOff, m.layers[0].wLen}, {"conv bias", m.layers[0].bOff, m.layers[0].bLen}} {
+			}{{"conv weight", conv.wOff, conv.wLen}, {"conv bias", conv.bOff, conv.bLen}} {
 				if d := relDiff(got[part.off:part.off+part.len], want[part.off:part.off+part.len]); d > 1e-5 {
 					t.Errorf("%s differs by %g relative", part.name, d)
 				}
 			}
-			if d := relDiff(ws.dacts[0][:n*m.InputSize], wantDIn); d > 1e-5 {
+			if d := relDiff(ws.inputGrad()[:n*m.InputSize], wantDIn); d > 1e-5 {
 				t.Errorf("input gradient differs by %g relative", d)
 			}
 			if d := relDiff(m.Forward(ws, params, x), wantLogits); d > 1e-6 {

@@ -1,7 +1,14 @@
 // Package nn is crowdtrain's small neural-network engine: model specs and
 // presets, one flat float32 parameter vector with a named layout, forward and
-// backward passes for classifiers (dense, relu, conv2d, maxpool2d, flatten,
-// softmax cross-entropy), and optimizers that act on flat vectors.
+// backward passes for classifiers and sequence models (softmax
+// cross-entropy per label position), and optimizers that act on flat
+// vectors.
+//
+// Each layer type (dense, relu, conv2d, maxpool2d, flatten, embedding,
+// layernorm, attention, gelu, residual, dropout) is one file that registers
+// itself: it resolves its spec against the shape it gets (images [c,h,w],
+// flat vectors, token ids [t], sequences [t,d]), places its tensors, sizes
+// its buffers and runs forward and backward behind the Layer interface.
 //
 // The coordinator and every worker share this code, so parameters, gradients,
 // updates and snapshots all use the same flat layout (Model.Layout) and can be

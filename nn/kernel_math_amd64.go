@@ -24,3 +24,6 @@ func geluBwd16(n int, in, dOut, dIn []float32) {
 	_, _, _ = in[:n], dOut[:n], dIn[:n]
 	geluBwd16asm(n, in, dOut, dIn)
 }
+
+// setMathAVX512 switches the vector GELU off and on (tests).
+func setMathAVX512(on bool) { mathAVX512 = on }

@@ -67,3 +67,38 @@ func TestGELU(t *testing.T) {
 		}
 	}
 }
+
+// The browser build runs the scalar GELU and exp; a transformer's
+// gradient with the vector kernels must stay within the 1e-6 that the
+// browser and native builds are held to.
+func TestVectorGELUKeepsTheBrowsersNumbers(t *testing.T) {
+	if !mathAVX512 {
+		t.Skip("no vector GELU in this build")
+	}
+	m := mustPreset(t, "charlm-tiny")
+	r := rand.New(rand.NewPCG(*seed, 5))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 2)
+	const n = 4
+	x := make([]float32, n*m.InputSize)
+	for i := range x {
+		x[i] = float32(r.IntN(m.NumClasses))
+	}
+	labels := make([]int32, n*m.LabelsPerExample)
+	for i := range labels {
+		labels[i] = int32(r.IntN(m.NumClasses))
+	}
+	ws := m.NewWorkspace(n)
+	vec := make([]float32, m.NumParams)
+	vecLoss, _ := m.Gradient(ws, params, x, labels, vec)
+	setMathAVX512(false)
+	defer setMathAVX512(true)
+	scalar := make([]float32, m.NumParams)
+	scalarLoss, _ := m.Gradient(ws, params, x, labels, scalar)
+	if d := math.Abs(vecLoss-scalarLoss) / math.Abs(scalarLoss); d > 1e-6 {
+		t.Errorf("loss %v with the vector GELU, %v without (relative %g)", vecLoss, scalarLoss, d)
+	}
+	if d := relDiff(vec, scalar); d > 1e-6 {
+		t.Errorf("gradient differs by %g relative between the vector and scalar GELU", d)
+	}
+}

@@ -27,11 +27,11 @@ func mustPreset(t testing.TB, name string) *Model {
 }
 
 func TestPresets(t *testing.T) {
-	if got, want := PresetNames(), []string{"fashion-cnn", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
+	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("PresetNames() = %v, want %v", got, want)
 	}
 	_, err := Preset("nope")
-	if err == nil || err.Error() != `unknown model preset "nope" (presets: fashion-cnn, mnist-cnn, mnist-mlp)` {
+	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, mnist-cnn, mnist-mlp)` {
 		t.Fatalf("Preset(nope) error = %v", err)
 	}
 	// Preset returns a copy: changing it must not change the next one.
@@ -108,7 +108,34 @@ func TestLayoutAndInit(t *testing.T) {
 		}
 		for _, pt := range m.Layout {
 			v := a[pt.Offset : pt.Offset+pt.Size]
-			if strings.HasSuffix(pt.Name, ".bias") {
+			limit := 0.0 // He-uniform unless named otherwise
+			switch {
+			case strings.HasSuffix(pt.Name, "layernorm.weight"):
+				for _, x := range v {
+					if x != 1 {
+						t.Fatalf("%s %s: layernorm gain %v, want 1", name, pt.Name, x)
+					}
+				}
+				continue
+			case strings.Contains(pt.Name, ".embedding."):
+				limit = math.Sqrt(3) * 0.02
+			case strings.HasSuffix(pt.Name, "in_proj_weight"):
+				limit = math.Sqrt(6 / float64(pt.Shape[0]+pt.Shape[1])) // Xavier-uniform
+			}
+			if limit > 0 {
+				var ss float64
+				for _, x := range v {
+					if math.Abs(float64(x)) > limit {
+						t.Fatalf("%s %s: %v outside ±%v", name, pt.Name, x, limit)
+					}
+					ss += float64(x) * float64(x)
+				}
+				if vr, want := ss/float64(len(v)), limit*limit/3; vr < 0.7*want || vr > 1.3*want {
+					t.Errorf("%s %s: variance %v, want about %v", name, pt.Name, vr, want)
+				}
+				continue
+			}
+			if strings.HasSuffix(pt.Name, "bias") {
 				for _, x := range v {
 					if x != 0 {
 						t.Fatalf("%s %s: non-zero bias %v", name, pt.Name, x)
@@ -118,7 +145,7 @@ func TestLayoutAndInit(t *testing.T) {
 			}
 			// He-uniform: |w| <= sqrt(6/fanIn), variance about 2/fanIn.
 			fanIn := pt.Size / pt.Shape[0]
-			limit := math.Sqrt(6 / float64(fanIn))
+			limit = math.Sqrt(6 / float64(fanIn))
 			var ss float64
 			for _, x := range v {
 				if float64(x) > limit || float64(x) < -limit {
@@ -169,10 +196,11 @@ func TestNewModelErrors(t *testing.T) {
 		spec ModelSpec
 		want string
 	}{
-		{ModelSpec{Input: []int{784}, Layers: []LayerSpec{d10}}, "input: want [channels, height, width]"},
+		{ModelSpec{Input: []int{28, 28}, Layers: []LayerSpec{d10}}, "input: want [channels, height, width] or [t]"},
+		{ModelSpec{Input: []int{784}, Layers: []LayerSpec{d10}}, "layer 0 (dense): gets token ids [784] (token ids), which are indices, not values; put an embedding layer first"},
 		{ModelSpec{Input: []int{1, 0, 28}, Layers: []LayerSpec{d10}}, "input: dimension 1 is 0"},
 		{ModelSpec{Input: in}, "layers: empty"},
-		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "Dense", Units: 10}}}, `layer 0 (Dense): unknown layer type "Dense" (want dense, relu, conv2d, maxpool2d or flatten)`},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "Dense", Units: 10}}}, `layer 0 (Dense): unknown layer type "Dense" (want attention, conv2d, dense, dropout, embedding, flatten, gelu, layernorm, maxpool2d, relu or residual)`},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "relu"}, {Type: "dense"}}}, "layer 1 (dense): units must be >= 1, got 0"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: -3}}}, "layer 0 (dense): units must not be negative, got -3"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 10, Kernel: 3}}}, "layer 0 (dense): kernel is not used by dense layers"},

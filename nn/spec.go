@@ -13,19 +13,56 @@ const (
 	TypeConv2D    = "conv2d"
 	TypeMaxPool2D = "maxpool2d"
 	TypeFlatten   = "flatten"
+	TypeEmbedding = "embedding"
+	TypeLayerNorm = "layernorm"
+	TypeAttention = "attention"
+	TypeGELU      = "gelu"
+	TypeResidual  = "residual"
+	TypeDropout   = "dropout"
 )
 
-// LayerSpec describes one layer. Type is one of "dense", "relu", "conv2d", "maxpool2d", "flatten".
+// LayerSpec describes one layer. Type is a registered layer type
+// (LayerTypes): "dense", "relu", "conv2d", "maxpool2d", "flatten",
+// "embedding", "layernorm", "attention", "gelu", "residual" or "dropout".
+// A field a type does not use must be left zero.
 type LayerSpec struct {
-	Type    string `json:"type" yaml:"type" msgpack:"type"`
-	Units   int    `json:"units,omitempty" yaml:"units,omitempty" msgpack:"units,omitempty"`       // dense: output units
-	Filters int    `json:"filters,omitempty" yaml:"filters,omitempty" msgpack:"filters,omitempty"` // conv2d: output channels
-	Kernel  int    `json:"kernel,omitempty" yaml:"kernel,omitempty" msgpack:"kernel,omitempty"`    // conv2d: square kernel; maxpool2d: window (default 2)
-	Stride  int    `json:"stride,omitempty" yaml:"stride,omitempty" msgpack:"stride,omitempty"`    // conv2d default 1; maxpool2d default = Kernel
-	Padding int    `json:"padding,omitempty" yaml:"padding,omitempty" msgpack:"padding,omitempty"` // conv2d zero padding, default 0
+	Type      string      `json:"type" yaml:"type" msgpack:"type"`
+	Units     int         `json:"units,omitempty" yaml:"units,omitempty" msgpack:"units,omitempty"`             // dense, embedding: output units
+	Filters   int         `json:"filters,omitempty" yaml:"filters,omitempty" msgpack:"filters,omitempty"`       // conv2d: output channels
+	Kernel    int         `json:"kernel,omitempty" yaml:"kernel,omitempty" msgpack:"kernel,omitempty"`          // conv2d: square kernel; maxpool2d: window (default 2)
+	Stride    int         `json:"stride,omitempty" yaml:"stride,omitempty" msgpack:"stride,omitempty"`          // conv2d default 1; maxpool2d default = Kernel
+	Padding   int         `json:"padding,omitempty" yaml:"padding,omitempty" msgpack:"padding,omitempty"`       // conv2d zero padding, default 0
+	Vocab     int         `json:"vocab,omitempty" yaml:"vocab,omitempty" msgpack:"vocab,omitempty"`             // embedding: number of token ids
+	Positions int         `json:"positions,omitempty" yaml:"positions,omitempty" msgpack:"positions,omitempty"` // embedding: rows of the position table (0: none)
+	Heads     int         `json:"heads,omitempty" yaml:"heads,omitempty" msgpack:"heads,omitempty"`             // attention: number of heads
+	Causal    bool        `json:"causal,omitempty" yaml:"causal,omitempty" msgpack:"causal,omitempty"`          // attention: position p sees 0..p only
+	Eps       float64     `json:"eps,omitempty" yaml:"eps,omitempty" msgpack:"eps,omitempty"`                   // layernorm: added to the variance, default 1e-5
+	Rate      float64     `json:"rate,omitempty" yaml:"rate,omitempty" msgpack:"rate,omitempty"`                // dropout: probability of dropping a value
+	Tied      bool        `json:"tied,omitempty" yaml:"tied,omitempty" msgpack:"tied,omitempty"`                // dense on a sequence: use the embedding's weight
+	Layers    []LayerSpec `json:"layers,omitempty" yaml:"layers,omitempty" msgpack:"layers,omitempty"`          // residual: the body
 }
 
-// ModelSpec is a model's architecture. Input is [channels, height, width] (e.g. [1,28,28]).
+// LayerSpecKeys returns every key a layer spec may have, in the order of
+// LayerSpec's fields.
+func LayerSpecKeys() []string {
+	return []string{"type", "units", "filters", "kernel", "stride", "padding", "vocab", "positions", "heads", "causal", "eps", "rate", "tied", "layers"}
+}
+
+// clone returns a deep copy of the layer (residual bodies included).
+func (l LayerSpec) clone() LayerSpec {
+	if l.Layers != nil {
+		body := make([]LayerSpec, len(l.Layers))
+		for i, b := range l.Layers {
+			body[i] = b.clone()
+		}
+		l.Layers = body
+	}
+	return l
+}
+
+// ModelSpec is a model's architecture. Input is [channels, height, width]
+// (e.g. [1,28,28]) for images and feature vectors ([1,1,N]), or [t] for a
+// sequence of t token ids.
 type ModelSpec struct {
 	Input  []int       `json:"input" yaml:"input" msgpack:"input"`
 	Layers []LayerSpec `json:"layers" yaml:"layers" msgpack:"layers"`
@@ -39,7 +76,10 @@ func (s ModelSpec) Clone() ModelSpec {
 		c.Input = append([]int(nil), s.Input...)
 	}
 	if s.Layers != nil {
-		c.Layers = append([]LayerSpec(nil), s.Layers...)
+		c.Layers = make([]LayerSpec, len(s.Layers))
+		for i, l := range s.Layers {
+			c.Layers[i] = l.clone()
+		}
 	}
 	return c
 }
@@ -87,6 +127,34 @@ var presets = map[string]ModelSpec{
 			{Type: TypeDense, Units: 10},
 		},
 	},
+	// charlm is a character (byte) level transformer with context 128:
+	// token and position embeddings, four pre-LayerNorm blocks of causal
+	// self-attention and a GELU MLP, a final LayerNorm and an untied output
+	// layer; 875,520 parameters.
+	"charlm": transformer(128, 128, 4, 4),
+	// charlm-tiny is charlm made small enough for tests.
+	"charlm-tiny": transformer(32, 32, 2, 2),
+}
+
+// transformer is a GPT-style byte-level model: context t, width d, the given
+// number of blocks and heads, MLP width 4d.
+func transformer(t, d, blocks, heads int) ModelSpec {
+	s := ModelSpec{Input: []int{t}, Layers: []LayerSpec{{Type: TypeEmbedding, Vocab: 256, Units: d, Positions: t}}}
+	for range blocks {
+		s.Layers = append(s.Layers,
+			LayerSpec{Type: TypeResidual, Layers: []LayerSpec{
+				{Type: TypeLayerNorm},
+				{Type: TypeAttention, Heads: heads, Causal: true},
+			}},
+			LayerSpec{Type: TypeResidual, Layers: []LayerSpec{
+				{Type: TypeLayerNorm},
+				{Type: TypeDense, Units: 4 * d},
+				{Type: TypeGELU},
+				{Type: TypeDense, Units: d},
+			}})
+	}
+	s.Layers = append(s.Layers, LayerSpec{Type: TypeLayerNorm}, LayerSpec{Type: TypeDense, Units: 256})
+	return s
 }
 
 // PresetNames returns the names of the built-in model presets, sorted.

@@ -7,20 +7,12 @@ import "fmt"
 type Workspace struct {
 	m        *Model
 	maxBatch int
-	// acts[i] is layer i's input and acts[i+1] its output. acts[0] aliases
-	// the caller's x during a call; a flatten layer's output aliases its input.
-	acts [][]float32
-	// dacts[i] is the loss gradient with respect to acts[i]. Only allocated
-	// where someone reads it; a flatten layer's input gradient aliases its
-	// output gradient.
-	dacts  [][]float32
-	cols   [][]float32  // conv2d: the batch's patch matrices, kept for backward
-	patch  []float32    // conv2d backward: one example's patch gradient
-	argmax [][]int32    // maxpool2d: winning input index per output
-	wT     []float32    // dense forward: a transposed weight matrix
-	gemm   *gemmScratch // packed GEMM operands
-	// allDIn makes backward compute every input gradient, down to dacts[0]
-	// (used by tests to check input gradients).
+	st       *stackState // the model's layers' activations, gradients and state
+	// dLogits is the loss gradient of the logits.
+	dLogits []float32
+	ctx     runCtx
+	// allDIn makes backward compute every input gradient, down to the
+	// model's input (used by tests to check input gradients).
 	allDIn bool
 }
 
@@ -33,56 +25,26 @@ func (m *Model) newWorkspace(maxBatch int, allDIn bool) *Workspace {
 	if maxBatch < 1 {
 		panic(fmt.Sprintf("nn: NewWorkspace: maxBatch must be >= 1, got %d", maxBatch))
 	}
-	L := len(m.layers)
-	ws := &Workspace{
-		m:        m,
-		maxBatch: maxBatch,
-		acts:     make([][]float32, L+1),
-		dacts:    make([][]float32, L+1),
-		cols:     make([][]float32, L),
-		argmax:   make([][]int32, L),
-		allDIn:   allDIn,
-	}
-	patch, wT := 0, 0
-	for i := range m.layers {
-		l := &m.layers[i]
-		// A flatten output aliases its input; a fused relu writes straight
-		// into the next buffer.
-		if l.kind != kindFlatten && !l.fusedReLU {
-			ws.acts[i+1] = make([]float32, maxBatch*l.outSize)
-		}
-		switch l.kind {
-		case kindConv:
-			if !l.convDirect() {
-				ws.cols[i] = make([]float32, maxBatch*l.colRows*l.colCols)
-				if l.needDIn || allDIn {
-					patch = max(patch, l.colRows*l.colCols)
-				}
-			}
-		case kindPool:
-			ws.argmax[i] = make([]int32, maxBatch*l.outSize)
-		case kindDense:
-			wT = max(wT, l.wLen)
-		}
-	}
-	ws.wT = make([]float32, wT)
-	ws.gemm = newGemmScratch()
-	ws.patch = make([]float32, patch)
-	// Walk backwards so a flatten layer can alias the buffer above it.
-	for j := L; j >= 0; j-- {
-		needed := j == L || allDIn || m.layers[j].needDIn
-		switch {
-		case !needed:
-		case j < L && m.layers[j].kind == kindFlatten && j > 0:
-			ws.dacts[j] = ws.dacts[j+1]
-		case j == L:
-			ws.dacts[j] = make([]float32, maxBatch*m.NumClasses)
-		default:
-			ws.dacts[j] = make([]float32, maxBatch*m.layers[j].inSize)
-		}
-	}
+	ws := &Workspace{m: m, maxBatch: maxBatch, allDIn: allDIn}
+	ws.dLogits = make([]float32, maxBatch*m.LabelsPerExample*m.NumClasses)
+	b := &wsBuilder{allDIn: allDIn}
+	ws.st = m.top.newState(b, maxBatch, ws.dLogits)
+	ws.ctx.gemm = newGemmScratch()
+	ws.ctx.scratch = make([]float32, b.scratch)
 	return ws
 }
+
+// SetSeed sets the seed of the next Gradient call's dropout masks; each
+// Gradient call then moves it on by one, so consecutive steps draw new
+// masks. Two workspaces with the same seed draw the same masks.
+func (ws *Workspace) SetSeed(seed uint64) { ws.ctx.seed = seed }
+
+// Seed returns the dropout seed the next Gradient call will use.
+func (ws *Workspace) Seed() uint64 { return ws.ctx.seed }
+
+// inputGrad returns the loss gradient with respect to the model's input of
+// the last Gradient call (nil unless the workspace computes it).
+func (ws *Workspace) inputGrad() []float32 { return ws.st.dacts[0] }
 
 // MaxBatch returns the largest batch the workspace can hold.
 func (ws *Workspace) MaxBatch() int { return ws.maxBatch }
@@ -97,6 +59,14 @@ func (m *Model) checkCall(fn string, ws *Workspace, params, x []float32, n int) 
 	if len(x) != n*m.InputSize {
 		panic(fmt.Sprintf("nn: %s: len(x) = %d, want %d examples * InputSize %d = %d", fn, len(x), n, m.InputSize, n*m.InputSize))
 	}
+}
+
+// examples returns how many examples labels covers.
+func (m *Model) examples(fn string, labels []int32) int {
+	if len(labels)%m.LabelsPerExample != 0 {
+		panic(fmt.Sprintf("nn: %s: len(labels) = %d is not a multiple of LabelsPerExample %d", fn, len(labels), m.LabelsPerExample))
+	}
+	return len(labels) / m.LabelsPerExample
 }
 
 func badLabel(e int, lab int32, classes int) string {
@@ -115,87 +85,33 @@ func (m *Model) CheckLabels(labels []int32) error {
 	return nil
 }
 
-// forward runs all layers on n examples and returns the logits (n×NumClasses,
-// owned by ws).
-func (m *Model) forward(ws *Workspace, params, x []float32, n int) []float32 {
-	ws.gemm.k = active.Load() // this step's kernel, for backward too
-	ws.acts[0] = x[:n*m.InputSize]
-	for i := 0; i < len(m.layers); i++ {
-		l := &m.layers[i]
-		in := ws.acts[i][:n*l.inSize]
-		if l.kind == kindFlatten {
-			ws.acts[i+1] = in
-			continue
-		}
-		if l.fusedReLU {
-			// Write the relu's output directly and skip the relu layer.
-			out := ws.acts[i+2][:n*l.outSize]
-			if l.kind == kindDense {
-				denseForward(ws.gemm, l, params, in, out, ws.wT, n)
-				reluForward(out, out)
-			} else {
-				convForward(ws.gemm, l, params, in, out, ws.cols[i], n)
-			}
-			i++
-			continue
-		}
-		out := ws.acts[i+1][:n*l.outSize]
-		switch l.kind {
-		case kindDense:
-			denseForward(ws.gemm, l, params, in, out, ws.wT, n)
-		case kindReLU:
-			reluForward(in, out)
-		case kindConv:
-			convForward(ws.gemm, l, params, in, out, ws.cols[i], n)
-		case kindPool:
-			poolForward(l, in, out, ws.argmax[i][:n*l.outSize], n)
-		}
-	}
-	return ws.acts[len(m.layers)][:n*m.NumClasses]
+// forward runs all layers on n examples and returns the logits
+// (n×LabelsPerExample×NumClasses, owned by ws).
+func (m *Model) forward(ws *Workspace, params, x []float32, n int, train bool) []float32 {
+	ws.ctx.gemm.k = active.Load() // this step's kernel, for backward too
+	ws.ctx.train = train
+	return m.top.forward(&ws.ctx, ws.st, params, x[:n*m.InputSize], n)
 }
 
-// backward propagates ws.dacts[L] (already holding the loss gradient of the
+// backward propagates ws.dLogits (already holding the loss gradient of the
 // logits) down the layers, writing every parameter gradient into grad.
 func (m *Model) backward(ws *Workspace, params, grad []float32, n int) {
-	for i := len(m.layers) - 1; i >= 0; i-- {
-		if ws.dacts[i+1] == nil {
-			break // no parameters and no wanted input gradient below here
-		}
-		l := &m.layers[i]
-		dOut := ws.dacts[i+1][:n*l.outSize]
-		var dIn []float32
-		if l.needDIn || ws.allDIn {
-			dIn = ws.dacts[i][:n*l.inSize]
-		}
-		switch l.kind {
-		case kindDense:
-			denseBackward(ws.gemm, l, params, ws.acts[i][:n*l.inSize], dOut, dIn, grad, n)
-		case kindConv:
-			convBackward(ws.gemm, l, params, ws.acts[i][:n*l.inSize], ws.cols[i], dOut, dIn, ws.patch, grad, n)
-		case kindReLU:
-			if dIn != nil {
-				reluBackward(ws.acts[i+1][:n*l.outSize], dOut, dIn)
-			}
-		case kindPool:
-			if dIn != nil {
-				poolBackward(l, dOut, dIn, ws.argmax[i][:n*l.outSize], n)
-			}
-		case kindFlatten:
-			if dIn != nil && &dIn[0] != &dOut[0] {
-				copy(dIn, dOut)
-			}
-		}
+	for _, s := range m.clears {
+		clear(grad[s.off : s.off+s.len])
 	}
+	m.top.backward(&ws.ctx, ws.st, params, grad, n)
 }
 
-// Gradient runs forward and backward on n = len(labels) examples (x holds
-// n*InputSize floats, row-major per example, channel-major CHW) and
-// OVERWRITES grad (len NumParams) with the gradient of the MEAN softmax
-// cross-entropy loss over the batch. It returns the SUM of per-example losses
-// and how many predictions were correct. n must be 1..maxBatch. Allocates
-// nothing. Panics on a label outside [0, NumClasses).
+// Gradient runs forward and backward on the n = len(labels)/LabelsPerExample
+// examples of x (n*InputSize floats, row-major per example, channel-major
+// CHW for images) and OVERWRITES grad (len NumParams) with the gradient of
+// the MEAN softmax cross-entropy loss over every label position of the
+// batch. It returns the SUM of the per-position losses and how many
+// positions were predicted correctly. n must be 1..maxBatch. Dropout layers
+// draw their masks from the workspace's seed (SetSeed), which then moves on
+// by one. Allocates nothing. Panics on a label outside [0, NumClasses).
 func (m *Model) Gradient(ws *Workspace, params, x []float32, labels []int32, grad []float32) (lossSum float64, correct int) {
-	n := len(labels)
+	n := m.examples("Gradient", labels)
 	m.checkCall("Gradient", ws, params, x, n)
 	if n < 1 || n > ws.maxBatch {
 		panic(fmt.Sprintf("nn: Gradient: batch of %d examples, want 1..%d (the workspace's maxBatch)", n, ws.maxBatch))
@@ -203,22 +119,26 @@ func (m *Model) Gradient(ws *Workspace, params, x []float32, labels []int32, gra
 	if len(grad) != m.NumParams {
 		panic(fmt.Sprintf("nn: Gradient: len(grad) = %d, want NumParams = %d", len(grad), m.NumParams))
 	}
-	logits := m.forward(ws, params, x, n)
-	lossSum, correct = softmaxCE(logits, labels, m.NumClasses, ws.dacts[len(m.layers)][:n*m.NumClasses], 1/float32(n))
+	rows := n * m.LabelsPerExample
+	logits := m.forward(ws, params, x, n, true)
+	lossSum, correct = softmaxCE(logits, labels, m.NumClasses, ws.dLogits[:rows*m.NumClasses], 1/float32(rows))
 	m.backward(ws, params, grad, n)
+	ws.ctx.seed++
 	return lossSum, correct
 }
 
 // Evaluate runs the forward pass only over any number of examples (in chunks
-// of the workspace's maxBatch) and returns the summed loss and the number
-// correct. Allocates nothing. Panics on a label outside [0, NumClasses).
+// of the workspace's maxBatch) and returns the summed loss over every label
+// position and the number of positions predicted correctly. Dropout is off.
+// Allocates nothing. Panics on a label outside [0, NumClasses).
 func (m *Model) Evaluate(ws *Workspace, params, x []float32, labels []int32) (lossSum float64, correct int) {
-	total := len(labels)
+	total := m.examples("Evaluate", labels)
 	m.checkCall("Evaluate", ws, params, x, total)
+	lpe := m.LabelsPerExample
 	for off := 0; off < total; off += ws.maxBatch {
 		n := min(ws.maxBatch, total-off)
-		logits := m.forward(ws, params, x[off*m.InputSize:(off+n)*m.InputSize], n)
-		l, c := softmaxCE(logits, labels[off:off+n], m.NumClasses, nil, 0)
+		logits := m.forward(ws, params, x[off*m.InputSize:(off+n)*m.InputSize], n, false)
+		l, c := softmaxCE(logits, labels[off*lpe:(off+n)*lpe], m.NumClasses, nil, 0)
 		lossSum += l
 		correct += c
 	}
@@ -226,14 +146,14 @@ func (m *Model) Evaluate(ws *Workspace, params, x []float32, labels []int32) (lo
 }
 
 // Forward runs the forward pass on the len(x)/InputSize examples in x (at
-// most the workspace's maxBatch) and returns their logits, n×NumClasses
-// row-major. The returned slice belongs to ws and is overwritten by its next
-// use. Allocates nothing.
+// most the workspace's maxBatch) and returns their logits,
+// n×LabelsPerExample×NumClasses row-major. Dropout is off. The returned
+// slice belongs to ws and is overwritten by its next use. Allocates nothing.
 func (m *Model) Forward(ws *Workspace, params, x []float32) []float32 {
 	n := len(x) / m.InputSize
 	m.checkCall("Forward", ws, params, x, n)
 	if n < 1 || n > ws.maxBatch {
 		panic(fmt.Sprintf("nn: Forward: batch of %d examples, want 1..%d (the workspace's maxBatch)", n, ws.maxBatch))
 	}
-	return m.forward(ws, params, x, n)
+	return m.forward(ws, params, x, n, false)
 }

@@ -64,15 +64,15 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 		c.prepared = l.BatchSize
 	}
 	start := time.Now()
-	in := c.model.InputSize
-	x, labels := t.x[:l.Count*in], t.labels[:l.Count]
+	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	x, labels := t.x[:l.Count*in], t.labels[:l.Count*lpe]
 	var lossSum float64
 	var correct int
 	if st, ok := c.backend.(Stepper); ok {
 		lossSum, correct, err = st.Steps(t.snap, t.params, x, labels, plan, c.update)
 	} else if plan.gradientOnly(l.Count) {
 		n := min(l.Count, l.BatchSize)
-		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n], c.update)
+		lossSum, correct, err = c.backend.Gradient(t.params, x[:n*in], labels[:n*lpe], c.update)
 	} else {
 		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
 	}
@@ -94,8 +94,8 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 		c.grad = make([]float32, c.model.NumParams)
 		c.local = make([]float32, c.model.NumParams)
 	}
-	in := c.model.InputSize
-	count := len(labels)
+	in, lpe := c.model.InputSize, c.model.LabelsPerExample
+	count := len(labels) / lpe
 	copy(c.local, base)
 	o := plan.Inner
 	if o.Type == protocol.InnerAdamW {
@@ -108,7 +108,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 			break
 		}
 		hi := min(lo+plan.BatchSize, count)
-		ls, cor, err := c.backend.Gradient(c.local, x[lo*in:hi*in], labels[lo:hi], c.grad)
+		ls, cor, err := c.backend.Gradient(c.local, x[lo*in:hi*in], labels[lo*lpe:hi*lpe], c.grad)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -131,7 +131,7 @@ func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 // and labels (l.Count of them) as a worker would, for tools and tests that
 // compare backends and builds. The result's update is a fresh slice.
 func ComputeLease(b Backend, m *nn.Model, l protocol.Lease, params, x []float32, labels []int32) (*protocol.Result, error) {
-	if len(labels) != l.Count || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
+	if len(labels) != l.Count*m.LabelsPerExample || len(x) != l.Count*m.InputSize || len(params) != m.NumParams {
 		return nil, fmt.Errorf("lease of %d examples with %d labels, %d input values and %d parameters (model: %d inputs, %d parameters)",
 			l.Count, len(labels), len(x), len(params), m.InputSize, m.NumParams)
 	}

@@ -43,14 +43,24 @@ func TimeRounds(step func() error, examplesPerStep, rounds int, round, warmup ti
 }
 
 // RandomBatch is the batch speed measurements time: n examples of inputs
-// in [0, 1) and labels among the model's classes, the same on every call.
+// in [0, 1) (token ids in [0, vocab) for a model that starts with an
+// embedding) and labels among the model's classes, one per label position,
+// the same on every call.
 func RandomBatch(m *nn.Model, n int) (x []float32, labels []int32) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := 0
+	if plan := m.Plan(); len(plan) > 0 && plan[0].Type == nn.TypeEmbedding {
+		vocab = plan[0].Vocab
+	}
 	x = make([]float32, n*m.InputSize)
 	for i := range x {
-		x[i] = rng.Float32()
+		if vocab > 0 {
+			x[i] = float32(rng.IntN(vocab))
+		} else {
+			x[i] = rng.Float32()
+		}
 	}
-	labels = make([]int32, n)
+	labels = make([]int32, n*m.LabelsPerExample)
 	for i := range labels {
 		labels[i] = int32(rng.IntN(m.NumClasses))
 	}

@@ -1,0 +1,224 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+)
+
+// attentionLayer is multi-head self-attention on a sequence [t,d], as
+// torch.nn.MultiheadAttention(d, heads, batch_first=True) without dropout:
+// q, k, v = x·Wᵀ + b split into three blocks of d rows of
+// in_proj_weight [3d, d] (in_proj_bias [3d]); each head h takes columns
+// h*dh..(h+1)*dh (dh = d/heads) of q, k and v; scores q·kᵀ/√dh, with the
+// causal mask position p sees 0..p; softmax over each row; the heads'
+// weighted sums of v side by side are projected, out = ctx·Woᵀ + bo
+// (out_proj.weight [d, d], out_proj.bias [d]).
+//
+// Every product runs through the GEMM kernel: the projections over all
+// n*t positions of the batch at once, the scores and weighted sums per
+// example and head on blocks of the packed q|k|v rows (row stride 3d).
+type attentionLayer struct {
+	layerBase
+	t, d, heads, dh int
+	causal          bool
+	scale           float32
+	wqOff, wqLen    int // in_proj_weight
+	bqOff, bqLen    int // in_proj_bias
+	woOff, woLen    int // out_proj.weight
+	boOff, boLen    int // out_proj.bias
+}
+
+func init() {
+	registerLayer(TypeAttention, []string{"heads", "causal"}, resolveAttention)
+}
+
+func resolveAttention(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
+	if cur.kind != shapeSeq {
+		return nil, fmt.Errorf("needs a sequence [t,d] but gets %s %v; put an embedding layer before it", kindName(cur), cur)
+	}
+	if ls.Heads < 1 {
+		return nil, fmt.Errorf("heads must be >= 1, got %d", ls.Heads)
+	}
+	if cur.d%ls.Heads != 0 {
+		return nil, fmt.Errorf("heads %d does not divide the width %d; each head takes d/heads values", ls.Heads, cur.d)
+	}
+	if int64(ls.Heads)*int64(cur.t)*int64(cur.t) > maxActivation {
+		return nil, fmt.Errorf("%d heads of %dx%d scores is too large (at most %d values per example in one tensor)", ls.Heads, cur.t, cur.t, maxActivation)
+	}
+	d := cur.d
+	l := &attentionLayer{t: cur.t, d: d, heads: ls.Heads, dh: d / ls.Heads, causal: ls.Causal}
+	l.scale = float32(1 / math.Sqrt(float64(l.dh)))
+	l.out = cur
+	var err error
+	// in_proj_weight as PyTorch: Xavier-uniform over [3d, d].
+	if l.wqOff, l.wqLen, err = r.tensor(&l.layerBase, "in_proj_weight", []int{3 * d, d}, initUniform, math.Sqrt(6/float64(4*d))); err != nil {
+		return nil, err
+	}
+	if l.bqOff, l.bqLen, err = r.tensor(&l.layerBase, "in_proj_bias", []int{3 * d}, initZero, 0); err != nil {
+		return nil, err
+	}
+	if l.woOff, l.woLen, err = r.tensor(&l.layerBase, "out_proj.weight", []int{d, d}, initUniform, heUniform(d)); err != nil {
+		return nil, err
+	}
+	if l.boOff, l.boLen, err = r.tensor(&l.layerBase, "out_proj.bias", []int{d}, initZero, 0); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// attentionState keeps, for the batch: q|k|v per position [n*t, 3d], the
+// attention probabilities per example and head [n, heads, t, t], the heads'
+// outputs [n*t, d], and the gradients of q|k|v and of the heads' outputs.
+type attentionState struct {
+	qkv, probs, ctx []float32
+	dqkv, dctx      []float32
+	dp              []float32 // one t×t block of score gradients
+}
+
+func (l *attentionLayer) newState(b *wsBuilder, maxBatch int) any {
+	rows := maxBatch * l.t
+	return &attentionState{
+		qkv:   make([]float32, rows*3*l.d),
+		probs: make([]float32, maxBatch*l.heads*l.t*l.t),
+		ctx:   make([]float32, rows*l.d),
+		dqkv:  make([]float32, rows*3*l.d),
+		dctx:  make([]float32, rows*l.d),
+		dp:    make([]float32, l.t*l.t),
+	}
+}
+
+// seedBias writes b into each of the rows rows of out (row length len(b)).
+func seedBias(out, b []float32, rows int) {
+	D := len(b)
+	for r := 0; r < rows; r++ {
+		copy(out[r*D:(r+1)*D], b)
+	}
+}
+
+// sumRows writes the sum of the rows rows of x (row length len(dst)) to dst.
+func sumRows(dst, x []float32, rows int) {
+	D := len(dst)
+	copy(dst, x[:D])
+	for r := 1; r < rows; r++ {
+		addTo(dst, x[r*D:(r+1)*D])
+	}
+}
+
+func (l *attentionLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {
+	s := st.(*attentionState)
+	T, D, H, Dh := l.t, l.d, l.heads, l.dh
+	rows := n * T
+	D3 := 3 * D
+	qkv := s.qkv[:rows*D3]
+	seedBias(qkv, params[l.bqOff:l.bqOff+l.bqLen], rows)
+	gemm(c.gemm, false, true, rows, D3, D, 1, in, D, params[l.wqOff:l.wqOff+l.wqLen], D, 1, qkv, D3)
+	ctx := s.ctx[:rows*D]
+	for e := 0; e < n; e++ {
+		base := e * T * D3
+		for h := 0; h < H; h++ {
+			p := s.probs[(e*H+h)*T*T : (e*H+h+1)*T*T]
+			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
+			// scores = scale · q·kᵀ
+			gemm(c.gemm, false, true, T, T, Dh, l.scale, q, D3, k, D3, 0, p, T)
+			softmaxRows(p, T, l.causal)
+			// ctx_h = probs · v
+			gemm(c.gemm, false, false, T, Dh, T, 1, p, T, v, D3, 0, ctx[e*T*D+h*Dh:], D)
+		}
+	}
+	seedBias(out[:rows*D], params[l.boOff:l.boOff+l.boLen], rows)
+	gemm(c.gemm, false, true, rows, D, D, 1, ctx, D, params[l.woOff:l.woOff+l.woLen], D, 1, out, D)
+}
+
+// softmaxRows replaces each row of the T×T scores p by its softmax; with
+// causal, row i covers columns 0..i and the rest are set to zero. Sums run
+// in float64.
+func softmaxRows(p []float32, T int, causal bool) {
+	for i := 0; i < T; i++ {
+		row := p[i*T : (i+1)*T]
+		valid := row
+		if causal {
+			valid = row[:i+1]
+			clear(row[i+1:])
+		}
+		mx := valid[0]
+		for _, v := range valid {
+			mx = max(mx, v)
+		}
+		var sum float64
+		for j, v := range valid {
+			ex := expf(v - mx)
+			valid[j] = ex
+			sum += float64(ex)
+		}
+		inv := float32(1 / sum)
+		for j := range valid {
+			valid[j] *= inv
+		}
+	}
+}
+
+func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn, grad []float32, n int) {
+	s := st.(*attentionState)
+	T, D, H, Dh := l.t, l.d, l.heads, l.dh
+	rows := n * T
+	D3 := 3 * D
+	qkv, ctx := s.qkv[:rows*D3], s.ctx[:rows*D]
+	dqkv, dctx := s.dqkv[:rows*D3], s.dctx[:rows*D]
+	// Output projection: dWo = dOutᵀ·ctx, dbo = Σ dOut, dctx = dOut·Wo.
+	gemm(c.gemm, true, false, D, D, rows, 1, dOut, D, ctx, D, 0, grad[l.woOff:l.woOff+l.woLen], D)
+	sumRows(grad[l.boOff:l.boOff+l.boLen], dOut, rows)
+	gemm(c.gemm, false, false, rows, D, D, 1, dOut, D, params[l.woOff:l.woOff+l.woLen], D, 0, dctx, D)
+	dp := s.dp[:T*T]
+	for e := 0; e < n; e++ {
+		base := e * T * D3
+		for h := 0; h < H; h++ {
+			p := s.probs[(e*H+h)*T*T : (e*H+h+1)*T*T]
+			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
+			dq, dk, dv := dqkv[base+h*Dh:], dqkv[base+D+h*Dh:], dqkv[base+2*D+h*Dh:]
+			dc := dctx[e*T*D+h*Dh:]
+			// dprobs = dctx_h·vᵀ; dv = probsᵀ·dctx_h
+			gemm(c.gemm, false, true, T, T, Dh, 1, dc, D, v, D3, 0, dp, T)
+			gemm(c.gemm, true, false, T, Dh, T, 1, p, T, dc, D, 0, dv, D3)
+			softmaxBackwardRows(p, dp, T, l.causal)
+			// dscores (in dp) scaled: dq = scale·dS·k, dk = scale·dSᵀ·q
+			gemm(c.gemm, false, false, T, Dh, T, l.scale, dp, T, k, D3, 0, dq, D3)
+			gemm(c.gemm, true, false, T, Dh, T, l.scale, dp, T, q, D3, 0, dk, D3)
+		}
+	}
+	// Input projection: dW = dqkvᵀ·x, db = Σ dqkv, dx = dqkv·W.
+	gemm(c.gemm, true, false, D3, D, rows, 1, dqkv, D3, in, D, 0, grad[l.wqOff:l.wqOff+l.wqLen], D)
+	sumRows(grad[l.bqOff:l.bqOff+l.bqLen], dqkv, rows)
+	if dIn != nil {
+		gemm(c.gemm, false, false, rows, D, D3, 1, dqkv, D3, params[l.wqOff:l.wqOff+l.wqLen], D, 0, dIn, D)
+	}
+}
+
+// softmaxBackwardRows turns dp, the gradient of the probabilities p, into
+// the gradient of the scores: dS = p ⊙ (dp - Σ_j dp_j p_j) per row (zero
+// where the causal mask cut the row).
+func softmaxBackwardRows(p, dp []float32, T int, causal bool) {
+	for i := 0; i < T; i++ {
+		pr, dr := p[i*T:(i+1)*T], dp[i*T:(i+1)*T]
+		if causal {
+			clear(dr[i+1:])
+			pr, dr = pr[:i+1], dr[:i+1]
+		}
+		var dot float64
+		for j, v := range pr {
+			dot += float64(v * dr[j])
+		}
+		d32 := float32(dot)
+		for j, v := range pr {
+			dr[j] = v * (dr[j] - d32)
+		}
+	}
+}
+
+func (l *attentionLayer) describe(p *LayerPlan) {
+	p.WeightOffset, p.WeightSize, p.BiasOffset, p.BiasSize = l.wqOff, l.wqLen, l.bqOff, l.bqLen
+	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
+	p.Heads, p.Causal = l.heads, l.causal
+}
+
+// expf is e^x in float32 (exp32, kernel_math.go).
+func expf(x float32) float32 { return exp32(x) }
