@@ -144,11 +144,10 @@ func softmaxRows(p []float32, T int, causal bool) {
 		for _, v := range valid {
 			mx = max(mx, v)
 		}
+		expSub(valid, mx) // 16 at a time where AVX-512 is (kernel_math.go)
 		var sum float64
-		for j, v := range valid {
-			ex := expf(v - mx)
-			valid[j] = ex
-			sum += float64(ex)
+		for _, v := range valid {
+			sum += float64(v)
 		}
 		inv := float32(1 / sum)
 		for j := range valid {
@@ -219,6 +218,3 @@ func (l *attentionLayer) describe(p *LayerPlan) {
 	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
 	p.Heads, p.Causal = l.heads, l.causal
 }
-
-// expf is e^x in float32 (exp32, kernel_math.go).
-func expf(x float32) float32 { return exp32(x) }

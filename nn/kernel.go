@@ -295,6 +295,11 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 		}
 		if transA {
 			// op(A)(i, p) = a[p*lda+i]: mr contiguous values per p.
+			if rows == 8 && mr == 8 && haveAsmPack {
+				o := (pc)*lda + ic + s0
+				packA8T(kb, a[o:], lda, strip, alpha)
+				continue
+			}
 			if rows == 8 && mr == 8 {
 				for p := 0; p < kb; p++ {
 					o := (pc+p)*lda + ic + s0
@@ -312,6 +317,11 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 					d[i] = alpha * v
 				}
 			}
+			continue
+		}
+		if rows == 8 && mr == 8 && haveAsmPack {
+			o := (ic+s0)*lda + pc
+			packA8N(kb, a[o:], lda, strip, alpha)
 			continue
 		}
 		if rows == 8 && mr == 8 && alpha == 1 {

@@ -35,7 +35,12 @@ func erf32(x float32) float32 {
 // a degree-7 polynomial for e^r, times 2^n.
 func exp32(x float32) float32 {
 	x = min(max(x, -87.33654), 88.3762626647949)
-	n := float32(math.Floor(float64(x*1.44269504088896341 + 0.5)))
+	// n = floor(fx) without math.Floor (a function call below GOAMD64=v2).
+	fx := x*1.44269504088896341 + 0.5
+	n := float32(int32(fx))
+	if n > fx {
+		n--
+	}
 	x = x - n*0.693359375
 	x = x - n*-2.12194440e-4
 	z := x * x
@@ -82,5 +87,18 @@ func geluBackward(in, dOut, dIn []float32) {
 		phi := 0.5 * (1 + erf32(x*geluInvSqrt2))
 		d := (x*geluInvSqrt2Pi)*exp32(-(x*x)*0.5) + phi
 		dIn[i] = dOut[i] * d
+	}
+}
+
+// expSub replaces each x by exp32(x - m) (m at least the largest x, as in
+// a softmax).
+func expSub(x []float32, m float32) {
+	i := 0
+	if mathAVX512 {
+		i = len(x) &^ 15
+		expSub16(i, x, m)
+	}
+	for ; i < len(x); i++ {
+		x[i] = exp32(x[i] - m)
 	}
 }

@@ -27,3 +27,11 @@ func geluBwd16(n int, in, dOut, dIn []float32) {
 
 // setMathAVX512 switches the vector GELU off and on (tests).
 func setMathAVX512(on bool) { mathAVX512 = on }
+
+//go:noescape
+func expSub16asm(n int, x []float32, m float32)
+
+func expSub16(n int, x []float32, m float32) {
+	_ = x[:n]
+	expSub16asm(n, x, m)
+}

@@ -9,3 +9,5 @@ func geluFwd16(n int, in, out []float32)       { panic("nn: no GELU kernel in th
 func geluBwd16(n int, in, dOut, dIn []float32) { panic("nn: no GELU kernel in this build") }
 
 func setMathAVX512(on bool) {}
+
+func expSub16(n int, x []float32, m float32) { panic("nn: no exp kernel in this build") }

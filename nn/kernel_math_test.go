@@ -102,3 +102,23 @@ func TestVectorGELUKeepsTheBrowsersNumbers(t *testing.T) {
 		t.Errorf("gradient differs by %g relative between the vector and scalar GELU", d)
 	}
 }
+
+func TestExpSub(t *testing.T) {
+	for _, n := range []int{1, 16, 33, 300} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%97)*0.37 - 30
+		}
+		const m = 6.5
+		want := make([]float64, n)
+		for i, v := range x {
+			want[i] = math.Exp(float64(v - m))
+		}
+		expSub(x, m)
+		for i, v := range x {
+			if d := math.Abs(float64(v)-want[i]) / want[i]; d > 2e-7 {
+				t.Fatalf("n=%d: exp(x-m) at %d = %g, want %g", n, i, v, want[i])
+			}
+		}
+	}
+}

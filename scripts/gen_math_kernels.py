@@ -100,5 +100,31 @@ L += ['\tVFMADD213PS Z3, Z5, Z6',  # y = y*z + r
       'geluBwd16_done:', '\tVZEROUPPER', '\tRET', '']
 out += L
 
+# func expSub16asm(n int, x []float32, m float32): x[i] = exp(x[i] - m)
+# for the first n values (a multiple of 16), as exp32.
+L = ['// func expSub16asm(n int, x []float32, m float32)',
+     'TEXT ·expSub16asm(SB), NOSPLIT, $0-36',
+     '\tMOVQ n+0(FP), CX', '\tMOVQ x_base+8(FP), SI',
+     '\tVBROADCASTSS m+32(FP), Z8',
+     bc('explo', 'Z9'), bc('log2e', 'Z10'), bc('half', 'Z11'), bc('c1', 'Z12'), bc('c2', 'Z13'),
+     bc('e5', 'Z14'), bc('e4', 'Z15'), bc('e3', 'Z16'), bc('e2', 'Z17'), bc('e1', 'Z18'), bc('e0', 'Z19'),
+     bc('one', 'Z20'),
+     '\tSHRQ $4, CX', '\tJEQ expSub16_done', 'expSub16_loop:',
+     '\tVMOVUPS (SI), Z3', '\tVSUBPS Z8, Z3, Z3',
+     '\tVMAXPS Z9, Z3, Z3',
+     '\tVMULPS Z10, Z3, Z4', '\tVADDPS Z11, Z4, Z4',
+     '\tVRNDSCALEPS $1, Z4, Z4',
+     '\tVFNMADD231PS Z12, Z4, Z3', '\tVFNMADD231PS Z13, Z4, Z3',
+     '\tVMULPS Z3, Z3, Z5',
+     '\tVMOVAPS Z14, Z6',
+     '\tVFMADD213PS Z15, Z3, Z6', '\tVFMADD213PS Z16, Z3, Z6', '\tVFMADD213PS Z17, Z3, Z6',
+     '\tVFMADD213PS Z18, Z3, Z6', '\tVFMADD213PS Z19, Z3, Z6',
+     '\tVFMADD213PS Z3, Z5, Z6', '\tVADDPS Z20, Z6, Z6',
+     '\tVSCALEFPS Z4, Z6, Z6',
+     '\tVMOVUPS Z6, (SI)',
+     '\tADDQ $64, SI', '\tDECQ CX', '\tJNE expSub16_loop',
+     'expSub16_done:', '\tVZEROUPPER', '\tRET', '']
+out += L
+
 with open('nn/kernel_math_amd64.s', 'w') as f:
     f.write('\n'.join(out))
