@@ -186,6 +186,9 @@ func newGemmScratch() *gemmScratch {
 type microKernel struct {
 	mr, nr int
 	fn     func(k int, a, b, c []float32, ldc int)
+	// set, if not nil, is fn writing C instead of adding to it (the first
+	// pass over k when beta is 0, so C need not be cleared first).
+	set func(k int, a, b, c []float32, ldc int)
 }
 
 // gemm computes C = alpha*op(A)*op(B) + beta*C (see SgemmFunc) with the
@@ -227,13 +230,19 @@ func packedGemm(mk *microKernel, s *gemmScratch, transA, transB bool, m, n, k in
 	if m <= 0 || n <= 0 {
 		return
 	}
-	scaleC(beta, m, n, c, ldc)
 	if k <= 0 || alpha == 0 {
+		scaleC(beta, m, n, c, ldc)
 		return
+	}
+	// With beta 0 and a storing kernel, the first pass over k writes C.
+	setFirst := beta == 0 && mk.set != nil
+	if !setFirst {
+		scaleC(beta, m, n, c, ldc)
 	}
 	mr, nr := mk.mr, mk.nr
 	for pc := 0; pc < k; pc += blockK {
 		kb := min(blockK, k-pc)
+		first := setFirst && pc == 0
 		for jc := 0; jc < n; jc += blockN {
 			nb := min(blockN, n-jc)
 			packB(s.b, transB, b, ldb, pc, jc, kb, nb, nr)
@@ -248,16 +257,25 @@ func packedGemm(mk *microKernel, s *gemmScratch, transA, transB bool, m, n, k in
 						mi := min(mr, mb-ir)
 						off := (ic+ir)*ldc + jc + jr
 						if mi == mr && nj == nr {
-							mk.fn(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							if first {
+								mk.set(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							} else {
+								mk.fn(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							}
 							continue
 						}
 						// Edge of C: compute the whole tile aside, add
-						// the part that exists.
+						// (or, on a storing first pass, copy) the part
+						// that exists.
 						t := s.tile[:mr*nr]
 						clear(t)
 						mk.fn(kb, ap, bp, t, nr)
 						for i := 0; i < mi; i++ {
-							addTo(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							if first {
+								copy(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							} else {
+								addTo(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							}
 						}
 					}
 				}
