@@ -24,7 +24,8 @@ import (
 //
 // The re-check: after recheckAfter training batches, and then every
 // recheckEvery, the next batches run in turn on each kernel that was
-// close in the probe (up to three), recheckRounds each; those are real
+// close in the probe (up to three), recheckRounds samples each (a sample
+// is as many consecutive batches as last about probeSample); those are real
 // training steps (every kernel computes the same gradient up to float32
 // rounding), timed per example. The worker switches when another kernel's
 // median beats the current one's by more than switchMargin. Every choice
@@ -46,14 +47,18 @@ const (
 
 // kernelTuner is a Backend's --kernel auto state.
 type kernelTuner struct {
-	logf   func(string, ...any)
-	model  *nn.Model // the model the probe ran on
-	cands  []string  // kernels worth re-checking, fastest first
-	count  int       // training batches since the last check
-	next   int       // re-check after this many
-	trial  []nn.KernelTiming
-	step   int // batches of the trial so far
-	probed time.Duration
+	logf  func(string, ...any)
+	model *nn.Model // the model the probe ran on
+	cands []string  // kernels worth re-checking, fastest first
+	count int       // training batches since the last check
+	next  int       // re-check after this many
+	trial []nn.KernelTiming
+	step  int // batches of the trial so far
+	per   int // batches per timed sample of a trial (each at least probeSample)
+	// secs and examples add up the trial's current sample.
+	secs     float64
+	examples int
+	probed   time.Duration
 }
 
 // probe chooses the kernel for model at batch maxBatch (see above) and
@@ -156,6 +161,8 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 		}
 	}
 	t.count, t.next, t.trial = 0, recheckAfter, nil
+	// A re-check sample spans enough real batches to last probeSample.
+	t.per = max(1, int(probeSample.Seconds()/(ts[best].Median()*float64(maxBatch))+0.999))
 	t.probed = time.Since(start)
 	var dropped []string
 	for i, k := range names {
@@ -208,22 +215,29 @@ func (t *kernelTuner) gradient(b *Backend, params, x []float32, labels []int32, 
 		for i, k := range t.cands {
 			t.trial[i].Name = k
 		}
-		t.step = 0
+		t.step, t.secs, t.examples = 0, 0, 0
 	}
 	current := nn.KernelName()
 	nk := len(t.trial)
-	round := t.step / nk
-	i := (t.step + round) % nk // rotate the order each round
+	per := max(1, t.per)
+	sample := t.step / per // a sample is per consecutive batches on one kernel
+	round := sample / nk
+	i := (sample + round) % nk // rotate the order each round
 	if err := nn.UseKernel(t.trial[i].Name); err != nil {
 		return 0, 0, err
 	}
 	t0 := time.Now()
 	loss, hits, err := b.gradient(params, x, labels, grad)
-	if n := len(labels) / max(1, b.model.LabelsPerExample); err == nil && n > 0 {
-		t.trial[i].Secs = append(t.trial[i].Secs, time.Since(t0).Seconds()/float64(n))
-	}
+	t.secs += time.Since(t0).Seconds()
+	t.examples += len(labels) / max(1, b.model.LabelsPerExample)
 	t.step++
-	if t.step < recheckRounds*nk {
+	if t.step%per == 0 {
+		if err == nil && t.examples > 0 {
+			t.trial[i].Secs = append(t.trial[i].Secs, t.secs/float64(t.examples))
+		}
+		t.secs, t.examples = 0, 0
+	}
+	if t.step < recheckRounds*nk*per {
 		if err2 := nn.UseKernel(current); err2 != nil && err == nil {
 			err = err2
 		}
@@ -245,7 +259,7 @@ func (t *kernelTuner) finishTrial(before string) {
 	if choice != before {
 		verb = "switching to"
 	}
-	t.log("kernel auto: re-check on %d training batches: %s; %s %s", len(t.trial)*recheckRounds, nn.FormatTimings(t.trial), verb, choice)
+	t.log("kernel auto: re-check on %d training batches (%d per sample): %s; %s %s", len(t.trial)*recheckRounds*max(1, t.per), max(1, t.per), nn.FormatTimings(t.trial), verb, choice)
 	// The fastest first, for the next re-check.
 	for i, k := range t.cands {
 		if k == choice {

@@ -88,6 +88,12 @@ func TestAutoKernelPicksAValidKernel(t *testing.T) {
 // run in turn on each candidate, the gradients stay the training's own, and
 // the decision is logged with the figures.
 func TestAutoKernelRechecksOnTrainingBatches(t *testing.T) {
+	for _, per := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d batches per sample", per), func(t *testing.T) { recheck(t, per) })
+	}
+}
+
+func recheck(t *testing.T, per int) {
 	old := nn.KernelName()
 	defer func() { UseKernel(old) }()
 	spec, _ := nn.Preset("mnist-mlp")
@@ -97,7 +103,7 @@ func TestAutoKernelRechecksOnTrainingBatches(t *testing.T) {
 	}
 	b, _ := New(1)
 	var log logLines
-	b.tune = &kernelTuner{logf: log.logf, model: model, cands: []string{nn.KernelGonum, nn.KernelGo}, next: 2}
+	b.tune = &kernelTuner{logf: log.logf, model: model, cands: []string{nn.KernelGonum, nn.KernelGo}, next: 2, per: per}
 	if err := b.Prepare(model, 8); err != nil { // the same model: no new probe
 		t.Fatal(err)
 	}
@@ -111,7 +117,7 @@ func TestAutoKernelRechecksOnTrainingBatches(t *testing.T) {
 	if _, _, err := b.gradient(params, x, labels, want); err != nil {
 		t.Fatal(err)
 	}
-	batches := 2 + recheckRounds*2 + 1
+	batches := 2 + recheckRounds*2*per + 1
 	for i := range batches {
 		grad := make([]float32, model.NumParams)
 		if _, _, err := b.Gradient(params, x, labels, grad); err != nil {
@@ -126,11 +132,11 @@ func TestAutoKernelRechecksOnTrainingBatches(t *testing.T) {
 			t.Fatalf("batch %d: the gradient differs from gonum's by %g relative", i, math.Sqrt(diff/norm))
 		}
 	}
-	lines := log.grep("re-check on 10 training batches")
+	lines := log.grep(fmt.Sprintf("re-check on %d training batches (%d per sample)", recheckRounds*2*per, per))
 	if len(lines) != 1 {
 		t.Fatalf("log %q, want one re-check line", log.lines)
 	}
-	if !strings.Contains(lines[0], "gonum ") || !strings.Contains(lines[0], "go ") {
+	if !strings.Contains(lines[0], fmt.Sprintf("(median of %d)", recheckRounds)) || !strings.Contains(lines[0], "gonum ") || !strings.Contains(lines[0], "go ") {
 		t.Errorf("the re-check line lacks a kernel's figure: %q", lines[0])
 	}
 	if k := nn.KernelName(); k != nn.KernelGonum && k != nn.KernelGo {
