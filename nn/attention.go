@@ -118,23 +118,50 @@ func (l *attentionLayer) forward(c *runCtx, st any, params, in, out []float32, n
 		for h := 0; h < H; h++ {
 			p := s.probs[(e*H+h)*T*T : (e*H+h+1)*T*T]
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
+			cx := ctx[e*T*D+h*Dh:]
+			if l.causal && T > causalBlock {
+				// Rows in blocks: a block's rows see only the columns up
+				// to its last row, so the masked triangle is not computed.
+				for r0 := 0; r0 < T; r0 += causalBlock {
+					r1 := min(T, r0+causalBlock)
+					gemm(c.gemm, false, true, r1-r0, r1, Dh, l.scale, q[r0*D3:], D3, k, D3, 0, p[r0*T:], T)
+					softmaxRows(p[r0*T:], T, r0, r1)
+					gemm(c.gemm, false, false, r1-r0, Dh, r1, 1, p[r0*T:], T, v, D3, 0, cx[r0*D:], D)
+				}
+				continue
+			}
 			// scores = scale · q·kᵀ
 			gemm(c.gemm, false, true, T, T, Dh, l.scale, q, D3, k, D3, 0, p, T)
-			softmaxRows(p, T, l.causal)
+			if l.causal {
+				softmaxRows(p, T, 0, T)
+			} else {
+				softmaxRows(p, T, 0, 0)
+			}
 			// ctx_h = probs · v
-			gemm(c.gemm, false, false, T, Dh, T, 1, p, T, v, D3, 0, ctx[e*T*D+h*Dh:], D)
+			gemm(c.gemm, false, false, T, Dh, T, 1, p, T, v, D3, 0, cx, D)
 		}
 	}
 	seedBias(out[:rows*D], params[l.boOff:l.boOff+l.boLen], rows)
 	gemm(c.gemm, false, true, rows, D, D, 1, ctx, D, params[l.woOff:l.woOff+l.woLen], D, 1, out, D)
 }
 
-// softmaxRows replaces each row of the T×T scores p by its softmax; with
-// causal, row i covers columns 0..i and the rest are set to zero. Sums run
-// in float64.
-func softmaxRows(p []float32, T int, causal bool) {
-	for i := 0; i < T; i++ {
-		row := p[i*T : (i+1)*T]
+// causalBlock is the row block of causal attention: a block of rows is
+// multiplied with the keys (and its probabilities with the values) only up
+// to its last row, which skips most of the masked triangle. Tests set it
+// smaller to exercise several blocks on short sequences.
+var causalBlock = 32
+
+// softmaxRows replaces each of rows [r0, r1) of the T-wide scores p (p
+// starts at row r0) by its softmax; when r1 > 0 the attention is causal:
+// row i covers columns 0..i and the rest are set to zero; r1 = 0 means
+// every row of the T×T p, unmasked. Sums run in float64.
+func softmaxRows(p []float32, T, r0, r1 int) {
+	causal := r1 > 0
+	if !causal {
+		r1 = T
+	}
+	for i := r0; i < r1; i++ {
+		row := p[(i-r0)*T : (i-r0+1)*T]
 		valid := row
 		if causal {
 			valid = row[:i+1]
@@ -175,6 +202,24 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
 			dq, dk, dv := dqkv[base+h*Dh:], dqkv[base+D+h*Dh:], dqkv[base+2*D+h*Dh:]
 			dc := dctx[e*T*D+h*Dh:]
+			if l.causal && T > causalBlock {
+				// As in forward: p and dS are zero past each row's
+				// position, so each block stops (or, transposed, starts)
+				// at its diagonal.
+				for r0 := 0; r0 < T; r0 += causalBlock {
+					r1 := min(T, r0+causalBlock)
+					gemm(c.gemm, false, true, r1-r0, r1, Dh, 1, dc[r0*D:], D, v, D3, 0, dp[r0*T:], T)
+				}
+				softmaxBackwardRows(p, dp, T, l.causal)
+				for r0 := 0; r0 < T; r0 += causalBlock {
+					r1 := min(T, r0+causalBlock)
+					// dv rows r0..r1 = Σ over rows i >= r0 of p[i][r0:r1]ᵀ·dc[i]
+					gemm(c.gemm, true, false, r1-r0, Dh, T-r0, 1, p[r0*T+r0:], T, dc[r0*D:], D, 0, dv[r0*D3:], D3)
+					gemm(c.gemm, false, false, r1-r0, Dh, r1, l.scale, dp[r0*T:], T, k, D3, 0, dq[r0*D3:], D3)
+					gemm(c.gemm, true, false, r1-r0, Dh, T-r0, l.scale, dp[r0*T+r0:], T, q[r0*D3:], D3, 0, dk[r0*D3:], D3)
+				}
+				continue
+			}
 			// dprobs = dctx_h·vᵀ; dv = probsᵀ·dctx_h
 			gemm(c.gemm, false, true, T, T, Dh, 1, dc, D, v, D3, 0, dp, T)
 			gemm(c.gemm, true, false, T, Dh, T, 1, p, T, dc, D, 0, dv, D3)
