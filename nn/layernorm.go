@@ -67,16 +67,8 @@ func (l *layerNormLayer) forward(c *runCtx, st any, params, in, out []float32, n
 	invD := 1 / float64(D)
 	for r := 0; r < n*l.rows; r++ {
 		x := in[r*D : (r+1)*D]
-		var sum float64
-		for _, v := range x {
-			sum += float64(v)
-		}
-		mean := sum * invD
-		var ss float64
-		for _, v := range x {
-			dv := float64(v) - mean
-			ss += float64(dv * dv)
-		}
+		mean := sum64(x) * invD // sums in four parts (kernel_math.go)
+		ss := sqDev64(x, mean)
 		rstd := 1 / math.Sqrt(ss*invD+l.eps)
 		s.rstd[r] = float32(rstd)
 		xh := s.xhat[r*D : (r+1)*D]
