@@ -176,7 +176,7 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 	}
 	note := ""
 	if len(dropped) > 0 {
-		note = fmt.Sprintf("; after one warm-up step, examples/s: %s (more than %.1fx slower, not timed further)", strings.Join(dropped, ", "), warmupFactor)
+		note = fmt.Sprintf("; on warm-up steps, examples/s: %s (more than %.1fx slower, not timed further)", strings.Join(dropped, ", "), warmupFactor)
 	}
 	timed := make([]nn.KernelTiming, 0, len(keep))
 	for _, i := range keep {
