@@ -383,6 +383,10 @@ func packB(dst []float32, transB bool, b []float32, ldb, pc, jc, kb, nb, nr int)
 		}
 		if !transB {
 			// op(B)(p, j) = b[p*ldb+j]: nr contiguous values per p.
+			if cols == 32 && nr == 32 && haveAsmPack {
+				packB32(kb, b[pc*ldb+jc+s0:], ldb, strip)
+				continue
+			}
 			for p := 0; p < kb; p++ {
 				off := (pc+p)*ldb + jc + s0
 				copy(strip[p*nr:p*nr+cols], b[off:off+cols])

@@ -37,3 +37,16 @@ func packA8N(kb int, src []float32, lda int, dst []float32, alpha float32) {
 		}
 	}
 }
+
+//go:noescape
+func packB32asm(kb int, src []float32, ldb int, dst []float32)
+
+// packB32 writes dst[p*32+j] = src[p*ldb+j] for p < kb, j < 32 (only where
+// AVX-512 is: the avx512 kernel's strips).
+func packB32(kb int, src []float32, ldb int, dst []float32) {
+	if kb <= 0 {
+		return
+	}
+	_, _ = src[:(kb-1)*ldb+32], dst[:32*kb]
+	packB32asm(kb, src, ldb, dst)
+}

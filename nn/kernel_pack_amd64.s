@@ -87,3 +87,25 @@ packA8N_loop:
 packA8N_done:
 	VZEROUPPER
 	RET
+
+// func packB32asm(kb int, src []float32, ldb int, dst []float32)
+TEXT ·packB32asm(SB), NOSPLIT, $0-64
+	MOVQ kb+0(FP), CX
+	MOVQ src_base+8(FP), SI
+	MOVQ ldb+32(FP), R8
+	MOVQ dst_base+40(FP), DI
+	SHLQ $2, R8
+	TESTQ CX, CX
+	JEQ packB32_done
+packB32_loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ R8, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNE packB32_loop
+packB32_done:
+	VZEROUPPER
+	RET

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes nn/kernel_pack_amd64.s: packing of 8-row strips of A for the
-avx512 GEMM kernel (nn/kernel.go, packA), with AVX. Run from the
+"""Writes nn/kernel_pack_amd64.s: packing of 8-row strips of A (AVX) and
+32-column strips of B (AVX-512) for the avx512 GEMM kernel (nn/kernel.go). Run from the
 repository root:
     python3 scripts/gen_pack_kernels.py
 """
@@ -56,6 +56,17 @@ L += ['\tVUNPCKLPS Y1, Y0, Y8', '\tVUNPCKHPS Y1, Y0, Y9',
       '\tADDQ $32, SI', '\tADDQ $256, DI', '\tDECQ CX', '\tJNE packA8N_loop',
       'packA8N_done:', '\tVZEROUPPER', '\tRET', '']
 out += L
+
+# packB32: dst[p*32+j] = src[p*ldb+j] for p < kb, j < 32 (AVX-512).
+out += ['// func packB32asm(kb int, src []float32, ldb int, dst []float32)',
+        'TEXT ·packB32asm(SB), NOSPLIT, $0-64',
+        '\tMOVQ kb+0(FP), CX', '\tMOVQ src_base+8(FP), SI', '\tMOVQ ldb+32(FP), R8',
+        '\tMOVQ dst_base+40(FP), DI', '\tSHLQ $2, R8',
+        '\tTESTQ CX, CX', '\tJEQ packB32_done', 'packB32_loop:',
+        '\tVMOVUPS (SI), Z0', '\tVMOVUPS 64(SI), Z1',
+        '\tVMOVUPS Z0, (DI)', '\tVMOVUPS Z1, 64(DI)',
+        '\tADDQ R8, SI', '\tADDQ $128, DI', '\tDECQ CX', '\tJNE packB32_loop',
+        'packB32_done:', '\tVZEROUPPER', '\tRET', '']
 
 with open('nn/kernel_pack_amd64.s', 'w') as f:
     f.write('\n'.join(out))
