@@ -27,7 +27,7 @@ const (
 )
 
 // EnvKernel names the environment variable that, when set, picks the GEMM
-// kernel at start (a name from Kernels) instead of the fastest available;
+// kernel at start (a name from Kernels) instead of the first of Kernels;
 // tests use it to run everything on one path, e.g. CROWDTRAIN_KERNEL=go.
 const EnvKernel = "CROWDTRAIN_KERNEL"
 
