@@ -113,55 +113,53 @@ func (l *attentionLayer) forward(c *runCtx, st any, params, in, out []float32, n
 	seedBias(qkv, params[l.bqOff:l.bqOff+l.bqLen], rows)
 	gemm(c.gemm, false, true, rows, D3, D, 1, in, D, params[l.wqOff:l.wqOff+l.wqLen], D, 1, qkv, D3)
 	ctx := s.ctx[:rows*D]
+	B := l.block()
 	for e := 0; e < n; e++ {
 		base := e * T * D3
 		for h := 0; h < H; h++ {
 			p := s.probs[(e*H+h)*T*T : (e*H+h+1)*T*T]
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
 			cx := ctx[e*T*D+h*Dh:]
-			if l.causal && T > causalBlock {
-				// Rows in blocks: a block's rows see only the columns up
-				// to its last row, so the masked triangle is not computed.
-				for r0 := 0; r0 < T; r0 += causalBlock {
-					r1 := min(T, r0+causalBlock)
-					gemm(c.gemm, false, true, r1-r0, r1, Dh, l.scale, q[r0*D3:], D3, k, D3, 0, p[r0*T:], T)
-					softmaxRows(p[r0*T:], T, r0, r1)
-					gemm(c.gemm, false, false, r1-r0, Dh, r1, 1, p[r0*T:], T, v, D3, 0, cx[r0*D:], D)
+			// Rows r0..r1 see columns 0..c1: all of them, or with the
+			// causal mask only up to the block's last row.
+			for r0 := 0; r0 < T; r0 += B {
+				r1 := min(r0+B, T)
+				c1 := T
+				if l.causal {
+					c1 = r1
 				}
-				continue
+				// scores = scale · q·kᵀ
+				gemm(c.gemm, false, true, r1-r0, c1, Dh, l.scale, q[r0*D3:], D3, k, D3, 0, p[r0*T:], T)
+				softmaxRows(p, r0, r1, T, l.causal)
+				// ctx_h = probs · v
+				gemm(c.gemm, false, false, r1-r0, Dh, c1, 1, p[r0*T:], T, v, D3, 0, cx[r0*D:], D)
 			}
-			// scores = scale · q·kᵀ
-			gemm(c.gemm, false, true, T, T, Dh, l.scale, q, D3, k, D3, 0, p, T)
-			if l.causal {
-				softmaxRows(p, T, 0, T)
-			} else {
-				softmaxRows(p, T, 0, 0)
-			}
-			// ctx_h = probs · v
-			gemm(c.gemm, false, false, T, Dh, T, 1, p, T, v, D3, 0, cx, D)
 		}
 	}
 	seedBias(out[:rows*D], params[l.boOff:l.boOff+l.boLen], rows)
 	gemm(c.gemm, false, true, rows, D, D, 1, ctx, D, params[l.woOff:l.woOff+l.woLen], D, 1, out, D)
 }
 
-// causalBlock is the row block of causal attention: a block of rows is
-// multiplied with the keys (and its probabilities with the values) only up
-// to its last row, which skips most of the masked triangle. Tests set it
-// smaller to exercise several blocks on short sequences.
-var causalBlock = 32
-
-// softmaxRows replaces each of rows [r0, r1) of the T-wide scores p (p
-// starts at row r0) by its softmax; when r1 > 0 the attention is causal:
-// row i covers columns 0..i and the rest are set to zero; r1 = 0 means
-// every row of the T×T p, unmasked. Sums run in float64.
-func softmaxRows(p []float32, T, r0, r1 int) {
-	causal := r1 > 0
-	if !causal {
-		r1 = T
+// block is the number of rows of scores computed per GEMM. With the causal
+// mask, a block of rows needs only the columns up to its last row, so
+// blocks skip most of the masked half.
+func (l *attentionLayer) block() int {
+	if !l.causal {
+		return l.t
 	}
+	return min(l.t, attentionBlock)
+}
+
+// attentionBlock is the block of rows of causal attention (a variable so
+// tests can check uneven blocks).
+var attentionBlock = 32
+
+// softmaxRows replaces rows r0..r1 of the T×T scores p by their softmax;
+// with causal, row i covers columns 0..i and the rest are set to zero. Sums
+// run in float64.
+func softmaxRows(p []float32, r0, r1, T int, causal bool) {
 	for i := r0; i < r1; i++ {
-		row := p[(i-r0)*T : (i-r0+1)*T]
+		row := p[i*T : (i+1)*T]
 		valid := row
 		if causal {
 			valid = row[:i+1]
@@ -195,6 +193,7 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 	sumRows(grad[l.boOff:l.boOff+l.boLen], dOut, rows)
 	gemm(c.gemm, false, false, rows, D, D, 1, dOut, D, params[l.woOff:l.woOff+l.woLen], D, 0, dctx, D)
 	dp := s.dp[:T*T]
+	B := l.block()
 	for e := 0; e < n; e++ {
 		base := e * T * D3
 		for h := 0; h < H; h++ {
@@ -202,31 +201,29 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
 			dq, dk, dv := dqkv[base+h*Dh:], dqkv[base+D+h*Dh:], dqkv[base+2*D+h*Dh:]
 			dc := dctx[e*T*D+h*Dh:]
-			if l.causal && T > causalBlock {
-				// As in forward: p and dS are zero past each row's
-				// position, so each block stops (or, transposed, starts)
-				// at its diagonal.
-				for r0 := 0; r0 < T; r0 += causalBlock {
-					r1 := min(T, r0+causalBlock)
-					gemm(c.gemm, false, true, r1-r0, r1, Dh, 1, dc[r0*D:], D, v, D3, 0, dp[r0*T:], T)
+			// By blocks of rows: dprobs = dctx_h·vᵀ, turned into the
+			// scores' gradient dS in place; dq = scale·dS·k.
+			for r0 := 0; r0 < T; r0 += B {
+				r1 := min(r0+B, T)
+				c1 := T
+				if l.causal {
+					c1 = r1
 				}
-				softmaxBackwardRows(p, dp, T, l.causal)
-				for r0 := 0; r0 < T; r0 += causalBlock {
-					r1 := min(T, r0+causalBlock)
-					// dv rows r0..r1 = Σ over rows i >= r0 of p[i][r0:r1]ᵀ·dc[i]
-					gemm(c.gemm, true, false, r1-r0, Dh, T-r0, 1, p[r0*T+r0:], T, dc[r0*D:], D, 0, dv[r0*D3:], D3)
-					gemm(c.gemm, false, false, r1-r0, Dh, r1, l.scale, dp[r0*T:], T, k, D3, 0, dq[r0*D3:], D3)
-					gemm(c.gemm, true, false, r1-r0, Dh, T-r0, l.scale, dp[r0*T+r0:], T, q[r0*D3:], D3, 0, dk[r0*D3:], D3)
-				}
-				continue
+				gemm(c.gemm, false, true, r1-r0, c1, Dh, 1, dc[r0*D:], D, v, D3, 0, dp[r0*T:], T)
+				softmaxBackwardRows(p, dp, r0, r1, T, l.causal)
+				gemm(c.gemm, false, false, r1-r0, Dh, c1, l.scale, dp[r0*T:], T, k, D3, 0, dq[r0*D3:], D3)
 			}
-			// dprobs = dctx_h·vᵀ; dv = probsᵀ·dctx_h
-			gemm(c.gemm, false, true, T, T, Dh, 1, dc, D, v, D3, 0, dp, T)
-			gemm(c.gemm, true, false, T, Dh, T, 1, p, T, dc, D, 0, dv, D3)
-			softmaxBackwardRows(p, dp, T, l.causal)
-			// dscores (in dp) scaled: dq = scale·dS·k, dk = scale·dSᵀ·q
-			gemm(c.gemm, false, false, T, Dh, T, l.scale, dp, T, k, D3, 0, dq, D3)
-			gemm(c.gemm, true, false, T, Dh, T, l.scale, dp, T, q, D3, 0, dk, D3)
+			// By blocks of columns c0..c1, which rows c0..T see (all
+			// rows without the mask): dv = probsᵀ·dctx_h, dk = scale·dSᵀ·q.
+			for c0 := 0; c0 < T; c0 += B {
+				c1 := min(c0+B, T)
+				r0 := 0
+				if l.causal {
+					r0 = c0
+				}
+				gemm(c.gemm, true, false, c1-c0, Dh, T-r0, 1, p[r0*T+c0:], T, dc[r0*D:], D, 0, dv[c0*D3:], D3)
+				gemm(c.gemm, true, false, c1-c0, Dh, T-r0, l.scale, dp[r0*T+c0:], T, q[r0*D3:], D3, 0, dk[c0*D3:], D3)
+			}
 		}
 	}
 	// Input projection: dW = dqkvᵀ·x, db = Σ dqkv, dx = dqkv·W.
@@ -237,11 +234,11 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 	}
 }
 
-// softmaxBackwardRows turns dp, the gradient of the probabilities p, into
-// the gradient of the scores: dS = p ⊙ (dp - Σ_j dp_j p_j) per row (zero
-// where the causal mask cut the row).
-func softmaxBackwardRows(p, dp []float32, T int, causal bool) {
-	for i := 0; i < T; i++ {
+// softmaxBackwardRows turns rows r0..r1 of dp, the gradient of the
+// probabilities p, into the gradient of the scores: dS = p ⊙ (dp - Σ_j
+// dp_j p_j) per row (zero where the causal mask cut the row).
+func softmaxBackwardRows(p, dp []float32, r0, r1, T int, causal bool) {
+	for i := r0; i < r1; i++ {
 		pr, dr := p[i*T:(i+1)*T], dp[i*T:(i+1)*T]
 		if causal {
 			clear(dr[i+1:])

@@ -102,38 +102,3 @@ func expSub(x []float32, m float32) {
 		x[i] = exp32(x[i] - m)
 	}
 }
-
-// sum64 returns the sum of x in float64, in four running sums so the
-// additions do not wait on each other.
-func sum64(x []float32) float64 {
-	var s0, s1, s2, s3 float64
-	for len(x) >= 4 {
-		s0 += float64(x[0])
-		s1 += float64(x[1])
-		s2 += float64(x[2])
-		s3 += float64(x[3])
-		x = x[4:]
-	}
-	for _, v := range x {
-		s0 += float64(v)
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// sqDev64 returns Σ (x - mean)² in float64, as sum64.
-func sqDev64(x []float32, mean float64) float64 {
-	var s0, s1, s2, s3 float64
-	for len(x) >= 4 {
-		d0, d1, d2, d3 := float64(x[0])-mean, float64(x[1])-mean, float64(x[2])-mean, float64(x[3])-mean
-		s0 += d0 * d0
-		s1 += d1 * d1
-		s2 += d2 * d2
-		s3 += d3 * d3
-		x = x[4:]
-	}
-	for _, v := range x {
-		d := float64(v) - mean
-		s0 += d * d
-	}
-	return (s0 + s1) + (s2 + s3)
-}

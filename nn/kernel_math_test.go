@@ -122,27 +122,3 @@ func TestExpSub(t *testing.T) {
 		}
 	}
 }
-
-func TestSum64AndSqDev64(t *testing.T) {
-	for _, n := range []int{0, 1, 3, 4, 7, 128, 129} {
-		x := make([]float32, n)
-		var want, wantSq float64
-		for i := range x {
-			x[i] = float32(i%13)*0.25 - 1
-			want += float64(x[i])
-		}
-		mean := 0.0
-		if n > 0 {
-			mean = want / float64(n)
-		}
-		for _, v := range x {
-			wantSq += (float64(v) - mean) * (float64(v) - mean)
-		}
-		if got := sum64(x); math.Abs(got-want) > 1e-12*max(1, math.Abs(want)) {
-			t.Errorf("n=%d: sum64 = %v, want %v", n, got, want)
-		}
-		if got := sqDev64(x, mean); math.Abs(got-wantSq) > 1e-12*max(1, wantSq) {
-			t.Errorf("n=%d: sqDev64 = %v, want %v", n, got, wantSq)
-		}
-	}
-}
