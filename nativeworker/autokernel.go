@@ -15,10 +15,10 @@ import (
 //
 // The probe at Prepare runs the model's Gradient on a synthetic batch of
 // the job's batch size (smaller if one step would take longer than
-// probeStep, sized from a step of one example), one warm-up step and one
-// timed step per kernel (only the warm-up for one over 2×warmupFactor
-// behind on it), drops the
-// kernels far behind the fastest warm-up, then times the rest in rounds that
+// probeStep, sized from a step of one example) on every kernel: two
+// warm-up steps each, the faster of which counts (only one for a kernel
+// over 2×warmupFactor behind on it). It drops the kernels more than
+// warmupFactor behind the fastest warm-up, times the rest in rounds that
 // alternate between them (the order rotating each round) and takes the
 // lowest median. It stays within about probeBudget of timed work.
 //
@@ -74,7 +74,7 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 	params := make([]float32, model.NumParams)
 	model.Init(params, 1)
 	grad := make([]float32, model.NumParams)
-	n := maxBatch
+	n := 1 // examples per synthetic step, sized below
 	// run returns the seconds per example of steps steps on kernel k.
 	run := func(k string, steps int) (float64, error) {
 		if err := nn.UseKernel(k); err != nil {
@@ -91,7 +91,6 @@ func (t *kernelTuner) probe(b *Backend, model *nn.Model, maxBatch int) error {
 	// Size the synthetic batch from one example on the first kernel:
 	// steps longer than probeStep would make the probe too long (the
 	// re-check times the real batches later).
-	n = 1
 	if _, err := run(names[0], 2); err != nil {
 		return err
 	}
