@@ -52,7 +52,7 @@ type kernel struct {
 
 var (
 	kernelsMu sync.Mutex
-	kernels   []*kernel // available, fastest first
+	kernels   []*kernel // available, the default first
 	active    atomic.Pointer[kernel]
 )
 
@@ -90,7 +90,7 @@ func findKernel(name string) *kernel {
 }
 
 // Kernels returns the names of the GEMM kernels usable in this process,
-// fastest first.
+// the default first (nativeworker's --kernel auto measures them instead).
 func Kernels() []string {
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()
