@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare bench-torch lint clean gpu-check gpu-carry
 
 all: build
 
@@ -54,6 +54,7 @@ test: data lint
 # Speed figures for docs/BENCHMARKS.md; see that file for how to read them.
 bench: data
 	$(GO) test -run '^$$' -bench 'TrainStep|Evaluate' -benchtime 2s -count 5 ./nn/
+	$(GO) test -run '^$$' -bench 'Gemm/avx512' -count 3 ./nn/
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./protocol/
 	$(GO) test -run '^$$' -bench Ingest -benchtime 3s -count 5 ./coordinator/
 	$(GO) test -run '^$$' -bench TimeTo97 -benchtime 1x -count 3 ./coordinator/
@@ -73,6 +74,11 @@ bench-modes: data
 
 bench-compare: data
 	BASELINES="$(BASELINES)" scripts/bench-compare.sh
+
+# The native training steps only (mnist-mlp, mnist-cnn, charlm) beside
+# PyTorch, best runs and medians, without the browser part (about 8 minutes).
+bench-torch: data
+	BASELINES="$(BASELINES)" SKIP_BROWSER=1 scripts/bench-compare.sh
 
 # The GPU worker's tests and speed figures on a machine with an NVIDIA GPU
 # (see docs/GPU.md); without one it says so and exits 0.

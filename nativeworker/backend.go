@@ -21,6 +21,8 @@ type Backend struct {
 	model   *nn.Model
 	parts   []part
 	seed    uint64 // the next Gradient call's dropout seed
+	// tune is set under --kernel auto (see autokernel.go).
+	tune *kernelTuner
 }
 
 type part struct {
@@ -39,7 +41,19 @@ func New(threads int) (*Backend, error) {
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
-	return &Backend{threads: threads}, nil
+	b := &Backend{threads: threads}
+	if autoKernel.Load() {
+		b.tune = &kernelTuner{}
+	}
+	return b, nil
+}
+
+// SetLog gives the backend somewhere to log what it decides (under
+// --kernel auto: the kernel it measured fastest, and the figures).
+func (b *Backend) SetLog(logf func(string, ...any)) {
+	if b.tune != nil {
+		b.tune.logf = logf
+	}
 }
 
 func (b *Backend) Kind() string { return protocol.KindNative }
@@ -65,6 +79,9 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 			b.parts[i].grad = make([]float32, model.NumParams)
 		}
 	}
+	if b.tune != nil && b.tune.model != model {
+		return b.tune.probe(b, model, maxBatch)
+	}
 	return nil
 }
 
@@ -76,6 +93,13 @@ func (b *Backend) SetDropoutSeed(seed uint64) { b.seed = seed }
 // with the call's seed and numbers its values from its first example's
 // place in the batch, so the mask is the one a single thread draws.
 func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	if b.tune != nil && b.model != nil {
+		return b.tune.gradient(b, params, x, labels, grad)
+	}
+	return b.gradient(params, x, labels, grad)
+}
+
+func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	if b.model == nil {
 		return 0, 0, fmt.Errorf("nativeworker: Gradient before Prepare")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/crowdtrain/crowdtrain/nativeworker/openblas"
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -12,17 +13,17 @@ import (
 // KernelAuto asks UseKernel for the fastest kernel this machine has.
 const KernelAuto = "auto"
 
-// autoOrder is the order KernelAuto tries kernels in (the first one
-// present wins): measured on an AMD Zen 5 (docs/BENCHMARKS.md), our AVX-512
-// kernel beats OpenBLAS 0.3.21 (which runs its Haswell AVX2 kernels there)
-// on both presets, and OpenBLAS beats our AVX2 kernel.
-var autoOrder = []string{nn.KernelAVX512, nn.KernelOpenBLAS, nn.KernelAVX2, nn.KernelGonum, nn.KernelGo}
+// autoKernel is set while KernelAuto is in effect: Backends made by New
+// then measure the kernels on their model (autokernel.go).
+var autoKernel atomic.Bool
 
 // UseKernel chooses the GEMM kernel that CPU training in this process runs
 // on and returns a line saying which and why, for the log. name is
 // KernelAuto or one of nn's kernel names; "openblas" loads the host's
 // OpenBLAS (an error says where it looked when there is none). With
-// KernelAuto, $CROWDTRAIN_KERNEL, when set, wins.
+// KernelAuto, $CROWDTRAIN_KERNEL, when set, wins; otherwise Backends made
+// by New afterwards time the model they are given on every kernel and take
+// the fastest (see autokernel.go).
 func UseKernel(name string) (string, error) {
 	if name == KernelAuto {
 		if env := os.Getenv(nn.EnvKernel); env != "" {
@@ -43,6 +44,7 @@ func UseKernel(name string) (string, error) {
 		}
 	}
 	if name != KernelAuto {
+		autoKernel.Store(false)
 		if err := nn.UseKernel(name); err != nil {
 			return "", fmt.Errorf("--kernel %s: %w, or %s where it is installed", name, err, nn.KernelOpenBLAS)
 		}
@@ -51,17 +53,15 @@ func UseKernel(name string) (string, error) {
 		}
 		return "kernel " + name, nil
 	}
-	have := map[string]bool{}
-	for _, k := range nn.Kernels() {
-		have[k] = true
+	// A provisional kernel until a Backend measures them on its model
+	// (Backend.Prepare); the first of Kernels is our fastest guess.
+	names := nn.Kernels()
+	if len(names) == 0 {
+		return "", fmt.Errorf("no GEMM kernel available")
 	}
-	for _, k := range autoOrder {
-		if have[k] {
-			if err := nn.UseKernel(k); err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("kernel %s (auto, of %s; %s)", k, strings.Join(nn.Kernels(), ", "), blasNote), nil
-		}
+	if err := nn.UseKernel(names[0]); err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("no GEMM kernel available (have %v)", nn.Kernels())
+	autoKernel.Store(true)
+	return fmt.Sprintf("kernel auto (of %s; %s): each job's model is timed on every kernel when it arrives", strings.Join(names, ", "), blasNote), nil
 }

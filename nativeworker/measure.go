@@ -25,7 +25,9 @@ type Measurement struct {
 // Measure times training steps (forward, backward, SGD update) on random
 // inputs, the work a volunteer's CPU does for each lease, and returns the
 // median examples/s over rounds of about `round` each after a warm-up.
-func Measure(preset string, batch, threads, rounds int, round time.Duration) (Measurement, error) {
+// Under --kernel auto the kernels are timed first, as a worker does, and
+// logf (if not nil) gets the figures.
+func Measure(preset string, batch, threads, rounds int, round time.Duration, logf func(string, ...any)) (Measurement, error) {
 	spec, err := nn.Preset(preset)
 	if err != nil {
 		return Measurement{}, err
@@ -41,6 +43,7 @@ func Measure(preset string, batch, threads, rounds int, round time.Duration) (Me
 	if err != nil {
 		return Measurement{}, err
 	}
+	b.SetLog(logf)
 	if err := b.Prepare(model, batch); err != nil {
 		return Measurement{}, err
 	}
@@ -55,9 +58,10 @@ func Measure(preset string, batch, threads, rounds int, round time.Duration) (Me
 		nn.SGDStep(params, grad, 0.01)
 		return nil
 	}
-	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams, Kernel: nn.KernelName()}
+	m := Measurement{Model: preset, Batch: batch, Threads: b.Threads(), NumParams: model.NumParams}
 	if m.Rounds, m.Median, err = worker.TimeRounds(step, batch, rounds, round, round/4); err != nil {
 		return Measurement{}, err
 	}
+	m.Kernel = nn.KernelName() // after any re-check
 	return m, nil
 }

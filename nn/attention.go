@@ -172,11 +172,10 @@ func softmaxRows(p []float32, r0, r1, T int, causal bool) {
 		for _, v := range valid {
 			mx = max(mx, v)
 		}
+		expSub(valid, mx) // 16 at a time where AVX-512 is (kernel_math.go)
 		var sum float64
-		for j, v := range valid {
-			ex := expf(v - mx)
-			valid[j] = ex
-			sum += float64(ex)
+		for _, v := range valid {
+			sum += float64(v)
 		}
 		inv := float32(1 / sum)
 		for j := range valid {
@@ -264,6 +263,3 @@ func (l *attentionLayer) describe(p *LayerPlan) {
 	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
 	p.Heads, p.Causal = l.heads, l.causal
 }
-
-// expf is e^x in float32, computed in float64.
-func expf(x float32) float32 { return float32(math.Exp(float64(x))) }

@@ -117,6 +117,10 @@ func (l *layer) convDirect() bool { return l.k == 1 && l.stride == 1 && l.pad ==
 // keeping the patch matrices in cols for the backward pass. With
 // l.fusedReLU, out is the relu's output and is rectified in place.
 func convForward(s *gemmScratch, l *layer, params, in, out, cols []float32, n int) {
+	if g, ok := dconvFits(s, l, cols, n); ok {
+		dconvForward(s, g, l, params, in, out, cols, n)
+		return
+	}
 	F, R, P := l.out.c, l.colRows, l.colCols
 	w := params[l.wOff : l.wOff+l.wLen]
 	b := params[l.bOff : l.bOff+l.bLen]
@@ -156,6 +160,10 @@ func convForward(s *gemmScratch, l *layer, params, in, out, cols []float32, n in
 // convBackward writes dW and db and, if dIn is non-nil, the input gradient,
 // using scratch (R*P floats) for one example's patch gradient.
 func convBackward(s *gemmScratch, l *layer, params, in, cols, dOut, dIn, scratch, grad []float32, n int) {
+	if g, ok := dconvFits(s, l, cols, n); ok {
+		dconvBackward(s, g, l, params, cols, dOut, dIn, grad, n)
+		return
+	}
 	F, R, P := l.out.c, l.colRows, l.colCols
 	w := params[l.wOff : l.wOff+l.wLen]
 	gw := grad[l.wOff : l.wOff+l.wLen]

@@ -21,12 +21,10 @@ func init() {
 
 func (l *geluLayer) newState(*wsBuilder, int) any { return nil }
 
+// forward and backward run in float32 (kernel_math.go: a rational erf
+// within 5e-7 of the exact one, 16 values at a time where AVX-512 is).
 func (l *geluLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {
-	out = out[:len(in)]
-	for i, v := range in {
-		x := float64(v)
-		out[i] = float32(0.5 * x * (1 + math.Erf(x*invSqrt2)))
-	}
+	geluForward(in, out)
 }
 
 // backward: d/dx x·Φ(x) = Φ(x) + x·φ(x).
@@ -34,13 +32,7 @@ func (l *geluLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn, grad
 	if dIn == nil {
 		return
 	}
-	const invSqrt2Pi = 0.3989422804014327
-	dIn = dIn[:len(in)]
-	for i, v := range in {
-		x := float64(v)
-		d := 0.5*(1+math.Erf(x*invSqrt2)) + float64(x*invSqrt2Pi)*math.Exp(-0.5*float64(x*x))
-		dIn[i] = float32(float64(dOut[i]) * d)
-	}
+	geluBackward(in, dOut, dIn)
 }
 
 func (l *geluLayer) describe(*LayerPlan) {}

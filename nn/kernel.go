@@ -27,7 +27,7 @@ const (
 )
 
 // EnvKernel names the environment variable that, when set, picks the GEMM
-// kernel at start (a name from Kernels) instead of the fastest available;
+// kernel at start (a name from Kernels) instead of the first of Kernels;
 // tests use it to run everything on one path, e.g. CROWDTRAIN_KERNEL=go.
 const EnvKernel = "CROWDTRAIN_KERNEL"
 
@@ -45,11 +45,14 @@ type kernel struct {
 	// sparseA: run op(A) with many zeros through sparseGemm (the pure-Go
 	// kernel, for wasm).
 	sparseA bool
+	// directConv: stride-1 conv2d layers take the direct convolution
+	// (conv_direct.go), whose kernels come with this one.
+	directConv bool
 }
 
 var (
 	kernelsMu sync.Mutex
-	kernels   []*kernel // available, fastest first
+	kernels   []*kernel // available, the default first
 	active    atomic.Pointer[kernel]
 )
 
@@ -87,7 +90,7 @@ func findKernel(name string) *kernel {
 }
 
 // Kernels returns the names of the GEMM kernels usable in this process,
-// fastest first.
+// the default first (nativeworker's --kernel auto measures them instead).
 func Kernels() []string {
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()
@@ -162,6 +165,8 @@ type gemmScratch struct {
 	spVal []float32 // blockM × blockK
 	spIdx []int32   // blockM × blockK
 	spN   []int     // blockM
+	// dconv: the direct convolution's buffers (conv_direct.go).
+	dconv dconvScratch
 }
 
 func newGemmScratch() *gemmScratch {
@@ -181,6 +186,9 @@ func newGemmScratch() *gemmScratch {
 type microKernel struct {
 	mr, nr int
 	fn     func(k int, a, b, c []float32, ldc int)
+	// set, if not nil, is fn writing C instead of adding to it (the first
+	// pass over k when beta is 0, so C need not be cleared first).
+	set func(k int, a, b, c []float32, ldc int)
 }
 
 // gemm computes C = alpha*op(A)*op(B) + beta*C (see SgemmFunc) with the
@@ -222,13 +230,19 @@ func packedGemm(mk *microKernel, s *gemmScratch, transA, transB bool, m, n, k in
 	if m <= 0 || n <= 0 {
 		return
 	}
-	scaleC(beta, m, n, c, ldc)
 	if k <= 0 || alpha == 0 {
+		scaleC(beta, m, n, c, ldc)
 		return
+	}
+	// With beta 0 and a storing kernel, the first pass over k writes C.
+	setFirst := beta == 0 && mk.set != nil
+	if !setFirst {
+		scaleC(beta, m, n, c, ldc)
 	}
 	mr, nr := mk.mr, mk.nr
 	for pc := 0; pc < k; pc += blockK {
 		kb := min(blockK, k-pc)
+		first := setFirst && pc == 0
 		for jc := 0; jc < n; jc += blockN {
 			nb := min(blockN, n-jc)
 			packB(s.b, transB, b, ldb, pc, jc, kb, nb, nr)
@@ -243,16 +257,25 @@ func packedGemm(mk *microKernel, s *gemmScratch, transA, transB bool, m, n, k in
 						mi := min(mr, mb-ir)
 						off := (ic+ir)*ldc + jc + jr
 						if mi == mr && nj == nr {
-							mk.fn(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							if first {
+								mk.set(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							} else {
+								mk.fn(kb, ap, bp, c[off:off+(mr-1)*ldc+nr], ldc)
+							}
 							continue
 						}
 						// Edge of C: compute the whole tile aside, add
-						// the part that exists.
+						// (or, on a storing first pass, copy) the part
+						// that exists.
 						t := s.tile[:mr*nr]
 						clear(t)
 						mk.fn(kb, ap, bp, t, nr)
 						for i := 0; i < mi; i++ {
-							addTo(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							if first {
+								copy(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							} else {
+								addTo(c[off+i*ldc:off+i*ldc+nj], t[i*nr:i*nr+nj])
+							}
 						}
 					}
 				}
@@ -290,6 +313,21 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 		}
 		if transA {
 			// op(A)(i, p) = a[p*lda+i]: mr contiguous values per p.
+			if rows == 8 && mr == 8 && haveAsmPack {
+				o := (pc)*lda + ic + s0
+				packA8T(kb, a[o:], lda, strip, alpha)
+				continue
+			}
+			if rows == 8 && mr == 8 {
+				for p := 0; p < kb; p++ {
+					o := (pc+p)*lda + ic + s0
+					src := a[o : o+8 : o+8]
+					d := strip[p*8 : p*8+8 : p*8+8]
+					d[0], d[1], d[2], d[3] = alpha*src[0], alpha*src[1], alpha*src[2], alpha*src[3]
+					d[4], d[5], d[6], d[7] = alpha*src[4], alpha*src[5], alpha*src[6], alpha*src[7]
+				}
+				continue
+			}
 			for p := 0; p < kb; p++ {
 				src := a[(pc+p)*lda+ic+s0 : (pc+p)*lda+ic+s0+rows]
 				d := strip[p*mr : p*mr+rows]
@@ -299,6 +337,19 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 			}
 			continue
 		}
+		if rows == 8 && mr == 8 && haveAsmPack {
+			o := (ic+s0)*lda + pc
+			packA8N(kb, a[o:], lda, strip, alpha)
+			continue
+		}
+		if rows == 8 && mr == 8 && alpha == 1 {
+			// A transpose: eight source rows at a time, so each p writes
+			// one contiguous run of eight values.
+			o := (ic+s0)*lda + pc
+			transpose8(strip, a[o:o+kb], a[o+lda:o+lda+kb], a[o+2*lda:o+2*lda+kb], a[o+3*lda:o+3*lda+kb],
+				a[o+4*lda:o+4*lda+kb], a[o+5*lda:o+5*lda+kb], a[o+6*lda:o+6*lda+kb], a[o+7*lda:o+7*lda+kb])
+			continue
+		}
 		for i := 0; i < rows; i++ {
 			src := a[(ic+s0+i)*lda+pc : (ic+s0+i)*lda+pc+kb]
 			d := strip[i:]
@@ -306,6 +357,17 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 				d[p*mr] = alpha * v
 			}
 		}
+	}
+}
+
+// transpose8 writes d[p*8+i] = ri[p] for i < 8 and every p < len(r0).
+func transpose8(d []float32, r0, r1, r2, r3, r4, r5, r6, r7 []float32) {
+	n := len(r0)
+	r1, r2, r3, r4, r5, r6, r7 = r1[:n], r2[:n], r3[:n], r4[:n], r5[:n], r6[:n], r7[:n]
+	d = d[:8*n]
+	for p := 0; p < n; p++ {
+		q := d[p*8 : p*8+8 : p*8+8]
+		q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p], r6[p], r7[p]
 	}
 }
 
@@ -321,6 +383,10 @@ func packB(dst []float32, transB bool, b []float32, ldb, pc, jc, kb, nb, nr int)
 		}
 		if !transB {
 			// op(B)(p, j) = b[p*ldb+j]: nr contiguous values per p.
+			if cols == 32 && nr == 32 && haveAsmPack {
+				packB32(kb, b[pc*ldb+jc+s0:], ldb, strip)
+				continue
+			}
 			for p := 0; p < kb; p++ {
 				off := (pc+p)*ldb + jc + s0
 				copy(strip[p*nr:p*nr+cols], b[off:off+cols])

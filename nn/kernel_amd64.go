@@ -17,6 +17,9 @@ func avx2Kernel6x16(k int, a, b, c []float32, ldc int)
 //go:noescape
 func avx512Kernel8x32(k int, a, b, c []float32, ldc int)
 
+//go:noescape
+func avx512Kernel8x32Set(k int, a, b, c []float32, ldc int)
+
 // cpuFeatures reports which of the kernels' instruction sets both the CPU
 // and the operating system (which must save the wider registers) support.
 // We read CPUID ourselves rather than add golang.org/x/sys/cpu for three bits.
@@ -52,11 +55,16 @@ func avx512Micro(k int, a, b, c []float32, ldc int) {
 	avx512Kernel8x32(k, a, b, c, ldc)
 }
 
+func avx512MicroSet(k int, a, b, c []float32, ldc int) {
+	_, _, _ = a[:8*k], b[:32*k], c[:7*ldc+32]
+	avx512Kernel8x32Set(k, a, b, c, ldc)
+}
+
 func platformKernels() []*kernel {
 	avx2FMA, avx512 := cpuFeatures()
 	var ks []*kernel
 	if avx512 {
-		ks = append(ks, &kernel{name: KernelAVX512, micro: &microKernel{mr: 8, nr: 32, fn: avx512Micro}})
+		ks = append(ks, &kernel{name: KernelAVX512, micro: &microKernel{mr: 8, nr: 32, fn: avx512Micro, set: avx512MicroSet}, directConv: true})
 	}
 	if avx2FMA {
 		ks = append(ks, &kernel{name: KernelAVX2, micro: &microKernel{mr: 6, nr: 16, fn: avx2Micro}})

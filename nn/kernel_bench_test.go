@@ -20,6 +20,10 @@ func BenchmarkGemm(b *testing.B) {
 		{"fwd-64x256x784", false, true, 64, 256, 784},
 		{"dW-256x784x64", true, false, 256, 784, 64},
 		{"dIn-64x256x128", false, false, 64, 256, 128},
+		// charlm at batch 32: 4096 positions through the MLP's first dense
+		// layer (128 -> 512), forward and weight gradient.
+		{"lm-fwd-4096x512x128", false, true, 4096, 512, 128},
+		{"lm-dW-512x128x4096", true, false, 512, 128, 4096},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, name := range Kernels() {

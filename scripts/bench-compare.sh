@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
 # bench-compare.sh — our training step beside the peers', in one run on this
-# machine, batch 64, one thread (docs/BENCHMARKS.md, "Kernels"):
+# machine, one thread (docs/BENCHMARKS.md, "Kernels" and "Transformer"):
 #
 #   native: `crowdtrain bench` on each CPU kernel path (auto; auto without
 #           OpenBLAS; avx512; avx2; openblas; gonum; a -tags purego build
 #           without OpenBLAS) against PyTorch + OpenBLAS
-#           (the baselines' torch_step.py), for mnist-mlp and mnist-cnn;
+#           (the baselines' torch_step.py), for mnist-mlp and mnist-cnn at
+#           batch 64; then the charlm transformer at batch 32 (auto only)
+#           against the same model in PyTorch (scripts/torch_charlm_step.py);
 #   browser: our worker against TensorFlow.js 4.22's wasm backend, each in a
 #           Web Worker in the same headless Chromium (BenchmarkBrowserVsTFJS;
 #           TF.js comes from npm into a temporary folder).
 #
 # Each repetition runs every variant back to back; a variant's figure is the
 # median over REPS repetitions (each itself the median of 5 rounds), and
-# ratios divide medians. Run from the repository root:
+# ratios divide medians. PyTorch's step is bimodal on this machine kind (its
+# OpenBLAS runs some processes at a third of the speed of others), so the
+# best run of each side and their ratio are given too. Run from the
+# repository root:
 #
 #   scripts/bench-compare.sh        (make bench-compare)
 #
 # BASELINES (default ../shared/baselines) holds torch_step.py and TF.js's
-# package.json; REPS (default 5) repetitions; SKIP_BROWSER=1 skips the
-# browser part. The report goes to stdout and, when $OUT is set, to
-# $OUT/bench-compare.txt.
+# package.json; REPS (default 5) repetitions; MODELS (default mnist-mlp
+# mnist-cnn charlm) the models; SKIP_BROWSER=1 skips the browser part. The
+# report goes to stdout and, when $OUT is set, to $OUT/bench-compare.txt.
 set -u
 BASELINES="${BASELINES:-$(pwd)/../shared/baselines}"
 REPS="${REPS:-5}"
+MODELS="${MODELS:-mnist-mlp mnist-cnn charlm}"
 PY="${PYTHON:-/usr/bin/python3}"
 work="$(mktemp -d)"
 report="$work/report"
@@ -36,14 +42,15 @@ finish() {
 trap finish EXIT
 say() { echo "$*" | tee -a "$report"; }
 
-# median of the numbers on stdin
+# median and largest of the numbers on stdin
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit} print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+best() { sort -g | tail -1 | awk '{print ($1 == "" ? "nan" : $1)} END {if (NR==0) print "nan"}'; }
 
 say "# bench-compare $(date -u +%Y-%m-%dT%H:%M:%SZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 go build -o "$work/crowdtrain" ./cmd/crowdtrain || exit 1
 go build -tags purego -o "$work/crowdtrain-purego" ./cmd/crowdtrain || exit 1
 
-kernels="$("$work/crowdtrain" bench --rounds 1 --round 10ms 2>&1 | sed -n 's/.*kernel [a-z0-9]* (auto, of \([^;]*\);.*/\1/p' | tr -d ',')"
+kernels="$("$work/crowdtrain" bench --rounds 1 --round 10ms 2>&1 | sed -n 's/.*kernel auto (of \([^;]*\);.*/\1/p' | tr -d ',')"
 say "CPU kernels here: ${kernels:-unknown}"
 variants="auto noblas"
 for k in avx512 avx2 openblas gonum; do
@@ -62,39 +69,65 @@ else
 fi
 
 say ""
-say "## native, one thread, batch 64: examples/s, median of $REPS"
-for model in mnist-mlp mnist-cnn; do
-	short="${model#mnist-}"
+say "## native, one thread: examples/s, median and best of $REPS"
+for model in $MODELS; do
+	case "$model" in
+	charlm)
+		# The transformer: auto only (its steps take a while), batch 32.
+		if ! "$work/crowdtrain" bench --model charlm --rounds 1 --round 10ms --batch 1 >/dev/null 2>&1; then
+			say "charlm: no such preset in this build; skipped"
+			continue
+		fi
+		mvariants="auto"
+		batch=32
+		peer=""
+		if [ -n "$torch" ]; then peer="$PY scripts/torch_charlm_step.py 1 --batch 32"; fi
+		;;
+	*)
+		mvariants="$variants"
+		batch=64
+		peer=""
+		if [ -n "$torch" ]; then peer="$torch ${model#mnist-} 1"; fi
+		;;
+	esac
 	for rep in $(seq "$REPS"); do
-		for v in $variants; do
+		for v in $mvariants; do
 			case "$v" in
-			auto) cmd=("$work/crowdtrain" bench --model "$model") ;;
+			auto) cmd=("$work/crowdtrain" bench --model "$model" --batch "$batch") ;;
 			# The downloadable binary on a host without OpenBLAS.
-			noblas) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain" bench --model "$model") ;;
+			noblas) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain" bench --model "$model" --batch "$batch") ;;
 			# No assembly of ours and no OpenBLAS: gonum's.
-			purego) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain-purego" bench --model "$model") ;;
-			*) cmd=("$work/crowdtrain" bench --model "$model" --kernel "$v") ;;
+			purego) cmd=(env CROWDTRAIN_OPENBLAS=off "$work/crowdtrain-purego" bench --model "$model" --batch "$batch") ;;
+			*) cmd=("$work/crowdtrain" bench --model "$model" --batch "$batch" --kernel "$v") ;;
 			esac
 			out="$("${cmd[@]}" 2>&1)"
 			echo "$out" | sed -n 's/^examples\/s: //p' >>"$work/$model.$v"
 			echo "$out" | sed -n 's/^kernel: //p' | tail -1 >"$work/$model.$v.kernel"
+			echo "$out" | grep 'kernel auto: ' | sed 's/^[0-9\/: ]*//' >>"$work/$model.$v.log"
 		done
-		if [ -n "$torch" ]; then
-			$torch "$short" 1 2>/dev/null | sed -n 's/^examples\/s: //p' >>"$work/$model.torch"
+		if [ -n "$peer" ]; then
+			$peer 2>/dev/null | sed -n 's/^examples\/s: //p' >>"$work/$model.torch"
 		fi
 	done
 	t="nan"
-	[ -s "$work/$model.torch" ] && t="$(median <"$work/$model.torch")"
-	for v in $variants torch; do
+	tb="nan"
+	[ -s "$work/$model.torch" ] && t="$(median <"$work/$model.torch")" && tb="$(best <"$work/$model.torch")"
+	for v in $mvariants torch; do
 		[ -s "$work/$model.$v" ] || continue
 		m="$(median <"$work/$model.$v")"
+		b="$(best <"$work/$model.$v")"
 		label="$v"
 		[ -s "$work/$model.$v.kernel" ] && label="$v (kernel $(cat "$work/$model.$v.kernel"))"
 		[ "$v" = torch ] && label="PyTorch + OpenBLAS"
 		runs="$(tr '\n' ' ' <"$work/$model.$v")"
 		ratio="$(awk -v a="$m" -v b="$t" 'BEGIN {if (b == "nan" || b == 0) print "-"; else printf "%.2fx", a/b}')"
-		say "$(printf '%-10s %-34s %9.0f  %6s vs PyTorch   runs: %s' "$model" "$label" "$m" "$ratio" "$runs")"
+		bratio="$(awk -v a="$b" -v b="$tb" 'BEGIN {if (b == "nan" || b == 0) print "-"; else printf "%.2fx", a/b}')"
+		say "$(printf '%-10s %-34s median %9.1f %6s  best %9.1f %6s vs PyTorch   runs: %s' "$model" "$label" "$m" "$ratio" "$b" "$bratio" "$runs")"
 	done
+	if [ -s "$work/$model.auto.log" ]; then
+		say "$model, what auto measured (first run):"
+		head -2 "$work/$model.auto.log" | tee -a "$report"
+	fi
 done
 
 if [ "${SKIP_BROWSER:-0}" = 1 ]; then

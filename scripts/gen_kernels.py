@@ -26,9 +26,10 @@ out += ['// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)',
         '\tRET', '']
 
 
-def kern(name, mr, nvec, reg, width):
-    """C[mr x nvec*lanes] += sum_p a[p*mr:+mr]^T b[p*nr:+nr]; accumulators in
-    registers 0..mr*nvec-1, B rows next, then broadcast registers."""
+def kern(name, mr, nvec, reg, width, store=False):
+    """C[mr x nvec*lanes] += sum_p a[p*mr:+mr]^T b[p*nr:+nr] (= with store);
+    accumulators in registers 0..mr*nvec-1, B rows next, then broadcast
+    registers."""
     nacc = mr * nvec
     breg = [f'{reg}{nacc + i}' for i in range(nvec)]
     # Rotating broadcast registers lets loads run ahead of the FMAs.
@@ -53,7 +54,8 @@ def kern(name, mr, nvec, reg, width):
           f'\tJNE {name}_loop', f'{name}_store:']
     for i in range(mr):
         for v in range(nvec):
-            L.append(f'\tVADDPS {v * width}(DX), {reg}{i * nvec + v}, {reg}{i * nvec + v}')
+            if not store:
+                L.append(f'\tVADDPS {v * width}(DX), {reg}{i * nvec + v}, {reg}{i * nvec + v}')
             L.append(f'\tVMOVUPS {reg}{i * nvec + v}, {v * width}(DX)')
         if i < mr - 1:
             L.append('\tADDQ R8, DX')
@@ -63,4 +65,7 @@ def kern(name, mr, nvec, reg, width):
 
 out += kern('avx2Kernel6x16', 6, 2, 'Y', 32)
 out += kern('avx512Kernel8x32', 8, 2, 'Z', 64)
+# The same, storing C instead of adding to it: the first pass over k when
+# beta is 0 (no separate clearing of C).
+out += kern('avx512Kernel8x32Set', 8, 2, 'Z', 64, store=True)
 open('nn/kernel_amd64.s', 'w').write('\n'.join(out))

@@ -43,16 +43,16 @@ func TimeRounds(step func() error, examplesPerStep, rounds int, round, warmup ti
 }
 
 // RandomBatch is the batch speed measurements time: n examples of inputs
-// in [0, 1) (token ids in the vocabulary for a model on tokens) and labels
-// among the model's classes (one per label position), the same on every
-// call.
+// in [0, 1) (token ids in [0, vocab) for a model that starts with an
+// embedding) and labels among the model's classes, one per label position,
+// the same on every call.
 func RandomBatch(m *nn.Model, n int) (x []float32, labels []int32) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	x = make([]float32, n*m.InputSize)
-	vocab := 0 // a model on token ids gets ids, not values
-	if p := m.Plan(); len(p) > 0 && p[0].Type == nn.TypeEmbedding {
-		vocab = p[0].Vocab
+	vocab := 0
+	if plan := m.Plan(); len(plan) > 0 && plan[0].Type == nn.TypeEmbedding {
+		vocab = plan[0].Vocab
 	}
+	x = make([]float32, n*m.InputSize)
 	for i := range x {
 		if vocab > 0 {
 			x[i] = float32(rng.IntN(vocab))

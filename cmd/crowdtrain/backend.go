@@ -21,14 +21,19 @@ const (
 // --kernel names (see nativeworker.UseKernel), also logged.
 func openBackend(kind string, device, threads int, kernel string, logf func(string, ...any)) (worker.Backend, func(), error) {
 	cpu := func() (worker.Backend, func(), error) {
-		b, err := nativeworker.New(threads)
-		if err != nil {
-			return nil, nil, usagef("%v", err)
+		if threads < 0 {
+			return nil, nil, usagef("threads must be >= 0 (0 = one per CPU), got %d", threads)
 		}
+		// The kernel first: under auto, the backend measures them.
 		msg, err := nativeworker.UseKernel(kernel)
 		if err != nil {
 			return nil, nil, err
 		}
+		b, err := nativeworker.New(threads)
+		if err != nil {
+			return nil, nil, usagef("%v", err)
+		}
+		b.SetLog(logf)
 		logf("backend cpu: %s", msg)
 		return b, func() {}, nil
 	}

@@ -50,7 +50,7 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d local steps per lease, backend %s\n", m.Model, m.NumParams, m.Batch, m.LocalSteps, g.Name())
 		rs, median = m.Rounds, m.Median
 	} else {
-		m, err := nativeworker.Measure(*model, *batch, *threads, *rounds, *round)
+		m, err := nativeworker.Measure(*model, *batch, *threads, *rounds, *round, logger.Printf)
 		if err != nil {
 			return err
 		}
