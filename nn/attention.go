@@ -113,27 +113,52 @@ func (l *attentionLayer) forward(c *runCtx, st any, params, in, out []float32, n
 	seedBias(qkv, params[l.bqOff:l.bqOff+l.bqLen], rows)
 	gemm(c.gemm, false, true, rows, D3, D, 1, in, D, params[l.wqOff:l.wqOff+l.wqLen], D, 1, qkv, D3)
 	ctx := s.ctx[:rows*D]
+	B := l.block()
 	for e := 0; e < n; e++ {
 		base := e * T * D3
 		for h := 0; h < H; h++ {
 			p := s.probs[(e*H+h)*T*T : (e*H+h+1)*T*T]
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
-			// scores = scale · q·kᵀ
-			gemm(c.gemm, false, true, T, T, Dh, l.scale, q, D3, k, D3, 0, p, T)
-			softmaxRows(p, T, l.causal)
-			// ctx_h = probs · v
-			gemm(c.gemm, false, false, T, Dh, T, 1, p, T, v, D3, 0, ctx[e*T*D+h*Dh:], D)
+			cx := ctx[e*T*D+h*Dh:]
+			// Rows r0..r1 see columns 0..c1: all of them, or with the
+			// causal mask only up to the block's last row.
+			for r0 := 0; r0 < T; r0 += B {
+				r1 := min(r0+B, T)
+				c1 := T
+				if l.causal {
+					c1 = r1
+				}
+				// scores = scale · q·kᵀ
+				gemm(c.gemm, false, true, r1-r0, c1, Dh, l.scale, q[r0*D3:], D3, k, D3, 0, p[r0*T:], T)
+				softmaxRows(p, r0, r1, T, l.causal)
+				// ctx_h = probs · v
+				gemm(c.gemm, false, false, r1-r0, Dh, c1, 1, p[r0*T:], T, v, D3, 0, cx[r0*D:], D)
+			}
 		}
 	}
 	seedBias(out[:rows*D], params[l.boOff:l.boOff+l.boLen], rows)
 	gemm(c.gemm, false, true, rows, D, D, 1, ctx, D, params[l.woOff:l.woOff+l.woLen], D, 1, out, D)
 }
 
-// softmaxRows replaces each row of the T×T scores p by its softmax; with
-// causal, row i covers columns 0..i and the rest are set to zero. Sums run
-// in float64.
-func softmaxRows(p []float32, T int, causal bool) {
-	for i := 0; i < T; i++ {
+// block is the number of rows of scores computed per GEMM. With the causal
+// mask, a block of rows needs only the columns up to its last row, so
+// blocks skip most of the masked half.
+func (l *attentionLayer) block() int {
+	if !l.causal {
+		return l.t
+	}
+	return min(l.t, attentionBlock)
+}
+
+// attentionBlock is the block of rows of causal attention (a variable so
+// tests can check uneven blocks).
+var attentionBlock = 32
+
+// softmaxRows replaces rows r0..r1 of the T×T scores p by their softmax;
+// with causal, row i covers columns 0..i and the rest are set to zero. Sums
+// run in float64.
+func softmaxRows(p []float32, r0, r1, T int, causal bool) {
+	for i := r0; i < r1; i++ {
 		row := p[i*T : (i+1)*T]
 		valid := row
 		if causal {
@@ -146,7 +171,7 @@ func softmaxRows(p []float32, T int, causal bool) {
 		}
 		var sum float64
 		for j, v := range valid {
-			ex := expf(v - mx)
+			ex := expf32(v - mx)
 			valid[j] = ex
 			sum += float64(ex)
 		}
@@ -169,6 +194,7 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 	sumRows(grad[l.boOff:l.boOff+l.boLen], dOut, rows)
 	gemm(c.gemm, false, false, rows, D, D, 1, dOut, D, params[l.woOff:l.woOff+l.woLen], D, 0, dctx, D)
 	dp := s.dp[:T*T]
+	B := l.block()
 	for e := 0; e < n; e++ {
 		base := e * T * D3
 		for h := 0; h < H; h++ {
@@ -176,13 +202,29 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 			q, k, v := qkv[base+h*Dh:], qkv[base+D+h*Dh:], qkv[base+2*D+h*Dh:]
 			dq, dk, dv := dqkv[base+h*Dh:], dqkv[base+D+h*Dh:], dqkv[base+2*D+h*Dh:]
 			dc := dctx[e*T*D+h*Dh:]
-			// dprobs = dctx_h·vᵀ; dv = probsᵀ·dctx_h
-			gemm(c.gemm, false, true, T, T, Dh, 1, dc, D, v, D3, 0, dp, T)
-			gemm(c.gemm, true, false, T, Dh, T, 1, p, T, dc, D, 0, dv, D3)
-			softmaxBackwardRows(p, dp, T, l.causal)
-			// dscores (in dp) scaled: dq = scale·dS·k, dk = scale·dSᵀ·q
-			gemm(c.gemm, false, false, T, Dh, T, l.scale, dp, T, k, D3, 0, dq, D3)
-			gemm(c.gemm, true, false, T, Dh, T, l.scale, dp, T, q, D3, 0, dk, D3)
+			// By blocks of rows: dprobs = dctx_h·vᵀ, turned into the
+			// scores' gradient dS in place; dq = scale·dS·k.
+			for r0 := 0; r0 < T; r0 += B {
+				r1 := min(r0+B, T)
+				c1 := T
+				if l.causal {
+					c1 = r1
+				}
+				gemm(c.gemm, false, true, r1-r0, c1, Dh, 1, dc[r0*D:], D, v, D3, 0, dp[r0*T:], T)
+				softmaxBackwardRows(p, dp, r0, r1, T, l.causal)
+				gemm(c.gemm, false, false, r1-r0, Dh, c1, l.scale, dp[r0*T:], T, k, D3, 0, dq[r0*D3:], D3)
+			}
+			// By blocks of columns c0..c1, which rows c0..T see (all
+			// rows without the mask): dv = probsᵀ·dctx_h, dk = scale·dSᵀ·q.
+			for c0 := 0; c0 < T; c0 += B {
+				c1 := min(c0+B, T)
+				r0 := 0
+				if l.causal {
+					r0 = c0
+				}
+				gemm(c.gemm, true, false, c1-c0, Dh, T-r0, 1, p[r0*T+c0:], T, dc[r0*D:], D, 0, dv[c0*D3:], D3)
+				gemm(c.gemm, true, false, c1-c0, Dh, T-r0, l.scale, dp[r0*T+c0:], T, q[r0*D3:], D3, 0, dk[c0*D3:], D3)
+			}
 		}
 	}
 	// Input projection: dW = dqkvᵀ·x, db = Σ dqkv, dx = dqkv·W.
@@ -193,11 +235,11 @@ func (l *attentionLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn,
 	}
 }
 
-// softmaxBackwardRows turns dp, the gradient of the probabilities p, into
-// the gradient of the scores: dS = p ⊙ (dp - Σ_j dp_j p_j) per row (zero
-// where the causal mask cut the row).
-func softmaxBackwardRows(p, dp []float32, T int, causal bool) {
-	for i := 0; i < T; i++ {
+// softmaxBackwardRows turns rows r0..r1 of dp, the gradient of the
+// probabilities p, into the gradient of the scores: dS = p ⊙ (dp - Σ_j
+// dp_j p_j) per row (zero where the causal mask cut the row).
+func softmaxBackwardRows(p, dp []float32, r0, r1, T int, causal bool) {
+	for i := r0; i < r1; i++ {
 		pr, dr := p[i*T:(i+1)*T], dp[i*T:(i+1)*T]
 		if causal {
 			clear(dr[i+1:])
@@ -219,6 +261,3 @@ func (l *attentionLayer) describe(p *LayerPlan) {
 	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
 	p.Heads, p.Causal = l.heads, l.causal
 }
-
-// expf is e^x in float32, computed in float64.
-func expf(x float32) float32 { return float32(math.Exp(float64(x))) }

@@ -88,3 +88,19 @@ func TestCharLMLearnsPeriodicText(t *testing.T) {
 		})
 	}
 }
+
+// TestCausalAttentionBlocks: causal attention computed in blocks of rows
+// (and of columns, backward) of any size, even or not, has the same
+// gradient as the reference.
+func TestCausalAttentionBlocks(t *testing.T) {
+	defer func(b int) { attentionBlock = b }(attentionBlock)
+	spec := ModelSpec{Input: []int{7}, Layers: []LayerSpec{
+		{Type: "embedding", Vocab: 9, Units: 4, Positions: 7},
+		{Type: "attention", Heads: 2, Causal: true},
+		{Type: "dense", Units: 5},
+	}}
+	for _, b := range []int{1, 2, 3, 7} {
+		attentionBlock = b
+		t.Run(itoa(b), func(t *testing.T) { gradCheck(t, spec, 3, 1<<30, 0, uint64(b)) })
+	}
+}

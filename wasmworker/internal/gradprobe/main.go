@@ -1,5 +1,6 @@
 // Command gradprobe computes one gradient of a preset model on a fixed
-// batch (the first 64 MNIST training images, parameters from seed 1) with
+// batch (the first 64 MNIST training images, or for a sequence model
+// windows of a fixed text; parameters from seed 1) with
 // the backend a worker of this build would use, and prints it as JSON. The
 // browser worker's test builds it natively and for GOOS=js GOARCH=wasm, runs
 // the wasm under Node, and compares the two: the browser must compute the
@@ -57,10 +58,6 @@ func main() {
 }
 
 func run(data, preset string, batch int, lease *protocol.Lease) error {
-	train, _, err := dataset.LoadMNIST(data)
-	if err != nil {
-		return err
-	}
 	spec, err := nn.Preset(preset)
 	if err != nil {
 		return err
@@ -76,8 +73,16 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 		n = lease.Count
 	}
 	x := make([]float32, n*model.InputSize)
-	labels := make([]int32, n)
-	train.Fill(x, labels, 0, n)
+	labels := make([]int32, n*model.LabelsPerExample)
+	if model.LabelsPerExample > 1 {
+		textWindows(x, labels, model.InputSize)
+	} else {
+		train, _, err := dataset.LoadMNIST(data)
+		if err != nil {
+			return err
+		}
+		train.Fill(x, labels, 0, n)
+	}
 	b := newBackend()
 	if lease != nil {
 		res, err := worker.ComputeLease(b, model, *lease, params, x, labels)
@@ -99,4 +104,24 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 	return json.NewEncoder(os.Stdout).Encode(Output{
 		Backend: b.Kind() + "/" + b.Name(), LossSum: loss, Correct: correct, Grad: protocol.EncodeFloats(grad),
 	})
+}
+
+// text is what sequence models read: bytes of a fixed text.
+const text = `It is a truth universally acknowledged, that a single man in possession
+of a good fortune, must be in want of a wife. However little known the feelings
+or views of such a man may be on his first entering a neighbourhood, this truth
+is so well fixed in the minds of the surrounding families, that he is considered
+the rightful property of some one or other of their daughters.
+`
+
+// textWindows fills x with consecutive windows of t bytes of text and labels
+// with the byte after each, as a text data set's examples are.
+func textWindows(x []float32, labels []int32, t int) {
+	for e := 0; e < len(x)/t; e++ {
+		for p := 0; p < t; p++ {
+			i := (e*t + p) % (len(text) - 1)
+			x[e*t+p] = float32(text[i])
+			labels[e*t+p] = int32(text[i+1])
+		}
+	}
 }
