@@ -431,7 +431,7 @@ func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 		}
 		return specErr("model", "the last layer has %d outputs but the data has %d %s: give the last layer %d units", model.NumClasses, train.Classes, what, train.Classes)
 	}
-	if lpe := labelsPerExample(model); lpe != train.LabelsPerExample() {
+	if lpe := model.LabelsPerExample; lpe != train.LabelsPerExample() {
 		if train.Kind == dataset.NextTokens {
 			return specErr("model", "predicts %d label(s) per example but text windows of %d need one per position: end the model in a per-position dense layer over the sequence (as the charlm preset does)",
 				lpe, train.LabelsPerExample())

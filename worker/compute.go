@@ -81,7 +81,7 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 			nn.ClipInPlace(c.update, float64(plan.Inner.ClipNorm))
 		}
 	} else {
-		lossSum, correct, err = c.localSteps(t.params, x, labels, lpe, plan)
+		lossSum, correct, err = c.localSteps(t.params, x, labels, plan)
 	}
 	if err != nil {
 		return nil, err
@@ -95,8 +95,9 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 }
 
 // localSteps runs the inner steps on the host, one Gradient call per
-// batch, and writes the update. labels holds lpe per example.
-func (c *computer) localSteps(base, x []float32, labels []int32, lpe int, plan InnerSteps) (lossSum float64, correct int, err error) {
+// batch, and writes the update. labels holds the model's labels per
+// example for each.
+func (c *computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
 	if c.grad == nil {
 		c.grad = make([]float32, c.model.NumParams)
 		c.local = make([]float32, c.model.NumParams)

@@ -105,7 +105,7 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
 	}
 	lpe := shard.LabelsPerExample()
-	if want := labelsPerExample(f.s.model); lpe != want {
+	if want := f.s.model.LabelsPerExample; lpe != want {
 		return fmt.Errorf("shard examples have %d labels each (%s), the model predicts %d", lpe, shard.Kind, want)
 	}
 	if l.Start < 0 || l.Count < 1 || l.Start+l.Count > shard.N {
