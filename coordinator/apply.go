@@ -86,7 +86,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	case res.Examples != l.Task.Count:
 		invalid = fmt.Sprintf("result covers %d examples, the lease has %d", res.Examples, l.Task.Count)
 	case res.Correct > res.Examples*j.model.LabelsPerExample:
-		invalid = fmt.Sprintf("result claims %d correct predictions of %d examples of %d labels each", res.Correct, res.Examples, j.model.LabelsPerExample)
+		invalid = fmt.Sprintf("result says %d label positions were right, of %d examples of %d each", res.Correct, res.Examples, j.model.LabelsPerExample)
 	}
 	if invalid != "" {
 		j.requeue(l)

@@ -41,6 +41,15 @@ var presets = map[string]func() (Spec, given){
 		s.TargetAccuracy = 0.98
 		return s, given{"outer_optimizer": true}
 	},
+	// charlm is the character-level transformer on the King James text
+	// (serve --data FILE puts other text in its place).
+	"charlm": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "charlm", "charlm", dataset.Builtin(dataset.BibleKJV)
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}
+		s.BatchSize = 32
+		return s, given{"outer_optimizer": true}
+	},
 	"fashion-cnn": func() (Spec, given) {
 		s := base()
 		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.Builtin(dataset.FashionMNIST)

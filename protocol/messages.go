@@ -8,6 +8,12 @@ import (
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
+// maxLabelsPerExample bounds a result's correct per example: a sequence
+// model scores each of its example's positions (at most the largest
+// example a shard holds). The coordinator checks the exact bound, its
+// model's labels per example.
+const maxLabelsPerExample = 1 << 20
+
 // Version is the protocol version. A peer speaking another version is
 // refused with a message that says which one to upgrade.
 const Version = 2
@@ -194,7 +200,7 @@ type Result struct {
 	Update      Floats  `msgpack:"update"`
 	Examples    int     `msgpack:"examples"`
 	LossSum     float64 `msgpack:"loss_sum"`
-	Correct     int     `msgpack:"correct"` // label positions predicted right
+	Correct     int     `msgpack:"correct"`
 	ComputeMs   float64 `msgpack:"compute_ms"`
 }
 
@@ -442,10 +448,11 @@ func (m *Result) Validate() error {
 		return invalid(TypeResult, "examples", "must be positive, got %d", m.Examples)
 	case !finite(m.LossSum) || m.LossSum < 0:
 		return invalid(TypeResult, "loss_sum", "must be a finite number >= 0, got %v", m.LossSum)
-	case m.Correct < 0:
-		// It counts label positions, up to examples times the model's
-		// labels per example: the coordinator checks that bound.
-		return invalid(TypeResult, "correct", "must not be negative, got %d", m.Correct)
+	case m.Correct < 0 || int64(m.Correct) > int64(m.Examples)*maxLabelsPerExample:
+		// A sequence model scores every position of an example; the
+		// coordinator checks correct against its model's labels per
+		// example.
+		return invalid(TypeResult, "correct", "%d is more than examples (%d) times %d labels each", m.Correct, m.Examples, maxLabelsPerExample)
 	case !finite(m.ComputeMs) || m.ComputeMs < 0:
 		return invalid(TypeResult, "compute_ms", "must be a finite number >= 0, got %v", m.ComputeMs)
 	}
