@@ -101,21 +101,21 @@ func TestCharLMGridMatchesPyTorch(t *testing.T) {
 	opt := nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}
 	initFile := exportSpec(t, dir, jobspec.Spec{Name: "charlm", Model: ms, BatchSize: batch, OuterOptimizer: opt}, params)
 
-	// PyTorch first: its time is measured alone on the machine.
-	torchStart := time.Now()
-	out, err := exec.Command(py, torchReference, "train", "--model", initFile, "--data", corpus,
-		"--tokens", strconv.FormatInt(tokens, 10), "--batch", strconv.Itoa(batch), "--threads", "1",
-		"--seed", "1").CombinedOutput()
-	if err != nil {
-		t.Fatalf("torch_reference.py train: %v\n%s", err, out)
+	// PyTorch trains while the grid does, so the test takes the longer of
+	// the two, not their sum (on 2 cores both run slower for it).
+	type torchRun struct {
+		out  []byte
+		err  error
+		wall time.Duration
 	}
-	torchWall := time.Since(torchStart)
-	mm := valLossLine.FindSubmatch(out)
-	if mm == nil {
-		t.Fatalf("torch_reference.py train printed no val_loss line:\n%s", out)
-	}
-	torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
-	t.Logf("PyTorch: %s", strings.TrimSpace(string(out)))
+	torchDone := make(chan torchRun, 1)
+	go func() {
+		start := time.Now()
+		out, err := exec.Command(py, torchReference, "train", "--model", initFile, "--data", corpus,
+			"--tokens", strconv.FormatInt(tokens, 10), "--batch", strconv.Itoa(batch), "--threads", "1",
+			"--seed", "1").CombinedOutput()
+		torchDone <- torchRun{out, err, time.Since(start)}
+	}()
 
 	// The grid. The spec is the built-in charlm job (its model, optimizer
 	// and seed) on the corpus file, in the mode above, for one epoch.
@@ -178,8 +178,9 @@ seed: %d
 			}
 		}
 	}()
-	// A generous bound: 800 tokens/s, a third of what the grid does here.
-	limit := max(5*time.Minute, time.Duration(tokens/800)*time.Second)
+	// A generous bound: 300 tokens/s, a fraction of what the grid does on
+	// 2 cores even when other work shares them.
+	limit := max(10*time.Minute, time.Duration(tokens/300)*time.Second)
 	v := waitJob(t, addr, limit, "charlm to finish its epoch", func(v coordinator.JobView) bool {
 		return v.State != coordinator.StateRunning
 	})
@@ -191,6 +192,17 @@ seed: %d
 		t.Fatalf("charlm ended %s (%s) with eval %+v; log:\n%s", v.State, v.Reason, v.Eval, srv.logText())
 	}
 	gridLoss := v.Eval.Loss
+	tr := <-torchDone
+	if tr.err != nil {
+		t.Fatalf("torch_reference.py train: %v\n%s", tr.err, tr.out)
+	}
+	torchWall := tr.wall
+	mm := valLossLine.FindSubmatch(tr.out)
+	if mm == nil {
+		t.Fatalf("torch_reference.py train printed no val_loss line:\n%s", tr.out)
+	}
+	torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
+	t.Logf("PyTorch: %s", strings.TrimSpace(string(tr.out)))
 	for _, l := range strings.Split(srv.logText(), "\n") {
 		if strings.Contains(l, "epoch") || strings.Contains(l, "done") {
 			t.Logf("serve: %s", l)
