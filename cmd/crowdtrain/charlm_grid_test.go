@@ -275,13 +275,24 @@ seed: %d
 		t.Fatalf("browser: %v", err)
 	}
 	do(admin, 10*time.Second, "sign in", chromedp.Click("#signin"), chromedp.WaitVisible("#job-sample"))
-	shown, err := chromedp.Run(admin, chromedp.TextContent("#job-sample"))
-	if err != nil {
-		t.Fatalf("browser: reading the admin page's sample: %v", err)
+	// The final evaluation's sample is generated after its loss is
+	// recorded, off the job's loop; the page shows it once it refreshes.
+	v = waitJob(t, addr, 2*time.Minute, "the final evaluation's sample", func(v coordinator.JobView) bool {
+		return v.Eval != nil && v.Eval.Sample != ""
+	})
+	var shown string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		var err error
+		if shown, err = chromedp.Run(admin, chromedp.TextContent("#job-sample")); err != nil {
+			t.Fatalf("browser: reading the admin page's sample: %v", err)
+		}
+		if shown == v.Eval.Sample || time.Now().After(deadline) {
+			break
+		}
 	}
 	t.Logf("admin page sample (version %d): %q", v.Eval.Version, shown)
 	if shown != v.Eval.Sample {
-		t.Errorf("the admin page shows %q, the job's evaluation has %q", shown, v.Eval.Sample)
+		t.Errorf("the admin page shows %q, the job's final evaluation has %q", shown, v.Eval.Sample)
 	}
 	checkKJVWords(t, "the admin page's sample", shown, 3)
 }
