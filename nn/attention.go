@@ -171,7 +171,7 @@ func softmaxRows(p []float32, r0, r1, T int, causal bool) {
 		}
 		var sum float64
 		for j, v := range valid {
-			ex := expf32(v - mx)
+			ex := expf(v - mx)
 			valid[j] = ex
 			sum += float64(ex)
 		}
@@ -261,3 +261,6 @@ func (l *attentionLayer) describe(p *LayerPlan) {
 	p.OutWeightOffset, p.OutWeightSize, p.OutBiasOffset, p.OutBiasSize = l.woOff, l.woLen, l.boOff, l.boLen
 	p.Heads, p.Causal = l.heads, l.causal
 }
+
+// expf is e^x in float32, computed in float64.
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }

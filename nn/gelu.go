@@ -1,8 +1,12 @@
 package nn
 
+import "math"
+
 // geluLayer is the exact GELU, x·Φ(x) = 0.5·x·(1 + erf(x/√2)), elementwise
-// (PyTorch's nn.GELU() default), with Φ from normCDF (float32 accuracy).
+// (PyTorch's nn.GELU() default).
 type geluLayer struct{ layerBase }
+
+const invSqrt2 = 1 / math.Sqrt2
 
 func init() {
 	registerLayer(TypeGELU, nil, func(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
@@ -15,21 +19,13 @@ func init() {
 	})
 }
 
-// geluState keeps Φ and φ of the forward pass's inputs for backward.
-type geluState struct{ cdf, pdf []float32 }
-
-func (l *geluLayer) newState(b *wsBuilder, maxBatch int) any {
-	return &geluState{cdf: make([]float32, maxBatch*l.outSize), pdf: make([]float32, maxBatch*l.outSize)}
-}
+func (l *geluLayer) newState(*wsBuilder, int) any { return nil }
 
 func (l *geluLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {
-	s := st.(*geluState)
 	out = out[:len(in)]
-	cdfs, pdfs := s.cdf[:len(in)], s.pdf[:len(in)]
-	for i, x := range in {
-		cdf, pdf := normCDF(x)
-		out[i] = x * cdf
-		cdfs[i], pdfs[i] = cdf, pdf
+	for i, v := range in {
+		x := float64(v)
+		out[i] = float32(0.5 * x * (1 + math.Erf(x*invSqrt2)))
 	}
 }
 
@@ -38,12 +34,12 @@ func (l *geluLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn, grad
 	if dIn == nil {
 		return
 	}
-	s := st.(*geluState)
+	const invSqrt2Pi = 0.3989422804014327
 	dIn = dIn[:len(in)]
-	dOut = dOut[:len(in)]
-	cdfs, pdfs := s.cdf[:len(in)], s.pdf[:len(in)]
-	for i, x := range in {
-		dIn[i] = dOut[i] * (cdfs[i] + float32(x*pdfs[i]))
+	for i, v := range in {
+		x := float64(v)
+		d := 0.5*(1+math.Erf(x*invSqrt2)) + float64(x*invSqrt2Pi)*math.Exp(-0.5*float64(x*x))
+		dIn[i] = float32(float64(dOut[i]) * d)
 	}
 }
 

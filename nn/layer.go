@@ -98,8 +98,6 @@ func (s shape) size() int {
 	return s.c * s.h * s.w
 }
 
-func (s shape) flat() bool { return s.kind == shapeFlat }
-
 // dims returns the shape as a list: [c,h,w], [n], [t] or [t,d].
 func (s shape) dims() []int {
 	switch s.kind {

@@ -67,17 +67,16 @@ func (l *layerNormLayer) forward(c *runCtx, st any, params, in, out []float32, n
 	invD := 1 / float64(D)
 	for r := 0; r < n*l.rows; r++ {
 		x := in[r*D : (r+1)*D]
-		var sum float64
+		// One pass for both sums; in float64 the cancellation in
+		// E[x²] - mean² costs nothing that matters for float32 inputs.
+		var sum, sq float64
 		for _, v := range x {
-			sum += float64(v)
+			v64 := float64(v)
+			sum += v64
+			sq += float64(v64 * v64)
 		}
 		mean := sum * invD
-		var ss float64
-		for _, v := range x {
-			dv := float64(v) - mean
-			ss += float64(dv * dv)
-		}
-		rstd := 1 / math.Sqrt(ss*invD+l.eps)
+		rstd := 1 / math.Sqrt(max(sq*invD-float64(mean*mean), 0)+l.eps)
 		s.rstd[r] = float32(rstd)
 		xh := s.xhat[r*D : (r+1)*D]
 		y := out[r*D : (r+1)*D]

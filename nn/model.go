@@ -138,6 +138,3 @@ func (m *Model) Init(params []float32, seed int64) {
 	r := rand.New(rand.NewPCG(uint64(seed), initStream))
 	initTensors(m.inits, params, r)
 }
-
-// Layers returns the model's top-level resolved layers, in order.
-func (m *Model) Layers() []Layer { return append([]Layer(nil), m.top.layers...) }

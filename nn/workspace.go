@@ -69,8 +69,8 @@ func (m *Model) examples(fn string, labels []int32) int {
 	return len(labels) / m.LabelsPerExample
 }
 
-func badLabel(e int, lab int32, classes int) string {
-	return fmt.Sprintf("nn: label %d of example %d is outside [0, %d); check the data with Model.CheckLabels", lab, e, classes)
+func badLabel(i int, lab int32, classes int) string {
+	return fmt.Sprintf("nn: label %d at index %d is outside [0, %d); check the data with Model.CheckLabels", lab, i, classes)
 }
 
 // CheckLabels returns an error for the first label outside [0, NumClasses).
@@ -79,7 +79,7 @@ func badLabel(e int, lab int32, classes int) string {
 func (m *Model) CheckLabels(labels []int32) error {
 	for i, lab := range labels {
 		if lab < 0 || int(lab) >= m.NumClasses {
-			return fmt.Errorf("label %d of example %d is outside [0, %d): the data has more classes than the model's last layer outputs", lab, i, m.NumClasses)
+			return fmt.Errorf("label %d of example %d is outside [0, %d): the data has more classes than the model's last layer outputs", lab, i/m.LabelsPerExample, m.NumClasses)
 		}
 	}
 	return nil
