@@ -69,6 +69,7 @@ func TestAdminRoutesNeedTheToken(t *testing.T) {
 		{http.MethodGet, "/api/v1/jobs/" + id + "/checkpoints"},
 		{http.MethodGet, "/api/v1/jobs/" + id + "/checkpoints/0/safetensors"},
 		{http.MethodGet, "/api/v1/jobs/" + id + "/export"},
+		{http.MethodPost, "/api/v1/jobs/" + id + "/sample"},
 		{http.MethodGet, "/api/v1/workers"},
 		{http.MethodDelete, "/api/v1/workers/" + rc.welcome.WorkerID},
 		{http.MethodGet, "/api/v1/events"},

@@ -1,11 +1,14 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
@@ -117,5 +120,31 @@ func TestEvalResultJSON(t *testing.T) {
 				t.Errorf("%s has %s", b, w)
 			}
 		}
+	}
+}
+
+// One sample at a time per job: a request waits for the one being
+// generated, up to its bound, then gives up (a 429).
+func TestOneSampleAtATime(t *testing.T) {
+	var mu sync.Mutex
+	mu.Lock()
+	start := time.Now()
+	if lockWithin(context.Background(), &mu, 50*time.Millisecond) {
+		t.Fatal("took a held lock")
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("gave up after %v, want about 50ms", d)
+	}
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		mu.Unlock()
+	}()
+	if !lockWithin(context.Background(), &mu, 5*time.Second) {
+		t.Fatal("did not take the lock once it was free")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if lockWithin(ctx, &mu, 5*time.Second) {
+		t.Fatal("took a held lock for a request that has gone")
 	}
 }

@@ -260,3 +260,39 @@ func TestServeBadDataExits2AndChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A stored job whose data file has gone since: the next start exits 2
+// naming the key and file, and does not touch the job.
+func TestResumeWithMissingDataExits2(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a coordinator")
+	}
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	x, y := blobs(rand.New(rand.NewPCG(1, 1)), [][]float32{{1, 0}, {0, 1}}, 200, 0.1)
+	writeNPY(t, p("x.npy"), "<f4", []int{200, 2}, x)
+	writeNPY(t, p("y.npy"), "<i8", []int{200}, y)
+	spec := p("job.yaml")
+	writeTestFile(t, spec, []byte("name: gone\ndataset: {type: npy, train_x: x.npy, train_y: y.npy, test_x: x.npy, test_y: y.npy}\n"+
+		"model: [{type: dense, units: 2}]\nshard_size: 100\ntarget_accuracy: 1\neval_every: 1000000\n"))
+	db := p("ct.db")
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := runCmd(t, ctx, "serve", "--addr", addr, "--db", db, "--job", spec)
+		done <- code
+	}()
+	waitJob(t, addr, 30*time.Second, "the job to start", func(v coordinator.JobView) bool { return v.State == coordinator.StateRunning })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("first run exited %d", code)
+	}
+	if err := os.Remove(p("x.npy")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", addr, "--db", db, "--job", "mnist-mlp")
+	if code != 2 || !strings.Contains(stderr, "dataset.train_x") || !strings.Contains(stderr, "x.npy does not exist") {
+		t.Fatalf("exit %d, want 2 naming dataset.train_x and the file; stderr:\n%s", code, stderr)
+	}
+}

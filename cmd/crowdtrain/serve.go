@@ -180,7 +180,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// only when there are none, so restarting never duplicates a job.
 	resumed, err := srv.ResumeJobs(ctx)
 	if err != nil {
-		if dataset.IsNotFound(err) {
+		var ke *dataset.KeyError
+		if dataset.IsNotFound(err) || errors.As(err, &ke) {
+			// A stored job's data that is gone or broken: bad input.
 			return &usageError{fmt.Sprintf("resuming from %s: %v", *dbPath, err)}
 		}
 		return fmt.Errorf("resuming from %s: %w", *dbPath, err)
