@@ -126,9 +126,28 @@ var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
 func TestExportScoresTheSameInPyTorch(t *testing.T) {
 	py := torchPython(t)
 	dir := t.TempDir()
-	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm-tiny", "charlm"} {
+	// The layer forms the presets lack: a tied output layer, dropout
+	// (identity when scoring), layernorm's eps, a strided and padded conv
+	// and an overlapping pool before a dense layer that flattens.
+	tied := nn.ModelSpec{Input: []int{16}, Layers: []nn.LayerSpec{
+		{Type: nn.TypeEmbedding, Vocab: 64, Units: 24, Positions: 16},
+		{Type: nn.TypeDropout, Rate: 0.1},
+		{Type: nn.TypeResidual, Layers: []nn.LayerSpec{{Type: nn.TypeLayerNorm, Eps: 1e-3}, {Type: nn.TypeAttention, Heads: 3, Causal: true}}},
+		{Type: nn.TypeResidual, Layers: []nn.LayerSpec{{Type: nn.TypeLayerNorm}, {Type: nn.TypeDense, Units: 40}, {Type: nn.TypeGELU}, {Type: nn.TypeDropout, Rate: 0.2}, {Type: nn.TypeDense, Units: 24}}},
+		{Type: nn.TypeLayerNorm},
+		{Type: nn.TypeDense, Tied: true},
+	}}
+	strided := nn.ModelSpec{Input: []int{3, 9, 9}, Layers: []nn.LayerSpec{
+		{Type: nn.TypeConv2D, Filters: 4, Kernel: 3, Stride: 2, Padding: 1}, {Type: nn.TypeReLU},
+		{Type: nn.TypeMaxPool2D, Kernel: 2, Stride: 1}, {Type: nn.TypeDense, Units: 5}}}
+	specs := map[string]nn.ModelSpec{"tied-dropout": tied, "strided-conv": strided}
+	for _, name := range []string{"mnist-mlp", "mnist-cnn", "charlm-tiny", "charlm", "tied-dropout", "strided-conv"} {
 		t.Run(name, func(t *testing.T) {
-			ms, err := nn.Preset(name)
+			ms, ok := specs[name]
+			var err error
+			if !ok {
+				ms, err = nn.Preset(name)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
