@@ -506,3 +506,13 @@ func logTabConsole(t *testing.T, ctx context.Context) (done chan struct{}) {
 	}()
 	return done
 }
+
+// serve --web-dist names a folder that must hold the browser worker: one
+// without it is a usage error (exit 2) naming the folder and the fix.
+func TestServeWebDistWithoutWorkerExits2(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", "127.0.0.1:0", "--db", "", "--web-dist", dir)
+	if code != 2 || !strings.Contains(stderr, dir) || !strings.Contains(stderr, web.WasmFile) || !strings.Contains(stderr, "make wasm") {
+		t.Fatalf("exit %d, want 2 naming %s, %s and make wasm; stderr:\n%s", code, dir, web.WasmFile, stderr)
+	}
+}
