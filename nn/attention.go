@@ -68,7 +68,9 @@ func resolveAttention(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 
 // attentionState keeps, for the batch: q|k|v per position [n*t, 3d], the
 // attention probabilities per example and head [n, heads, t, t], the heads'
-// outputs [n*t, d], and the gradients of q|k|v and of the heads' outputs.
+// outputs [n*t, d]; and, shared by every attention layer of the model (they
+// live only during one layer's backward pass), the gradients of q|k|v and
+// of the heads' outputs.
 type attentionState struct {
 	qkv, probs, ctx []float32
 	dqkv, dctx      []float32
@@ -77,14 +79,15 @@ type attentionState struct {
 
 func (l *attentionLayer) newState(b *wsBuilder, maxBatch int) any {
 	rows := maxBatch * l.t
-	return &attentionState{
+	s := &attentionState{
 		qkv:   make([]float32, rows*3*l.d),
 		probs: make([]float32, maxBatch*l.heads*l.t*l.t),
 		ctx:   make([]float32, rows*l.d),
-		dqkv:  make([]float32, rows*3*l.d),
-		dctx:  make([]float32, rows*l.d),
-		dp:    make([]float32, l.t*l.t),
 	}
+	b.shared("attention dqkv", &s.dqkv, rows*3*l.d)
+	b.shared("attention dctx", &s.dctx, rows*l.d)
+	b.shared("attention dp", &s.dp, l.t*l.t)
+	return s
 }
 
 // seedBias writes b into each of the rows rows of out (row length len(b)).

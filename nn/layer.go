@@ -212,6 +212,10 @@ type resolver struct {
 func (r *resolver) tensor(l *layerBase, name string, shp []int, kind initKind, a float64) (off, size int, err error) {
 	n := int64(1)
 	for _, d := range shp {
+		if d > maxParams {
+			n = maxParams + 1
+			break
+		}
 		n *= int64(d)
 		if n > maxParams {
 			break
@@ -322,12 +326,17 @@ func (s *stack) newState(b *wsBuilder, maxBatch int, dTop []float32) *stackState
 	}
 	st.dacts[L] = dTop
 	// Walk backwards so an aliasing layer can share the buffer above it.
+	// A residual body's gradients live only during its block's backward
+	// pass, so bodies at the same depth share theirs.
+	body := dTop == nil
 	for j := L - 1; j >= 0; j-- {
 		lb := s.layers[j].base()
 		switch {
 		case !(b.allDIn || lb.needDIn):
 		case lb.alias && j > 0 && st.dacts[j+1] != nil:
 			st.dacts[j] = st.dacts[j+1]
+		case body:
+			b.shared(fmt.Sprintf("body %d dacts %d", b.depth, j), &st.dacts[j], maxBatch*lb.inSize)
 		default:
 			st.dacts[j] = make([]float32, maxBatch*lb.inSize)
 		}
@@ -403,9 +412,51 @@ func (s *stack) walk(f func(Layer)) {
 type wsBuilder struct {
 	allDIn  bool
 	scratch int // floats of ws.scratch
+	// shared buffers by key: every layer that asks for a key gets the same
+	// buffer, as large as the largest request (see shared).
+	sharedBufs map[string]*sharedBuf
+	depth      int // nesting of the stack being built (residual bodies)
+}
+
+type sharedBuf struct {
+	n    int
+	reqs []sharedReq
+}
+
+type sharedReq struct {
+	dst *[]float32
+	n   int
 }
 
 func (b *wsBuilder) needScratch(n int) { b.scratch = max(b.scratch, n) }
+
+// shared sets *dst, once the Workspace is built, to a buffer of at least n
+// floats that every request with the same key shares. Layers use it for
+// buffers that live only during their own backward pass (gradients of
+// their internals, a residual body's activation gradients), so that one
+// buffer serves all layers of a kind instead of one each.
+func (b *wsBuilder) shared(key string, dst *[]float32, n int) {
+	if b.sharedBufs == nil {
+		b.sharedBufs = map[string]*sharedBuf{}
+	}
+	sb := b.sharedBufs[key]
+	if sb == nil {
+		sb = &sharedBuf{}
+		b.sharedBufs[key] = sb
+	}
+	sb.n = max(sb.n, n)
+	sb.reqs = append(sb.reqs, sharedReq{dst, n})
+}
+
+// allocShared allocates the shared buffers and hands them out.
+func (b *wsBuilder) allocShared() {
+	for _, sb := range b.sharedBufs {
+		buf := make([]float32, sb.n)
+		for _, r := range sb.reqs {
+			*r.dst = buf[:r.n]
+		}
+	}
+}
 
 // runCtx is what layers see of the Workspace during a call.
 type runCtx struct {

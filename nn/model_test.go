@@ -218,6 +218,24 @@ func TestNewModelErrors(t *testing.T) {
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 1}}}, "layer 0 (dense): the model's output has 1 class score(s) but a classifier needs at least 2"},
 		{ModelSpec{Input: []int{10, 1, 1}, Layers: []LayerSpec{{Type: "flatten"}}}, "layers: no layer has parameters"},
 		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Units: 1 << 21}, d10}}, "layer 0 (dense): 2097152 units on an input of 784 values is too large"},
+		// Sequence models.
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 1 << 62, Units: 1 << 20}, d10}}, "layer 0 (embedding): too many parameters"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 4, Positions: 6}, d10}}, "layer 0 (embedding): positions 6 is shorter than the input's 8 tokens"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Units: 4}, d10}}, "layer 0 (embedding): vocab must be >= 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 4}, d10}}, "layer 0 (embedding): needs token ids (a model input [t]) but gets an image [1,28,28]"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "attention", Heads: 4}, d10}}, "layer 1 (attention): heads 4 does not divide the width 6"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "attention"}, d10}}, "layer 1 (attention): heads must be >= 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "attention", Heads: 1}, d10}}, "layer 0 (attention): needs a sequence [t,d] but gets an image [1,28,28]"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "layernorm"}, d10}}, "layer 0 (layernorm): needs a sequence [t,d] or a flat vector but gets an image"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dropout", Rate: 1}, d10}}, "layer 0 (dropout): rate must be in [0, 1), got 1"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "gelu", Rate: 0.5}, d10}}, "layer 0 (gelu): rate is not used by gelu layers"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual"}, d10}}, "layer 0 (residual): layers: empty"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual", Layers: []LayerSpec{{Type: "dense", Units: 3}}}, d10}}, "layer 0 (residual): the body turns [1,28,28] into [3], but a residual block's body must keep the shape"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "residual", Layers: []LayerSpec{{Type: "relu"}, {Type: "conv2d", Filters: 1}}}, d10}}, "layer 0 (residual): layer 1 (conv2d): kernel must be >= 1"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "dense", Tied: true, Units: 7}}}, "layer 1 (dense): tied: units is the embedding's vocab (10), got 7"},
+		{ModelSpec{Input: in, Layers: []LayerSpec{{Type: "dense", Tied: true}}}, "layer 0 (dense): tied: true needs a sequence input"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "dense", Units: 1}}}, "the model's output has 1 class score(s)"},
+		{ModelSpec{Input: []int{8}, Layers: []LayerSpec{{Type: "embedding", Vocab: 10, Units: 6}, {Type: "layernorm", Eps: 2}}}, "layer 1 (layernorm): eps must be a small positive number"},
 	}
 	for _, c := range cases {
 		_, err := NewModel(c.spec)

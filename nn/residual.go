@@ -34,6 +34,8 @@ func resolveResidual(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 }
 
 func (l *residualLayer) newState(b *wsBuilder, maxBatch int) any {
+	b.depth++
+	defer func() { b.depth-- }()
 	return l.body.newState(b, maxBatch, nil)
 }
 

@@ -29,6 +29,7 @@ func (m *Model) newWorkspace(maxBatch int, allDIn bool) *Workspace {
 	ws.dLogits = make([]float32, maxBatch*m.LabelsPerExample*m.NumClasses)
 	b := &wsBuilder{allDIn: allDIn}
 	ws.st = m.top.newState(b, maxBatch, ws.dLogits)
+	b.allocShared()
 	ws.ctx.gemm = newGemmScratch()
 	ws.ctx.scratch = make([]float32, b.scratch)
 	return ws
