@@ -56,6 +56,8 @@ const charlmTestTokens = 524288
 // version every result of the round computed from. The third task of a
 // round (the backup) is rejected as late and its windows trained later in
 // the epoch, so the epoch is every window once, as PyTorch's permutation.
+// Shards of 1024 windows (not the default 1000) cut into whole tasks of 16,
+// so no round averages a shard's short last task with a full one.
 // Asynchronous modes would apply stale gradients and diloco local AdamW
 // steps: a different optimizer from the baseline.
 func TestCharLMGridMatchesPyTorch(t *testing.T) {
@@ -129,6 +131,7 @@ mode: sync
 round_size: 2
 backup_workers: 1
 batch_size: 16
+shard_size: 1024
 max_epochs: 1
 seed: %d
 `, seed)), 0o644)
