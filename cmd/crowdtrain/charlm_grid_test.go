@@ -112,9 +112,11 @@ func TestCharLMGridMatchesPyTorch(t *testing.T) {
 		wall time.Duration
 	}
 	torchDone := make(chan torchRun, 1)
+	torchCtx, stopTorch := context.WithCancel(context.Background())
+	t.Cleanup(stopTorch) // a test that fails first leaves no PyTorch behind
 	go func() {
 		start := time.Now()
-		out, err := exec.Command(py, torchReference, "train", "--model", initFile, "--data", corpus,
+		out, err := exec.CommandContext(torchCtx, py, torchReference, "train", "--model", initFile, "--data", corpus,
 			"--tokens", strconv.FormatInt(tokens, 10), "--batch", strconv.Itoa(batch), "--threads", "1",
 			"--seed", "1").CombinedOutput()
 		torchDone <- torchRun{out, err, time.Since(start)}
