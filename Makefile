@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare bench-torch lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -71,6 +71,15 @@ BASELINES ?= $(CURDIR)/../shared/baselines
 # Each mode to 97% on mnist-mlp with two local workers (docs/BENCHMARKS.md).
 bench-modes: data
 	$(GO) test -run '^$$' -bench ModesTo97 -benchtime 1x -count 3 -timeout 60m ./coordinator/
+
+# charlm on the grid (two `crowdtrain work` processes and a headless
+# Chromium tab, sync rounds of 2 x 16) against PyTorch single-process over
+# CHARLM_TOKENS of the King James text, from the same initial weights
+# (docs/BENCHMARKS.md). Needs Chromium, python3-torch, bible-kjv(-text).
+CHARLM_TOKENS ?= 2000000
+bench-charlm: data
+	CROWDTRAIN_CHARLM_TOKENS=$(CHARLM_TOKENS) CROWDTRAIN_REQUIRE_BROWSER=1 \
+		$(GO) test -count=1 -run '^TestCharLMGridMatchesPyTorch$$' -v -timeout 240m ./cmd/crowdtrain/
 
 bench-compare: data
 	BASELINES="$(BASELINES)" scripts/bench-compare.sh

@@ -53,6 +53,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
 	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
 	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
+	webDist := fs.String("web-dist", "", "`DIR` holding the browser worker ("+web.WasmFile+" and "+web.WasmExecFile+") to serve instead of the build embedded in this binary (`make wasm` writes it to web/dist)")
 	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -137,7 +138,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	pages, err := web.NewHandler(web.Options{Logf: logger.Printf})
+	webOpts := web.Options{Logf: logger.Printf}
+	if *webDist != "" {
+		for _, f := range []string{web.WasmFile, web.WasmExecFile} {
+			if _, err := os.Stat(filepath.Join(*webDist, f)); err != nil {
+				return usagef("--web-dist %s: %v (build the browser worker there with `make wasm`, or leave --web-dist out)", *webDist, err)
+			}
+		}
+		webOpts.Dist = os.DirFS(*webDist)
+	}
+	pages, err := web.NewHandler(webOpts)
 	if err != nil {
 		return err
 	}
