@@ -308,7 +308,10 @@ seed: %d
 	if shown != v.Eval.Sample {
 		t.Errorf("the admin page shows %q, the job's final evaluation has %q", shown, v.Eval.Sample)
 	}
-	checkSampleWords(t, "the admin page's sample", shown, common, wantWords/2, min(wantNamed, 2))
+	// The page's sample is short (160 bytes) and hot (temperature 0.8), so
+	// it holds few words: half the common words and one of kjvWords. The
+	// 1,000-byte sample above carries the real-words check.
+	checkSampleWords(t, "the admin page's sample", shown, common, wantWords/2, 1)
 }
 
 // kjvWords are words the prompt names for the King James text's samples.
