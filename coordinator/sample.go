@@ -194,11 +194,8 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer j.sampling.Unlock()
-	var params []float32
-	var version int64
-	if err := j.exec(r.Context(), func(st *jobState) {
-		params, version = append([]float32(nil), st.model.Params...), st.model.Version
-	}); err != nil {
+	params, version, err := j.currentParams(r.Context())
+	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return
 	}
