@@ -94,14 +94,7 @@ func TestCharLMGridMatchesPyTorch(t *testing.T) {
 	}
 
 	// Version 0 as the coordinator makes it, exported for PyTorch.
-	ms, err := nn.Preset("charlm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm")
 	const seed = 1
 	params := make([]float32, m.NumParams)
 	m.Init(params, seed)

@@ -82,6 +82,20 @@ func randomParams(m *nn.Model, scale float32) []float32 {
 	return p
 }
 
+// presetModel is the built-in model spec name and the model it makes.
+func presetModel(t testing.TB, name string) (nn.ModelSpec, *nn.Model) {
+	t.Helper()
+	ms, err := nn.Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms, m
+}
+
 // littleEndian is v's values in little-endian order, an .npy file's data.
 func littleEndian(t testing.TB, v any) []byte {
 	t.Helper()
@@ -194,14 +208,7 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 // crowdtrain's Generate writes from the same export and prompt.
 func TestExportSamplesTheSameInPyTorch(t *testing.T) {
 	py := torchPython(t)
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm-tiny")
 	params := randomParams(m, 0.2) // logits far enough apart that float32 and float64 agree on the argmax
 	file := exportModel(t, t.TempDir(), "charlm-tiny", ms, params)
 	const prompt, n = "In the beginning God created", 40
@@ -235,14 +242,7 @@ func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
 	}
 	py := torchPython(t)
 	dir := t.TempDir()
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm-tiny")
 	params := make([]float32, m.NumParams)
 	m.Init(params, 1)
 	file := exportSpec(t, dir, jobspec.Spec{Name: "charlm-tiny", Model: ms, BatchSize: 32,
