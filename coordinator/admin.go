@@ -76,24 +76,38 @@ func writeControl(w http.ResponseWriter, v JobView, err error) {
 	}
 }
 
-func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxSpecBytes+1))
+// readJSONBody decodes r's body, a JSON object of the form shown, into v,
+// refusing unknown fields, and answers the error itself when it cannot: 413
+// for a body over limit bytes (what names it), 400 for one that is not of
+// the form.
+func readJSONBody(w http.ResponseWriter, r *http.Request, v any, limit int, what, form string) bool {
+	raw, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "reading the request: %v", err)
-		return
+		return false
 	}
-	if len(raw) > maxSpecBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, "a job spec is at most %d bytes", maxSpecBytes)
-		return
+	if len(raw) > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "%s is at most %d bytes", what, limit)
+		return false
 	}
-	var req SubmitRequest
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, `the body must be JSON {"spec": "<YAML or JSON text>"} or {"preset": "NAME"}: %v`, err)
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "the body must be JSON %s: %v", form, err)
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !readJSONBody(w, r, &req, maxSpecBytes, "a job spec", `{"spec": "<YAML or JSON text>"} or {"preset": "NAME"}`) {
 		return
 	}
-	var spec JobSpec
+	var (
+		spec JobSpec
+		err  error
+	)
 	switch {
 	case req.Preset != "" && req.Spec != "":
 		writeError(w, http.StatusBadRequest, "give a spec or a preset, not both")
@@ -180,11 +194,8 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no job %q", id)
 		return
 	}
-	var params []float32
-	var version int64
-	if err := j.exec(r.Context(), func(st *jobState) {
-		params, version = append([]float32(nil), st.model.Params...), st.model.Version
-	}); err != nil {
+	params, version, err := j.currentParams(r.Context())
+	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return
 	}

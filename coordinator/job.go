@@ -252,6 +252,15 @@ func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 	}
 }
 
+// currentParams is a copy of the job's parameters as they are now, and
+// their version.
+func (j *Job) currentParams(ctx context.Context) (params []float32, version int64, err error) {
+	err = j.exec(ctx, func(st *jobState) {
+		params, version = append([]float32(nil), st.model.Params...), st.model.Version
+	})
+	return params, version, err
+}
+
 // exec runs f on the job's loop and waits for it. It gives up when ctx
 // ends or the loop has stopped before f was taken; once the loop has
 // taken f it waits for f to finish, however ctx ends: f may read memory

@@ -1,10 +1,7 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -155,16 +152,9 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no job %q", id)
 		return
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxPromptBytes*8+1024))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading the request: %v", err)
-		return
-	}
 	var req SampleRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, `the body must be JSON {"prompt": "...", "tokens": N, "temperature": T, "seed": S}: %v`, err)
+	// The limit leaves room for a prompt of maxPromptBytes escaped in JSON.
+	if !readJSONBody(w, r, &req, maxPromptBytes*8+1024, "a sample request", `{"prompt": "...", "tokens": N, "temperature": T, "seed": S}`) {
 		return
 	}
 	temp := DefaultTemperature
@@ -204,11 +194,8 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer j.sampling.Unlock()
-	var params []float32
-	var version int64
-	if err := j.exec(r.Context(), func(st *jobState) {
-		params, version = append([]float32(nil), st.model.Params...), st.model.Version
-	}); err != nil {
+	params, version, err := j.currentParams(r.Context())
+	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "job %s: %v", id, err)
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"testing"
 	"testing/iotest"
+
+	"github.com/crowdtrain/crowdtrain/internal/testnpy"
 )
 
 // readers returns b as one stream in the ways a network or file hands it
@@ -189,12 +191,12 @@ func FuzzParseNPYHeader(f *testing.F) {
 // ReadNPY never panics on any bytes, never allocates from a lying header,
 // and what it accepts has exactly the data its shape and dtype describe.
 func FuzzReadNPY(f *testing.F) {
-	f.Add(npyBytes("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
-	f.Add(npyBytes("|u1", []int{2, 2}, []byte{1, 2, 3, 4}))
-	f.Add(npyBytes("<i8", []int{2}, i64Bytes(5, -1)))
-	f.Add(npyBytes("<i8", []int{0}, nil))
-	f.Add(npyBytes(">f4", []int{1}, f32Bytes(1)))
-	f.Add(npyBytes("<f4", []int{1 << 30, 1 << 30}, nil))
+	f.Add(testnpy.Encode("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
+	f.Add(testnpy.Encode("|u1", []int{2, 2}, []byte{1, 2, 3, 4}))
+	f.Add(testnpy.Encode("<i8", []int{2}, i64Bytes(5, -1)))
+	f.Add(testnpy.Encode("<i8", []int{0}, nil))
+	f.Add(testnpy.Encode(">f4", []int{1}, f32Bytes(1)))
+	f.Add(testnpy.Encode("<f4", []int{1 << 30, 1 << 30}, nil))
 	f.Add([]byte("\x93NUMPY\x02\x00\xff\xff\xff\xff"))
 	f.Add([]byte("\x93NUMPY"))
 	f.Add([]byte{})

@@ -3,7 +3,6 @@ package dataset
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -13,26 +12,8 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/internal/testnpy"
 )
-
-// npyBytes writes a .npy file as numpy.save does (format 1.0, header
-// padded with spaces to a multiple of 64 bytes, ending in a newline).
-func npyBytes(descr string, shape []int, data []byte) []byte {
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	tuple := strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
-	pad := 64 - (10+len(h)+1)%64
-	h += strings.Repeat(" ", pad%64) + "\n"
-	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
-	b = append(b, h...)
-	return append(b, data...)
-}
 
 func f32Bytes(v ...float32) []byte {
 	b := make([]byte, 0, 4*len(v))
@@ -66,12 +47,12 @@ func wantKeyError(t *testing.T, err error, key string, msgs ...string) {
 func TestNPYSource(t *testing.T) {
 	dir := t.TempDir()
 	p := func(n string) string { return filepath.Join(dir, n) }
-	writeFile(t, p("x.npy"), npyBytes("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
-	writeFile(t, p("y.npy"), npyBytes("<i8", []int{3}, i64Bytes(0, 4, 1)))
-	writeFile(t, p("tx.npy"), npyBytes("<f4", []int{1, 2}, f32Bytes(-1, 0.5)))
-	writeFile(t, p("ty.npy"), npyBytes("|u1", []int{1, 1}, []byte{2}))
-	writeFile(t, p("img.npy"), npyBytes("|u1", []int{2, 1, 2, 2}, []byte{0, 255, 1, 2, 3, 4, 5, 6}))
-	writeFile(t, p("imgy.npy"), npyBytes("<u2", []int{2}, []byte{1, 0, 0, 0}))
+	writeFile(t, p("x.npy"), testnpy.Encode("<f4", []int{3, 2}, f32Bytes(1, 2, 3, 4, 5, 6)))
+	writeFile(t, p("y.npy"), testnpy.Encode("<i8", []int{3}, i64Bytes(0, 4, 1)))
+	writeFile(t, p("tx.npy"), testnpy.Encode("<f4", []int{1, 2}, f32Bytes(-1, 0.5)))
+	writeFile(t, p("ty.npy"), testnpy.Encode("|u1", []int{1, 1}, []byte{2}))
+	writeFile(t, p("img.npy"), testnpy.Encode("|u1", []int{2, 1, 2, 2}, []byte{0, 255, 1, 2, 3, 4, 5, 6}))
+	writeFile(t, p("imgy.npy"), testnpy.Encode("<u2", []int{2}, []byte{1, 0, 0, 0}))
 	src := NPYSource{TrainX: p("x.npy"), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}
 	train, test, err := src.Load(Options{})
 	if err != nil {
@@ -104,18 +85,18 @@ func TestNPYSource(t *testing.T) {
 		{"missing", NPYSource{TrainX: p("nope.npy"), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"nope.npy does not exist"}},
 		{"not npy", NPYSource{TrainX: bad("t.npy", []byte("1,2,3\n")), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"not a NumPy .npy file", "numpy.save"}},
 		{"npz", NPYSource{TrainX: bad("z.npy", []byte("PK\x03\x04zzzzzz")), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{".npz"}},
-		{"float64", NPYSource{TrainX: bad("f8.npy", npyBytes("<f8", []int{3}, make([]byte, 24))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"float64", "astype('float32')"}},
-		{"fortran", NPYSource{TrainX: bad("fo.npy", []byte(strings.Replace(string(npyBytes("<f4", []int{3, 2}, make([]byte, 24))), "False", "True ", 1))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"fortran_order", "ascontiguousarray"}},
-		{"big-endian", NPYSource{TrainX: bad("be.npy", npyBytes(">f4", []int{3, 2}, make([]byte, 24))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"big-endian"}},
-		{"truncated", NPYSource{TrainX: bad("tr.npy", npyBytes("<f4", []int{3, 2}, make([]byte, 20))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"24 data bytes, got 20"}},
-		{"count mismatch", NPYSource{TrainX: p("x.npy"), TrainY: bad("y2.npy", npyBytes("<i8", []int{2}, i64Bytes(0, 1))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"2 labels but the inputs have 3 examples"}},
-		{"float labels", NPYSource{TrainX: p("x.npy"), TrainY: bad("yf.npy", npyBytes("<f4", []int{3}, f32Bytes(0, 1, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"labels must be integers"}},
-		{"negative label", NPYSource{TrainX: p("x.npy"), TrainY: bad("yn.npy", npyBytes("<i8", []int{3}, i64Bytes(0, -1, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"label -1 of example 1 is out of range"}},
-		{"huge label", NPYSource{TrainX: p("x.npy"), TrainY: bad("yh.npy", npyBytes("<i8", []int{3}, i64Bytes(0, 70000, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"70000", "out of range"}},
-		{"NaN input", NPYSource{TrainX: bad("nan.npy", npyBytes("<f4", []int{3, 2}, f32Bytes(1, float32(math.NaN()), 3, 4, 5, 6))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"NaN", "finite"}},
+		{"float64", NPYSource{TrainX: bad("f8.npy", testnpy.Encode("<f8", []int{3}, make([]byte, 24))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"float64", "astype('float32')"}},
+		{"fortran", NPYSource{TrainX: bad("fo.npy", []byte(strings.Replace(string(testnpy.Encode("<f4", []int{3, 2}, make([]byte, 24))), "False", "True ", 1))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"fortran_order", "ascontiguousarray"}},
+		{"big-endian", NPYSource{TrainX: bad("be.npy", testnpy.Encode(">f4", []int{3, 2}, make([]byte, 24))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"big-endian"}},
+		{"truncated", NPYSource{TrainX: bad("tr.npy", testnpy.Encode("<f4", []int{3, 2}, make([]byte, 20))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"24 data bytes, got 20"}},
+		{"count mismatch", NPYSource{TrainX: p("x.npy"), TrainY: bad("y2.npy", testnpy.Encode("<i8", []int{2}, i64Bytes(0, 1))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"2 labels but the inputs have 3 examples"}},
+		{"float labels", NPYSource{TrainX: p("x.npy"), TrainY: bad("yf.npy", testnpy.Encode("<f4", []int{3}, f32Bytes(0, 1, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"labels must be integers"}},
+		{"negative label", NPYSource{TrainX: p("x.npy"), TrainY: bad("yn.npy", testnpy.Encode("<i8", []int{3}, i64Bytes(0, -1, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"label -1 of example 1 is out of range"}},
+		{"huge label", NPYSource{TrainX: p("x.npy"), TrainY: bad("yh.npy", testnpy.Encode("<i8", []int{3}, i64Bytes(0, 70000, 2))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"70000", "out of range"}},
+		{"NaN input", NPYSource{TrainX: bad("nan.npy", testnpy.Encode("<f4", []int{3, 2}, f32Bytes(1, float32(math.NaN()), 3, 4, 5, 6))), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"NaN", "finite"}},
 		{"shape mismatch", NPYSource{TrainX: p("x.npy"), TrainY: p("y.npy"), TestX: p("img.npy"), TestY: p("imgy.npy")}, "dataset.test_x", []string{"different data sets"}},
-		{"labels 2-d", NPYSource{TrainX: p("x.npy"), TrainY: bad("y2d.npy", npyBytes("<i8", []int{3, 2}, make([]byte, 48))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"(examples,)"}},
-		{"trailing", NPYSource{TrainX: bad("tail.npy", append(npyBytes("<f4", []int{3, 2}, make([]byte, 24)), 1, 2)), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"bytes after"}},
+		{"labels 2-d", NPYSource{TrainX: p("x.npy"), TrainY: bad("y2d.npy", testnpy.Encode("<i8", []int{3, 2}, make([]byte, 48))), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_y", []string{"(examples,)"}},
+		{"trailing", NPYSource{TrainX: bad("tail.npy", append(testnpy.Encode("<f4", []int{3, 2}, make([]byte, 24)), 1, 2)), TrainY: p("y.npy"), TestX: p("tx.npy"), TestY: p("ty.npy")}, "dataset.train_x", []string{"bytes after"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 )
 
 // setInput types value into an input or textarea the way a user does,
@@ -43,7 +44,7 @@ func screenVersion(t testing.TB, ctx context.Context) int64 {
 // max_staleness changes through the API; an invalid spec shows its error.
 func TestAdminPage(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
-	ctx := newBrowser(t)
+	ctx := testbrowser.New(t)
 	stop := startNativeWorker(t, s.wsURL(), 1)
 	defer stop()
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/web"
 )
@@ -22,7 +23,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 	for _, preset := range []string{"mnist-mlp", "mnist-cnn"} {
 		b.Run(preset, func(b *testing.B) {
 			s := newSite(b, longSpec(b, preset))
-			ctx := newBrowser(b)
+			ctx := testbrowser.New(b)
 			const window = 10 * time.Second
 			for range b.N {
 				s.contribute(b, ctx)

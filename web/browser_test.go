@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 
 	"github.com/chromedp/chromedp"
 
@@ -50,24 +49,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// chromium returns the browser to drive, or skips (fails under
-// CROWDTRAIN_REQUIRE_BROWSER=1) when there is none.
-func chromium(t testing.TB) string {
-	t.Helper()
-	candidates := []string{os.Getenv("CROWDTRAIN_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"}
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
-		if p, err := exec.LookPath(c); err == nil {
-			return p
-		}
-	}
-	msg := "no Chromium found (install Debian's chromium, or set CROWDTRAIN_CHROMIUM to a Chrome binary)"
-	testenv.Missing(t, msg)
-	return ""
-}
-
 // buildWorker compiles ./cmd/wasmworker from this tree once per test binary,
 // so the tests never run a stale embedded build.
 func buildWorker(t testing.TB) string {
@@ -77,23 +58,7 @@ func buildWorker(t testing.TB) string {
 		if distErr != nil {
 			return
 		}
-		build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(distDir, web.WasmFile), "github.com/crowdtrain/crowdtrain/cmd/wasmworker")
-		build.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
-		if out, err := build.CombinedOutput(); err != nil {
-			distErr = fmt.Errorf("building the browser worker: %v\n%s", err, out)
-			return
-		}
-		goroot, err := exec.Command("go", "env", "GOROOT").Output()
-		if err != nil {
-			distErr = err
-			return
-		}
-		js, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", web.WasmExecFile))
-		if err != nil {
-			distErr = err
-			return
-		}
-		distErr = os.WriteFile(filepath.Join(distDir, web.WasmExecFile), js, 0o644)
+		distErr = testbrowser.BuildWorker(distDir)
 	})
 	if distErr != nil {
 		t.Fatal(distErr)
@@ -131,7 +96,7 @@ func newSite(t testing.TB, spec coordinator.JobSpec) *site {
 // Config first.
 func newSiteWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.Config)) *site {
 	t.Helper()
-	chromium(t)
+	testbrowser.Chromium(t)
 	tr, te := loadMNIST(t)
 	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
 	if err != nil {
@@ -204,51 +169,6 @@ func (s *site) waitFor(what string, timeout time.Duration, cond func() bool) {
 	}
 }
 
-// newBrowser starts headless Chromium with a fresh profile and returns a
-// tab's context. Chromium's background services are off: this machine has
-// no network beyond loopback.
-func newBrowser(t testing.TB) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
-		chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(1000, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	if err := chromedp.Do(ctx); err != nil { // start the browser now, so failures say so
-		cancel()
-		cancelAlloc()
-		t.Fatalf("starting Chromium: %v", err)
-	}
-	logged := logConsole(t, ctx)
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
-		<-logged
-	})
-	return ctx
-}
-
-// logConsole copies the tab's console into the test log until ctx ends.
-func logConsole(t testing.TB, ctx context.Context) (done chan struct{}) {
-	done = make(chan struct{})
-	msgs := chromedp.Console(ctx)
-	go func() {
-		defer close(done)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			t.Logf("page console: %s", m)
-		}
-	}()
-	return done
-}
-
 func do(t testing.TB, ctx context.Context, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, timeout)
@@ -315,7 +235,7 @@ func longSpec(t testing.TB, preset string) coordinator.JobSpec {
 
 func TestContributeFromBrowser(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
-	ctx := newBrowser(t)
+	ctx := testbrowser.New(t)
 	page := s.http.URL + "/"
 
 	// The CPU-use choice is remembered across visits.
@@ -422,7 +342,7 @@ func TestContributeFromBrowser(t *testing.T) {
 // deadline.
 func TestClosingTheTabReturnsLeases(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
-	browser := newBrowser(t)
+	browser := testbrowser.New(t)
 	tab, closeTab := chromedp.NewContext(browser)
 	defer closeTab()
 	do(t, tab, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))

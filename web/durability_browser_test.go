@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testdisk"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -17,7 +18,7 @@ import (
 // disk full, the admin page says which version is not written and why;
 // once space is back and the retry succeeds, the warning goes.
 func TestAdminPageShowsAFailingCheckpoint(t *testing.T) {
-	chromium(t)
+	testbrowser.Chromium(t)
 	disk := testdisk.Mount(t, 48)
 	db, err := store.Open(filepath.Join(disk, "ct.db"))
 	if err != nil {
@@ -28,7 +29,7 @@ func TestAdminPageShowsAFailingCheckpoint(t *testing.T) {
 		c.Store, c.CheckpointInterval = db, 200*time.Millisecond
 		c.CheckpointRetryMin, c.CheckpointRetryMax = 100*time.Millisecond, 300*time.Millisecond
 	})
-	ctx := newBrowser(t)
+	ctx := testbrowser.New(t)
 	stop := startNativeWorker(t, s.wsURL(), 1)
 	defer stop()
 	s.waitFor("a checkpoint past version 0", time.Minute, func() bool {

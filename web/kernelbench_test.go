@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/web"
 )
 
@@ -72,7 +73,7 @@ func BenchmarkBrowserVsTFJS(b *testing.B) {
 		mnistY[i] = byte(y)
 	}
 
-	ctx := newBrowser(b)
+	ctx := testbrowser.New(b)
 	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(b)), Logf: b.Logf})
 	if err != nil {
 		b.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 )
 
 // A tab that trains for hours must not run out of memory: Go's js/wasm
@@ -14,7 +16,7 @@ import (
 // buffers, 42 MB when every fetch allocates a fresh body (the GC keeps up).
 func TestBrowserWorkerMemoryLevelsOff(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
-	ctx := newBrowser(t)
+	ctx := testbrowser.New(t)
 	s.contribute(t, ctx)
 	memory := func() float64 {
 		mb, err := strconv.ParseFloat(strings.TrimSuffix(text(t, ctx, "#memory"), " MB"), 64)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -21,7 +22,7 @@ func TestMixedCrowdWithDynamicLocalSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSite(t, spec)
-	ctx := newBrowser(t)
+	ctx := testbrowser.New(t)
 	s.contribute(t, ctx)
 	s.waitFor("the browser worker to connect", time.Minute, func() bool {
 		n, _, _ := s.browserWorkers()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -79,7 +80,7 @@ func TestCharLMGridMatchesPyTorch(t *testing.T) {
 	tokens = examples * ctxLen
 
 	py := torchPython(t)
-	chromiumPath(t)
+	testbrowser.Chromium(t)
 	kjv := kingJamesText(t)
 	dir := t.TempDir()
 	corpus := filepath.Join(dir, "kjv.txt")
@@ -87,17 +88,13 @@ func TestCharLMGridMatchesPyTorch(t *testing.T) {
 	if err := os.WriteFile(corpus, kjvPrefix, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dist := buildBrowserWorker(t)
+	dist := t.TempDir() // serve --web-dist: the binary the tests build embeds no browser worker
+	if err := testbrowser.BuildWorker(dist); err != nil {
+		t.Fatal(err)
+	}
 
 	// Version 0 as the coordinator makes it, exported for PyTorch.
-	ms, err := nn.Preset("charlm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm")
 	const seed = 1
 	params := make([]float32, m.NumParams)
 	m.Init(params, seed)
@@ -143,7 +140,7 @@ seed: %d
 	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", spec, "--web-dist", dist,
 		"--admin-token", modesAdminToken, "--progress", "15s")
 	srv.waitLine("coordinator listening", time.Minute)
-	browser := newChromium(t)
+	browser := testbrowser.New(t)
 	do := func(ctx context.Context, timeout time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		tctx, cancel := context.WithTimeout(ctx, timeout)
@@ -203,11 +200,7 @@ seed: %d
 		t.Fatalf("torch_reference.py train: %v\n%s", tr.err, tr.out)
 	}
 	torchWall := tr.wall
-	mm := valLossLine.FindSubmatch(tr.out)
-	if mm == nil {
-		t.Fatalf("torch_reference.py train printed no val_loss line:\n%s", tr.out)
-	}
-	torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
+	torchLoss := torchFigure(t, tr.out, "val_loss")
 	t.Logf("PyTorch: %s", strings.TrimSpace(string(tr.out)))
 	for _, l := range strings.Split(srv.logText(), "\n") {
 		if strings.Contains(l, "epoch") || strings.Contains(l, "done") {
@@ -282,7 +275,7 @@ seed: %d
 	t.Logf("crowdtrain sample: %q", sample)
 	checkSampleWords(t, "crowdtrain sample", sample, common, wantWords, wantNamed)
 
-	admin := newTab(t, browser)
+	admin := testbrowser.NewTab(t, browser)
 	do(admin, time.Minute, "admin page", chromedp.Navigate("http://"+addr+"/admin"), chromedp.WaitVisible("#token"))
 	if _, err := chromedp.Run(admin, chromedp.Evaluate[bool](fmt.Sprintf(
 		`(() => { const e = document.querySelector('#token'); e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); return true })()`, modesAdminToken))); err != nil {
@@ -417,102 +410,6 @@ func checkLikeBuiltin(t *testing.T, path string) {
 		t.Fatalf("%s trains model %q with %+v at seed %d; the built-in charlm job %q with %+v at seed %d",
 			path, f.ModelPreset, f.OuterOptimizer, f.Seed, b.ModelPreset, b.OuterOptimizer, b.Seed)
 	}
-}
-
-// buildBrowserWorker compiles ./cmd/wasmworker from this tree into a
-// folder with the matching wasm_exec.js, for serve --web-dist: the binary
-// the tests build embeds no browser worker.
-func buildBrowserWorker(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, web.WasmFile), "github.com/crowdtrain/crowdtrain/cmd/wasmworker")
-	build.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the browser worker: %v\n%s", err, out)
-	}
-	goroot, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", web.WasmExecFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, web.WasmExecFile), js, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// chromiumPath is the browser to drive, or the test is skipped (failed
-// under CROWDTRAIN_REQUIRE_BROWSER=1).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, c := range []string{os.Getenv("CROWDTRAIN_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
-		if c == "" {
-			continue
-		}
-		if p, err := exec.LookPath(c); err == nil {
-			return p
-		}
-	}
-	testenv.Missing(t, "no Chromium found (install Debian's chromium, or set CROWDTRAIN_CHROMIUM to a Chrome binary)")
-	return ""
-}
-
-// newChromium starts headless Chromium with a fresh profile and returns a
-// tab's context; its console goes to the test log.
-func newChromium(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.WindowSize(1000, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	if err := chromedp.Do(ctx); err != nil {
-		cancel()
-		cancelAlloc()
-		t.Fatalf("starting Chromium: %v", err)
-	}
-	logged := logTabConsole(t, ctx)
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
-		<-logged
-	})
-	return ctx
-}
-
-// newTab opens another tab of browser's Chromium.
-func newTab(t *testing.T, browser context.Context) context.Context {
-	t.Helper()
-	ctx, cancel := chromedp.NewContext(browser)
-	if err := chromedp.Do(ctx); err != nil {
-		cancel()
-		t.Fatalf("opening a tab: %v", err)
-	}
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func logTabConsole(t *testing.T, ctx context.Context) (done chan struct{}) {
-	done = make(chan struct{})
-	msgs := chromedp.Console(ctx)
-	go func() {
-		defer close(done)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			t.Logf("page console: %s", m)
-		}
-	}()
-	return done
 }
 
 // serve --web-dist names a folder that must hold the browser worker: one

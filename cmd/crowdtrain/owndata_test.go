@@ -18,25 +18,15 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testnpy"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
-// writeNPY writes arr as numpy.save does: format 1.0, the header padded to
-// a multiple of 64 bytes.
+// writeNPY writes a .npy file of dtype descr and shape holding data, as
+// numpy.save does.
 func writeNPY(t *testing.T, path, descr string, shape []int, data []byte) {
 	t.Helper()
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	tuple := strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
-	h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n"
-	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
-	writeTestFile(t, path, append(append(b, h...), data...))
+	writeTestFile(t, path, testnpy.Encode(descr, shape, data))
 }
 
 func writeTestFile(t *testing.T, path string, b []byte) {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 )
@@ -18,8 +16,7 @@ import (
 // CPU, so it needs the admin token.
 func sample(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	coord := fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
-	token := fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+")")
+	coord, token := apiFlags(fs, "")
 	job := fs.String("job", "", "the text job's `ID` (crowdtrain status lists them)")
 	prompt := fs.String("prompt", "", "the `TEXT` to continue")
 	tokens := fs.Int("tokens", coordinator.DefaultSampleTokens, fmt.Sprintf("how many bytes to generate, 1..%d", coordinator.MaxSampleTokens))
@@ -43,17 +40,13 @@ func sample(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case !(*temp >= 0):
 		return usagef("--temperature must be >= 0, got %v", *temp)
 	case *token == "":
-		return usagef("sampling needs the admin token: pass --token or set $%s (serve prints its token at start)", adminTokenEnv)
+		return needsToken("sampling")
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
 	req := coordinator.SampleRequest{Prompt: *prompt, Tokens: *tokens, Temperature: temp, Seed: *seed}
 	var s coordinator.Sample
 	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(*job)+"/sample", req, &s); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
-			return usagef("%s", ae.Message)
-		}
-		return err
+		return badRequestIsUsage(err)
 	}
 	fmt.Fprintln(stdout, s.Text)
 	if *verbose || s.Truncated {

@@ -19,8 +19,7 @@ import (
 
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	coord := fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
-	token := fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+"); without it the workers are not listed")
+	coord, token := apiFlags(fs, "; without it the workers are not listed")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -85,6 +84,30 @@ func formatRejections(r map[string]int64) string {
 // adminTokenEnv names the variable that holds the admin token for serve,
 // status and submit.
 const adminTokenEnv = "CROWDTRAIN_ADMIN_TOKEN"
+
+// apiFlags adds --coordinator and --token to fs, for the commands that
+// call the coordinator's API; tokenNote is added to the token's help.
+func apiFlags(fs *flag.FlagSet, tokenNote string) (coord, token *string) {
+	coord = fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
+	token = fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+")"+tokenNote)
+	return coord, token
+}
+
+// needsToken is the usage error of a command run without the admin token;
+// doing says what needs it ("submitting").
+func needsToken(doing string) error {
+	return usagef("%s needs the admin token: pass --token or set $%s (serve prints its token at start)", doing, adminTokenEnv)
+}
+
+// badRequestIsUsage turns the API's 400, a bad value that its message
+// names, into a usage error (exit status 2), as a bad flag is.
+func badRequestIsUsage(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+		return usagef("%s", ae.Message)
+	}
+	return err
+}
 
 // apiBase turns what a user may pass as --coordinator (the page's URL, the
 // worker's ws:// URL) into the API's base URL.

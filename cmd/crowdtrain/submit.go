@@ -17,8 +17,7 @@ import (
 // coordinator, which validates it and starts the job.
 func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	coord := fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
-	token := fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+")")
+	coord, token := apiFlags(fs, "")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", coordinator.JobPresetNames())
 		fs.PrintDefaults()
@@ -43,7 +42,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("give one SPEC: a job spec file or a built-in job (%v)", coordinator.JobPresetNames())
 	}
 	if *token == "" {
-		return usagef("submitting needs the admin token: pass --token or set $%s (serve prints its token at start)", adminTokenEnv)
+		return needsToken("submitting")
 	}
 	arg := rest[0]
 	var req coordinator.SubmitRequest
@@ -57,11 +56,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := apiClient{base: apiBase(*coord), token: *token}
 	var v coordinator.JobView
 	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &v); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
-			return usagef("%s", ae.Message) // the spec is wrong: the message names the key
-		}
-		return err
+		return badRequestIsUsage(err) // a 400: the spec is wrong, and the message names the key
 	}
 	fmt.Fprintf(stdout, "submitted %s (%s): %s, %d parameters, %d shards\n", v.ID, v.Name, v.State, v.NumParams, v.Shards)
 	return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -35,40 +34,6 @@ func torchPython(t *testing.T) string {
 		testenv.Missing(t, fmt.Sprintf("%s with torch and numpy is needed (apt-get install python3-torch): %v %s", py, err, out))
 	}
 	return py
-}
-
-// writeNpy writes a little-endian C-order .npy file (format 1.0) of
-// float32 ('<f4') or int32 ('<i4') values.
-func writeNpy(t *testing.T, path string, shape []int, f32 []float32, i32 []int32) {
-	t.Helper()
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = strconv.Itoa(d)
-	}
-	tuple := strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	descr := "<f4"
-	if i32 != nil {
-		descr = "<i4"
-	}
-	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
-	// magic (6) + version (2) + length (2) + header + '\n', a multiple of 64.
-	pad := 64 - (10+len(header)+1)%64
-	header += strings.Repeat(" ", pad%64) + "\n"
-	var b bytes.Buffer
-	b.WriteString("\x93NUMPY\x01\x00")
-	binary.Write(&b, binary.LittleEndian, uint16(len(header)))
-	b.WriteString(header)
-	if i32 != nil {
-		binary.Write(&b, binary.LittleEndian, i32)
-	} else {
-		binary.Write(&b, binary.LittleEndian, f32)
-	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // exportModel stores a job of model spec ms with params as its checkpoint
@@ -117,7 +82,44 @@ func randomParams(m *nn.Model, scale float32) []float32 {
 	return p
 }
 
-var lossLine = regexp.MustCompile(`(?m)^loss ([0-9.eE+-]+)$`)
+// presetModel is the built-in model spec name and the model it makes.
+func presetModel(t testing.TB, name string) (nn.ModelSpec, *nn.Model) {
+	t.Helper()
+	ms, err := nn.Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms, m
+}
+
+// littleEndian is v's values in little-endian order, an .npy file's data.
+func littleEndian(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := binary.Append(nil, binary.LittleEndian, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// torchFigure is the number torch_reference.py printed on its line "name
+// NUMBER" in out; the test fails when there is none.
+func torchFigure(t testing.TB, out []byte, name string) float64 {
+	t.Helper()
+	mm := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.eE+-]+)$`).FindSubmatch(out)
+	if mm == nil {
+		t.Fatalf("torch_reference.py printed no %s line:\n%s", name, out)
+	}
+	v, err := strconv.ParseFloat(string(mm[1]), 64)
+	if err != nil {
+		t.Fatalf("torch_reference.py: %s %q: %v", name, mm[1], err)
+	}
+	return v
+}
 
 // The export round trip: a model exported by `crowdtrain export`, rebuilt
 // in plain PyTorch by scripts/torch_reference.py from the spec in its
@@ -183,21 +185,17 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 			goLoss := lossSum / float64(len(y))
 
 			xf, yf := filepath.Join(dir, name+"-x.npy"), filepath.Join(dir, name+"-y.npy")
-			writeNpy(t, xf, append([]int{n}, ms.Input...), x, nil)
+			writeNPY(t, xf, "<f4", append([]int{n}, ms.Input...), littleEndian(t, x))
 			yshape := []int{n}
 			if seq {
 				yshape = []int{n, m.InputSize}
 			}
-			writeNpy(t, yf, yshape, nil, y)
+			writeNPY(t, yf, "<i4", yshape, littleEndian(t, y))
 			out, err := exec.Command(py, torchReference, "score", "--model", file, "--x", xf, "--y", yf).CombinedOutput()
 			if err != nil {
 				t.Fatalf("torch_reference.py score: %v\n%s", err, out)
 			}
-			mm := lossLine.FindSubmatch(out)
-			if mm == nil {
-				t.Fatalf("torch_reference.py printed no loss line:\n%s", out)
-			}
-			torchLoss, _ := strconv.ParseFloat(string(mm[1]), 64)
+			torchLoss := torchFigure(t, out, "loss")
 			t.Logf("%s: crowdtrain loss %.7f, PyTorch %.7f", name, goLoss, torchLoss)
 			if math.Abs(goLoss-torchLoss) > 1e-4 || math.IsNaN(torchLoss) {
 				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
@@ -210,14 +208,7 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 // crowdtrain's Generate writes from the same export and prompt.
 func TestExportSamplesTheSameInPyTorch(t *testing.T) {
 	py := torchPython(t)
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm-tiny")
 	params := randomParams(m, 0.2) // logits far enough apart that float32 and float64 agree on the argmax
 	file := exportModel(t, t.TempDir(), "charlm-tiny", ms, params)
 	const prompt, n = "In the beginning God created", 40
@@ -242,8 +233,6 @@ func TestExportSamplesTheSameInPyTorch(t *testing.T) {
 	}
 }
 
-var valLossLine = regexp.MustCompile(`(?m)^val_loss ([0-9.eE+-]+)$`)
-
 // torch_reference.py train: the exported initial model, trained in
 // PyTorch with the job's optimizer (AdamW with clip_norm here) on a text,
 // learns it: the validation loss falls far under ln 256, where it starts.
@@ -253,14 +242,7 @@ func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
 	}
 	py := torchPython(t)
 	dir := t.TempDir()
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, m := presetModel(t, "charlm-tiny")
 	params := make([]float32, m.NumParams)
 	m.Init(params, 1)
 	file := exportSpec(t, dir, jobspec.Spec{Name: "charlm-tiny", Model: ms, BatchSize: 32,
@@ -271,11 +253,7 @@ func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
 	if err != nil {
 		t.Fatalf("torch_reference.py train: %v\n%s", err, out)
 	}
-	mm := valLossLine.FindSubmatch(out)
-	if mm == nil {
-		t.Fatalf("no val_loss line:\n%s", out)
-	}
-	loss, _ := strconv.ParseFloat(string(mm[1]), 64)
+	loss := torchFigure(t, out, "val_loss")
 	t.Logf("%s", out)
 	if !(loss < 1.5) {
 		t.Fatalf("validation loss %v after 150k tokens of a repeated sentence, want < 1.5 (ln 256 = 5.55)", loss)

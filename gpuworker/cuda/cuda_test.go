@@ -234,6 +234,17 @@ func TestNVRTCCompiles(t *testing.T) {
 	}
 }
 
+// uploadFloats copies v to fresh device memory.
+func uploadFloats(t testing.TB, d *Driver, v []float32) DevicePtr {
+	t.Helper()
+	p, err := d.Alloc(4 * len(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+	return p
+}
+
 // GemmRowMajor on row-major matrices matches a plain Go product for every
 // combination of transposes, through the fake's column-major SGEMM.
 func TestGemmRowMajorMatchesReference(t *testing.T) {
@@ -252,14 +263,6 @@ func TestGemmRowMajorMatchesReference(t *testing.T) {
 	defer b.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	const m, n, k = 5, 3, 4
-	upload := func(v []float32) DevicePtr {
-		p, err := d.Alloc(4 * len(v))
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
-		return p
-	}
 	for _, tA := range []bool{false, true} {
 		for _, tB := range []bool{false, true} {
 			a := make([]float32, m*k) // m×k, or k×m when transposed
@@ -299,7 +302,7 @@ func TestGemmRowMajorMatchesReference(t *testing.T) {
 			if tB {
 				ldb = k
 			}
-			pa, pb, pc := upload(a), upload(bm), upload(c)
+			pa, pb, pc := uploadFloats(t, d, a), uploadFloats(t, d, bm), uploadFloats(t, d, c)
 			if err := b.GemmRowMajor(tA, tB, m, n, k, 2, pa, lda, pb, ldb, 0.5, pc, n); err != nil {
 				t.Fatal(err)
 			}
@@ -338,14 +341,6 @@ func TestGemmStridedBatchedRowMajorMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const m, n, k, batch = 4, 3, 5, 3
 	const pad = 2 // extra columns in every row: the operands are sub-matrices
-	upload := func(v []float32) DevicePtr {
-		p, err := d.Alloc(4 * len(v))
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
-		return p
-	}
 	for _, tA := range []bool{false, true} {
 		for _, tB := range []bool{false, true} {
 			ar, ac := m, k // A's rows and columns as stored
@@ -391,7 +386,7 @@ func TestGemmStridedBatchedRowMajorMatchesReference(t *testing.T) {
 					}
 				}
 			}
-			pa, pb, pc := upload(a), upload(bm), upload(c)
+			pa, pb, pc := uploadFloats(t, d, a), uploadFloats(t, d, bm), uploadFloats(t, d, c)
 			if err := b.GemmStridedBatchedRowMajor(tA, tB, m, n, k, 2, pa, lda, sa, pb, ldb, sb, 0.5, pc, ldc, sc, batch); err != nil {
 				t.Fatal(err)
 			}

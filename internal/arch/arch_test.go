@@ -66,6 +66,10 @@ func TestImportDirections(t *testing.T) {
 		"jobspec": {"/coordinator", "/store", "/protocol", "/worker", "/engine", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
+		// The shared browser-test helpers drive Chromium and build the
+		// browser worker; they know nothing of what a test serves.
+		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
 	}
 	for _, p := range list(t, nil, "-deps=false", module+"/...") {
 		rel := strings.TrimPrefix(p.ImportPath, module+"/")

@@ -1,0 +1,116 @@
+package testbrowser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/web"
+)
+
+// ChromiumVar names a Chrome or Chromium binary to drive instead of the
+// ones looked for on $PATH.
+const ChromiumVar = "CROWDTRAIN_CHROMIUM"
+
+// Chromium returns the browser to drive, or skips t (fails it under
+// testenv.RequireVar=1) when there is none.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, c := range []string{os.Getenv(ChromiumVar), "chromium", "chromium-browser", "google-chrome"} {
+		if c == "" {
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	testenv.Missing(t, "no Chromium found (install Debian's chromium, or set "+ChromiumVar+" to a Chrome binary)")
+	return ""
+}
+
+// New starts headless Chromium with a fresh profile and returns a tab's
+// context; the tab's console goes to the test log, and the browser is
+// closed when t ends. Chromium's background services are off: the test
+// machines have no network beyond loopback.
+func New(t testing.TB) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(Chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1000, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil { // start the browser now, so failures say so
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting Chromium: %v", err)
+	}
+	logged := LogConsole(t, ctx)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		<-logged
+	})
+	return ctx
+}
+
+// NewTab opens another tab of browser's Chromium, closed when t ends.
+func NewTab(t testing.TB, browser context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		t.Fatalf("opening a tab: %v", err)
+	}
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// LogConsole copies the tab's console into the test log until ctx ends;
+// done is closed then.
+func LogConsole(t testing.TB, ctx context.Context) (done chan struct{}) {
+	done = make(chan struct{})
+	msgs := chromedp.Console(ctx)
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			t.Logf("page console: %s", m)
+		}
+	}()
+	return done
+}
+
+// BuildWorker compiles ./cmd/wasmworker from the working tree into dir,
+// with the wasm_exec.js of the same toolchain beside it: what the
+// contribute page serves (web.Options.Dist, serve --web-dist), never a
+// stale embedded build.
+func BuildWorker(dir string) error {
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, web.WasmFile), "github.com/crowdtrain/crowdtrain/cmd/wasmworker")
+	build.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the browser worker: %v\n%s", err, out)
+	}
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOROOT: %v", err)
+	}
+	js, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "lib", "wasm", web.WasmExecFile))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, web.WasmExecFile), js, 0o644)
+}
