@@ -62,6 +62,7 @@ type Report struct {
 	Variants    map[string]*Count // by what was sent (e.g. "forged", "honest", "replay-same-lease")
 	Details     []string          // the first distinct rejection details (at most 5)
 	Errors      []string          // the first session errors (at most 5)
+	Released    int               // leases given back (a snapshot gone before it was fetched, ...)
 	Scale       float64           // the S used
 	GateRatio   float64           // the job's max_update_norm_ratio, as read (scale)
 
@@ -115,6 +116,15 @@ func (r *Report) acked(v string, accepted bool, reason, detail string) {
 	}
 }
 
+func (r *Report) released(err error) {
+	r.mu.Lock()
+	r.Released++
+	if len(r.Errors) < 5 {
+		r.Errors = append(r.Errors, "released "+err.Error())
+	}
+	r.mu.Unlock()
+}
+
 func (r *Report) leaseGranted() {
 	r.mu.Lock()
 	r.Leases++
@@ -152,8 +162,8 @@ func (r *Report) Print(w io.Writer) {
 	t := r.Totals()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(w, "attack %s: %d attackers, %d connections (%d worker ids), %d leases granted, at most %d held at once\n",
-		r.Kind, r.Attackers, r.Connections, len(r.WorkerIDs), r.Leases, r.PeakHeld)
+	fmt.Fprintf(w, "attack %s: %d attackers, %d connections (%d worker ids), %d leases granted, at most %d held at once, %d given back\n",
+		r.Kind, r.Attackers, r.Connections, len(r.WorkerIDs), r.Leases, r.PeakHeld, r.Released)
 	if r.Scale != 0 {
 		fmt.Fprintf(w, "  scale %g", r.Scale)
 		if r.GateRatio != 0 {

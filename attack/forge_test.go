@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b)) }
@@ -102,5 +104,39 @@ func TestParseKindAndCheck(t *testing.T) {
 	c = Config{Coordinator: "ws://x/ws", Kind: Early, NewBackend: nil}
 	if err := c.Check(); err == nil {
 		t.Fatal("early computes: a missing backend must be refused")
+	}
+}
+
+// ratchet's multiplier grows by 1+S with each accepted result and halves,
+// not below 1, with each rejected one.
+func TestRatchetFollowsTheAcks(t *testing.T) {
+	cfg := Config{Coordinator: "ws://x/ws", Kind: Ratchet, NewBackend: nil}
+	cfg.Scale = 0.5
+	r := &Report{Kind: Ratchet, Variants: map[string]*Count{}}
+	a := &attacker{sh: &shared{cfg: cfg, report: r}, ratchet: 1}
+	c := &conn{a: a, sent: map[uint64][]string{}, lastResult: map[uint64]*protocol.Result{}}
+	steps := []struct {
+		accepted bool
+		want     float64
+	}{{true, 1.5}, {true, 2.25}, {false, 1.125}, {false, 1}, {false, 1}, {true, 1.5}}
+	for i, s := range steps {
+		id := uint64(i + 1)
+		c.sent[id] = []string{"forged"}
+		reason := ""
+		if !s.accepted {
+			reason = protocol.ReasonInvalid
+		}
+		c.ack(&protocol.Ack{LeaseID: id, Accepted: s.accepted, Reason: reason})
+		if a.ratchet != s.want {
+			t.Fatalf("step %d: multiplier %v, want %v", i, a.ratchet, s.want)
+		}
+	}
+	if tot := r.Totals(); tot.Accepted != 3 || tot.Rejected != 3 || tot.Reasons[protocol.ReasonInvalid] != 3 {
+		t.Fatalf("totals %+v", tot)
+	}
+	// An ack for a lease never answered counts nothing.
+	c.ack(&protocol.Ack{LeaseID: 99, Accepted: true})
+	if tot := r.Totals(); tot.Accepted != 3 {
+		t.Fatalf("an ack for an unanswered lease was counted: %+v", tot)
 	}
 }

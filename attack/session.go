@@ -337,14 +337,22 @@ func (c *conn) lease(ctx context.Context, l *protocol.Lease) error {
 			continue // held, never answered
 		}
 		res, variant, err := c.forge(ctx, l)
-		if err != nil {
-			return fmt.Errorf("lease %d: %w", l.ID, err)
-		}
-		if err := c.result(ctx, res, variant); err != nil {
-			return err
-		}
 		c.held--
 		c.a.sh.report.leaseDone(1)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// A snapshot gone by the time it was fetched (the lease went
+			// stale) or a bad download: give the lease back, as a worker
+			// does, and go on.
+			c.a.sh.report.released(fmt.Errorf("lease %d: %w", l.ID, err))
+			if err := c.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: "attack: " + truncate(err.Error(), 900)}); err != nil {
+				return err
+			}
+		} else if err := c.result(ctx, res, variant); err != nil {
+			return err
+		}
 		if err := c.send(ctx, &protocol.Want{N: 1}); err != nil {
 			return err
 		}
@@ -400,4 +408,11 @@ func (c *conn) ack(m *protocol.Ack) {
 	if len(c.lastResult) > 64 {
 		clear(c.lastResult)
 	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
