@@ -185,27 +185,36 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 	}
 }
 
-// Today's weakness, measured: one early attacker of three (huge updates
-// from the first moment, before the norm gate has seen 10 honest norms).
-// The issue measured accuracy 0.12 after 10 epochs. This test asserts that
-// forged results were accepted and that the job's accuracy was measured,
-// and logs it against the job's target; it does not assert that the model
-// dies, so it keeps passing once robust aggregation bounds the attack.
-func TestAttackEarlyOneOfThreeToday(t *testing.T) {
+// Today's weaknesses, measured: one attacker of three against two honest
+// workers, for one epoch of mnist-mlp in async mode. The issue measured,
+// after 10 epochs: early 0.12, scale 0.089, ratchet 0.098. These tests
+// assert that forged results were accepted and that the job's accuracy was
+// measured, and log it against the job's target; they do not assert that
+// the model dies, so that they keep passing once robust aggregation
+// bounds the attacks (then they can assert the target).
+func TestAttackOneOfThreeToday(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
 	}
+	for i, k := range []attack.Kind{attack.Early, attack.Scale, attack.Ratchet} {
+		t.Run(string(k), func(t *testing.T) { oneOfThree(t, k, fmt.Sprintf("127.0.0.%d", 40+i)) })
+	}
+}
+
+func oneOfThree(t *testing.T, kind attack.Kind, bind string) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")
-	os.WriteFile(spec, []byte("name: early\nmodel: mnist-mlp\nmax_epochs: 1\n"), 0o644)
+	os.WriteFile(spec, []byte("name: one-of-three\nmodel: mnist-mlp\nmax_epochs: 1\n"), 0o644)
 	addr := freeAddr(t)
 	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", spec)
 	waitJob(t, addr, time.Minute, "the coordinator", func(coordinator.JobView) bool { return true })
-	a := startAttack(t, addr, attack.Early, "127.0.0.7", "--duration", "90s")
+	// The attacker first: early's point is to arrive before the gate
+	// has honest norms to compare against.
+	a := startAttack(t, addr, kind, bind, "--duration", "3m")
 	a.waitLine("connected as", 30*time.Second)
 	startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
 	startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
-	done := waitJob(t, addr, 85*time.Second, "the epoch to end", func(v coordinator.JobView) bool {
+	done := waitJob(t, addr, 170*time.Second, "the epoch to end", func(v coordinator.JobView) bool {
 		return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
 	})
 	_ = a.cmd.Process.Signal(os.Interrupt)
@@ -215,11 +224,11 @@ func TestAttackEarlyOneOfThreeToday(t *testing.T) {
 	r := parseAttackReport(t, a.logText())
 	t.Logf("attack:\n%s", r.text)
 	if r.variants["forged"][1] < 1 {
-		t.Fatalf("no forged early update was accepted: %+v; log:\n%s", r.variants, srv.logText())
+		t.Fatalf("no forged %s update was accepted: %+v; log:\n%s", kind, r.variants, srv.logText())
 	}
 	if done.Eval == nil {
 		t.Fatalf("job ended %s (%s) with no evaluation", done.State, done.Reason)
 	}
-	t.Logf("today's weakness: with 1 early attacker of 3, the job ended %s (%s) at accuracy %.4f after version %d (target %.2f); rejections %v",
-		done.State, done.Reason, done.Eval.Accuracy, done.Version, done.Spec.TargetAccuracy, done.Rejections)
+	t.Logf("today's weakness: with 1 %s attacker of 3, %d of its %d forged updates were applied and the job ended %s (%s) at accuracy %.4f after version %d (target %.2f)",
+		kind, r.variants["forged"][1], r.variants["forged"][0], done.State, done.Reason, done.Eval.Accuracy, done.Version, done.Spec.TargetAccuracy)
 }
