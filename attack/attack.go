@@ -237,13 +237,22 @@ func (cfg *Config) Check() error {
 	return nil
 }
 
-// Run runs cfg.N attackers until ctx ends and returns what they did. It
-// returns an error only for a bad configuration; sessions that fail are
-// retried after a pause and their errors are in the report.
+// ErrRefused means retrying cannot help: the coordinator assigned another
+// job than Config.JobID, or refused the hello.
+var ErrRefused = errors.New("attack refused")
+
+// Run runs cfg.N attackers until ctx ends and returns what they did.
+// Sessions that fail are retried after a pause and their errors are in the
+// report; an error wrapping ErrRefused stops the run, and Run returns it
+// with the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fatalOnce sync.Once
+	var fatal error
 	r := &Report{Kind: cfg.Kind, Attackers: cfg.N, Variants: map[string]*Count{}}
 	if cfg.Kind != Scale {
 		r.Scale = cfg.Scale
@@ -258,6 +267,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for ctx.Err() == nil {
 				if err := a.session(ctx); err != nil && ctx.Err() == nil {
 					r.failed(err)
+					if errors.Is(err, ErrRefused) {
+						fatalOnce.Do(func() { fatal = err; cancel() })
+						return
+					}
 					cfg.Logf("attacker %d: %v; reconnecting in 1s", i, err)
 					select {
 					case <-ctx.Done():
@@ -268,7 +281,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 	wg.Wait()
-	return r, nil
+	return r, fatal
 }
 
 // shared is what the attackers of one run share.

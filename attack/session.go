@@ -142,12 +142,15 @@ func (c *conn) run(ctx context.Context) error {
 	w, ok := m.(*protocol.Welcome)
 	if !ok {
 		if e, ok := m.(*protocol.Error); ok {
-			return fmt.Errorf("refused: %s: %s", e.Code, e.Message)
+			if e.Code == "bad_hello" {
+				return fmt.Errorf("%w: %s", ErrRefused, e.Message)
+			}
+			return fmt.Errorf("coordinator: %s: %s", e.Code, e.Message)
 		}
 		return fmt.Errorf("expected welcome, got %s", m.MessageType())
 	}
 	if cfg.JobID != "" && w.Job.ID != cfg.JobID {
-		return fmt.Errorf("the coordinator assigned job %q, the attack is for job %q", w.Job.ID, cfg.JobID)
+		return fmt.Errorf("%w: the coordinator assigned job %q, the attack is for job %q", ErrRefused, w.Job.ID, cfg.JobID)
 	}
 	c.welcome = w
 	if cfg.Kind.computes() || cfg.Kind == NaN || cfg.Kind == Sybil {

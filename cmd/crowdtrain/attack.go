@@ -54,11 +54,10 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger.Printf("attack %s: %d hostile volunteers against %s", k, cfg.N, *coord)
 	r, err := attack.Run(ctx, cfg)
-	if err != nil {
-		return err
+	if r != nil {
+		r.Print(stdout)
 	}
-	r.Print(stdout)
-	return nil
+	return err
 }
 
 func kindList() string {

@@ -141,6 +141,12 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 			reports[k] = parseAttackReport(t, p.logText())
 		}
 	}
+	// An attack on another job than the coordinator assigns stops with
+	// an error naming both.
+	wrong := startAttack(t, addr, attack.SignFlip, "127.0.0.30", "--job", "no-such-job", "--duration", "30s")
+	if err := wrong.waitExit(20 * time.Second); err == nil || !strings.Contains(wrong.logText(), `the attack is for job "no-such-job"`) {
+		t.Errorf("--job no-such-job: exit %v; want a failure naming the job; log:\n%s", err, wrong.logText())
+	}
 	for _, k := range attack.Kinds {
 		r := reports[k]
 		t.Logf("%s:\n%s", k, r.text)
