@@ -132,7 +132,7 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 		procs := map[attack.Kind]*proc{}
 		for _, k := range group {
 			i := len(reports) + len(procs)
-			procs[k] = startAttack(t, addr, k, fmt.Sprintf("127.0.0.%d", 10+i), "--duration", "6s")
+			procs[k] = startAttack(t, addr, k, fmt.Sprintf("127.0.0.%d", 10+i), "--duration", "8s")
 		}
 		for k, p := range procs {
 			if err := p.waitExit(time.Minute); err != nil {
@@ -194,10 +194,11 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 // Today's weaknesses, measured: one attacker of three against two honest
 // workers, for one epoch of mnist-mlp in async mode. The issue measured,
 // after 10 epochs: early 0.12, scale 0.089, ratchet 0.098. These tests
-// assert that forged results were accepted and that the job's accuracy was
+// assert that forged results were sent and acked and that the job's accuracy was
 // measured, and log it against the job's target; they do not assert that
-// the model dies, so that they keep passing once robust aggregation
-// bounds the attacks (then they can assert the target).
+// the model dies, nor that the forgeries were accepted, so that they keep
+// passing once robust aggregation bounds the attacks (then they can assert
+// the target).
 func TestAttackOneOfThreeToday(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
@@ -229,8 +230,8 @@ func oneOfThree(t *testing.T, kind attack.Kind, bind string) {
 	}
 	r := parseAttackReport(t, a.logText())
 	t.Logf("attack:\n%s", r.text)
-	if r.variants["forged"][1] < 1 {
-		t.Fatalf("no forged %s update was accepted: %+v; log:\n%s", kind, r.variants, srv.logText())
+	if f := r.variants["forged"]; f[0] < 1 || f[1]+f[2] < 1 {
+		t.Fatalf("no forged %s update was sent and acked: %+v; log:\n%s", kind, r.variants, srv.logText())
 	}
 	if done.Eval == nil {
 		t.Fatalf("job ended %s (%s) with no evaluation", done.State, done.Reason)
