@@ -32,6 +32,7 @@ Usage:
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
+  crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID]
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--token T]
 
 Run 'crowdtrain COMMAND -h' for a command's flags.
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = export(ctx, args[1:], stdout, stderr)
 	case "sample":
 		err = sample(ctx, args[1:], stdout, stderr)
+	case "attack":
+		err = attackCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

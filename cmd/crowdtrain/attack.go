@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+
+	"github.com/crowdtrain/crowdtrain/attack"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// attackCmd runs hostile volunteers against a coordinator (docs/ATTACKS.md).
+func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
+	coord := fs.String("coordinator", "", "coordinator websocket `URL` (ws://HOST:PORT/ws)")
+	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage or sybil")
+	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil)")
+	scale := fs.Float64("scale", 0, "the kind's scale S (0: its default; see docs/ATTACKS.md)")
+	bind := fs.String("bind", "", "local IP `ADDR` to connect from (e.g. 127.0.0.5)")
+	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
+	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *coord == "" {
+		return usagef("--coordinator is required (ws://HOST:PORT/ws)")
+	}
+	if *kind == "" {
+		return usagef("--kind is required: %v", kindList())
+	}
+	k, err := attack.ParseKind(*kind)
+	if err != nil {
+		return usagef("--kind: %v", err)
+	}
+	if *duration < 0 {
+		return usagef("--duration must be >= 0, got %v", *duration)
+	}
+	logger := log.New(stderr, "", log.LstdFlags)
+	cfg := attack.Config{
+		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Bind: *bind, JobID: *job,
+		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
+		NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
+	}
+	if err := cfg.Check(); err != nil {
+		return usagef("%v", err)
+	}
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	logger.Printf("attack %s: %d hostile volunteers against %s", k, cfg.N, *coord)
+	r, err := attack.Run(ctx, cfg)
+	if r != nil {
+		r.Print(stdout)
+	}
+	return err
+}
+
+func kindList() string {
+	s := ""
+	for i, k := range attack.Kinds {
+		if i > 0 {
+			s += ", "
+		}
+		s += string(k)
+	}
+	return fmt.Sprintf("one of %s", s)
+}
