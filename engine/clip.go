@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -18,11 +20,16 @@ import (
 // the model by at most ‖c‖ + r, however large it was.
 //
 // The first radius comes from the first results: they are held, not
-// applied, until one has come from each of min(Warmup, Active) distinct
-// workers (or WarmupTimeout passed since the first), and then applied as
-// one centred clip of them from zero, whose median norm seeds the
-// distances. An update that arrives first, however huge, is one of
-// several and does not set the scale alone.
+// applied, until results have come from min(Warmup, Active) distinct
+// workers, or WarmupTimeout has passed since the first. The
+// scale is then the smallest of the workers' (non-zero) mean update
+// norms: an update that arrives first, however huge, does not set it,
+// and one too small only slows the start (the radius grows by at most a
+// factor Tau per half window). The held results, each worker's mean
+// clipped to the radius around zero, are applied as one step. A worker
+// that is alone (Active 1) ends the warm-up with its first result: there
+// is nobody to compare it with, and a hostile worker that is first and
+// alone sets the scale.
 type Clipper struct {
 	Tau           float64
 	Window        int
@@ -38,7 +45,7 @@ type Clipper struct {
 	centre []float32
 	dists  []float64
 	next   int
-	boot   map[string][]float32
+	boot   map[string]*held
 	bootAt time.Time
 	out    []float32
 
@@ -64,13 +71,29 @@ func (c *Clipper) Radius() float64 {
 	return c.Tau * median(c.dists)
 }
 
-// hold keeps worker's update for the warm-up (its latest one).
+// held is one worker's results in the warm-up: their sum and count.
+type held struct {
+	sum   []float64
+	norms float64
+	n     int
+}
+
+// hold adds worker's update to what the warm-up holds.
 func (c *Clipper) hold(worker string, u []float32, now time.Time) {
 	if c.boot == nil {
-		c.boot = map[string][]float32{}
+		c.boot = map[string]*held{}
 		c.bootAt = now
 	}
-	c.boot[worker] = append(c.boot[worker][:0], u...)
+	h := c.boot[worker]
+	if h == nil {
+		h = &held{sum: make([]float64, len(u))}
+		c.boot[worker] = h
+	}
+	for i, v := range u {
+		h.sum[i] += float64(v)
+	}
+	h.norms += dist(u, make([]float32, len(u)))
+	h.n++
 }
 
 // warm ends the warm-up if it is due at now, returning the step.
@@ -82,20 +105,42 @@ func (c *Clipper) warm(now time.Time) ([]float32, int, bool) {
 	if len(c.boot) < need && now.Sub(c.bootAt) < c.WarmupTimeout {
 		return nil, 0, false
 	}
-	xs := make([][]float32, 0, len(c.boot))
-	norms := make([]float64, 0, len(c.boot))
-	zero := make([]float32, c.n)
-	for _, x := range c.boot {
-		xs = append(xs, x)
-		norms = append(norms, dist(x, zero))
+	means := make([][]float32, 0, len(c.boot))
+	scale := math.Inf(1)
+	total := 0
+	for _, w := range slices.Sorted(maps.Keys(c.boot)) {
+		h := c.boot[w]
+		m := make([]float32, c.n)
+		for i, v := range h.sum {
+			m[i] = float32(v / float64(h.n))
+		}
+		means = append(means, m)
+		total += h.n
+		if d := h.norms / float64(h.n); d > 0 && d < scale {
+			scale = d
+		}
 	}
 	c.out = make([]float32, c.n)
-	c.Clipped += int64(CenteredClip(c.out, xs, nil, c.Tau, 3))
+	if math.IsInf(scale, 1) {
+		// Nothing but zeros: no scale yet, and nothing to apply.
+		c.boot = nil
+		return c.out, total, true
+	}
+	r := c.Tau * scale
+	for _, m := range means {
+		w := 1.0
+		if d := dist(m, make([]float32, c.n)); d > r {
+			w = r / d
+			c.Clipped++
+		}
+		for i, v := range m {
+			c.out[i] += float32(float64(v) * w / float64(len(means)))
+		}
+	}
 	c.centre = append([]float32(nil), c.out...)
-	c.dists = []float64{median(norms)}
-	n := len(c.boot)
+	c.dists = []float64{scale}
 	c.boot = nil
-	return c.out, n, true
+	return c.out, total, true
 }
 
 // clip clips u around the centre into c.out, records its distance and

@@ -249,8 +249,9 @@ func TestClipperEarlyHugeUpdateDoesNotSetTheScale(t *testing.T) {
 	}
 }
 
-// With one worker connected the warm-up ends on its first result; with
-// more expected than come, it ends WarmupTimeout after the first.
+// With more workers expected than come, the warm-up ends WarmupTimeout
+// after the first result; with two holding leases, results from both
+// end it at once, and one from one does not.
 func TestClipperWarmupTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := &Async{MaxStaleness: 8, Clip: NewClipper(1, 2, 10*time.Second)}
@@ -265,13 +266,23 @@ func TestClipperWarmupTimeout(t *testing.T) {
 		if s, ok := a.Ready(time.Now()); !ok || s.Results != 1 {
 			t.Fatalf("warm-up did not end at its timeout: %+v", s)
 		}
+		// Two workers holding leases: one worker's results do not end the
+		// warm-up, the other's do.
 		b := &Async{MaxStaleness: 8, Clip: NewClipper(1, 2, 10*time.Second)}
-		b.Clip.Active = 1
+		b.Clip.Active = 2
 		b.SetNow(time.Now())
-		b.Offer(Contribution{Update: vec(1), Worker: "a"})
-		if _, ok := b.Ready(time.Now()); !ok {
-			t.Fatal("a lone worker's first result was held")
+		b.Offer(Contribution{Update: vec(1e20), Worker: "evil"})
+		b.Offer(Contribution{Update: vec(1e20), Worker: "evil"})
+		if _, ok := b.Ready(time.Now()); ok {
+			t.Fatal("one worker's results ended the warm-up")
 		}
+		b.Offer(Contribution{Update: vec(-1), Worker: "a"})
+		s, ok := b.Ready(time.Now())
+		if !ok || s.Results != 3 {
+			t.Fatalf("warm-up did not end with 2 workers: %+v", s)
+		}
+		// scale 1 (the smaller mean norm), radius 2: (2 - 1)/2
+		near(t, "warm-up step", s.Update, []float64{0.5})
 	})
 }
 
@@ -328,4 +339,14 @@ func bits(v int) int {
 		n++
 	}
 	return n
+}
+
+// A lone worker's first result ends the warm-up at once.
+func TestClipperLoneWorker(t *testing.T) {
+	a := &Async{MaxStaleness: 8, Clip: NewClipper(1, 2, 10*time.Second)}
+	a.Clip.Active = 1
+	a.Offer(Contribution{Update: vec(3), Worker: "a"})
+	if s, ok := a.Ready(time.Time{}); !ok || s.Results != 1 {
+		t.Fatalf("lone worker's first result held: %+v", s)
+	}
 }
