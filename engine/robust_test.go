@@ -292,7 +292,7 @@ func TestClipperWarmupTimeout(t *testing.T) {
 func TestClipperRatchetIsBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	g := vec(1, -1, 0.5)
-	a := &Async{MaxStaleness: 8, Clip: NewClipper(3, 2, time.Second)}
+	a := &Async{MaxStaleness: 8, Clip: NewClipper(3, 1.5, time.Second)}
 	a.Clip.Active = 3
 	now := time.Unix(0, 0)
 	for i, w := range []string{"a", "b", "c"} {
@@ -327,7 +327,7 @@ func TestClipperRatchetIsBounded(t *testing.T) {
 	if !(worst < 5) {
 		t.Fatalf("an applied update had norm %.3g", worst)
 	}
-	if norm(bad) < 1e10 {
+	if norm(bad) < 1e6 {
 		t.Fatalf("the ratchet only reached %.3g", norm(bad))
 	}
 	t.Logf("after 1000 updates: radius %.3g, largest applied norm %.3g, attacker's norm %.3g, %d clipped", a.Clip.Radius(), worst, norm(bad), a.Clip.Clipped)

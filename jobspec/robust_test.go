@@ -12,7 +12,7 @@ func TestRobustKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Robust{Method: "centered_clip", Tau: 2, Iterations: 3, Bucket: 2}); s.Robust != want {
+	if want := (Robust{Method: "centered_clip", Tau: 1.5, Iterations: 3, Bucket: 2}); s.Robust != want {
 		t.Fatalf("default robust %+v, want %+v", s.Robust, want)
 	}
 	s, err = Parse([]byte("name: a\nmodel: mnist-mlp\nmode: sync\nround_size: 8\nrobust: {method: trimmed_mean, bucket: 1}\n"))

@@ -85,7 +85,7 @@ type Robust struct {
 // Robust defaults.
 const (
 	DefaultRobustMethod     = engine.RobustCenteredClip
-	DefaultRobustTau        = 2
+	DefaultRobustTau        = 1.5
 	DefaultRobustIterations = 3
 	DefaultRobustBucket     = 2
 	DefaultRobustTrim       = 0.2
