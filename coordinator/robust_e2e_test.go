@@ -10,7 +10,22 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
+
+// slowStartBackend waits delay before its first gradient.
+type slowStartBackend struct {
+	worker.Backend
+	delay   time.Duration
+	started atomic.Bool
+}
+
+func (b *slowStartBackend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
+	if !b.started.Swap(true) {
+		time.Sleep(b.delay)
+	}
+	return b.Backend.Gradient(params, x, labels, grad)
+}
 
 // hostileEarly plays the "early" attacker until ctx ends: from the first
 // moment, every lease it takes is answered at once with a huge update
@@ -18,19 +33,23 @@ import (
 // counts what it sent and how it was acked.
 type hostileEarly struct {
 	sent, accepted, clipped, rejected atomic.Int64
+	firstReject                       atomic.Value
 }
 
-func (h *hostileEarly) run(ctx context.Context, rc *rawClient, n int, pace time.Duration) {
+func (h *hostileEarly) run(ctx context.Context, rc *rawClient, n int, pace time.Duration, pre []protocol.Lease) {
 	huge := make(protocol.Floats, n)
 	for i := range huge {
 		huge[i] = -1e20
 	}
 	for ctx.Err() == nil {
-		b, err := protocol.Encode(&protocol.Want{N: 1})
-		if err != nil || rc.sendBytes(b) != nil {
+		var l *protocol.Lease
+		var b []byte
+		var err error
+		if len(pre) > 0 {
+			l, pre = &pre[0], pre[1:]
+		} else if b, err = protocol.Encode(&protocol.Want{N: 1}); err != nil || rc.sendBytes(b) != nil {
 			return
 		}
-		var l *protocol.Lease
 		for l == nil {
 			m, err := rc.readErr()
 			if err != nil {
@@ -85,6 +104,7 @@ func (h *hostileEarly) run(ctx context.Context, rc *rawClient, n int, pace time.
 					h.accepted.Add(1)
 				default:
 					h.rejected.Add(1)
+					h.firstReject.CompareAndSwap(nil, a.Reason+": "+a.Detail)
 				}
 				break
 			}
@@ -101,21 +121,27 @@ func TestAsyncEarlyHugeAttackerIsClipped(t *testing.T) {
 		t.Skip("trains MNIST end to end; skipped with -short")
 	}
 	g := newTestGrid(t, modeSpec(t, "eval_every: 250\n"))
-	g.addWorker(1, nil)
-	g.addWorker(1, nil)
-	// The attacker starts once the honest workers hold leases, before the
-	// first result: its huge updates are among the very first.
-	g.waitFor("the honest workers' leases", time.Minute, func(v coordinator.JobView) bool { return v.LeasesHeld >= 2 })
+	// The attacker takes leases first, and answers them the moment the
+	// honest workers hold theirs: its huge updates are the very first
+	// results.
 	rc := g.joinRaw()
+	pre := rc.leases(2)
+	// The honest workers are slow to start (as a download would make
+	// them), so the attacker's results come first.
+	slowStart := func(b worker.Backend) worker.Backend { return &slowStartBackend{Backend: b, delay: time.Second} }
+	g.addWorker(1, slowStart)
+	g.addWorker(1, slowStart)
+	g.waitFor("the honest workers' leases", time.Minute, func(v coordinator.JobView) bool { return v.LeasesHeld >= 4 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h := &hostileEarly{}
 	done := make(chan struct{})
-	go func() { defer close(done); h.run(ctx, rc, rc.welcome.Job.NumParams, 10*time.Millisecond) }()
+	go func() { defer close(done); h.run(ctx, rc, rc.welcome.Job.NumParams, 10*time.Millisecond, pre) }()
 	v := g.waitDone(5 * time.Minute)
 	cancel()
 	rc.conn.Close(websocket.StatusNormalClosure, "")
 	<-done
+	t.Logf("attacker's first rejection: %v", h.firstReject.Load())
 	t.Logf("early attacker: sent %d, accepted %d (%d clipped), rejected %d; job: accuracy %+v, version %d, applied %d, clipped %d, rejections %v",
 		h.sent.Load(), h.accepted.Load(), h.clipped.Load(), h.rejected.Load(), v.Eval, v.Version, v.UpdatesApplied, v.Clipped, v.Rejections)
 	if h.sent.Load() < 10 {

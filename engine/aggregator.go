@@ -97,6 +97,7 @@ type Async struct {
 	has       bool
 	staleness int64
 	heldAt    time.Time
+	weight    float32 // the clip's rate scale for the pending step; 0 is 1
 }
 
 func (a *Async) Lease(time.Time) (uint64, bool) { return 0, true }
@@ -118,8 +119,27 @@ func (a *Async) Offer(c Contribution) Decision {
 			a.Clip.hold(c.Worker, c.Update, a.heldAt)
 			return Decision{Accepted: true}
 		}
-		clipped := a.Clip.clip(c.Update)
-		a.pending, a.has, a.staleness = a.Clip.out, true, c.Staleness
+		u := c.Update
+		if b := a.Clip.Momentum; b > 0 {
+			// Worker momentum (Karimireddy et al.): each worker's updates
+			// are averaged over its history before the clip, so honest
+			// ones lie closer together and the radius is smaller.
+			if a.Clip.mom == nil {
+				a.Clip.mom = map[string][]float32{}
+			}
+			m := a.Clip.mom[c.Worker]
+			if m == nil {
+				m = slices.Clone(u)
+				a.Clip.mom[c.Worker] = m
+			} else {
+				for i, v := range u {
+					m[i] = b*m[i] + (1-b)*v
+				}
+			}
+			u = m
+		}
+		clipped := a.Clip.clip(u)
+		a.pending, a.has, a.staleness, a.weight = a.Clip.out, true, c.Staleness, a.Clip.weight
 		return Decision{Accepted: true, Clipped: clipped}
 	}
 	// Applied at once by Ready, before the caller's vector changes.
@@ -145,7 +165,14 @@ func (a *Async) Ready(now time.Time) (Step, bool) {
 	if a.InverseStaleness {
 		s.Scale = 1 / float32(1+a.staleness)
 	}
-	a.pending, a.has = nil, false
+	if a.weight > 0 && a.weight < 1 {
+		// Weighted in the vector, not the rate: an adaptive optimizer's
+		// moments must not take the clipped update at full size.
+		for i := range s.Update {
+			s.Update[i] *= a.weight
+		}
+	}
+	a.pending, a.has, a.weight = nil, false, 0
 	return s, true
 }
 

@@ -49,6 +49,12 @@ type Clipper struct {
 	bootAt time.Time
 	out    []float32
 
+	// Momentum, when > 0, is the worker momentum β: the clip sees each
+	// worker's m ← β·m + (1−β)·u instead of u. Forget drops a worker's.
+	Momentum float32
+	mom      map[string][]float32
+	weight   float32 // the last clip's r/d (1 when not clipped)
+
 	// Clipped counts the updates applied clipped.
 	Clipped int64
 }
@@ -56,8 +62,11 @@ type Clipper struct {
 // NewClipper returns a Clipper for vectors of n values with the defaults
 // for a robust spec's tau.
 func NewClipper(n int, tau float64, warmupTimeout time.Duration) *Clipper {
-	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, n: n}
+	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, Momentum: 0.9, n: n}
 }
+
+// Forget drops what is kept of worker (it left).
+func (c *Clipper) Forget(worker string) { delete(c.mom, worker) }
 
 // Seeded reports whether the warm-up is over.
 func (c *Clipper) Seeded() bool { return c.centre != nil }
@@ -155,6 +164,14 @@ func (c *Clipper) clip(u []float32) bool {
 		if r == 0 || math.IsInf(d, 0) {
 			w = 0
 		}
+	}
+	// A clipped update's step is also weighted by r/d: one far outside
+	// the radius (which honest ones rarely are) counts for little, so a
+	// consistent hostile direction is not amplified by an adaptive
+	// optimizer's per-coordinate scaling.
+	c.weight = float32(max(w, 0))
+	if c.weight == 0 {
+		c.weight = 1e-30
 	}
 	for i, v := range u {
 		c.out[i] = c.centre[i] + float32((float64(v)-float64(c.centre[i]))*w)

@@ -306,13 +306,14 @@ func TestClipperRatchetIsBounded(t *testing.T) {
 	worst := 0.0
 	for i := range 1000 {
 		var u []float32
-		if i%3 == 2 {
+		w := []string{"a", "b", "evil"}[i%3]
+		if w == "evil" {
 			bad = scaled(bad, 1.05)
 			u = bad
 		} else {
 			u = honest(rng, g, 1, 0.2)[0]
 		}
-		if d := a.Offer(Contribution{Update: u, Worker: "x"}); !d.Accepted {
+		if d := a.Offer(Contribution{Update: u, Worker: w}); !d.Accepted {
 			t.Fatal(d)
 		}
 		s, ok := a.Ready(now)
