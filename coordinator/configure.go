@@ -65,6 +65,10 @@ func (j *Job) configure(spec JobSpec) error {
 		default:
 			a.Clip.Tau = spec.Robust.Tau
 		}
+		if a.Clip != nil && spec.AsyncDiLoCo {
+			// Delayed Nesterov keeps its own momentum of the deltas.
+			a.Clip.Momentum = 0
+		}
 	}
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		r.Robust = spec.Robust.Engine()

@@ -212,7 +212,9 @@ func (r Robust) Aggregate(out []float32, xs [][]float32, prev []float32, rng *ra
 		clear(out)
 		return 0
 	}
-	if r.Method == RobustNone || r.Method == "" {
+	if r.Method == RobustNone || r.Method == "" || len(xs) < 3 {
+		// With fewer than 3 results there is no majority to trust: the
+		// mean.
 		mean(out, xs)
 		return 0
 	}
