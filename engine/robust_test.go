@@ -351,3 +351,13 @@ func TestClipperLoneWorker(t *testing.T) {
 		t.Fatalf("lone worker's first result held: %+v", s)
 	}
 }
+
+// Fewer than 3 results have no majority: every method takes the mean.
+func TestRobustFewResultsTakeTheMean(t *testing.T) {
+	out := make([]float32, 1)
+	for _, m := range []string{RobustCenteredClip, RobustTrimmedMean, RobustMedian} {
+		r := Robust{Method: m, Tau: 1.5, Iterations: 3, Bucket: 1, Trim: 0.2}
+		r.Aggregate(out, [][]float32{vec(1), vec(10)}, vec(0), nil)
+		near(t, m, out, []float64{5.5})
+	}
+}
