@@ -62,7 +62,7 @@ type Clipper struct {
 // NewClipper returns a Clipper for vectors of n values with the defaults
 // for a robust spec's tau.
 func NewClipper(n int, tau float64, warmupTimeout time.Duration) *Clipper {
-	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, Momentum: 0.9, n: n}
+	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, n: n}
 }
 
 // Forget drops what is kept of worker (it left).

@@ -361,3 +361,22 @@ func TestRobustFewResultsTakeTheMean(t *testing.T) {
 		near(t, m, out, []float64{5.5})
 	}
 }
+
+// With worker momentum the clip sees each worker's average: m = 0.5·2 +
+// 0.5·4 = 3 for a worker that sent 2 then 4.
+func TestClipperWorkerMomentum(t *testing.T) {
+	a := &Async{MaxStaleness: 8, Clip: NewClipper(1, 100, time.Second)}
+	a.Clip.Momentum = 0.5
+	a.Clip.Active = 1
+	a.Offer(Contribution{Update: vec(2), Worker: "a"})
+	a.Ready(time.Time{}) // the warm-up: 2 applied, the centre at 2
+	a.Offer(Contribution{Update: vec(2), Worker: "a"})
+	a.Ready(time.Time{})
+	a.Offer(Contribution{Update: vec(4), Worker: "a"})
+	s, _ := a.Ready(time.Time{})
+	near(t, "momentum step", s.Update, []float64{3})
+	a.Clip.Forget("a")
+	a.Offer(Contribution{Update: vec(5), Worker: "a"})
+	s, _ = a.Ready(time.Time{})
+	near(t, "after Forget", s.Update, []float64{5})
+}
