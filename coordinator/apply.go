@@ -99,10 +99,21 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
 			sub.norm, sub.norm/st.normMean, st.normMean, r))
 	}
-	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples})
+	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
+		a.SetNow(st.sched.Now())
+		if !a.Clip.Seeded() {
+			a.Clip.Active = j.activeWorkers(sub.worker)
+		}
+	}
+	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples, Worker: sub.worker})
 	if !d.Accepted {
 		j.requeue(l)
 		return reject(d.Reason, d.Detail)
+	}
+	if d.Clipped {
+		// Accepted and applied, bounded by the robust clip.
+		st.clipped++
+		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied clipped to the robust radius around the running centre"
 	}
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.nonFiniteRun = 0
@@ -137,8 +148,12 @@ func (j *Job) step(now time.Time) {
 		return
 	}
 	st.model.Apply(s)
-	if r, ok := st.agg.(*engine.Rounds); ok && s.Results < r.Size {
-		st.roundsShort++
+	if r, ok := st.agg.(*engine.Rounds); ok {
+		if s.Results < r.Size {
+			st.roundsShort++
+		}
+		st.clipped += r.Clipped
+		r.Clipped = 0
 	}
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)
@@ -174,4 +189,13 @@ func evalEveryVersions(s *JobSpec) int64 {
 		per *= s.RoundSize
 	}
 	return int64(max(1, s.EvalEvery/per))
+}
+
+// activeWorkers counts the distinct workers holding leases, with worker.
+func (j *Job) activeWorkers(worker string) int {
+	seen := map[string]bool{worker: true}
+	for _, l := range j.st.sched.Leases() {
+		seen[l.Worker] = true
+	}
+	return len(seen)
 }

@@ -1,10 +1,16 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
+
+// asyncWarmupTimeout is the longest an asynchronous job holds its first
+// results for the robust clip's warm-up, waiting for more workers.
+const asyncWarmupTimeout = 10 * time.Second
 
 // configure sets the job's engine to spec: the scheduler's policy, the
 // aggregator and the outer optimizer. On a running job (an operator's
@@ -49,6 +55,23 @@ func (j *Job) configure(spec JobSpec) error {
 	}
 	if a, ok := st.agg.(*engine.Async); ok {
 		a.MaxStaleness, a.InverseStaleness = spec.MaxStaleness, spec.StalenessLR == StalenessLRInverse
+		// One result at a time: every robust method but none clips it
+		// around the robust running centre.
+		switch {
+		case spec.Robust.Method == engine.RobustNone:
+			a.Clip = nil
+		case a.Clip == nil:
+			a.Clip = engine.NewClipper(n, spec.Robust.Tau, asyncWarmupTimeout)
+		default:
+			a.Clip.Tau = spec.Robust.Tau
+		}
+		if a.Clip != nil && spec.AsyncDiLoCo {
+			// Delayed Nesterov keeps its own momentum of the deltas.
+			a.Clip.Momentum = 0
+		}
+	}
+	if r, ok := st.agg.(*engine.Rounds); ok {
+		r.Robust = spec.Robust.Engine()
 	}
 
 	sc := &st.sched

@@ -115,6 +115,7 @@ type jobState struct {
 	leasesReleased int64
 	lastRelease    string
 	roundsShort    int64
+	clipped        int64 // results (or buckets) applied clipped by the robust rule
 	leasesIssued   int64
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
@@ -338,10 +339,13 @@ type JobView struct {
 	UpdatesApplied  int64            `json:"updates_applied"`
 	UpdatesRejected int64            `json:"updates_rejected"`
 	Rejections      map[string]int64 `json:"rejections"`
-	LeasesIssued    int64            `json:"leases_issued"`
-	LeasesExpired   int64            `json:"leases_expired"`
-	LeasesHeld      int              `json:"leases_held"`
-	MeanStaleness   float64          `json:"mean_staleness"`
+	// Clipped counts results applied clipped by the robust rule (in
+	// sync and diloco, the results or buckets a round's clip clipped).
+	Clipped       int64   `json:"clipped"`
+	LeasesIssued  int64   `json:"leases_issued"`
+	LeasesExpired int64   `json:"leases_expired"`
+	LeasesHeld    int     `json:"leases_held"`
+	MeanStaleness float64 `json:"mean_staleness"`
 	// StalenessHistogram[i] counts updates applied at staleness i; the
 	// last bucket counts every staleness at or above its index.
 	StalenessHistogram []int64          `json:"staleness_histogram"`
@@ -394,6 +398,7 @@ func (j *Job) view(st *jobState) JobView {
 		v.Round, v.RoundResults = r.Round(), r.Partial().Results
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
+	v.Clipped = st.clipped
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}

@@ -199,6 +199,9 @@ func (j *Job) unleased(ls []*engine.Lease) int {
 // releaseWorker requeues every lease of worker (it left or said bye).
 func (j *Job) releaseWorker(worker string) int {
 	j.st.sched.Forget(worker)
+	if a, ok := j.st.agg.(*engine.Async); ok && a.Clip != nil {
+		a.Clip.Forget(worker)
+	}
 	return j.unleased(j.st.sched.Release(worker, nil))
 }
 

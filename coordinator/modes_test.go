@@ -51,7 +51,8 @@ func submitConst(rc *rawClient, l protocol.Lease, base int64, v float32) *protoc
 // model moved since the grant, and a result for a lease never started is
 // refused.
 func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
-	g := newTestGrid(t, modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nsnapshot: latest\n"))
+	// Each result steps at once (no robust warm-up holding the first).
+	g := newTestGrid(t, modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nsnapshot: latest\nrobust: {method: none}\n"))
 	slow, fast := g.joinRaw(), g.joinRaw()
 	held := slow.grantedLeases(2)
 	for _, l := range held {
@@ -100,7 +101,9 @@ func TestPartialRoundSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nmode: diloco\nround_size: 3\nlocal_steps: 2\n")
+	// The plain mean, so the step can be computed by hand (a robust
+	// round restores its results as copies of their mean).
+	spec := modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nmode: diloco\nround_size: 3\nlocal_steps: 2\nrobust: {method: none}\n")
 	g := newStoredGrid(t, db, &spec)
 	rc := g.joinRaw()
 	ls := rc.leases(2)

@@ -35,6 +35,7 @@ type progress struct {
 	StalenessHist  []int64          `json:"staleness_hist,omitempty"`
 	NormMean       float64          `json:"norm_mean"`
 	NormCount      int64            `json:"norm_count"`
+	Clipped        int64            `json:"clipped,omitempty"`
 	LastEvalAt     int64            `json:"last_eval_at"`
 	Eval           *EvalResult      `json:"eval,omitempty"`
 	FinalEvalAfter bool             `json:"final_eval_after,omitempty"`
@@ -134,7 +135,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		Epoch: st.epoch, ExamplesSeen: st.examplesSeen, EpochExamples: st.epochExamples,
 		Applied: st.applied, Rejected: st.rejected, Rejections: st.rejections,
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum, StalenessHist: st.stalenessHist,
-		NormMean: st.normMean, NormCount: st.normCount, LastEvalAt: st.lastEvalAt, Eval: st.eval,
+		NormMean: st.normMean, NormCount: st.normCount, Clipped: st.clipped, LastEvalAt: st.lastEvalAt, Eval: st.eval,
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
 	}
 	// Leased tasks are not done: a resumed job hands them out again.
@@ -283,7 +284,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	}
 	st.leasesIssued, st.leasesExpired, st.stalenessSum = p.LeasesIssued, p.LeasesExpired, p.StalenessSum
 	copy(st.stalenessHist, p.StalenessHist) // older checkpoints have none
-	st.normMean, st.normCount = p.NormMean, p.NormCount
+	st.normMean, st.normCount, st.clipped = p.NormMean, p.NormCount, p.Clipped
 	st.lastEvalAt, st.eval, st.finalEvalAfter = p.LastEvalAt, p.Eval, p.FinalEvalAfter
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -14,6 +16,9 @@ type Contribution struct {
 	Round     uint64
 	Staleness int64
 	Examples  int
+	// Worker is who sent it (the asynchronous clip's warm-up counts
+	// distinct workers).
+	Worker string
 }
 
 // Decision is what an Aggregator made of a Contribution. A rejection has
@@ -22,12 +27,19 @@ type Decision struct {
 	Accepted bool
 	Reason   string
 	Detail   string
+	// Clipped marks an accepted result that is applied clipped (the
+	// asynchronous rule's robust clip): its ack says so.
+	Clipped bool
 }
 
 // Rejection reasons an Aggregator gives.
 const (
-	ReasonStale = "stale"
-	ReasonLate  = "late"
+	ReasonStale   = "stale"
+	ReasonLate    = "late"
+	ReasonInvalid = "invalid"
+	// ReasonClipped is the reason an accepted result's ack carries when
+	// it was applied clipped.
+	ReasonClipped = "clipped"
 )
 
 // Step is what the model's optimizer applies: the (averaged) update, with
@@ -77,10 +89,15 @@ type Async struct {
 	MaxStaleness int
 	// InverseStaleness scales a result's step by 1/(1+staleness).
 	InverseStaleness bool
+	// Clip, when set, bounds every result by a robust running centre
+	// (robust.method centered_clip); nil applies results as they are.
+	Clip *Clipper
 
 	pending   []float32
 	has       bool
 	staleness int64
+	heldAt    time.Time
+	weight    float32 // the clip's rate scale for the pending step; 0 is 1
 }
 
 func (a *Async) Lease(time.Time) (uint64, bool) { return 0, true }
@@ -90,12 +107,57 @@ func (a *Async) Offer(c Contribution) Decision {
 	if c.Staleness > int64(a.MaxStaleness) {
 		return Decision{Reason: ReasonStale, Detail: fmt.Sprintf("staleness %d > max_staleness %d: fetch a newer snapshot", c.Staleness, a.MaxStaleness)}
 	}
+	if a.Clip != nil {
+		if !Finite(c.Update) {
+			return Decision{Reason: ReasonInvalid, Detail: ErrNonFinite.Error()}
+		}
+		if len(c.Update) != a.Clip.n {
+			panic(fmt.Sprintf("engine: Async.Offer: update has %d values, want %d", len(c.Update), a.Clip.n))
+		}
+		if !a.Clip.Seeded() {
+			// Held for the warm-up, applied when it ends.
+			a.Clip.hold(c.Worker, c.Update, a.heldAt)
+			return Decision{Accepted: true}
+		}
+		u := c.Update
+		if b := a.Clip.Momentum; b > 0 {
+			// Worker momentum (Karimireddy et al.): each worker's updates
+			// are averaged over its history before the clip, so honest
+			// ones lie closer together and the radius is smaller.
+			if a.Clip.mom == nil {
+				a.Clip.mom = map[string][]float32{}
+			}
+			m := a.Clip.mom[c.Worker]
+			if m == nil {
+				m = slices.Clone(u)
+				a.Clip.mom[c.Worker] = m
+			} else {
+				for i, v := range u {
+					m[i] = b*m[i] + (1-b)*v
+				}
+			}
+			u = m
+		}
+		clipped := a.Clip.clip(u)
+		a.pending, a.has, a.staleness, a.weight = a.Clip.out, true, c.Staleness, a.Clip.weight
+		return Decision{Accepted: true, Clipped: clipped}
+	}
 	// Applied at once by Ready, before the caller's vector changes.
 	a.pending, a.has, a.staleness = c.Update, true, c.Staleness
 	return Decision{Accepted: true}
 }
 
-func (a *Async) Ready(time.Time) (Step, bool) {
+// SetNow tells the rule the time of the next Offer (the warm-up's clock).
+func (a *Async) SetNow(now time.Time) { a.heldAt = now }
+
+func (a *Async) Ready(now time.Time) (Step, bool) {
+	if a.Clip != nil && !a.Clip.Seeded() {
+		u, n, ok := a.Clip.warm(now)
+		if !ok {
+			return Step{}, false
+		}
+		return Step{Update: u, Scale: 1, Results: n}, true
+	}
 	if !a.has {
 		return Step{}, false
 	}
@@ -103,7 +165,14 @@ func (a *Async) Ready(time.Time) (Step, bool) {
 	if a.InverseStaleness {
 		s.Scale = 1 / float32(1+a.staleness)
 	}
-	a.pending, a.has = nil, false
+	if a.weight > 0 && a.weight < 1 {
+		// Weighted in the vector, not the rate: an adaptive optimizer's
+		// moments must not take the clipped update at full size.
+		for i := range s.Update {
+			s.Update[i] *= a.weight
+		}
+	}
+	a.pending, a.has, a.weight = nil, false, 0
 	return s, true
 }
 
@@ -124,6 +193,14 @@ func (a *Async) Restore(p Partial) error {
 type Rounds struct {
 	Size, Backups int
 	Timeout       time.Duration
+	// Robust combines a round's results; the zero value (or method none)
+	// takes their mean.
+	Robust Robust
+	// Rand shuffles the buckets; nil seeds one from the round number.
+	Rand *rand.Rand
+	// Clipped counts the results (buckets, with bucketing) a round's
+	// centred clip clipped.
+	Clipped int64
 
 	round   uint64
 	leased  int
@@ -131,6 +208,8 @@ type Rounds struct {
 	results int
 	sum     []float32
 	mean    []float32
+	held    [][]float32 // the round's results, kept for a robust method
+	prev    []float32   // the previous round's aggregate: the clip's start
 }
 
 // NewRounds returns a Rounds rule for vectors of n values.
@@ -165,6 +244,16 @@ func (r *Rounds) Offer(c Contribution) Decision {
 	if len(c.Update) != len(r.sum) {
 		panic(fmt.Sprintf("engine: Rounds.Offer: update has %d values, want %d", len(c.Update), len(r.sum)))
 	}
+	if r.robust() {
+		if !Finite(c.Update) {
+			return Decision{Reason: ReasonInvalid, Detail: ErrNonFinite.Error()}
+		}
+		if len(r.held) > r.results {
+			r.held[r.results] = append(r.held[r.results][:0], c.Update...)
+		} else {
+			r.held = append(r.held, slices.Clone(c.Update))
+		}
+	}
 	for i, v := range c.Update {
 		r.sum[i] += v
 	}
@@ -190,11 +279,28 @@ func (r *Rounds) Flush() (Step, bool) {
 	return r.close(), true
 }
 
+func (r *Rounds) robust() bool {
+	return r.Robust.Method != "" && r.Robust.Method != RobustNone
+}
+
 func (r *Rounds) close() Step {
-	inv := 1 / float32(r.results)
-	for i, v := range r.sum {
-		r.mean[i] = v * inv
-		r.sum[i] = 0
+	if r.robust() {
+		rng := r.Rand
+		if rng == nil {
+			rng = rand.New(rand.NewPCG(r.round, 0x636c6970))
+		}
+		r.Clipped += int64(r.Robust.Aggregate(r.mean, r.held[:r.results], r.prev, rng))
+		if r.prev == nil {
+			r.prev = make([]float32, len(r.mean))
+		}
+		copy(r.prev, r.mean)
+		clear(r.sum)
+	} else {
+		inv := 1 / float32(r.results)
+		for i, v := range r.sum {
+			r.mean[i] = v * inv
+			r.sum[i] = 0
+		}
 	}
 	s := Step{Update: r.mean, Scale: 1, Results: r.results, Round: r.round}
 	r.round++
@@ -218,6 +324,18 @@ func (r *Rounds) Restore(p Partial) error {
 	clear(r.sum)
 	if p.Results > 0 {
 		copy(r.sum, p.Sum)
+	}
+	if r.robust() {
+		// Only the sum was kept: the round's results come back as that
+		// many copies of their mean.
+		r.held = r.held[:0]
+		for k := 0; k < p.Results; k++ {
+			m := make([]float32, len(r.sum))
+			for i, v := range r.sum {
+				m[i] = v / float32(p.Results)
+			}
+			r.held = append(r.held, m)
+		}
 	}
 	// The leases of the round were not kept: their tasks are queued
 	// again and the round leases anew.

@@ -75,6 +75,7 @@ var keys = []key{
 	{name: "lease_timeout", decode: durationKey(func(s *Spec) *Duration { return &s.LeaseTimeout })},
 	{name: "max_update_norm_ratio"},
 	{name: "checkpoint_every"},
+	{name: "robust", decode: decodeRobust},
 }
 
 // Keys lists every key a spec file may contain, in documentation order.
@@ -108,10 +109,11 @@ func lookup(name string) *key {
 }
 
 var (
-	outerKeys = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_norm"}
-	innerKeys = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon", "clip_norm"}
-	layerKeys = nn.LayerSpecKeys()
-	modelKeys = []string{"input", "layers"}
+	outerKeys  = []string{"type", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_norm"}
+	innerKeys  = []string{"type", "lr", "weight_decay", "beta1", "beta2", "epsilon", "clip_norm"}
+	robustKeys = []string{"method", "tau", "iterations", "bucket", "trim"}
+	layerKeys  = nn.LayerSpecKeys()
+	modelKeys  = []string{"input", "layers"}
 )
 
 // Parse parses a YAML or JSON spec (JSON is YAML), fills defaults and
@@ -214,6 +216,21 @@ func decodeOuter(val *yaml.Node, s *Spec, g given) error {
 		opt.WeightDecay = nn.DefaultWeightDecay
 	}
 	s.OuterOptimizer = opt
+	return nil
+}
+
+func decodeRobust(val *yaml.Node, s *Spec, g given) error {
+	if err := checkKeys("robust.", val, robustKeys); err != nil {
+		return err
+	}
+	r := Robust{}
+	if err := val.Decode(&r); err != nil {
+		return Errorf("robust", "%v", cleanYAMLError(err))
+	}
+	for i := 0; i < len(val.Content); i += 2 {
+		g["robust."+val.Content[i].Value] = true
+	}
+	s.Robust = r
 	return nil
 }
 

@@ -97,6 +97,7 @@ func modeDefaults(s *Spec, g given) {
 		}
 	}
 	s.OuterOptimizer = s.OuterOptimizer.WithDefaults()
+	s.Robust = s.Robust.WithDefaults()
 	in := &s.InnerOptimizer
 	if !g["inner_optimizer.type"] {
 		in.Type = InnerSGD

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -65,6 +66,54 @@ type Spec struct {
 	// times the running mean of accepted ones (0 turns the check off).
 	MaxUpdateNormRatio float64  `json:"max_update_norm_ratio" yaml:"max_update_norm_ratio"`
 	LeaseTimeout       Duration `json:"lease_timeout" yaml:"-"`
+	// Robust is how results are combined against hostile ones, in every
+	// mode (the `robust` key).
+	Robust Robust `json:"robust" yaml:"-"`
+}
+
+// Robust is the `robust` key: the method and its parameters (see
+// engine.Robust). A spec stored before the key existed decodes to the
+// zero value, which WithDefaults turns into the default method.
+type Robust struct {
+	Method     string  `json:"method" yaml:"method"`
+	Tau        float64 `json:"tau,omitempty" yaml:"tau"`
+	Iterations int     `json:"iterations,omitempty" yaml:"iterations"`
+	Bucket     int     `json:"bucket,omitempty" yaml:"bucket"`
+	Trim       float64 `json:"trim,omitempty" yaml:"trim"`
+}
+
+// Robust defaults.
+const (
+	DefaultRobustMethod     = engine.RobustCenteredClip
+	DefaultRobustTau        = 1.5
+	DefaultRobustIterations = 3
+	DefaultRobustBucket     = 2
+	DefaultRobustTrim       = 0.2
+)
+
+// WithDefaults fills what r leaves out.
+func (r Robust) WithDefaults() Robust {
+	if r.Method == "" {
+		r.Method = DefaultRobustMethod
+	}
+	if r.Tau == 0 {
+		r.Tau = DefaultRobustTau
+	}
+	if r.Iterations == 0 {
+		r.Iterations = DefaultRobustIterations
+	}
+	if r.Bucket == 0 {
+		r.Bucket = DefaultRobustBucket
+	}
+	if r.Trim == 0 && r.Method == engine.RobustTrimmedMean {
+		r.Trim = DefaultRobustTrim
+	}
+	return r
+}
+
+// Engine is r as the engine takes it.
+func (r Robust) Engine() engine.Robust {
+	return engine.Robust{Method: r.Method, Tau: r.Tau, Iterations: r.Iterations, Bucket: r.Bucket, Trim: r.Trim}
 }
 
 // Modes (Spec.Mode).
@@ -186,6 +235,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	if v.InnerLR != nil && s.InnerOptimizer.Type == "" {
 		s.InnerOptimizer = InnerOptimizer{Type: InnerSGD, LR: *v.InnerLR}
 	}
+	s.Robust = s.Robust.WithDefaults()
 	if s.RoundSize == 0 {
 		s.RoundSize = 1
 	}

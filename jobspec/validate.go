@@ -112,6 +112,8 @@ func (s Spec) validateTraining() error {
 		return Errorf("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
 	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
 		return Errorf("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
+	case s.Robust.Engine().Check() != nil:
+		return Errorf("robust", "%v", s.Robust.Engine().Check())
 	case s.CheckpointEvery < 1:
 		return Errorf("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
 	case s.EvalEvery < 1:

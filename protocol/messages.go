@@ -79,6 +79,9 @@ const (
 	ReasonUnknownLease = "unknown_lease" // never issued, expired, or not this worker's
 	ReasonNotRunning   = "not_running"   // the job is paused, done or failed
 	ReasonLate         = "late"          // its round closed before it arrived (sync, diloco)
+	// ReasonClipped is on an accepted ack: the result was applied, clipped
+	// by the job's robust aggregation.
+	ReasonClipped = "clipped"
 )
 
 // Bounds on what a peer may ask for, checked by Validate.

@@ -409,7 +409,7 @@ function renderJobs() {
     num(j.epoch) ? j.epoch + (num(j.epoch_progress) && j.state === 'running' ? ' (' + Math.round(j.epoch_progress * 100) + '%)' : '') : '–',
     fmtRate(j.examples_per_sec),
     fmtRate(j.updates_per_sec),
-    fmtInt(j.updates_applied),
+    fmtInt(j.updates_applied) + (num(j.clipped) && j.clipped > 0 ? ' (' + fmtInt(j.clipped) + ' clipped)' : ''),
     rejectedText(j),
     j.eval && num(j.eval.bits_per_char) ? j.eval.bits_per_char.toFixed(3) + ' bpc' : fmtAcc(j.eval && j.eval.accuracy),
     fmtLoss(j.eval && j.eval.loss),

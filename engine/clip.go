@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// Clipper bounds what each asynchronous result can do to the model. Every
+// update u is clipped around a running centre c,
+//
+//	u' = c + (u − c)·min(1, r/‖u − c‖),
+//
+// and u' is what is applied. The centre is an average of clipped updates
+// only (c ← c + Beta·(u' − c)), and the radius r is Tau times the median of
+// the last Window distances ‖u − c‖, each recorded at most r: so neither
+// moves by more than a bounded amount per update, and a hostile minority
+// (under half the window) cannot pull the median. A hostile update moves
+// the model by at most ‖c‖ + r, however large it was.
+//
+// The first radius comes from the first results: they are held, not
+// applied, until results have come from min(Warmup, Active) distinct
+// workers, or WarmupTimeout has passed since the first. The
+// scale is then the smallest of the workers' (non-zero) mean update
+// norms: an update that arrives first, however huge, does not set it,
+// and one too small only slows the start (the radius grows by at most a
+// factor Tau per half window). The held results, each worker's mean
+// clipped to the radius around zero, are applied as one step. A worker
+// that is alone (Active 1) ends the warm-up with its first result: there
+// is nobody to compare it with, and a hostile worker that is first and
+// alone sets the scale.
+type Clipper struct {
+	Tau           float64
+	Window        int
+	Beta          float64
+	Warmup        int
+	WarmupTimeout time.Duration
+	// Active is how many distinct workers hold leases or sent results
+	// now: the warm-up waits for no more than that many. The caller keeps
+	// it up to date; below 1 it counts as 1.
+	Active int
+
+	n      int
+	centre []float32
+	dists  []float64
+	next   int
+	boot   map[string]*held
+	bootAt time.Time
+	out    []float32
+
+	// Momentum, when > 0, is the worker momentum β: the clip sees each
+	// worker's m ← β·m + (1−β)·u instead of u. Forget drops a worker's.
+	Momentum float32
+	mom      map[string][]float32
+	weight   float32 // the last clip's r/d (1 when not clipped)
+
+	// Clipped counts the updates applied clipped.
+	Clipped int64
+}
+
+// NewClipper returns a Clipper for vectors of n values with the defaults
+// for a robust spec's tau.
+func NewClipper(n int, tau float64, warmupTimeout time.Duration) *Clipper {
+	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, n: n}
+}
+
+// Forget drops what is kept of worker (it left).
+func (c *Clipper) Forget(worker string) { delete(c.mom, worker) }
+
+// Seeded reports whether the warm-up is over.
+func (c *Clipper) Seeded() bool { return c.centre != nil }
+
+// Radius is the radius updates are clipped to now (0 before the warm-up
+// ends).
+func (c *Clipper) Radius() float64 {
+	if len(c.dists) == 0 {
+		return 0
+	}
+	return c.Tau * median(c.dists)
+}
+
+// held is one worker's results in the warm-up: their sum and count.
+type held struct {
+	sum   []float64
+	norms float64
+	n     int
+}
+
+// hold adds worker's update to what the warm-up holds.
+func (c *Clipper) hold(worker string, u []float32, now time.Time) {
+	if c.boot == nil {
+		c.boot = map[string]*held{}
+		c.bootAt = now
+	}
+	h := c.boot[worker]
+	if h == nil {
+		h = &held{sum: make([]float64, len(u))}
+		c.boot[worker] = h
+	}
+	for i, v := range u {
+		h.sum[i] += float64(v)
+	}
+	h.norms += dist(u, make([]float32, len(u)))
+	h.n++
+}
+
+// warm ends the warm-up if it is due at now, returning the step.
+func (c *Clipper) warm(now time.Time) ([]float32, int, bool) {
+	if len(c.boot) == 0 {
+		return nil, 0, false
+	}
+	need := min(c.Warmup, max(c.Active, 1))
+	if len(c.boot) < need && now.Sub(c.bootAt) < c.WarmupTimeout {
+		return nil, 0, false
+	}
+	means := make([][]float32, 0, len(c.boot))
+	scale := math.Inf(1)
+	total := 0
+	for _, w := range slices.Sorted(maps.Keys(c.boot)) {
+		h := c.boot[w]
+		m := make([]float32, c.n)
+		for i, v := range h.sum {
+			m[i] = float32(v / float64(h.n))
+		}
+		means = append(means, m)
+		total += h.n
+		if d := h.norms / float64(h.n); d > 0 && d < scale {
+			scale = d
+		}
+	}
+	c.out = make([]float32, c.n)
+	if math.IsInf(scale, 1) {
+		// Nothing but zeros: no scale yet, and nothing to apply.
+		c.boot = nil
+		return c.out, total, true
+	}
+	r := c.Tau * scale
+	for _, m := range means {
+		w := 1.0
+		if d := dist(m, make([]float32, c.n)); d > r {
+			w = r / d
+			c.Clipped++
+		}
+		for i, v := range m {
+			c.out[i] += float32(float64(v) * w / float64(len(means)))
+		}
+	}
+	c.centre = append([]float32(nil), c.out...)
+	c.dists = []float64{scale}
+	c.boot = nil
+	return c.out, total, true
+}
+
+// clip clips u around the centre into c.out, records its distance and
+// moves the centre; it reports whether u was clipped.
+func (c *Clipper) clip(u []float32) bool {
+	d := dist(u, c.centre)
+	r := c.Radius()
+	w := 1.0
+	clipped := d > r
+	if clipped {
+		w = r / d
+		if r == 0 || math.IsInf(d, 0) {
+			w = 0
+		}
+	}
+	// A clipped update's step is also weighted by r/d: one far outside
+	// the radius (which honest ones rarely are) counts for little, so a
+	// consistent hostile direction is not amplified by an adaptive
+	// optimizer's per-coordinate scaling.
+	c.weight = float32(max(w, 0))
+	if c.weight == 0 {
+		c.weight = 1e-30
+	}
+	for i, v := range u {
+		c.out[i] = c.centre[i] + float32((float64(v)-float64(c.centre[i]))*w)
+	}
+	rec := min(d, r)
+	if r == 0 {
+		rec = d
+	}
+	if len(c.dists) < c.Window {
+		c.dists = append(c.dists, rec)
+	} else {
+		c.dists[c.next] = rec
+		c.next = (c.next + 1) % c.Window
+	}
+	b := float32(c.Beta)
+	for i, v := range c.out {
+		c.centre[i] += b * (v - c.centre[i])
+	}
+	if clipped {
+		c.Clipped++
+	}
+	return clipped
+}
