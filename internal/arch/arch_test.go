@@ -61,9 +61,11 @@ func TestImportDirections(t *testing.T) {
 		"wasmworker":   {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
 		// The engine and the job spec know no HTTP, protocol or database:
 		// they are plain values and flat vectors. The job spec names the
-		// built-in data sets, so it may import dataset (a leaf).
+		// built-in data sets, so it may import dataset (a leaf), and it
+		// validates the `robust` key against the engine's methods, so it
+		// may import engine (never the other way round).
 		"engine":  {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web"},
-		"jobspec": {"/coordinator", "/store", "/protocol", "/worker", "/engine", "/web"},
+		"jobspec": {"/coordinator", "/store", "/protocol", "/worker", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the
