@@ -101,7 +101,7 @@ func (c *Clipper) hold(worker string, u []float32, now time.Time) {
 	for i, v := range u {
 		h.sum[i] += float64(v)
 	}
-	h.norms += dist(u, make([]float32, len(u)))
+	h.norms += l2norm(u)
 	h.n++
 }
 

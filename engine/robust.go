@@ -77,6 +77,16 @@ func Finite(x []float32) bool {
 	return true
 }
 
+// l2norm is ‖x‖₂, accumulated in float64.
+func l2norm(x []float32) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s)
+}
+
+// dist is ‖a − b‖₂, accumulated in float64.
 func dist(a, b []float32) float64 {
 	s := 0.0
 	for i, v := range a {
