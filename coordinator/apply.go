@@ -11,11 +11,12 @@ import (
 // submission is a decoded result on its way to the loop. reason is set
 // when the connection already found it invalid.
 type submission struct {
-	worker string
-	res    *protocol.Result
-	norm   float64 // L2 norm of res.Update, computed on the connection's goroutine
-	reason string
-	detail string
+	worker    string
+	volunteer string // whose worker it is (volunteers.go)
+	res       *protocol.Result
+	norm      float64 // L2 norm of res.Update, computed on the connection's goroutine
+	reason    string
+	detail    string
 	// nonFinite marks an update with NaN or Inf: many in a row suggest the
 	// model itself has diverged rather than one worker being broken.
 	nonFinite bool

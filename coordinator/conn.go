@@ -29,6 +29,7 @@ const maxBadMessages = 16
 // handler's goroutine; writeLoop drains send.
 type workerConn struct {
 	id          string
+	volunteer   string // volunteers.go: whose connection this is
 	hello       protocol.Hello
 	job         *Job
 	remote      string
@@ -180,6 +181,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 
 	wc := &workerConn{
 		id:          fmt.Sprintf("w%d-%04x", s.workerN.Add(1), s.bootID),
+		volunteer:   volunteerID(hello, key),
 		hello:       *hello,
 		job:         job,
 		remote:      r.RemoteAddr,
@@ -241,10 +243,14 @@ func (s *Server) session(wc *workerConn) {
 	s.mu.Lock()
 	s.workers[wc.id] = wc
 	s.mu.Unlock()
+	s.volunteers.seen(wc.volunteer, hello.Name)
+	_ = job.exec(context.Background(), func(*jobState) {
+		job.join(wc.id, member{volunteer: wc.volunteer, address: wc.clientKey, kind: hello.Kind, backend: hello.Backend})
+	})
 	// Every string a worker chooses is quoted: a newline or an escape
 	// sequence in it must not forge or garble log lines.
-	s.cfg.Logf("worker %s joined job %s: %s/%q, %d threads, client %q, from %s",
-		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.remote)
+	s.cfg.Logf("worker %s joined job %s: %s/%q, %d threads, client %q, volunteer %s %q, from %s",
+		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
@@ -396,7 +402,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		// closes if this keeps happening.
 		if res, ok := m.(*protocol.Result); ok {
 			nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
-			s.submit(ctx, wc, submission{worker: wc.id, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
+			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
 				nonFinite: nonFinite})
 			return 0, "", false
 		}
@@ -417,7 +423,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	case *protocol.Want:
 		s.want(ctx, wc, m.N)
 	case *protocol.Result:
-		s.submit(ctx, wc, submission{worker: wc.id, res: m, norm: m.Update.Norm()})
+		s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm()})
 	case *protocol.Start:
 		s.start(ctx, wc, m.LeaseID)
 	case *protocol.Release:

@@ -69,6 +69,9 @@ type Job struct {
 
 	nextLeaseID *atomic.Uint64
 
+	// ledger hears each volunteer's credit and strikes (the server's).
+	ledger ledger
+
 	// Persistence; store is nil when the coordinator runs without one.
 	store    *store.Store
 	run      int64 // incarnation: how many times a coordinator has started this job
@@ -100,6 +103,7 @@ type jobState struct {
 	// changed (mode, rates, ...) are read here, on the loop; j.Spec is the
 	// spec the job started with and never changes.
 	spec           JobSpec
+	members        map[string]member // connected workers by id
 	model          engine.Model
 	sched          engine.Scheduler
 	agg            engine.Aggregator
@@ -196,6 +200,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		snapshots:   map[int64]*snapshot{},
 		nextLeaseID: leaseIDs,
 		run:         1,
+		ledger:      newVolunteerBook(), // the server's replaces it
 	}
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N
@@ -213,6 +218,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		return nil, err
 	}
 	st.stalenessHist = make([]int64, stalenessBuckets)
+	st.members = map[string]member{}
 	st.published = -1
 	st.rejections = map[string]int64{protocol.ReasonStale: 0, protocol.ReasonInvalid: 0, protocol.ReasonLate: 0}
 	st.startedAt = time.Now()

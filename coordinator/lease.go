@@ -196,8 +196,12 @@ func (j *Job) unleased(ls []*engine.Lease) int {
 	return len(ls)
 }
 
+// join records a worker that connected to the job.
+func (j *Job) join(worker string, m member) { j.st.members[worker] = m }
+
 // releaseWorker requeues every lease of worker (it left or said bye).
 func (j *Job) releaseWorker(worker string) int {
+	delete(j.st.members, worker)
 	j.st.sched.Forget(worker)
 	if a, ok := j.st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.Clip.Forget(worker)

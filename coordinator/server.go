@@ -70,6 +70,7 @@ type Server struct {
 	closeErr      error
 	workerRecords *workerRecorder
 	data          *dataSets
+	volunteers    *volunteerBook
 }
 
 // New returns a running server with no jobs.
@@ -94,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
 	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData)
+	s.volunteers = newVolunteerBook()
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {
@@ -146,6 +148,7 @@ func (s *Server) startJob(j *Job) {
 	j.onMetric = func(m store.Metric) { s.events.publish(MetricEvent{Job: j.ID, Metric: m}) }
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
 	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
+	j.ledger = s.volunteers
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState

@@ -82,6 +82,17 @@ const (
 	// ReasonClipped is on an accepted ack: the result was applied, clipped
 	// by the job's robust aggregation.
 	ReasonClipped = "clipped"
+	// ReasonQuarantined: the result is held, not applied, until a spot
+	// check settles it (its volunteer has a strike, or its copy disagreed),
+	// or a validation on the coordinator's own data refused it.
+	ReasonQuarantined = "quarantined"
+	// ReasonBanned: the volunteer is banned; nothing it sends is applied.
+	ReasonBanned = "banned"
+	// ReasonRateLimited: the volunteer or its address is over a limit.
+	ReasonRateLimited = "rate_limited"
+	// ReasonDuplicate: the same update was already applied (a replay), or
+	// another copy of the task was already accepted.
+	ReasonDuplicate = "duplicate"
 )
 
 // Bounds on what a peer may ask for, checked by Validate.
@@ -109,7 +120,14 @@ type Hello struct {
 	Threads  int      `msgpack:"threads"`
 	Client   string   `msgpack:"client"` // client software and version
 	Codecs   []string `msgpack:"codecs,omitempty"`
-	Token    string   `msgpack:"token,omitempty"` // optional join token
+	Token    string   `msgpack:"token,omitempty"` // join token, for a coordinator run with --join token
+	// VolunteerKey is a random secret the volunteer generated once and
+	// keeps (the browser's storage, a file for the native worker): credit
+	// and standing attach to it. Empty: the coordinator counts the
+	// connection under its address.
+	VolunteerKey string `msgpack:"volunteer_key,omitempty"`
+	// Name is the display name the volunteer chose for the leaderboard.
+	Name string `msgpack:"name,omitempty"`
 }
 
 // Limits are what the coordinator enforces on this connection.
@@ -341,7 +359,17 @@ func (m *Hello) Validate() error {
 			return err
 		}
 	}
-	return checkText(TypeHello, "token", m.Token, MaxShortText*2, false)
+	if err := checkText(TypeHello, "token", m.Token, MaxShortText*2, false); err != nil {
+		return err
+	}
+	if m.VolunteerKey != "" && !validVolunteerKey(m.VolunteerKey) {
+		return invalid(TypeHello, "volunteer_key", "want %d..%d characters of A-Z, a-z, 0-9, '-' and '_' (a random key the worker generates once)",
+			MinVolunteerKey, MaxShortText)
+	}
+	if err := CheckVolunteerName(m.Name); err != nil {
+		return invalid(TypeHello, "name", "%v", err)
+	}
+	return nil
 }
 
 func (m *Welcome) Validate() error {
