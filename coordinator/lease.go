@@ -188,10 +188,13 @@ func (j *Job) snapshotBody(version int64) []byte {
 	return nil
 }
 
-// unleased tells the aggregator that leases went back to the queue.
+// unleased tells the aggregator that leases went back to the queue. A
+// copy took no place in its round (engine.Lease.Primary).
 func (j *Job) unleased(ls []*engine.Lease) int {
 	for _, l := range ls {
-		j.st.agg.Unlease(l.Round)
+		if !l.IsCopy() {
+			j.st.agg.Unlease(l.Round)
+		}
 	}
 	return len(ls)
 }
@@ -225,7 +228,9 @@ func (j *Job) heldBy(worker string) int { return j.st.sched.HeldBy(worker) }
 
 func (j *Job) expireLeases() {
 	for _, l := range j.st.sched.Expire() {
-		j.st.agg.Unlease(l.Round)
+		if !l.IsCopy() {
+			j.st.agg.Unlease(l.Round)
+		}
 		j.st.leasesExpired++
 		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; queued again",
 			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker)

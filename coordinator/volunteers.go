@@ -47,8 +47,11 @@ type ledger interface {
 	Credit(volunteer, job string, examples int64, flops float64)
 	// Refute: an accepted result was later found false; its credit goes.
 	Refute(volunteer, job string, examples int64, flops float64)
-	// Strike: the volunteer disagreed with a spot check's majority.
-	Strike(volunteer, job, detail string)
+	// Strike: the volunteer disagreed with a spot check's majority. It
+	// returns the volunteer's strikes so far, all jobs together.
+	Strike(volunteer, job, detail string) int
+	// Ban: the volunteer may send nothing more (its key and addresses).
+	Ban(volunteer, reason string)
 }
 
 // volunteerBook is the server's ledger: credit and strikes per volunteer.
@@ -60,9 +63,11 @@ type volunteerBook struct {
 
 // volunteerStanding is one volunteer's credit and strikes.
 type volunteerStanding struct {
-	Examples int64
-	FLOPs    float64
-	Strikes  int
+	Examples  int64
+	FLOPs     float64
+	Strikes   int
+	Banned    bool
+	BanReason string
 }
 
 func newVolunteerBook() *volunteerBook {
@@ -94,10 +99,19 @@ func (b *volunteerBook) Refute(v, _ string, examples int64, flops float64) {
 	s.FLOPs -= flops
 }
 
-func (b *volunteerBook) Strike(v, _, _ string) {
+func (b *volunteerBook) Strike(v, _, _ string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.standing(v).Strikes++
+	s := b.standing(v)
+	s.Strikes++
+	return s.Strikes
+}
+
+func (b *volunteerBook) Ban(v, reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.standing(v)
+	s.Banned, s.BanReason = true, reason
 }
 
 // seen records a volunteer's display name from its hello.

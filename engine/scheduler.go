@@ -27,7 +27,15 @@ type Lease struct {
 	// Since is when the worker began on it: the grant, or for a "latest"
 	// lease its start. The worker's speed is measured from it.
 	Since time.Time
+	// Primary is set on a copy: a lease of a task that the lease with
+	// this id holds too (a spot check's second copy, a backup of a
+	// straggler). A copy's task is never queued again when the copy
+	// expires or is given back: the primary still answers for it.
+	Primary uint64
 }
+
+// IsCopy reports whether l copies another lease's task.
+func (l *Lease) IsCopy() bool { return l.Primary != 0 }
 
 // NotStarted is the Base of a "latest" lease its worker has not started.
 const NotStarted int64 = -1
@@ -157,6 +165,19 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 	return l, true
 }
 
+// GrantCopy leases of's task to worker as a copy: the same examples,
+// base version, round and local steps, and a full deadline from now. of
+// must be started (a copy computes from the very same snapshot).
+func (s *Scheduler) GrantCopy(worker string, of *Lease) *Lease {
+	l := &Lease{
+		ID: s.NextID(), Task: of.Task, Worker: worker, Base: of.Base, Round: of.Round,
+		LocalSteps: of.LocalSteps, Deadline: s.Now().Add(s.LeaseTimeout), Since: s.Now(),
+		Primary: of.ID,
+	}
+	s.Leases()[l.ID] = l
+	return l
+}
+
 // Start fixes a Latest lease's base at newest, the newest published
 // version, and gives it a full deadline from now: the worker computes from
 // there. Starting a started lease again answers the same base.
@@ -191,7 +212,9 @@ func (s *Scheduler) Expire() []*Lease {
 	for id, l := range s.leases {
 		if now.After(l.Deadline) {
 			delete(s.leases, id)
-			s.Requeue(l.Task)
+			if !l.IsCopy() {
+				s.Requeue(l.Task)
+			}
 			out = append(out, l)
 		}
 	}
@@ -210,7 +233,9 @@ func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
 			continue
 		}
 		delete(s.leases, id)
-		s.Requeue(l.Task)
+		if !l.IsCopy() {
+			s.Requeue(l.Task)
+		}
 		out = append(out, l)
 	}
 	return out
@@ -221,7 +246,9 @@ func (s *Scheduler) ReleaseAll() []*Lease {
 	var out []*Lease
 	for id, l := range s.leases {
 		delete(s.leases, id)
-		s.Requeue(l.Task)
+		if !l.IsCopy() {
+			s.Requeue(l.Task)
+		}
 		out = append(out, l)
 	}
 	return out

@@ -111,3 +111,29 @@ func TestLeasesExpireOnTheClock(t *testing.T) {
 		}
 	})
 }
+
+func TestCopiesAreNeverQueuedAgain(t *testing.T) {
+	now := time.Unix(0, 0)
+	var id uint64
+	s := &Scheduler{Now: func() time.Time { return now }, NextID: func() uint64 { id++; return id },
+		LeaseTimeout: time.Second, BatchSize: 4, LocalSteps: 1}
+	s.SetQueue([]Task{{Shard: 0, Start: 0, Count: 4}, {Shard: 0, Start: 4, Count: 4}})
+	p, _ := s.Grant("a", 7, 0)
+	c := s.GrantCopy("b", p)
+	if !c.IsCopy() || c.Primary != p.ID || c.Task != p.Task || c.Base != 7 || c.LocalSteps != p.LocalSteps {
+		t.Fatalf("copy %+v of %+v", c, p)
+	}
+	if got := s.Release("b", nil); len(got) != 1 || len(s.Queue()) != 1 {
+		t.Fatalf("released copy: %d leases back, queue %v (the copy's task must not be queued again)", len(got), s.Queue())
+	}
+	c = s.GrantCopy("b", p)
+	now = now.Add(2 * time.Second)
+	got := s.Expire()
+	queued := 0
+	for _, q := range s.Queue() {
+		queued += q.Count
+	}
+	if len(got) != 2 || queued != 8 {
+		t.Fatalf("expired: %d leases, queue %v: want the primary's 4 examples queued once beside the other 4", len(got), s.Queue())
+	}
+}
