@@ -1,0 +1,554 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Spot checks: a sample of tasks is computed again by another volunteer
+// and the two results compared (BOINC's replication, BTARD's random
+// recomputation). A mismatch sends the task to a third volunteer; the one
+// that disagrees with the majority gets a strike, and enough strikes ban
+// it. SpotChecks is the policy and its memory; the job's loop owns it and
+// grants, applies and credits what it decides.
+
+// Spot check defaults (the job spec's spot_check keys).
+const (
+	DefaultSpotCheckRate    = 0.05
+	DefaultSpotCheckStrikes = 3
+	// DefaultSpotCheckTolerance bounds ‖a−b‖/max(‖a‖,‖b‖) between honest
+	// results of different kernels; docs/SPOTCHECKS.md shows how it was
+	// fitted to the largest honest differences measured.
+	DefaultSpotCheckTolerance = 1e-2
+	// DefaultSpotCheckPending is how many checks may wait for their copies
+	// at once: each holds one or two updates.
+	DefaultSpotCheckPending = 4
+)
+
+// The adaptive rate: a new volunteer is checked newcomerBoost times as
+// often until it has passed newcomerChecks checks, a trusted one (trustedChecks
+// passed) half as often, a struck one always.
+const (
+	newcomerBoost  = 4
+	newcomerChecks = 20
+	trustedChecks  = 100
+)
+
+// SpotChecks decides which results are checked, pairs copies with
+// volunteers, compares results and keeps each volunteer's standing. Its
+// randomness is seeded and its clock injected, so a run is repeatable.
+type SpotChecks struct {
+	Rate       float64 // the base fraction of results checked (0: off)
+	Strikes    int     // strikes that ban a volunteer
+	Tolerance  float64 // relative difference allowed between results not known bit-exact
+	MaxPending int     // checks waiting at once; more are skipped
+	// Timeout is how long a check may wait for its copies before it is
+	// dropped undecided.
+	Timeout time.Duration
+	Now     func() time.Time
+
+	rng       *rand.Rand
+	vols      map[string]*Trust
+	checks    map[uint64]*Check // by the primary lease's id
+	byCopy    map[uint64]*Check // by each copy lease's id
+	nextClass int
+	Counters  SpotCounters
+}
+
+// Trust is what the spot checks know of one volunteer.
+type Trust struct {
+	Passed  int  `json:"passed"`  // checks its result agreed in
+	Strikes int  `json:"strikes"` // checks it disagreed with the majority of
+	Banned  bool `json:"banned,omitempty"`
+	// Class is the deterministic class it was observed in (0: none):
+	// volunteers whose results matched bit for bit. Hint is the
+	// kind/backend its worker claimed then; another hint starts over.
+	Class int    `json:"class,omitempty"`
+	Hint  string `json:"hint,omitempty"`
+}
+
+// SpotCounters count what the checks did, for the job view.
+type SpotCounters struct {
+	Checked    int64 `json:"checked"`    // checks decided (two or three results compared)
+	Agreed     int64 `json:"agreed"`     // checks whose first two results agreed
+	Mismatched int64 `json:"mismatched"` // checks whose first two did not
+	Strikes    int64 `json:"strikes"`
+	Bans       int64 `json:"bans"`
+	// Skipped counts results chosen for a check while MaxPending checks
+	// were already waiting; Expired counts checks dropped undecided
+	// (no other volunteer took a copy in time).
+	Skipped int64 `json:"skipped"`
+	Expired int64 `json:"expired"`
+	// Undecided counts checks of three results without a majority.
+	Undecided int64 `json:"undecided"`
+	// DuplicatedExamples are the examples copies computed again.
+	DuplicatedExamples int64 `json:"duplicated_examples"`
+}
+
+// SpotResult is one volunteer's result of a checked task.
+type SpotResult struct {
+	Volunteer string
+	Hint      string // kind/backend as its worker claimed it
+	Update    []float32
+	Examples  int
+	// Applied: the model took it (an async primary, or one in a round).
+	// Held: it was quarantined, not applied, and earns credit only if the
+	// check agrees with it.
+	Applied, Held bool
+}
+
+// Check is one task being checked.
+type Check struct {
+	Primary Lease // the primary lease, as granted and started
+	Results []SpotResult
+	// copies are the copy leases out now; want is how many more copies
+	// are wanted (1, or 1 for the third after a mismatch).
+	copies  map[uint64]string // lease id → volunteer
+	want    int
+	opened  time.Time
+	compare string // how the first two were compared (bits, tolerance, cross-class)
+}
+
+// Outcome is what a copy's result decided.
+type Outcome struct {
+	Done   bool // the check is over
+	Agreed bool // this copy agreed with the primary (Done) or a third copy is wanted
+	// Credit are results to credit (copies that agreed, and held
+	// primaries a check vindicated); Refute are applied results the
+	// majority refuted. Struck and Banned are volunteers struck (and
+	// banned) now.
+	Credit, Refute []SpotResult
+	Struck, Banned []string
+	Detail         string
+}
+
+// NewSpotChecks returns the policy for rate, strikes and tolerance
+// (0 for each takes its default), seeded with seed.
+func NewSpotChecks(seed uint64, rate float64, strikes int, tolerance float64, now func() time.Time) *SpotChecks {
+	if strikes <= 0 {
+		strikes = DefaultSpotCheckStrikes
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultSpotCheckTolerance
+	}
+	return &SpotChecks{
+		Rate: rate, Strikes: strikes, Tolerance: tolerance, MaxPending: DefaultSpotCheckPending,
+		Timeout: time.Minute, Now: now,
+		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		vols: map[string]*Trust{}, checks: map[uint64]*Check{}, byCopy: map[uint64]*Check{},
+	}
+}
+
+func (p *SpotChecks) trust(v string) *Trust {
+	t := p.vols[v]
+	if t == nil {
+		t = &Trust{}
+		p.vols[v] = t
+	}
+	return t
+}
+
+// Standing is v's record (a copy; zero for one never checked).
+func (p *SpotChecks) Standing(v string) Trust {
+	if t := p.vols[v]; t != nil {
+		return *t
+	}
+	return Trust{}
+}
+
+// Quarantined reports whether v's results are held until a check agrees.
+func (p *SpotChecks) Quarantined(v string) bool {
+	t := p.vols[v]
+	return t != nil && t.Strikes > 0
+}
+
+// Banned reports whether v reached the strikes that ban.
+func (p *SpotChecks) Banned(v string) bool {
+	t := p.vols[v]
+	return t != nil && t.Banned
+}
+
+// RateFor is the chance that a result of v is checked.
+func (p *SpotChecks) RateFor(v string) float64 {
+	if p.Rate <= 0 {
+		return 0
+	}
+	t := p.vols[v]
+	switch {
+	case t != nil && t.Strikes > 0:
+		return 1
+	case t == nil || t.Passed < newcomerChecks:
+		return min(1, newcomerBoost*p.Rate)
+	case t.Passed >= trustedChecks:
+		return p.Rate / 2
+	}
+	return p.Rate
+}
+
+// Select draws whether a result of v is checked. A draw that finds
+// MaxPending checks waiting is skipped (and counted).
+func (p *SpotChecks) Select(v string) bool {
+	r := p.RateFor(v)
+	if r <= 0 || p.rng.Float64() >= r {
+		return false
+	}
+	if len(p.checks) >= p.MaxPending {
+		p.Counters.Skipped++
+		return false
+	}
+	return true
+}
+
+// Open starts a check of primary's task with its result r; the update is
+// copied. Call it after Select said yes.
+func (p *SpotChecks) Open(primary Lease, r SpotResult) *Check {
+	r.Update = slices.Clone(r.Update)
+	c := &Check{Primary: primary, Results: []SpotResult{r}, copies: map[uint64]string{}, want: 1, opened: p.Now()}
+	p.checks[primary.ID] = c
+	p.noteHint(r.Volunteer, r.Hint)
+	return c
+}
+
+// Pending is how many checks wait for copies or results.
+func (p *SpotChecks) Pending() int { return len(p.checks) }
+
+// Checks lists the checks waiting, oldest first.
+func (p *SpotChecks) Checks() []*Check {
+	out := make([]*Check, 0, len(p.checks))
+	for _, c := range p.checks {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Primary.ID < out[b].Primary.ID })
+	return out
+}
+
+// Needs reports whether a waiting check computes from version v.
+func (p *SpotChecks) Needs(v int64) bool {
+	for _, c := range p.checks {
+		if c.Primary.Base == v {
+			return true
+		}
+	}
+	return false
+}
+
+// noteHint records v's claimed kind/backend; a volunteer that now
+// claims another leaves its observed class.
+func (p *SpotChecks) noteHint(v, hint string) {
+	t := p.trust(v)
+	if t.Hint != hint {
+		t.Hint, t.Class = hint, 0
+	}
+}
+
+// sameClass reports whether a and b were seen to compute bit for bit alike.
+func (p *SpotChecks) sameClass(a, b string) bool {
+	ta, tb := p.vols[a], p.vols[b]
+	return ta != nil && tb != nil && ta.Class != 0 && ta.Class == tb.Class
+}
+
+// alike reports whether v is of the primary's class: observed, or failing
+// that claimed.
+func (p *SpotChecks) alike(v, hint, primary string) bool {
+	if p.sameClass(v, primary) {
+		return true
+	}
+	t := p.vols[primary]
+	return t != nil && t.Hint == hint
+}
+
+// CopyFor returns a check whose copy volunteer v (claiming hint) may
+// compute, or nil. connected maps each connected volunteer to its hint: a
+// copy goes to a volunteer of the primary's class while one is connected,
+// or once half the check's time has passed, to any other.
+func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check {
+	if p.Banned(v) {
+		return nil
+	}
+	now := p.Now()
+	for _, c := range p.Checks() {
+		if c.want <= len(c.copies) || c.has(v) || !c.Primary.Started() {
+			continue
+		}
+		prim := c.Results[0].Volunteer
+		if !p.alike(v, hint, prim) && now.Sub(c.opened) < p.Timeout/2 {
+			classmate := false
+			for o, h := range connected {
+				if o != v && !c.has(o) && !p.Banned(o) && p.alike(o, h, prim) {
+					classmate = true
+					break
+				}
+			}
+			if classmate {
+				continue // wait a while for one of the primary's class
+			}
+		}
+		return c
+	}
+	return nil
+}
+
+// has reports whether v computed or holds a copy of c's task.
+func (c *Check) has(v string) bool {
+	for _, r := range c.Results {
+		if r.Volunteer == v {
+			return true
+		}
+	}
+	for _, o := range c.copies {
+		if o == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Copied records that lease id, a copy of c's task, went to volunteer v.
+func (p *SpotChecks) Copied(c *Check, id uint64, v string, examples int) {
+	c.copies[id] = v
+	p.byCopy[id] = c
+	p.Counters.DuplicatedExamples += int64(examples)
+}
+
+// IsCopy reports whether lease id is a spot check's copy.
+func (p *SpotChecks) IsCopy(id uint64) bool { return p.byCopy[id] != nil }
+
+// CopyGone records that copy lease id ended without a result (expired,
+// given back): the check wants another copy.
+func (p *SpotChecks) CopyGone(id uint64) {
+	if c := p.byCopy[id]; c != nil {
+		delete(c.copies, id)
+		delete(p.byCopy, id)
+	}
+}
+
+// Expire drops the checks that waited longer than Timeout and returns
+// them (their copy leases, if any, are the caller's to end).
+func (p *SpotChecks) Expire() []*Check {
+	now := p.Now()
+	var out []*Check
+	for _, c := range p.Checks() {
+		if now.Sub(c.opened) > p.Timeout {
+			p.drop(c)
+			p.Counters.Expired++
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (p *SpotChecks) drop(c *Check) {
+	delete(p.checks, c.Primary.ID)
+	for id := range c.copies {
+		delete(p.byCopy, id)
+	}
+}
+
+// Distance is ‖a−b‖/max(‖a‖,‖b‖), and whether a and b are bit for bit
+// the same. Two zero vectors are at 0; a NaN anywhere is at +Inf.
+func Distance(a, b []float32) (rel float64, exact bool) {
+	if len(a) != len(b) {
+		return math.Inf(1), false
+	}
+	exact = true
+	var d, na, nb float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			exact = false
+		}
+		d += (x - y) * (x - y)
+		na += x * x
+		nb += y * y
+	}
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return math.Inf(1), exact
+	}
+	if d == 0 {
+		return 0, exact
+	}
+	return math.Sqrt(d) / math.Sqrt(max(na, nb)), exact
+}
+
+// agree compares results a and b: bit for bit when their volunteers were
+// seen to compute alike, within Tolerance otherwise. It says how.
+func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
+	rel, exact := Distance(a.Update, b.Update)
+	if p.sameClass(a.Volunteer, b.Volunteer) {
+		if exact {
+			return true, "bit for bit"
+		}
+		return false, fmt.Sprintf("differs from a volunteer of its deterministic class (relative difference %.3g)", rel)
+	}
+	how := "within tolerance"
+	if a.Hint != b.Hint {
+		how = "within tolerance across classes"
+	}
+	if rel <= p.Tolerance {
+		if exact {
+			p.joinClass(a.Volunteer, b.Volunteer)
+			return true, "bit for bit"
+		}
+		return true, fmt.Sprintf("%s (relative difference %.3g <= %g)", how, rel, p.Tolerance)
+	}
+	return false, fmt.Sprintf("relative difference %.3g > tolerance %g", rel, p.Tolerance)
+}
+
+// joinClass records that a and b computed bit for bit alike: one class.
+func (p *SpotChecks) joinClass(a, b string) {
+	ta, tb := p.trust(a), p.trust(b)
+	switch {
+	case ta.Class == 0 && tb.Class == 0:
+		p.nextClass++
+		ta.Class, tb.Class = p.nextClass, p.nextClass
+	case ta.Class == 0:
+		ta.Class = tb.Class
+	case tb.Class == 0:
+		tb.Class = ta.Class
+	case ta.Class != tb.Class:
+		old := tb.Class
+		for _, t := range p.vols {
+			if t.Class == old {
+				t.Class = ta.Class
+			}
+		}
+	}
+}
+
+// Answer takes copy lease id's result r and decides what it can: with two
+// results, agree (credit the copy, and a held primary) or ask a third;
+// with three, strike whoever of the first two the third disagrees with.
+// ok is false when id is no copy of a waiting check.
+func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
+	c := p.byCopy[id]
+	if c == nil {
+		return Outcome{}, false
+	}
+	delete(c.copies, id)
+	delete(p.byCopy, id)
+	p.noteHint(r.Volunteer, r.Hint)
+	r.Applied = false
+	c.Results = append(c.Results, r)
+	var o Outcome
+	switch len(c.Results) {
+	case 2:
+		a := c.Results[0]
+		ok, how := p.agree(a, r)
+		c.compare = how
+		if ok {
+			p.Counters.Checked++
+			p.Counters.Agreed++
+			p.pass(a.Volunteer)
+			p.pass(r.Volunteer)
+			o = Outcome{Done: true, Agreed: true, Credit: []SpotResult{r}, Detail: "spot check: agreed " + how}
+			if a.Held {
+				o.Credit = append(o.Credit, a)
+			}
+			p.drop(c)
+			return o, true
+		}
+		p.Counters.Mismatched++
+		c.Results[1].Update = slices.Clone(r.Update)
+		c.want++
+		return Outcome{Detail: "spot check: " + how + "; a third volunteer decides"}, true
+	default:
+		return p.decide(c), true
+	}
+}
+
+// decide settles a check of three results by majority.
+func (p *SpotChecks) decide(c *Check) Outcome {
+	p.drop(c)
+	p.Counters.Checked++
+	a, b, t := c.Results[0], c.Results[1], c.Results[2]
+	okA, _ := p.agree(a, t)
+	okB, _ := p.agree(b, t)
+	var o Outcome
+	switch {
+	case okA && !okB:
+		p.pass(a.Volunteer)
+		p.pass(t.Volunteer)
+		o = p.strike(b, "its copy disagreed with two others")
+		o.Credit = append(o.Credit, t)
+		if a.Held {
+			o.Credit = append(o.Credit, a)
+		}
+		o.Agreed = true
+		o.Detail = "spot check: agreed with the primary; the second copy was wrong"
+	case okB && !okA:
+		p.pass(b.Volunteer)
+		p.pass(t.Volunteer)
+		o = p.strike(a, "its result disagreed with two copies")
+		o.Credit = append(o.Credit, b, t)
+		if a.Applied {
+			o.Refute = append(o.Refute, a)
+		}
+		o.Agreed = true
+		o.Detail = "spot check: agreed with the second copy; the primary was wrong"
+	default:
+		// The third agrees with both (the first two sat at the edge of
+		// the tolerance) or with neither: no majority, no strike.
+		p.Counters.Undecided++
+		o.Detail = "spot check: no majority among three results; undecided"
+		if okA && okB {
+			o.Credit = append(o.Credit, b, t)
+			o.Agreed = true
+		}
+	}
+	o.Done = true
+	return o
+}
+
+func (p *SpotChecks) pass(v string) { p.trust(v).Passed++ }
+
+// strike gives r's volunteer a strike, and the ban at Strikes.
+func (p *SpotChecks) strike(r SpotResult, why string) Outcome {
+	t := p.trust(r.Volunteer)
+	t.Strikes++
+	p.Counters.Strikes++
+	o := Outcome{Struck: []string{r.Volunteer}}
+	if t.Strikes >= p.Strikes && !t.Banned {
+		t.Banned = true
+		p.Counters.Bans++
+		o.Banned = []string{r.Volunteer}
+	}
+	return o
+}
+
+// SyncStrikes takes v's strikes as counted elsewhere (the ledger's, all
+// jobs together): total is v's strikes now. It reports whether v is
+// banned, now or before.
+func (p *SpotChecks) SyncStrikes(v string, total int) bool {
+	t := p.trust(v)
+	t.Strikes = max(t.Strikes, total)
+	if t.Strikes >= p.Strikes && !t.Banned {
+		t.Banned = true
+		p.Counters.Bans++
+		return true
+	}
+	return t.Banned
+}
+
+// Volunteers is every volunteer's record, for a checkpoint.
+func (p *SpotChecks) Volunteers() map[string]Trust {
+	out := make(map[string]Trust, len(p.vols))
+	for v, t := range p.vols {
+		out[v] = *t
+	}
+	return out
+}
+
+// Restore puts back the records and counters of a checkpoint.
+func (p *SpotChecks) Restore(vols map[string]Trust, c SpotCounters) {
+	p.vols = make(map[string]*Trust, len(vols))
+	for v, t := range vols {
+		t := t
+		p.vols[v] = &t
+		p.nextClass = max(p.nextClass, t.Class)
+	}
+	p.Counters = c
+}
