@@ -26,6 +26,8 @@ func TestAttackBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"attack", "--coordinator", "http://127.0.0.1:1", "--kind", "nan"}, []string{"ws://"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--n", "-2"}, []string{"n must"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--scale", "-1"}, []string{"scale"}},
+		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "signflip", "--fraction", "0"}, []string{"--fraction"}},
+		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "signflip", "--fraction", "1.5"}, []string{"--fraction"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--bind", "nowhere"}, []string{"bind", "nowhere"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--duration", "-1s"}, []string{"--duration"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "extra"}, []string{"extra"}},
