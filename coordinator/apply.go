@@ -53,6 +53,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
 	}
 	// From here on the lease is settled one way or the other.
+	if l.IsCopy() {
+		return j.spotCopy(sub, l, ack, reject) // spotcheck.go: compared, never applied
+	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base
 	}
@@ -93,6 +96,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l)
 		return reject(protocol.ReasonInvalid, invalid)
 	}
+	if a, held := j.spotHold(sub, l, reject); held {
+		return a
+	}
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
 	if r := st.spec.MaxUpdateNormRatio; r > 0 && st.normCount >= normWarmup && st.normMean > 0 && sub.norm > r*st.normMean {
@@ -128,6 +134,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.examplesSeen += int64(res.Examples)
 	st.epochExamples += int64(res.Examples)
 	st.remaining -= int64(res.Examples)
+	j.spotSample(sub, l)
 	// The aggregator keeps its own copy of what it holds; an asynchronous
 	// rule's step applies res.Update before this returns.
 	j.step(st.sched.Now())

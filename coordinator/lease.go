@@ -48,13 +48,16 @@ func carve(tasks []engine.Task, per int) []engine.Task {
 // grant leases up to n tasks to worker.
 func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 	st := &j.st
-	if st.state != StateRunning || len(st.sched.Queue()) == 0 {
+	if st.state != StateRunning || j.spotBanned(worker) {
 		return nil
 	}
 	if !j.publish() {
 		return nil
 	}
 	var out []protocol.Lease
+	if pl, ok := j.grantCopy(worker, baseURL); ok { // spotcheck.go
+		out, n = append(out, pl), n-1
+	}
 	now := st.sched.Now()
 	spec := &st.spec
 	for ; n > 0; n-- {
@@ -167,6 +170,9 @@ func (j *Job) publish() bool {
 // could still be accepted.
 func (j *Job) snapshotNeeded(v int64) bool {
 	st := &j.st
+	if st.spot.Needs(v) {
+		return true // a spot check's copies compute from it
+	}
 	if !st.spec.Rounds() && st.model.Version-v > int64(st.spec.MaxStaleness) {
 		return false
 	}
@@ -194,6 +200,8 @@ func (j *Job) unleased(ls []*engine.Lease) int {
 	for _, l := range ls {
 		if !l.IsCopy() {
 			j.st.agg.Unlease(l.Round)
+		} else {
+			j.spotCopyGone(l)
 		}
 	}
 	return len(ls)
@@ -230,11 +238,14 @@ func (j *Job) expireLeases() {
 	for _, l := range j.st.sched.Expire() {
 		if !l.IsCopy() {
 			j.st.agg.Unlease(l.Round)
+		} else {
+			j.spotCopyGone(l)
 		}
 		j.st.leasesExpired++
 		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; queued again",
 			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker)
 	}
+	j.spotExpire()
 }
 
 // requeue puts a settled lease's task back (its result was rejected).

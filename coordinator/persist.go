@@ -45,6 +45,8 @@ type progress struct {
 	// state blob when RoundResults > 0.
 	Round        uint64 `json:"round,omitempty"`
 	RoundResults int    `json:"round_results,omitempty"`
+	// SpotChecks keeps each volunteer's trust and strikes across a restart.
+	SpotChecks *spotProgress `json:"spot_checks,omitempty"`
 }
 
 // CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
@@ -142,6 +144,9 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	leases, queue := st.sched.Leases(), st.sched.Queue()
 	p.Tasks = make([][3]int, 0, len(queue)+len(leases))
 	for _, l := range leases {
+		if l.IsCopy() {
+			continue // its primary's task is done or held by the primary
+		}
 		p.Tasks = append(p.Tasks, [3]int{l.Task.Shard, l.Task.Start, l.Task.Count})
 	}
 	for _, t := range queue {
@@ -151,6 +156,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	// a resumed job closes the round with them.
 	partial := st.agg.Partial()
 	p.Round, p.RoundResults = partial.Round, partial.Results
+	p.SpotChecks = j.spotSave()
 	prog, err := json.Marshal(p)
 	if err != nil {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
@@ -289,6 +295,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt
 	}
+	j.spotRestore(p.SpotChecks)
 	st.ckptVersion, st.ckptApplied = c.Version, st.applied
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.

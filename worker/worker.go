@@ -30,6 +30,9 @@ type Config struct {
 	Client string
 	// Token is an optional join token.
 	Token string
+	// VolunteerKey is the volunteer's own random key (hello's
+	// volunteer_key): credit and standing attach to it.
+	VolunteerKey string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// Fetch, when set, downloads snapshots and shards instead of
@@ -242,6 +245,7 @@ func (w *Worker) session(ctx context.Context) error {
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: []string{protocol.CodecF32}, Token: w.cfg.Token,
+		VolunteerKey: w.cfg.VolunteerKey,
 	}); err != nil {
 		return err
 	}
