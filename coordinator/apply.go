@@ -129,6 +129,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	// norms down as training converges.
 	st.normMean += (sub.norm - st.normMean) / float64(min(st.normCount, 50))
 	st.applied++
+	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), j.spotFLOPs(res.Examples))
 	st.stalenessSum += ack.Staleness
 	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
 	st.examplesSeen += int64(res.Examples)

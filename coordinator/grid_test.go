@@ -127,6 +127,13 @@ func (g *testGrid) wsURL() string { return "ws" + strings.TrimPrefix(g.http.URL,
 // addWorker starts a native worker; wrap, if not nil, wraps its backend.
 func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backend) *worker.Worker {
 	g.t.Helper()
+	return g.addVolunteer(threads, wrap, "")
+}
+
+// addVolunteer is addWorker for the volunteer with key (hello's
+// volunteer_key; "" sends none).
+func (g *testGrid) addVolunteer(threads int, wrap func(worker.Backend) worker.Backend, key string) *worker.Worker {
+	g.t.Helper()
 	b, err := nativeworker.New(threads)
 	if err != nil {
 		g.t.Fatal(err)
@@ -136,7 +143,7 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 		backend = wrap(b)
 	}
 	w, err := worker.New(worker.Config{
-		Coordinator: g.wsURL(), Backend: backend, Client: "test",
+		Coordinator: g.wsURL(), Backend: backend, Client: "test", VolunteerKey: key,
 		Logf: g.t.Logf, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -77,7 +77,14 @@ type SpotCounters struct {
 	Agreed     int64 `json:"agreed"`     // checks whose first two results agreed
 	Mismatched int64 `json:"mismatched"` // checks whose first two did not
 	Strikes    int64 `json:"strikes"`
-	Bans       int64 `json:"bans"`
+	// Refuted counts applied results a check refuted, RefutedExamples
+	// their examples (their credit was taken back).
+	Refuted         int64 `json:"refuted"`
+	RefutedExamples int64 `json:"refuted_examples"`
+	// HeldCreditedExamples are the examples of held (quarantined)
+	// results that a check agreed with, credited then.
+	HeldCreditedExamples int64 `json:"held_credited_examples"`
+	Bans                 int64 `json:"bans"`
 	// Skipped counts results chosen for a check while MaxPending checks
 	// were already waiting; Expired counts checks dropped undecided
 	// (no other volunteer took a copy in time).
@@ -105,8 +112,8 @@ type SpotResult struct {
 type Check struct {
 	Primary Lease // the primary lease, as granted and started
 	Results []SpotResult
-	// copies are the copy leases out now; want is how many more copies
-	// are wanted (1, or 1 for the third after a mismatch).
+	// copies are the copy leases out now; want is how many copies the
+	// check needs in all (1, or 2 after a mismatch).
 	copies  map[uint64]string // lease id → volunteer
 	want    int
 	opened  time.Time
@@ -117,8 +124,8 @@ type Check struct {
 type Outcome struct {
 	Done   bool // the check is over
 	Agreed bool // this copy agreed with the primary (Done) or a third copy is wanted
-	// Credit are results to credit (copies that agreed, and held
-	// primaries a check vindicated); Refute are applied results the
+	// Credit are results to credit (the copy that answered and agreed,
+	// and held primaries a check vindicated); Refute are applied results the
 	// majority refuted. Struck and Banned are volunteers struck (and
 	// banned) now.
 	Credit, Refute []SpotResult
@@ -271,7 +278,7 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 	}
 	now := p.Now()
 	for _, c := range p.Checks() {
-		if c.want <= len(c.copies) || c.has(v) || !c.Primary.Started() {
+		if c.wanted() == 0 || c.has(v) || !c.Primary.Started() {
 			continue
 		}
 		prim := c.Results[0].Volunteer
@@ -291,6 +298,10 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 	}
 	return nil
 }
+
+// wanted is how many more copies c needs leased: its copies' results
+// (all but the primary's) and the copies out fall short of want by it.
+func (c *Check) wanted() int { return max(0, c.want-(len(c.Results)-1)-len(c.copies)) }
 
 // has reports whether v computed or holds a copy of c's task.
 func (c *Check) has(v string) bool {
@@ -447,6 +458,7 @@ func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 			o = Outcome{Done: true, Agreed: true, Credit: []SpotResult{r}, Detail: "spot check: agreed " + how}
 			if a.Held {
 				o.Credit = append(o.Credit, a)
+				p.Counters.HeldCreditedExamples += int64(a.Examples)
 			}
 			p.drop(c)
 			return o, true
@@ -476,6 +488,7 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 		o.Credit = append(o.Credit, t)
 		if a.Held {
 			o.Credit = append(o.Credit, a)
+			p.Counters.HeldCreditedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
 		o.Detail = "spot check: agreed with the primary; the second copy was wrong"
@@ -483,9 +496,13 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 		p.pass(b.Volunteer)
 		p.pass(t.Volunteer)
 		o = p.strike(a, "its result disagreed with two copies")
-		o.Credit = append(o.Credit, b, t)
+		// The second copy was answered "quarantined" while the third
+		// decided: credit follows the acks, so only the third earns it.
+		o.Credit = append(o.Credit, t)
 		if a.Applied {
 			o.Refute = append(o.Refute, a)
+			p.Counters.Refuted++
+			p.Counters.RefutedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
 		o.Detail = "spot check: agreed with the second copy; the primary was wrong"
@@ -495,7 +512,7 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 		p.Counters.Undecided++
 		o.Detail = "spot check: no majority among three results; undecided"
 		if okA && okB {
-			o.Credit = append(o.Credit, b, t)
+			o.Credit = append(o.Credit, t)
 			o.Agreed = true
 		}
 	}

@@ -63,6 +63,12 @@ func TestSpotCheckMajorityStrikesPrimaryAndRefutes(t *testing.T) {
 	if o.Done || len(o.Struck) != 0 || p.Counters.Mismatched != 1 {
 		t.Fatalf("after a mismatch: %+v, counters %+v; want a third copy wanted, nobody struck", o, p.Counters)
 	}
+	c := p.CopyFor("c", "native/go", nil)
+	p.Copied(c, 9, "c", 8)
+	if p.CopyFor("d", "native/go", nil) != nil {
+		t.Fatal("a second third copy was leased")
+	}
+	p.CopyGone(9)
 	if c := p.CopyFor("b", "native/go", nil); c != nil {
 		t.Fatal("the third copy went to a volunteer that already computed the task")
 	}
@@ -73,8 +79,8 @@ func TestSpotCheckMajorityStrikesPrimaryAndRefutes(t *testing.T) {
 	if !o.Done || len(o.Struck) != 1 || o.Struck[0] != "forger" {
 		t.Fatalf("outcome %+v, want forger struck", o)
 	}
-	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "forger" || len(o.Credit) != 2 {
-		t.Fatalf("outcome %+v, want the forger's applied result refuted, b and c credited", o)
+	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "forger" || len(o.Credit) != 1 || o.Credit[0].Volunteer != "c" {
+		t.Fatalf("outcome %+v, want the forger's applied result refuted, c credited (b's ack said quarantined)", o)
 	}
 	if !p.Quarantined("forger") || p.RateFor("forger") != 1 || p.Banned("forger") {
 		t.Fatalf("forger after one strike: quarantined %v rate %v banned %v", p.Quarantined("forger"), p.RateFor("forger"), p.Banned("forger"))

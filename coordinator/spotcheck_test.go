@@ -1,0 +1,114 @@
+package coordinator_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// result answers lease l with an update of n values all v.
+func spotResult(l protocol.Lease, n int, v float32) *protocol.Result {
+	u := make(protocol.Floats, n)
+	for i := range u {
+		u[i] = v
+	}
+	return &protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+		Update: u, Examples: l.Count, LossSum: 1, ComputeMs: 1}
+}
+
+// The wire rules of a spot check, with raw clients as three volunteers:
+// a checked result's copy goes to another volunteer from the primary's
+// base, granted, with copy_of; it is compared and never applied; a
+// mismatch sends a third copy to a third volunteer and strikes the one
+// the majority disagrees with; a struck volunteer's results are held.
+func TestSpotCheckCopiesOnTheWire(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 1 // every result of a newcomer is checked
+		s.Robust.Method = "none"
+	}))
+	a := g.joinRawKey("spot-volunteer-key-aaaaaaaa")
+	b := g.joinRawKey("spot-volunteer-key-bbbbbbbb")
+	n := a.welcome.Job.NumParams
+
+	p := a.leases(1)[0]
+	a.send(spotResult(p, n, 1e-3))
+	if ack := a.ack(p.ID); !ack.Accepted {
+		t.Fatalf("primary: %+v", ack)
+	}
+	before := g.jobView()
+	// b's next lease is the copy, from the primary's base, whatever the
+	// job's snapshot mode.
+	cp := b.grantedLeases(1)[0]
+	if cp.CopyOf != p.ID || cp.Snapshot != protocol.SnapshotGranted || cp.BaseVersion != p.BaseVersion ||
+		cp.ShardID != p.ShardID || cp.Start != p.Start || cp.Count != p.Count || cp.LocalSteps != p.LocalSteps {
+		t.Fatalf("copy %+v of primary %+v", cp, p)
+	}
+	if resp, err := http.Get(g.http.URL + cp.SnapshotURL); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the copy's snapshot: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	b.send(spotResult(cp, n, 1e-3))
+	ack := b.ack(cp.ID)
+	if !ack.Accepted || !strings.Contains(ack.Detail, "spot check") {
+		t.Fatalf("agreeing copy: %+v, want accepted with a detail saying it was a check", ack)
+	}
+	v := g.jobView()
+	if v.Version != before.Version || v.UpdatesApplied != before.UpdatesApplied || v.ExamplesSeen != before.ExamplesSeen {
+		t.Fatalf("the copy was applied: version %d→%d, applied %d→%d", before.Version, v.Version, before.UpdatesApplied, v.UpdatesApplied)
+	}
+	sc := v.SpotChecks
+	if sc.Checked != 1 || sc.Agreed != 1 || sc.DuplicatedExamples != int64(p.Count) || sc.DuplicatedFraction <= 0 {
+		t.Fatalf("spot checks %+v after one agreeing check", *sc)
+	}
+
+	// b lies on the next copy: a third volunteer decides, b is struck.
+	p = a.leases(1)[0]
+	a.send(spotResult(p, n, 2e-3))
+	a.ack(p.ID)
+	cp = b.grantedLeases(1)[0]
+	if cp.CopyOf != p.ID {
+		t.Fatalf("second copy %+v of %d", cp, p.ID)
+	}
+	b.send(spotResult(cp, n, -2e-3))
+	if ack := b.ack(cp.ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
+		t.Fatalf("disagreeing copy: %+v, want quarantined while a third decides", ack)
+	}
+	c := g.joinRawKey("spot-volunteer-key-cccccccc")
+	third := c.grantedLeases(1)[0]
+	if third.CopyOf != p.ID || third.BaseVersion != p.BaseVersion {
+		t.Fatalf("third copy %+v of %+v", third, p)
+	}
+	c.send(spotResult(third, n, 2e-3))
+	if ack := c.ack(third.ID); !ack.Accepted {
+		t.Fatalf("third copy: %+v", ack)
+	}
+	v = g.jobView()
+	if v.SpotChecks.Strikes != 1 || v.SpotChecks.Mismatched != 1 {
+		t.Fatalf("spot checks %+v, want one mismatch and one strike", *v.SpotChecks)
+	}
+	book := coordinator.VolunteerStandings(g.srv)
+	if book[coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")].Strikes != 1 || book[coordinator.VolunteerIDOfKey("spot-volunteer-key-aaaaaaaa")].Strikes != 0 {
+		t.Fatalf("ledger %+v: want b struck, a not", book)
+	}
+
+	// b is struck: its own results are held, not applied.
+	bl := b.leases(1)
+	for len(bl) > 0 && bl[0].CopyOf != 0 {
+		b.send(spotResult(bl[0], n, 2e-3)) // a copy of a's work first
+		b.ack(bl[0].ID)
+		bl = b.leases(1)
+	}
+	before = g.jobView()
+	b.send(spotResult(bl[0], n, 1e-3))
+	if ack := b.ack(bl[0].ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
+		t.Fatalf("struck volunteer's result: %+v, want quarantined", ack)
+	}
+	if v := g.jobView(); v.UpdatesApplied != before.UpdatesApplied || v.Rejections[protocol.ReasonQuarantined] < 2 {
+		t.Fatalf("a held result was applied (applied %d→%d) or not counted (%v)", before.UpdatesApplied, v.UpdatesApplied, v.Rejections)
+	}
+}
