@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // result answers lease l with an update of n values all v.
@@ -67,26 +69,8 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 	}
 
 	// b lies on the next copy: a third volunteer decides, b is struck.
-	p = a.leases(1)[0]
-	a.send(spotResult(p, n, 2e-3))
-	a.ack(p.ID)
-	cp = b.grantedLeases(1)[0]
-	if cp.CopyOf != p.ID {
-		t.Fatalf("second copy %+v of %d", cp, p.ID)
-	}
-	b.send(spotResult(cp, n, -2e-3))
-	if ack := b.ack(cp.ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("disagreeing copy: %+v, want quarantined while a third decides", ack)
-	}
 	c := g.joinRawKey("spot-volunteer-key-cccccccc")
-	third := c.grantedLeases(1)[0]
-	if third.CopyOf != p.ID || third.BaseVersion != p.BaseVersion {
-		t.Fatalf("third copy %+v of %+v", third, p)
-	}
-	c.send(spotResult(third, n, 2e-3))
-	if ack := c.ack(third.ID); !ack.Accepted {
-		t.Fatalf("third copy: %+v", ack)
-	}
+	spotStrike(t, a, b, c)
 	v = g.jobView()
 	if v.SpotChecks.Strikes != 1 || v.SpotChecks.Mismatched != 1 {
 		t.Fatalf("spot checks %+v, want one mismatch and one strike", *v.SpotChecks)
@@ -97,18 +81,82 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 	}
 
 	// b is struck: its own results are held, not applied.
-	bl := b.leases(1)
-	for len(bl) > 0 && bl[0].CopyOf != 0 {
-		b.send(spotResult(bl[0], n, 2e-3)) // a copy of a's work first
-		b.ack(bl[0].ID)
-		bl = b.leases(1)
+	spotHeld(t, g, b)
+}
+
+// spotStrike has liar disagree with a copy of primary's next result, and
+// third decide against it.
+func spotStrike(t *testing.T, primary, liar, third *rawClient) {
+	t.Helper()
+	n := primary.welcome.Job.NumParams
+	p := primary.leases(1)[0]
+	primary.send(spotResult(p, n, 2e-3))
+	primary.ack(p.ID)
+	cp := liar.grantedLeases(1)[0]
+	if cp.CopyOf != p.ID {
+		t.Fatalf("copy %+v of %d", cp, p.ID)
 	}
-	before = g.jobView()
-	b.send(spotResult(bl[0], n, 1e-3))
-	if ack := b.ack(bl[0].ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
+	liar.send(spotResult(cp, n, -2e-3))
+	if ack := liar.ack(cp.ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
+		t.Fatalf("disagreeing copy: %+v, want quarantined while a third decides", ack)
+	}
+	cp3 := third.grantedLeases(1)[0]
+	if cp3.CopyOf != p.ID || cp3.BaseVersion != p.BaseVersion {
+		t.Fatalf("third copy %+v of %+v", cp3, p)
+	}
+	third.send(spotResult(cp3, n, 2e-3))
+	if ack := third.ack(cp3.ID); !ack.Accepted {
+		t.Fatalf("third copy: %+v", ack)
+	}
+}
+
+// spotHeld checks that struck's next own result is held, not applied.
+func spotHeld(t *testing.T, g *testGrid, struck *rawClient) {
+	t.Helper()
+	n := struck.welcome.Job.NumParams
+	bl := struck.leases(1)
+	for bl[0].CopyOf != 0 {
+		struck.send(spotResult(bl[0], n, 2e-3)) // a copy of another's work first
+		struck.ack(bl[0].ID)
+		bl = struck.leases(1)
+	}
+	before := g.jobView()
+	struck.send(spotResult(bl[0], n, 1e-3))
+	if ack := struck.ack(bl[0].ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
 		t.Fatalf("struck volunteer's result: %+v, want quarantined", ack)
 	}
 	if v := g.jobView(); v.UpdatesApplied != before.UpdatesApplied || v.Rejections[protocol.ReasonQuarantined] < 2 {
 		t.Fatalf("a held result was applied (applied %d→%d) or not counted (%v)", before.UpdatesApplied, v.UpdatesApplied, v.Rejections)
 	}
+}
+
+// A restart keeps each volunteer's spot check record: a volunteer struck
+// before it is still held after.
+func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 1
+		s.Robust.Method = "none"
+	})
+	g := newStoredGrid(t, db, &spec)
+	a, b, c := g.joinRawKey("spot-volunteer-key-aaaaaaaa"), g.joinRawKey("spot-volunteer-key-bbbbbbbb"), g.joinRawKey("spot-volunteer-key-cccccccc")
+	spotStrike(t, a, b, c)
+	before := g.jobView()
+	for _, rc := range []*rawClient{a, b, c} {
+		rc.conn.CloseNow()
+	}
+	g.close()
+
+	g2 := newStoredGrid(t, db, nil)
+	v := g2.jobView()
+	if v.SpotChecks.Strikes != 1 || v.SpotChecks.Checked != before.SpotChecks.Checked {
+		t.Fatalf("after restart: spot checks %+v, before %+v", *v.SpotChecks, *before.SpotChecks)
+	}
+	g2.joinRawKey("spot-volunteer-key-aaaaaaaa")
+	spotHeld(t, g2, g2.joinRawKey("spot-volunteer-key-bbbbbbbb"))
 }
