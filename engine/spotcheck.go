@@ -90,6 +90,9 @@ type SpotCounters struct {
 	// (no other volunteer took a copy in time).
 	Skipped int64 `json:"skipped"`
 	Expired int64 `json:"expired"`
+	// ClassBreaks counts pairs seen bit for bit alike before whose
+	// results differed (each leaves its class).
+	ClassBreaks int64 `json:"class_breaks"`
 	// Undecided counts checks of three results without a majority.
 	Undecided int64 `json:"undecided"`
 	// DuplicatedExamples are the examples copies computed again.
@@ -385,15 +388,24 @@ func Distance(a, b []float32) (rel float64, exact bool) {
 	return math.Sqrt(d) / math.Sqrt(max(na, nb)), exact
 }
 
-// agree compares results a and b: bit for bit when their volunteers were
-// seen to compute alike, within Tolerance otherwise. It says how.
+// agree compares results a and b within Tolerance, and bit for bit when
+// their volunteers were seen to compute alike. It says how.
 func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
 	rel, exact := Distance(a.Update, b.Update)
 	if p.sameClass(a.Volunteer, b.Volunteer) {
 		if exact {
 			return true, "bit for bit"
 		}
-		return false, fmt.Sprintf("differs from a volunteer of its deterministic class (relative difference %.3g)", rel)
+		// Bit-exact before, not now: a worker can change kernels (a
+		// native worker's --kernel auto does) or machines under one key.
+		// Within tolerance that is rounding, not a lie: the pair leaves
+		// its class, and no one is struck for it.
+		p.Counters.ClassBreaks++
+		p.trust(a.Volunteer).Class, p.trust(b.Volunteer).Class = 0, 0
+		if rel <= p.Tolerance {
+			return true, fmt.Sprintf("within tolerance, no longer bit for bit as before (relative difference %.3g <= %g)", rel, p.Tolerance)
+		}
+		return false, fmt.Sprintf("relative difference %.3g > tolerance %g, from a volunteer that computed bit for bit alike before", rel, p.Tolerance)
 	}
 	how := "within tolerance"
 	if a.Hint != b.Hint {
