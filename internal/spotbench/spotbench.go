@@ -49,7 +49,9 @@ func (p *Plan) Lease(t Task) (protocol.Lease, error) {
 }
 
 // SnapshotPath is where snapshot s of a plan in dir is kept.
-func SnapshotPath(dir string, s int) string { return filepath.Join(dir, fmt.Sprintf("snapshot-%d.f32", s)) }
+func SnapshotPath(dir string, s int) string {
+	return filepath.Join(dir, fmt.Sprintf("snapshot-%d.f32", s))
+}
 
 // PlanPath is where the plan in dir is kept.
 func PlanPath(dir string) string { return filepath.Join(dir, "plan.json") }
