@@ -50,11 +50,11 @@ func (j *Job) connectedHints() map[string]string {
 	return out
 }
 
-// otherVolunteer reports whether a volunteer other than v, not banned,
+// otherVolunteer reports whether a volunteer other than v, not struck,
 // is connected: someone who could compute a copy of v's task.
 func (j *Job) otherVolunteer(v string) bool {
 	for _, m := range j.st.members {
-		if m.volunteer != v && !j.st.spot.Banned(m.volunteer) {
+		if m.volunteer != v && !j.st.spot.Quarantined(m.volunteer) {
 			return true
 		}
 	}

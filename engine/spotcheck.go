@@ -272,11 +272,13 @@ func (p *SpotChecks) alike(v, hint, primary string) bool {
 }
 
 // CopyFor returns a check whose copy volunteer v (claiming hint) may
-// compute, or nil. connected maps each connected volunteer to its hint: a
+// compute, or nil; a struck volunteer computes none. connected maps each connected volunteer to its hint: a
 // copy goes to a volunteer of the primary's class while one is connected,
 // or once half the check's time has passed, to any other.
 func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check {
-	if p.Banned(v) {
+	if p.Quarantined(v) {
+		// A struck volunteer's own results are all checked; its copies
+		// would only cost third copies.
 		return nil
 	}
 	now := p.Now()
@@ -288,7 +290,7 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 		if !p.alike(v, hint, prim) && now.Sub(c.opened) < p.Timeout/2 {
 			classmate := false
 			for o, h := range connected {
-				if o != v && !c.has(o) && !p.Banned(o) && p.alike(o, h, prim) {
+				if o != v && !c.has(o) && !p.Quarantined(o) && p.alike(o, h, prim) {
 					classmate = true
 					break
 				}

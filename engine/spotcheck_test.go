@@ -86,6 +86,10 @@ func TestSpotCheckMajorityStrikesPrimaryAndRefutes(t *testing.T) {
 	if !p.Quarantined("forger") || p.RateFor("forger") != 1 || p.Banned("forger") {
 		t.Fatalf("forger after one strike: quarantined %v rate %v banned %v", p.Quarantined("forger"), p.RateFor("forger"), p.Banned("forger"))
 	}
+	openCheck(t, p, 20, "b", "native/go", fv(1), true)
+	if p.CopyFor("forger", "native/go", nil) != nil {
+		t.Fatal("a struck volunteer was given a copy to compute")
+	}
 }
 
 func TestSpotCheckMajorityStrikesCopy(t *testing.T) {
