@@ -160,3 +160,45 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 	g2.joinRawKey("spot-volunteer-key-aaaaaaaa")
 	spotHeld(t, g2, g2.joinRawKey("spot-volunteer-key-bbbbbbbb"))
 }
+
+// A lie that was applied (async) and that a check refutes later loses its
+// credit: the liar's ledger goes back to what it had before.
+func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 1
+		s.Robust.Method = "none"
+	}))
+	liar := g.joinRawKey("spot-volunteer-key-liar0000")
+	b, c := g.joinRawKey("spot-volunteer-key-bbbbbbbb"), g.joinRawKey("spot-volunteer-key-cccccccc")
+	n := liar.welcome.Job.NumParams
+	p := liar.leases(1)[0]
+	liar.send(spotResult(p, n, -2e-3))
+	if ack := liar.ack(p.ID); !ack.Accepted {
+		t.Fatalf("the lie: %+v; want it applied (the check comes later)", ack)
+	}
+	id := coordinator.VolunteerIDOfKey("spot-volunteer-key-liar0000")
+	if got := coordinator.VolunteerStandings(g.srv)[id].Examples; got != int64(p.Count) {
+		t.Fatalf("the liar's credit %d, want %d once applied", got, p.Count)
+	}
+	cp := b.grantedLeases(1)[0]
+	b.send(spotResult(cp, n, 2e-3))
+	if ack := b.ack(cp.ID); ack.Reason != protocol.ReasonQuarantined {
+		t.Fatalf("the honest copy: %+v, want quarantined while a third decides", ack)
+	}
+	cp3 := c.grantedLeases(1)[0]
+	c.send(spotResult(cp3, n, 2e-3))
+	if ack := c.ack(cp3.ID); !ack.Accepted {
+		t.Fatalf("third copy: %+v", ack)
+	}
+	book := coordinator.VolunteerStandings(g.srv)
+	if l := book[id]; l.Examples != 0 || l.Strikes != 1 {
+		t.Fatalf("the liar after the check: %+v, want no credit and one strike", l)
+	}
+	if cc := book[coordinator.VolunteerIDOfKey("spot-volunteer-key-cccccccc")]; cc.Examples != int64(p.Count) {
+		t.Fatalf("the third volunteer's credit %d, want %d", cc.Examples, p.Count)
+	}
+	if v := g.jobView(); v.SpotChecks.Refuted != 1 || v.SpotChecks.RefutedExamples != int64(p.Count) {
+		t.Fatalf("spot checks %+v, want one refuted result", *v.SpotChecks)
+	}
+}

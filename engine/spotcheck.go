@@ -402,9 +402,9 @@ func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
 		// native worker's --kernel auto does) or machines under one key.
 		// Within tolerance that is rounding, not a lie: the pair leaves
 		// its class, and no one is struck for it.
-		p.Counters.ClassBreaks++
-		p.trust(a.Volunteer).Class, p.trust(b.Volunteer).Class = 0, 0
 		if rel <= p.Tolerance {
+			p.Counters.ClassBreaks++
+			p.trust(a.Volunteer).Class, p.trust(b.Volunteer).Class = 0, 0
 			return true, fmt.Sprintf("within tolerance, no longer bit for bit as before (relative difference %.3g <= %g)", rel, p.Tolerance)
 		}
 		return false, fmt.Sprintf("relative difference %.3g > tolerance %g, from a volunteer that computed bit for bit alike before", rel, p.Tolerance)
