@@ -202,3 +202,41 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 		t.Fatalf("spot checks %+v, want one refuted result", *v.SpotChecks)
 	}
 }
+
+// In a sync round a copy takes no place: the round of two still takes
+// two primaries, and the copy's result is compared, not summed.
+func TestSpotCheckCopyTakesNoPlaceInARound(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 1
+		s.Mode, s.RoundSize, s.Snapshot = "sync", 2, "granted"
+		s.Robust.Method = "none"
+	}))
+	a, b := g.joinRawKey("spot-volunteer-key-aaaaaaaa"), g.joinRawKey("spot-volunteer-key-bbbbbbbb")
+	n := a.welcome.Job.NumParams
+	p := a.leases(1)[0]
+	a.send(spotResult(p, n, 1e-3))
+	if ack := a.ack(p.ID); !ack.Accepted {
+		t.Fatalf("primary: %+v", ack)
+	}
+	cp := b.grantedLeases(1)[0]
+	if cp.CopyOf != p.ID || cp.Round != p.Round {
+		t.Fatalf("copy %+v of %+v", cp, p)
+	}
+	second := b.leases(1)[0]
+	if second.CopyOf != 0 || second.Round != p.Round {
+		t.Fatalf("after the copy, lease %+v: want the round's second primary (round %d)", second, p.Round)
+	}
+	b.send(spotResult(cp, n, 1e-3))
+	if ack := b.ack(cp.ID); !ack.Accepted {
+		t.Fatalf("copy: %+v", ack)
+	}
+	if v := g.jobView(); v.Version != 0 || v.RoundResults != 1 {
+		t.Fatalf("after the copy: version %d, round results %d; want the round still open with the primary only", v.Version, v.RoundResults)
+	}
+	b.send(spotResult(second, n, 1e-3))
+	b.ack(second.ID)
+	if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
+		t.Fatalf("version %d, applied %d: want the round closed by its two primaries", v.Version, v.UpdatesApplied)
+	}
+}
