@@ -18,9 +18,36 @@ import (
 
 // Plan is what every backend computes.
 type Plan struct {
-	Model     string `json:"model"` // a preset
-	Snapshots int    `json:"snapshots"`
-	Tasks     []Task `json:"tasks"`
+	Model string `json:"model"` // a preset
+	// Dropout, when set, puts a dropout layer of this rate after every
+	// GELU of the model (charlm-tiny's MLP blocks), so that masks matter.
+	Dropout   float64 `json:"dropout,omitempty"`
+	Snapshots int     `json:"snapshots"`
+	Tasks     []Task  `json:"tasks"`
+}
+
+// ModelSpec is the plan's model.
+func (p *Plan) ModelSpec() (nn.ModelSpec, error) {
+	spec, err := nn.Preset(p.Model)
+	if err != nil || p.Dropout == 0 {
+		return spec, err
+	}
+	spec.Layers = withDropout(spec.Layers, p.Dropout)
+	return spec, nil
+}
+
+func withDropout(ls []nn.LayerSpec, rate float64) []nn.LayerSpec {
+	var out []nn.LayerSpec
+	for _, l := range ls {
+		if len(l.Layers) > 0 {
+			l.Layers = withDropout(l.Layers, rate)
+		}
+		out = append(out, l)
+		if l.Type == nn.TypeGELU {
+			out = append(out, nn.LayerSpec{Type: nn.TypeDropout, Rate: rate})
+		}
+	}
+	return out
 }
 
 // Task is one lease: its id (the dropout seed), snapshot, first example
@@ -86,7 +113,7 @@ type Computer struct {
 
 // NewComputer loads the data, the model and the plan's snapshots from dir.
 func NewComputer(dir, data string, p *Plan, b worker.Backend) (*Computer, error) {
-	spec, err := nn.Preset(p.Model)
+	spec, err := p.ModelSpec()
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +121,12 @@ func NewComputer(dir, data string, p *Plan, b worker.Backend) (*Computer, error)
 	if err != nil {
 		return nil, err
 	}
-	train, _, err := dataset.LoadMNIST(data)
-	if err != nil {
-		return nil, err
+	c := &Computer{Plan: p, Model: m, Backend: b}
+	if m.LabelsPerExample == 1 {
+		if c.train, _, err = dataset.LoadMNIST(data); err != nil {
+			return nil, err
+		}
 	}
-	c := &Computer{Plan: p, Model: m, Backend: b, train: train}
 	for s := range p.Snapshots {
 		body, err := os.ReadFile(SnapshotPath(dir, s))
 		if err != nil {
@@ -121,7 +149,11 @@ func (c *Computer) Compute(t Task) ([]float32, error) {
 	}
 	x := make([]float32, l.Count*c.Model.InputSize)
 	labels := make([]int32, l.Count*c.Model.LabelsPerExample)
-	c.train.Fill(x, labels, t.Start%(c.train.N-l.Count), l.Count)
+	if c.train != nil {
+		c.train.Fill(x, labels, t.Start%(c.train.N-l.Count), l.Count)
+	} else {
+		TextWindows(x, labels, c.Model.InputSize, t.Start)
+	}
 	res, err := worker.ComputeLease(c.Backend, c.Model, l, c.snaps[t.Snapshot], x, labels)
 	if err != nil {
 		return nil, err
@@ -150,3 +182,24 @@ func ReadUpdate(r io.Reader, u []float32) error {
 	}
 	return nil
 }
+
+// TextWindows fills x and labels with windows of t bytes of a fixed text
+// (and the next byte of each position), the first at byte start.
+func TextWindows(x []float32, labels []int32, t, start int) {
+	for e := 0; e < len(x)/t; e++ {
+		for p := 0; p < t; p++ {
+			i := (start + e*t + p) % (len(text) - 1)
+			x[e*t+p] = float32(text[i])
+			labels[e*t+p] = int32(text[i+1])
+		}
+	}
+}
+
+const text = `It is a truth universally acknowledged, that a single man in possession
+of a good fortune, must be in want of a wife. However little known the feelings
+or views of such a man may be on his first entering a neighbourhood, this truth
+is so well fixed in the minds of the surrounding families, that he is considered
+the rightful property of some one or other of their daughters. "My dear Mr. Bennet,"
+said his lady to him one day, "have you heard that Netherfield Park is let at last?"
+Mr. Bennet replied that he had not. "But it is," returned she; "for Mrs. Long has
+just been here, and she told me all about it." Mr. Bennet made no answer.`

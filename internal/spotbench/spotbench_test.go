@@ -39,7 +39,9 @@ type pairStat struct {
 // Honest volunteers of mixed backends (every CPU kernel of this machine,
 // OpenBLAS when the host has it, and the browser's wasm under Node)
 // compute the same tasks of mnist-mlp (async leases, and every 50th a
-// diloco lease of its local steps) from snapshots along a training run;
+// diloco lease of its local steps), and a few of charlm-tiny with dropout
+// (every 10th a diloco lease),
+// from snapshots along a training run;
 // each task's pair of results goes through the spot check comparator at
 // the default tolerance: no check may fail, so no honest volunteer is
 // struck. The largest relative difference per pair must stay 10x under
@@ -79,8 +81,23 @@ func TestHonestBackendsAgree(t *testing.T) {
 		t.Fatalf("one backend only (%v): nothing to compare", classes)
 	}
 
+	// charlm-tiny with dropout after each GELU: a copy must draw the
+	// primary's masks on every backend (protocol.Lease.CopyOf).
+	charlm := max(20, n/50)
+	for _, c := range []struct {
+		model   string
+		dropout float64
+		tasks   int
+	}{{"mnist-mlp", 0, n}, {"charlm-tiny", 0.1, charlm}} {
+		t.Run(c.model, func(t *testing.T) { runPlan(t, c.model, c.dropout, c.tasks, data, node, classes, pairs) })
+	}
+}
+
+// runPlan computes n tasks of model on every pair of classes and checks
+// them through the comparator.
+func runPlan(t *testing.T, model string, dropout float64, n int, data, node string, classes []string, pairs [][2]string) {
 	dir := t.TempDir()
-	plan := makePlan(t, dir, data, n)
+	plan := makePlan(t, dir, data, model, dropout, n)
 	native, err := nativeworker.New(1)
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +172,12 @@ func TestHonestBackendsAgree(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 
-	fmt.Printf("spot check comparator, %d checked tasks of mnist-mlp (%d diloco H>1), tolerance %g, %.0f s:\n",
-		len(plan.Tasks), countMode(plan, "diloco"), engine.DefaultSpotCheckTolerance, elapsed.Seconds())
+	what := model
+	if dropout > 0 {
+		what += fmt.Sprintf(" with dropout %g", dropout)
+	}
+	fmt.Printf("spot check comparator, %d checked tasks of %s (%d diloco H>1), tolerance %g, %.0f s:\n",
+		len(plan.Tasks), what, countMode(plan, "diloco"), engine.DefaultSpotCheckTolerance, elapsed.Seconds())
 	fmt.Printf("| pair | tasks | bit-identical | mean relative difference | largest | largest in mode |\n| --- | --- | --- | --- | --- | --- |\n")
 	worst := 0.0
 	for _, pair := range pairs {
@@ -187,21 +208,28 @@ func countMode(p *spotbench.Plan, mode string) int {
 	return n
 }
 
-// makePlan trains mnist-mlp a little with the pure-Go kernel to take
-// snapshots along the way (from the initial weights to about 90%
-// accuracy), and plans n tasks over them.
-func makePlan(t *testing.T, dir, data string, n int) *spotbench.Plan {
+// makePlan trains model a little with the pure-Go kernel to take
+// snapshots along the way (for mnist-mlp from the initial weights to
+// about 90% accuracy), and plans n tasks over them.
+func makePlan(t *testing.T, dir, data, model string, dropout float64, n int) *spotbench.Plan {
 	t.Helper()
-	const snapshots, stepsBetween = 8, 60
-	plan := &spotbench.Plan{Model: "mnist-mlp", Snapshots: snapshots}
+	const snapshots = 8
+	stepsBetween, dilocoEvery := 60, 50
+	if model != "mnist-mlp" {
+		stepsBetween, dilocoEvery = 4, 10 // a transformer step costs more
+	}
+	plan := &spotbench.Plan{Model: model, Dropout: dropout, Snapshots: snapshots}
 	for i := range n {
 		mode := "async"
-		if i%50 == 49 {
+		if i%dilocoEvery == dilocoEvery-1 {
 			mode = "diloco"
 		}
 		plan.Tasks = append(plan.Tasks, spotbench.Task{ID: uint64(i + 1), Snapshot: i % snapshots, Start: (i * 977) % 50000, Mode: mode})
 	}
-	spec, _ := nn.Preset(plan.Model)
+	spec, err := plan.ModelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := nn.NewModel(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +243,11 @@ func makePlan(t *testing.T, dir, data string, n int) *spotbench.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	train, _, err := dataset.LoadMNIST(data)
-	if err != nil {
-		t.Fatal(err)
+	var train *dataset.Set
+	if m.LabelsPerExample == 1 {
+		if train, _, err = dataset.LoadMNIST(data); err != nil {
+			t.Fatal(err)
+		}
 	}
 	step := spotbench.Task{Mode: "async"}
 	l, err := plan.Lease(step)
@@ -225,14 +255,18 @@ func makePlan(t *testing.T, dir, data string, n int) *spotbench.Plan {
 		t.Fatal(err)
 	}
 	x := make([]float32, l.Count*m.InputSize)
-	labels := make([]int32, l.Count)
+	labels := make([]int32, l.Count*m.LabelsPerExample)
 	for s := range snapshots {
 		if err := os.WriteFile(spotbench.SnapshotPath(dir, s), protocol.EncodeFloats(params), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		for k := range stepsBetween {
 			l.ID = uint64(s*stepsBetween + k + 1)
-			train.Fill(x, labels, (int(l.ID)*l.Count)%(train.N-l.Count), l.Count)
+			if train != nil {
+				train.Fill(x, labels, (int(l.ID)*l.Count)%(train.N-l.Count), l.Count)
+			} else {
+				spotbench.TextWindows(x, labels, m.InputSize, int(l.ID)*97)
+			}
 			res, err := worker.ComputeLease(b, m, l, params, x, labels)
 			if err != nil {
 				t.Fatal(err)
