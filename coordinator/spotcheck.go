@@ -132,6 +132,10 @@ func (j *Job) grantCopy(worker, baseURL string) (protocol.Lease, bool) {
 func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject func(reason, detail string) protocol.Ack) protocol.Ack {
 	st := &j.st
 	res := sub.res
+	if st.spot.Banned(sub.volunteer) {
+		st.spot.CopyGone(l.ID)
+		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks")
+	}
 	invalid := sub.detail
 	reason := sub.reason
 	if reason == "" {
