@@ -23,7 +23,7 @@ const (
 	// DefaultSpotCheckTolerance bounds ‖a−b‖/max(‖a‖,‖b‖) between honest
 	// results of different kernels; docs/SPOTCHECKS.md shows how it was
 	// fitted to the largest honest differences measured.
-	DefaultSpotCheckTolerance = 1e-2
+	DefaultSpotCheckTolerance = 0.05
 	// DefaultSpotCheckPending is how many checks may wait for their copies
 	// at once: each holds one or two updates.
 	DefaultSpotCheckPending = 4

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,8 @@ type pairStat struct {
 	tasks, identical int
 	worst, sum       float64
 	worstMode        string
+	worstTask        uint64
+	worstNorm        float64 // the norm of the primary's update at the worst task
 }
 
 // Honest volunteers of mixed backends (every CPU kernel of this machine,
@@ -112,6 +115,7 @@ func runPlan(t *testing.T, model string, dropout float64, n int, data, node stri
 	p := engine.NewSpotChecks(1, 1, engine.DefaultSpotCheckStrikes, engine.DefaultSpotCheckTolerance, func() time.Time { return clock })
 	p.MaxPending = 1
 	stats := map[[2]string]*pairStat{}
+	var norms []float64
 	compute := func(class string, task spotbench.Task) []float32 {
 		if class == wasmClass {
 			return <-wasm
@@ -142,8 +146,9 @@ func runPlan(t *testing.T, model string, dropout float64, n int, data, node stri
 			s.identical++
 		}
 		if rel > s.worst {
-			s.worst, s.worstMode = rel, task.Mode
+			s.worst, s.worstMode, s.worstTask, s.worstNorm = rel, task.Mode, task.ID, norm(ua)
 		}
+		norms = append(norms, norm(ua))
 		// Through the comparator: pair[0] computed the primary, pair[1]
 		// the copy; a mismatch would ask a third backend.
 		p.Open(engine.Lease{ID: task.ID, Base: int64(task.Snapshot), Task: engine.Task{Count: l.Count}},
@@ -178,7 +183,9 @@ func runPlan(t *testing.T, model string, dropout float64, n int, data, node stri
 	}
 	fmt.Printf("spot check comparator, %d checked tasks of %s (%d diloco H>1), tolerance %g, %.0f s:\n",
 		len(plan.Tasks), what, countMode(plan, "diloco"), engine.DefaultSpotCheckTolerance, elapsed.Seconds())
-	fmt.Printf("| pair | tasks | bit-identical | mean relative difference | largest | largest in mode |\n| --- | --- | --- | --- | --- | --- |\n")
+	slices.Sort(norms)
+	fmt.Printf("update norms: median %.3g, 1st percentile %.3g, smallest %.3g\n", norms[len(norms)/2], norms[len(norms)/100], norms[0])
+	fmt.Printf("| pair | tasks | bit-identical | mean relative difference | largest | at task (mode, update norm) |\n| --- | --- | --- | --- | --- | --- |\n")
 	worst := 0.0
 	for _, pair := range pairs {
 		s := stats[pair]
@@ -186,7 +193,11 @@ func runPlan(t *testing.T, model string, dropout float64, n int, data, node stri
 			continue
 		}
 		worst = max(worst, s.worst)
-		fmt.Printf("| %s × %s | %d | %d | %.2g | %.2g | %s |\n", pair[0], pair[1], s.tasks, s.identical, s.sum/float64(s.tasks), s.worst, s.worstMode)
+		at := ""
+		if s.worst > 0 {
+			at = fmt.Sprintf("%d (%s, %.3g)", s.worstTask, s.worstMode, s.worstNorm)
+		}
+		fmt.Printf("| %s × %s | %d | %d | %.2g | %.2g | %s |\n", pair[0], pair[1], s.tasks, s.identical, s.sum/float64(s.tasks), s.worst, at)
 	}
 	fmt.Printf("checks %d, agreed %d, mismatched %d, false strikes %d, class breaks %d; largest honest difference %.3g (tolerance/%.0f)\n",
 		p.Counters.Checked, p.Counters.Agreed, p.Counters.Mismatched, p.Counters.Strikes, p.Counters.ClassBreaks, worst, engine.DefaultSpotCheckTolerance/worst)
@@ -336,4 +347,12 @@ func startWasm(t *testing.T, node, dir, data string, plan *spotbench.Plan, pairs
 		}
 	}()
 	return out
+}
+
+func norm(u []float32) float64 {
+	var s float64
+	for _, v := range u {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s)
 }
