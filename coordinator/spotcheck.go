@@ -156,6 +156,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		st.spot.CopyGone(l.ID)
 		return reject(reason, invalid)
 	}
+	st.spot.RefNorm = st.normMean // the running mean of accepted update norms
 	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples})
 	if !ok {
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")

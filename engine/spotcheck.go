@@ -45,6 +45,11 @@ type SpotChecks struct {
 	Rate       float64 // the base fraction of results checked (0: off)
 	Strikes    int     // strikes that ban a volunteer
 	Tolerance  float64 // relative difference allowed between results not known bit-exact
+	// RefNorm is the norm of a typical accepted update (the job's running
+	// mean), the least norm a difference is measured against: a batch
+	// the model already fits has a tiny gradient, whose rounding is
+	// large next to itself but not next to an ordinary update.
+	RefNorm float64
 	MaxPending int     // checks waiting at once; more are skipped
 	// Timeout is how long a check may wait for its copies before it is
 	// dropped undecided.
@@ -366,7 +371,11 @@ func (p *SpotChecks) drop(c *Check) {
 
 // Distance is ‖a−b‖/max(‖a‖,‖b‖), and whether a and b are bit for bit
 // the same. Two zero vectors are at 0; a NaN anywhere is at +Inf.
-func Distance(a, b []float32) (rel float64, exact bool) {
+func Distance(a, b []float32) (rel float64, exact bool) { return DistanceAtLeast(a, b, 0) }
+
+// DistanceAtLeast is ‖a−b‖/max(‖a‖,‖b‖,ref): Distance, measured against
+// at least ref.
+func DistanceAtLeast(a, b []float32, ref float64) (rel float64, exact bool) {
 	if len(a) != len(b) {
 		return math.Inf(1), false
 	}
@@ -387,13 +396,14 @@ func Distance(a, b []float32) (rel float64, exact bool) {
 	if d == 0 {
 		return 0, exact
 	}
-	return math.Sqrt(d) / math.Sqrt(max(na, nb)), exact
+	return math.Sqrt(d) / max(math.Sqrt(max(na, nb)), ref), exact
 }
 
-// agree compares results a and b within Tolerance, and bit for bit when
-// their volunteers were seen to compute alike. It says how.
+// agree compares results a and b within Tolerance (of the larger of
+// their norms and RefNorm), and bit for bit when their volunteers were
+// seen to compute alike. It says how.
 func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
-	rel, exact := Distance(a.Update, b.Update)
+	rel, exact := DistanceAtLeast(a.Update, b.Update, p.RefNorm)
 	if p.sameClass(a.Volunteer, b.Volunteer) {
 		if exact {
 			return true, "bit for bit"

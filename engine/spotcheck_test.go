@@ -107,6 +107,26 @@ func TestSpotCheckMajorityStrikesCopy(t *testing.T) {
 	}
 }
 
+// Results with a tiny norm (a batch the model already fits) that differ
+// by rounding agree against the job's typical update norm.
+func TestSpotCheckTinyUpdatesAgainstReferenceNorm(t *testing.T) {
+	p, _ := newSpotTest(0.05)
+	openCheck(t, p, 1, "a", "x", fv(1e-4, 0), true)
+	if o := copyTo(t, p, 2, "b", "y", fv(1.1e-4, 0), nil); o.Done {
+		t.Fatalf("without a reference norm a 10%% difference agreed: %+v", o)
+	}
+	p, _ = newSpotTest(0.05)
+	p.RefNorm = 1
+	openCheck(t, p, 1, "a", "x", fv(1e-4, 0), true)
+	if o := copyTo(t, p, 2, "b", "y", fv(1.1e-4, 0), nil); !o.Done || !o.Agreed {
+		t.Fatalf("a rounding difference of a tiny update did not agree: %+v", o)
+	}
+	openCheck(t, p, 3, "a", "x", fv(1, 0), true)
+	if o := copyTo(t, p, 4, "b", "y", fv(-1, 0), nil); o.Done {
+		t.Fatalf("a sign flip agreed: %+v", o)
+	}
+}
+
 func TestSpotCheckNoMajorityStrikesNobody(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "a", "x", fv(1, 0, 0), true)
@@ -283,6 +303,13 @@ func TestDistance(t *testing.T) {
 	}
 	if d, _ := Distance(fv(1), fv(1, 2)); !math.IsInf(d, 1) {
 		t.Fatalf("lengths differ: %v", d)
+	}
+	// A tiny update is measured against the reference norm.
+	if d, _ := DistanceAtLeast(fv(0.003, 0), fv(0.004, 0), 1); math.Abs(d-0.001) > 1e-9 {
+		t.Fatalf("against a reference of 1: %v, want 0.001", d)
+	}
+	if d, _ := DistanceAtLeast(fv(3, 0), fv(4, 0), 1); math.Abs(d-0.25) > 1e-7 {
+		t.Fatalf("above the reference: %v, want 0.25", d)
 	}
 }
 
