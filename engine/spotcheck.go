@@ -42,15 +42,15 @@ const (
 // volunteers, compares results and keeps each volunteer's standing. Its
 // randomness is seeded and its clock injected, so a run is repeatable.
 type SpotChecks struct {
-	Rate       float64 // the base fraction of results checked (0: off)
-	Strikes    int     // strikes that ban a volunteer
-	Tolerance  float64 // relative difference allowed between results not known bit-exact
+	Rate      float64 // the base fraction of results checked (0: off)
+	Strikes   int     // strikes that ban a volunteer
+	Tolerance float64 // relative difference allowed between results not known bit-exact
 	// RefNorm is the norm of a typical accepted update (the job's running
 	// mean), the least norm a difference is measured against: a batch
 	// the model already fits has a tiny gradient, whose rounding is
 	// large next to itself but not next to an ordinary update.
-	RefNorm float64
-	MaxPending int     // checks waiting at once; more are skipped
+	RefNorm    float64
+	MaxPending int // checks waiting at once; more are skipped
 	// Timeout is how long a check may wait for its copies before it is
 	// dropped undecided.
 	Timeout time.Duration
