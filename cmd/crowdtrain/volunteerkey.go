@@ -39,7 +39,7 @@ func loadVolunteerKey(path string) (string, error) {
 	case err == nil:
 		key := strings.TrimSpace(string(b))
 		if err := protocol.CheckVolunteerKey(key); err != nil {
-			return "", fmt.Errorf("volunteer key file %s does not hold a volunteer key: %v; remove it to make a new one "+
+			return "", usagef("volunteer key file %s does not hold a volunteer key: %v; remove it to make a new one "+
 				"(credit earned with the old key stays with it), or pass --key-file with another file", path, err)
 		}
 		return key, nil
