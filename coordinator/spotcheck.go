@@ -37,6 +37,29 @@ func (j *Job) initSpot(spec JobSpec) {
 	j.st.spot = p
 }
 
+// strikeLedger is a ledger that tells a volunteer's strikes and ban
+// (the server's book): the spot checks follow it, pardons included.
+type strikeLedger interface {
+	strikesOf(volunteer string) (strikes int, banned bool)
+}
+
+func (b *volunteerBook) strikesOf(v string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.byID[v]; s != nil {
+		return s.Strikes, s.Banned
+	}
+	return 0, false
+}
+
+// spotSync brings v's standing in the spot checks up to the ledger's.
+func (j *Job) spotSync(v string) {
+	if l, ok := j.ledger.(strikeLedger); ok {
+		strikes, banned := l.strikesOf(v)
+		j.st.spot.SetStanding(v, strikes, banned)
+	}
+}
+
 // hint is what a member's worker claims to be: the first guess at its
 // class, before its results show what it computes like.
 func (m member) hint() string { return m.kind + "/" + m.backend }
@@ -67,6 +90,7 @@ func (j *Job) otherVolunteer(v string) bool {
 func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, detail string) protocol.Ack) (protocol.Ack, bool) {
 	p := j.st.spot
 	v := sub.volunteer
+	j.spotSync(v)
 	if p.Banned(v) {
 		j.requeue(l)
 		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks"), true
@@ -110,6 +134,7 @@ func (j *Job) grantCopy(worker, baseURL string) (protocol.Lease, bool) {
 	if !ok || st.spot.Pending() == 0 {
 		return protocol.Lease{}, false
 	}
+	j.spotSync(m.volunteer)
 	c := st.spot.CopyFor(m.volunteer, m.hint(), j.connectedHints())
 	if c == nil || j.snapshotBody(c.Primary.Base) == nil {
 		return protocol.Lease{}, false
@@ -191,9 +216,8 @@ func (j *Job) spotSettle(o engine.Outcome) {
 	}
 }
 
-// spotFLOPs is the compute credited for examples. The job does not know
-// its model's FLOPs per example yet, so spot checks credit examples only.
-func (j *Job) spotFLOPs(int) float64 { return 0 }
+// spotFLOPs is the compute credited for examples.
+func (j *Job) spotFLOPs(examples int) float64 { return float64(examples) * j.flopsPerExample }
 
 // spotCopyGone records that a copy lease ended without a result.
 func (j *Job) spotCopyGone(l *engine.Lease) {
@@ -250,5 +274,8 @@ func (j *Job) spotRestore(p *spotProgress) {
 // checks: it gets no more work.
 func (j *Job) spotBanned(worker string) bool {
 	m, ok := j.st.members[worker]
+	if ok {
+		j.spotSync(m.volunteer)
+	}
 	return ok && j.st.spot.Banned(m.volunteer)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // BenchmarkSpotCheckCost trains mnist-mlp to 97% with three honest
@@ -20,7 +21,7 @@ func BenchmarkSpotCheckCost(b *testing.B) {
 				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.SpotCheck = rate }))
 				start := time.Now()
 				for i := range 3 {
-					g.addVolunteer(1, nil, fmt.Sprintf("bench-volunteer-key-%08d", i))
+					g.addWorkerWith(1, nil, func(c *worker.Config) { c.VolunteerKey = fmt.Sprintf("bench-volunteer-key-%08d", i) })
 				}
 				v := g.waitDone(10 * time.Minute)
 				elapsed := time.Since(start)

@@ -15,9 +15,8 @@ import (
 // its own loopback address, on mnist-mlp: spot checks strike the forger
 // and ban it, the job reaches its target, the duplicated work is
 // reported, the forger's refuted results lose their credit and every
-// honest volunteer's credit equals the examples of its accepted results.
-// (The credit is read from the server's ledger; its HTTP API is
-// another test's.)
+// honest volunteer's credit equals the examples of its accepted results,
+// as GET /api/v1/volunteers/standing shows them.
 func TestSpotChecksBanAForger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains mnist-mlp to its target")
@@ -32,7 +31,7 @@ func TestSpotChecksBanAForger(t *testing.T) {
 	keys := []string{"honest-volunteer-key-000001", "honest-volunteer-key-000002", "honest-volunteer-key-000003"}
 	var honest []*worker.Worker
 	for _, k := range keys {
-		honest = append(honest, g.addVolunteer(1, nil, k))
+		honest = append(honest, g.addWorkerWith(1, nil, func(c *worker.Config) { c.VolunteerKey = k }))
 	}
 	actx, stop := context.WithCancel(g.ctx)
 	defer stop()
@@ -65,7 +64,7 @@ func TestSpotChecksBanAForger(t *testing.T) {
 		t.Errorf("rejections %v: a struck volunteer's results were never held", v.Rejections)
 	}
 
-	book := coordinator.VolunteerStandings(g.srv)
+	book := g.standing()
 	forger := ""
 	for id, s := range book {
 		if s.Banned {
@@ -88,6 +87,9 @@ func TestSpotChecksBanAForger(t *testing.T) {
 	tot := r.Totals()
 	// The forger's credit: its accepted results, and its held ones that a
 	// check agreed with, less the applied ones a check refuted.
+	if f.RefutedExamples != sc.RefutedExamples {
+		t.Errorf("forger's refuted examples %d, the job's spot checks refuted %d", f.RefutedExamples, sc.RefutedExamples)
+	}
 	if want := int64(tot.Accepted)*int64(spec.BatchSize) + sc.HeldCreditedExamples - sc.RefutedExamples; f.Examples != want {
 		t.Errorf("forger credit %d examples; it had %d results accepted, %d held examples credited and %d refuted (want %d)",
 			f.Examples, tot.Accepted, sc.HeldCreditedExamples, sc.RefutedExamples, want)
@@ -99,6 +101,7 @@ func TestSpotChecksBanAForger(t *testing.T) {
 		id := coordinator.VolunteerIDOfKey(keys[i])
 		for w.Stats().Examples != book[id].Examples && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
+			book = g.standing()
 		}
 		if got := w.Stats().Examples; got != book[id].Examples {
 			t.Errorf("honest volunteer %d: credit %d examples, accepted %d", i, book[id].Examples, got)

@@ -75,13 +75,29 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 	if v.SpotChecks.Strikes != 1 || v.SpotChecks.Mismatched != 1 {
 		t.Fatalf("spot checks %+v, want one mismatch and one strike", *v.SpotChecks)
 	}
-	book := coordinator.VolunteerStandings(g.srv)
+	book := g.standing()
 	if book[coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")].Strikes != 1 || book[coordinator.VolunteerIDOfKey("spot-volunteer-key-aaaaaaaa")].Strikes != 0 {
 		t.Fatalf("ledger %+v: want b struck, a not", book)
 	}
 
 	// b is struck: its own results are held, not applied.
 	spotHeld(t, g, b)
+
+	// The operator pardons b: its results count again.
+	bid := coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")
+	if code := g.adminJSON(http.MethodPost, "/api/v1/volunteers/"+bid+"/pardon", map[string]string{}, nil); code/100 != 2 {
+		t.Fatalf("pardon: %d", code)
+	}
+	bl := b.leases(1)
+	for bl[0].CopyOf != 0 {
+		b.send(spotResult(bl[0], n, 1e-3))
+		b.ack(bl[0].ID)
+		bl = b.leases(1)
+	}
+	b.send(spotResult(bl[0], n, 1e-3))
+	if ack := b.ack(bl[0].ID); !ack.Accepted {
+		t.Fatalf("a pardoned volunteer's result: %+v, want it applied", ack)
+	}
 }
 
 // spotStrike has liar disagree with a copy of primary's next result, and
@@ -178,7 +194,7 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 		t.Fatalf("the lie: %+v; want it applied (the check comes later)", ack)
 	}
 	id := coordinator.VolunteerIDOfKey("spot-volunteer-key-liar0000")
-	if got := coordinator.VolunteerStandings(g.srv)[id].Examples; got != int64(p.Count) {
+	if got := g.standing()[id].Examples; got != int64(p.Count) {
 		t.Fatalf("the liar's credit %d, want %d once applied", got, p.Count)
 	}
 	cp := b.grantedLeases(1)[0]
@@ -191,7 +207,7 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 	if ack := c.ack(cp3.ID); !ack.Accepted {
 		t.Fatalf("third copy: %+v", ack)
 	}
-	book := coordinator.VolunteerStandings(g.srv)
+	book := g.standing()
 	if l := book[id]; l.Examples != 0 || l.Strikes != 1 {
 		t.Fatalf("the liar after the check: %+v, want no credit and one strike", l)
 	}

@@ -574,6 +574,16 @@ func (p *SpotChecks) SyncStrikes(v string, total int) bool {
 	return t.Banned
 }
 
+// SetStanding takes v's strikes and ban as the ledger has them now: the
+// ledger counts strikes of every job, and an operator's pardon clears
+// them there.
+func (p *SpotChecks) SetStanding(v string, strikes int, banned bool) {
+	if t := p.vols[v]; t != nil || strikes > 0 || banned {
+		t = p.trust(v)
+		t.Strikes, t.Banned = strikes, banned
+	}
+}
+
 // Volunteers is every volunteer's record, for a checkpoint.
 func (p *SpotChecks) Volunteers() map[string]Trust {
 	out := make(map[string]Trust, len(p.vols))

@@ -181,6 +181,11 @@ func TestSpotCheckBanAtStrikes(t *testing.T) {
 	if !p.SyncStrikes("g", 3) || p.SyncStrikes("h", 1) {
 		t.Fatal("strikes counted by the ledger do not ban at the limit")
 	}
+	// A pardon in the ledger clears the strikes and the ban here too.
+	p.SetStanding("f", 0, false)
+	if p.Banned("f") || p.Quarantined("f") {
+		t.Fatal("a pardoned volunteer is still banned or held")
+	}
 }
 
 func TestSpotCheckAdaptiveRate(t *testing.T) {
