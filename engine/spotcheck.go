@@ -32,6 +32,10 @@ const (
 // The adaptive rate: a new volunteer is checked newcomerBoost times as
 // often until it has passed newcomerChecks checks, a trusted one (trustedChecks
 // passed) half as often, a struck one always.
+// strikeFactor: the one struck must be more than this many tolerances
+// from the third result.
+const strikeFactor = 4
+
 const (
 	newcomerBoost  = 4
 	newcomerChecks = 20
@@ -503,8 +507,21 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	a, b, t := c.Results[0], c.Results[1], c.Results[2]
 	okA, _ := p.agree(a, t)
 	okB, _ := p.agree(b, t)
+	// A strike needs a clear disagreement: an honest pair's rare outlier
+	// (a ReLU that rounding tips the other way) lands just past the
+	// tolerance, a lie lands far past it.
+	loser := a
+	if okA {
+		loser = b
+	}
+	far, _ := DistanceAtLeast(loser.Update, t.Update, p.RefNorm)
 	var o Outcome
 	switch {
+	case okA != okB && far <= strikeFactor*p.Tolerance:
+		p.Counters.Undecided++
+		o.Credit = append(o.Credit, t)
+		o.Agreed = true
+		o.Detail = fmt.Sprintf("spot check: the disagreement (%.3g) was too small to strike anyone; undecided", far)
 	case okA && !okB:
 		p.pass(a.Volunteer)
 		p.pass(t.Volunteer)

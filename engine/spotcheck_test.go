@@ -127,6 +127,18 @@ func TestSpotCheckTinyUpdatesAgainstReferenceNorm(t *testing.T) {
 	}
 }
 
+// A disagreement just past the tolerance (an honest outlier) strikes
+// nobody even when the third sides with one of the two.
+func TestSpotCheckSmallDisagreementStrikesNobody(t *testing.T) {
+	p, _ := newSpotTest(0.05) // tolerance 1e-3
+	openCheck(t, p, 1, "a", "x", fv(1, 0), true)
+	copyTo(t, p, 2, "b", "y", fv(1, 0.002), nil)
+	o := copyTo(t, p, 3, "c", "z", fv(1, 0), nil)
+	if !o.Done || len(o.Struck) != 0 || p.Counters.Undecided != 1 {
+		t.Fatalf("outcome %+v counters %+v: want undecided, nobody struck", o, p.Counters)
+	}
+}
+
 func TestSpotCheckNoMajorityStrikesNobody(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "a", "x", fv(1, 0, 0), true)
