@@ -59,7 +59,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		}
 		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
 	}
-	if l.IsCopy() {
+	if l.IsCopy() && st.spot.IsCopy(l.ID) {
 		return j.spotCopy(sub, l, ack, reject) // spotcheck.go: compared, never applied
 	}
 	if l.Started() {

@@ -60,10 +60,13 @@ type SpotChecks struct {
 	Timeout time.Duration
 	Now     func() time.Time
 
-	rng       *rand.Rand
-	vols      map[string]*Trust
-	checks    map[uint64]*Check // by the primary lease's id
-	byCopy    map[uint64]*Check // by each copy lease's id
+	rng    *rand.Rand
+	vols   map[string]*Trust
+	checks map[uint64]*Check // by the primary lease's id
+	// byCopy maps each copy lease out to its check: nil once the check
+	// was dropped, so that the copy's result is still known for a copy
+	// (refused, never applied) until the lease ends.
+	byCopy    map[uint64]*Check
 	nextClass int
 	Counters  SpotCounters
 }
@@ -339,20 +342,24 @@ func (p *SpotChecks) Copied(c *Check, id uint64, v string, examples int) {
 	p.Counters.DuplicatedExamples += int64(examples)
 }
 
-// IsCopy reports whether lease id is a spot check's copy.
-func (p *SpotChecks) IsCopy(id uint64) bool { return p.byCopy[id] != nil }
+// IsCopy reports whether lease id is a spot check's copy, out now.
+func (p *SpotChecks) IsCopy(id uint64) bool {
+	_, ok := p.byCopy[id]
+	return ok
+}
 
 // CopyGone records that copy lease id ended without a result (expired,
 // given back): the check wants another copy.
 func (p *SpotChecks) CopyGone(id uint64) {
 	if c := p.byCopy[id]; c != nil {
 		delete(c.copies, id)
-		delete(p.byCopy, id)
 	}
+	delete(p.byCopy, id)
 }
 
 // Expire drops the checks that waited longer than Timeout and returns
-// them (their copy leases, if any, are the caller's to end).
+// them. Their copies still out stay known as copies until their leases
+// end, and their results are refused.
 func (p *SpotChecks) Expire() []*Check {
 	now := p.Now()
 	var out []*Check
@@ -369,7 +376,7 @@ func (p *SpotChecks) Expire() []*Check {
 func (p *SpotChecks) drop(c *Check) {
 	delete(p.checks, c.Primary.ID)
 	for id := range c.copies {
-		delete(p.byCopy, id)
+		p.byCopy[id] = nil // out still: its result is refused (Answer)
 	}
 }
 
@@ -464,11 +471,11 @@ func (p *SpotChecks) joinClass(a, b string) {
 // ok is false when id is no copy of a waiting check.
 func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 	c := p.byCopy[id]
+	delete(p.byCopy, id)
 	if c == nil {
 		return Outcome{}, false
 	}
 	delete(c.copies, id)
-	delete(p.byCopy, id)
 	p.noteHint(r.Volunteer, r.Hint)
 	r.Applied = false
 	c.Results = append(c.Results, r)

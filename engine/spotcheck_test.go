@@ -259,8 +259,17 @@ func TestSpotCheckExpiry(t *testing.T) {
 	if got := p.Expire(); len(got) != 1 || p.Pending() != 0 || p.Counters.Expired != 1 || p.Needs(3) {
 		t.Fatalf("expired %d, pending %d, counters %+v", len(got), p.Pending(), p.Counters)
 	}
-	if _, ok := p.Answer(2, SpotResult{Volunteer: "b", Update: fv(1)}); ok {
-		t.Fatal("a copy of an expired check was answered")
+	// A copy still out when its check expired stays known as a copy (its
+	// result must not pass for a primary's), and is answered with no.
+	c = openCheck(t, p, 5, "a", "x", fv(1), true)
+	p.Copied(c, 6, "b", 8)
+	clock.t = clock.t.Add(p.Timeout + time.Second)
+	p.Expire()
+	if !p.IsCopy(6) {
+		t.Fatal("the copy of an expired check is no longer known as a copy")
+	}
+	if _, ok := p.Answer(6, SpotResult{Volunteer: "b", Update: fv(1)}); ok || p.IsCopy(6) {
+		t.Fatal("a copy of an expired check was answered, or stays known after its result")
 	}
 }
 
