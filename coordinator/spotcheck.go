@@ -95,7 +95,9 @@ func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, deta
 		j.requeue(l)
 		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks"), true
 	}
-	if !p.Quarantined(v) {
+	if p.Rate <= 0 || !p.Quarantined(v) {
+		// Without spot checks nothing could vindicate a held result:
+		// strikes from other jobs only count against the ban.
 		return protocol.Ack{}, false
 	}
 	j.requeue(l)
