@@ -228,7 +228,8 @@ func (j *Job) spotCopyGone(l *engine.Lease) {
 	}
 }
 
-// spotExpire drops checks that waited too long, and ends their copies.
+// spotExpire drops checks that waited too long; their copies still out
+// are refused when they answer.
 func (j *Job) spotExpire() {
 	for _, c := range j.st.spot.Expire() {
 		j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: no copy came back in %v",

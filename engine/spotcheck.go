@@ -20,22 +20,22 @@ import (
 const (
 	DefaultSpotCheckRate    = 0.05
 	DefaultSpotCheckStrikes = 3
-	// DefaultSpotCheckTolerance bounds ‖a−b‖/max(‖a‖,‖b‖) between honest
-	// results of different kernels; docs/SPOTCHECKS.md shows how it was
-	// fitted to the largest honest differences measured.
+	// DefaultSpotCheckTolerance bounds ‖a−b‖/max(‖a‖,‖b‖,RefNorm)
+	// between honest results of different kernels: 15x the largest
+	// difference measured over 10,000 tasks (docs/SPOTCHECKS.md).
 	DefaultSpotCheckTolerance = 0.05
 	// DefaultSpotCheckPending is how many checks may wait for their copies
 	// at once: each holds one or two updates.
 	DefaultSpotCheckPending = 4
 )
 
-// The adaptive rate: a new volunteer is checked newcomerBoost times as
-// often until it has passed newcomerChecks checks, a trusted one (trustedChecks
-// passed) half as often, a struck one always.
 // strikeFactor: the one struck must be more than this many tolerances
 // from the third result.
 const strikeFactor = 4
 
+// The adaptive rate: a new volunteer is checked newcomerBoost times as
+// often until it has passed newcomerChecks checks, a trusted one
+// (trustedChecks passed) half as often, a struck one always.
 const (
 	newcomerBoost  = 4
 	newcomerChecks = 20
@@ -105,7 +105,7 @@ type SpotCounters struct {
 	// ClassBreaks counts pairs seen bit for bit alike before whose
 	// results differed (each leaves its class).
 	ClassBreaks int64 `json:"class_breaks"`
-	// Undecided counts checks of three results without a majority.
+	// Undecided counts checks of three results without a clear majority.
 	Undecided int64 `json:"undecided"`
 	// DuplicatedExamples are the examples copies computed again.
 	DuplicatedExamples int64 `json:"duplicated_examples"`
@@ -129,16 +129,15 @@ type Check struct {
 	Results []SpotResult
 	// copies are the copy leases out now; want is how many copies the
 	// check needs in all (1, or 2 after a mismatch).
-	copies  map[uint64]string // lease id → volunteer
-	want    int
-	opened  time.Time
-	compare string // how the first two were compared (bits, tolerance, cross-class)
+	copies map[uint64]string // lease id → volunteer
+	want   int
+	opened time.Time
 }
 
 // Outcome is what a copy's result decided.
 type Outcome struct {
 	Done   bool // the check is over
-	Agreed bool // this copy agreed with the primary (Done) or a third copy is wanted
+	Agreed bool // the copy that answered agreed (with the primary, or with the majority)
 	// Credit are results to credit (the copy that answered and agreed,
 	// and held primaries a check vindicated); Refute are applied results the
 	// majority refuted. Struck and Banned are volunteers struck (and
@@ -148,8 +147,8 @@ type Outcome struct {
 	Detail         string
 }
 
-// NewSpotChecks returns the policy for rate, strikes and tolerance
-// (0 for each takes its default), seeded with seed.
+// NewSpotChecks returns the policy for rate (0: no checks), strikes and
+// tolerance (0: their defaults), seeded with seed.
 func NewSpotChecks(seed uint64, rate float64, strikes int, tolerance float64, now func() time.Time) *SpotChecks {
 	if strikes <= 0 {
 		strikes = DefaultSpotCheckStrikes
@@ -484,7 +483,6 @@ func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 	case 2:
 		a := c.Results[0]
 		ok, how := p.agree(a, r)
-		c.compare = how
 		if ok {
 			p.Counters.Checked++
 			p.Counters.Agreed++
