@@ -71,6 +71,9 @@ type Job struct {
 
 	// ledger hears each volunteer's credit and strikes (the server's).
 	ledger ledger
+	// flopsPerExample is the model's training cost per example
+	// (nn.Model.FLOPsPerExample): each accepted example's compute credit.
+	flopsPerExample float64
 
 	// Persistence; store is nil when the coordinator runs without one.
 	store    *store.Store
@@ -202,6 +205,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		run:         1,
 		ledger:      newVolunteerBook(), // the server's replaces it
 	}
+	j.flopsPerExample = model.FLOPsPerExample()
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N
 	j.shardBody = make([][]byte, len(j.shards))

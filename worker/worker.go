@@ -28,8 +28,16 @@ type Config struct {
 	Backend     Backend
 	// Client names this software and its version in hello.
 	Client string
-	// Token is an optional join token.
+	// Token is the join token, for a coordinator that takes only
+	// volunteers with one (serve --join token).
 	Token string
+	// VolunteerKey is the random key the volunteer keeps (22..128
+	// characters of base64url): its credit and standing attach to it.
+	// Empty sends none: the coordinator knows the volunteer by address.
+	VolunteerKey string
+	// Name is the display name on the coordinator's leaderboard
+	// (protocol.CheckVolunteerName); empty stays anonymous.
+	Name string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// Fetch, when set, downloads snapshots and shards instead of
@@ -97,6 +105,14 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
+	}
+	if cfg.VolunteerKey != "" {
+		if err := protocol.CheckVolunteerKey(cfg.VolunteerKey); err != nil {
+			return nil, fmt.Errorf("worker: volunteer key: %v", err)
+		}
+	}
+	if err := protocol.CheckVolunteerName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("worker: name %q: %v", cfg.Name, err)
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 500 * time.Millisecond
@@ -242,6 +258,7 @@ func (w *Worker) session(ctx context.Context) error {
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: []string{protocol.CodecF32}, Token: w.cfg.Token,
+		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 	}); err != nil {
 		return err
 	}
@@ -271,8 +288,10 @@ func (s *session) readWelcome(ctx context.Context) error {
 	case *protocol.Welcome:
 		s.welcome = m
 	case *protocol.Error:
-		if m.Code == "bad_hello" {
-			return fmt.Errorf("%w: %s", ErrRefused, m.Message)
+		switch m.Code {
+		case "bad_hello", "join_token", "banned":
+			// Retrying the same hello cannot help.
+			return fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
 		}
 		return fmt.Errorf("coordinator: %s: %s", m.Code, m.Message)
 	default:
