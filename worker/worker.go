@@ -30,6 +30,12 @@ type Config struct {
 	Client string
 	// Token is an optional join token.
 	Token string
+	// VolunteerKey is the volunteer's random secret, sent in hello: credit
+	// and standing attach to it. Empty: the coordinator counts the
+	// connection under its address.
+	VolunteerKey string
+	// Name is the display name for the leaderboard; empty is anonymous.
+	Name string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// Fetch, when set, downloads snapshots and shards instead of
@@ -85,6 +91,15 @@ type Worker struct {
 // ErrRefused means the coordinator refused this worker for a reason that
 // retrying will not fix (a protocol version mismatch, a bad join token).
 var ErrRefused = errors.New("coordinator refused this worker")
+
+// ErrBanned (which is also ErrRefused) means the coordinator banned this
+// volunteer; the error's text carries the operator's reason. A ban can be
+// lifted, so a caller that keeps trying does so slowly.
+var ErrBanned = fmt.Errorf("%w: this volunteer is banned", ErrRefused)
+
+// ErrJoinToken (which is also ErrRefused) means the coordinator takes only
+// volunteers with a join token, and this one's is missing, wrong or revoked.
+var ErrJoinToken = fmt.Errorf("%w: join token", ErrRefused)
 
 // New checks cfg and returns a worker.
 func New(cfg Config) (*Worker, error) {
@@ -242,6 +257,7 @@ func (w *Worker) session(ctx context.Context) error {
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: []string{protocol.CodecF32}, Token: w.cfg.Token,
+		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 	}); err != nil {
 		return err
 	}
@@ -271,8 +287,13 @@ func (s *session) readWelcome(ctx context.Context) error {
 	case *protocol.Welcome:
 		s.welcome = m
 	case *protocol.Error:
-		if m.Code == "bad_hello" {
+		switch m.Code {
+		case "bad_hello":
 			return fmt.Errorf("%w: %s", ErrRefused, m.Message)
+		case "banned":
+			return fmt.Errorf("%w: %s", ErrBanned, m.Message)
+		case "join_token":
+			return fmt.Errorf("%w: %s", ErrJoinToken, m.Message)
 		}
 		return fmt.Errorf("coordinator: %s: %s", m.Code, m.Message)
 	default:
