@@ -32,6 +32,7 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs/{id}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	s.adminRoutes(r, api)
+	s.volunteerRoutes(api)
 	r.Handle("/metrics", s.guardMetrics(s.metrics.handler())).Methods(http.MethodGet)
 	api.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint %s; see docs/API.md", r.URL.Path)

@@ -53,6 +53,10 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
 	}
 	// From here on the lease is settled one way or the other.
+	if j.bannedSubmission(sub) {
+		j.requeue(l)
+		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
+	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base
 	}
@@ -116,6 +120,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		st.clipped++
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied clipped to the robust radius around the running centre"
 	}
+	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.nonFiniteRun = 0
 	st.normCount++

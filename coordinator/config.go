@@ -48,6 +48,9 @@ type Config struct {
 	// AdminToken guards the admin API and page (see auth.go). Empty
 	// disables them: every admin route answers 401.
 	AdminToken string
+	// Join is who may volunteer: JoinOpen (the default) anyone, JoinToken
+	// only those with a join token the operator issued (join.go).
+	Join string
 	// Pages serves every path the coordinator does not (the contribute
 	// page at / and its assets; see package web). Nil serves a plain index
 	// that links the API.
@@ -160,6 +163,9 @@ const DefaultMaxHTTPConnsPerAddress = 64
 func (c *Config) setDefaults() {
 	if c.Logf == nil {
 		c.Logf = log.Printf
+	}
+	if c.Join == "" {
+		c.Join = JoinOpen
 	}
 	orDefault(&c.IdleRetry, 100*time.Millisecond)
 	orDefault(&c.HelloTimeout, 10*time.Second)

@@ -179,9 +179,18 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	adm := s.admit(hello, key, time.Now())
+	if adm.code != "" {
+		// Quoted: a ban's reason may carry what a worker sent.
+		s.cfg.Logf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message)
+		s.refuse(ws, websocket.StatusPolicyViolation, adm.code, adm.message)
+		return
+	}
+	s.volunteers.seen(adm.volunteer, hello.Name, adm.tokenID, key)
+
 	wc := &workerConn{
 		id:          fmt.Sprintf("w%d-%04x", s.workerN.Add(1), s.bootID),
-		volunteer:   volunteerID(hello, key),
+		volunteer:   adm.volunteer,
 		hello:       *hello,
 		job:         job,
 		remote:      r.RemoteAddr,
@@ -243,7 +252,11 @@ func (s *Server) session(wc *workerConn) {
 	s.mu.Lock()
 	s.workers[wc.id] = wc
 	s.mu.Unlock()
-	s.volunteers.seen(wc.volunteer, hello.Name)
+	if s.volunteers.banned(wc.volunteer, wc.clientKey) {
+		// Banned between the hello and now: the ban's closing pass may
+		// have missed this connection.
+		wc.ws.Close(websocket.StatusPolicyViolation, "banned")
+	}
 	_ = job.exec(context.Background(), func(*jobState) {
 		job.join(wc.id, member{volunteer: wc.volunteer, address: wc.clientKey, kind: hello.Kind, backend: hello.Backend})
 	})
@@ -441,6 +454,9 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 
 func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 	job := wc.job
+	if s.volunteers.banned(wc.volunteer, wc.clientKey) {
+		return // its connection is closing
+	}
 	var leases []protocol.Lease
 	var held int
 	var state string

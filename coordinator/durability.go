@@ -54,6 +54,7 @@ func (s *Server) waitForStore(start time.Time) error {
 	if s.workerRecords != nil {
 		recordsErr = s.workerRecords.close(hardStop) // meanwhile the writers go on
 	}
+	recordsErr = errors.Join(recordsErr, s.volunteers.close(hardStop))
 	var errs []error
 	timer := time.NewTimer(time.Until(hardStop))
 	defer timer.Stop()

@@ -127,6 +127,13 @@ func (g *testGrid) wsURL() string { return "ws" + strings.TrimPrefix(g.http.URL,
 // addWorker starts a native worker; wrap, if not nil, wraps its backend.
 func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backend) *worker.Worker {
 	g.t.Helper()
+	return g.addWorkerWith(threads, wrap, nil)
+}
+
+// addWorkerWith is addWorker with edit, if not nil, changing the worker's
+// Config (a volunteer key, a name).
+func (g *testGrid) addWorkerWith(threads int, wrap func(worker.Backend) worker.Backend, edit func(*worker.Config)) *worker.Worker {
+	g.t.Helper()
 	b, err := nativeworker.New(threads)
 	if err != nil {
 		g.t.Fatal(err)
@@ -135,10 +142,14 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 	if wrap != nil {
 		backend = wrap(b)
 	}
-	w, err := worker.New(worker.Config{
+	cfg := worker.Config{
 		Coordinator: g.wsURL(), Backend: backend, Client: "test",
 		Logf: g.t.Logf, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		g.t.Fatal(err)
 	}

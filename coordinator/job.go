@@ -71,6 +71,9 @@ type Job struct {
 
 	// ledger hears each volunteer's credit and strikes (the server's).
 	ledger ledger
+	// flopsPerExample is the model's training cost per example
+	// (nn.Model.FLOPsPerExample): each accepted example's compute credit.
+	flopsPerExample float64
 
 	// Persistence; store is nil when the coordinator runs without one.
 	store    *store.Store
@@ -195,12 +198,13 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	}
 	j := &Job{
 		ID: id, Spec: spec, model: model, test: test, logf: logf, text: train.Kind == dataset.NextTokens || isTextModel(model),
-		reqs:        make(chan func()),
-		stopped:     make(chan struct{}),
-		snapshots:   map[int64]*snapshot{},
-		nextLeaseID: leaseIDs,
-		run:         1,
-		ledger:      newVolunteerBook(), // the server's replaces it
+		reqs:            make(chan func()),
+		stopped:         make(chan struct{}),
+		snapshots:       map[int64]*snapshot{},
+		nextLeaseID:     leaseIDs,
+		run:             1,
+		ledger:          newVolunteerBook(), // the server's replaces it
+		flopsPerExample: model.FLOPsPerExample(),
 	}
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N

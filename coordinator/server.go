@@ -79,6 +79,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("coordinator: Config.Train and Config.Test, or Config.LoadData, are required")
 	}
 	cfg.setDefaults()
+	if cfg.Join != JoinOpen && cfg.Join != JoinToken {
+		return nil, fmt.Errorf("coordinator: join mode %q: want %q (anyone may volunteer) or %q (only with a join token)", cfg.Join, JoinOpen, JoinToken)
+	}
 	proxies, err := parseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -96,6 +99,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData)
 	s.volunteers = newVolunteerBook()
+	s.volunteers.onBan = s.closeVolunteer
+	if cfg.Store != nil {
+		if err := s.volunteers.load(context.Background(), cfg.Store, cfg.Logf); err != nil {
+			return nil, fmt.Errorf("coordinator: loading the volunteer ledger: %w", err)
+		}
+	}
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {

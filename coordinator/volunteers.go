@@ -3,15 +3,22 @@ package coordinator
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // A volunteer is who earns credit and standing: one person or machine,
 // however many connections it opens. Its id is derived from what the
 // coordinator can check, never from a name the worker chooses:
 //
+//   - "t-" and the id of the join token it presented (join.go): a named
+//     volunteer the operator issued a token to;
 //   - "k-" and a hash of the volunteer key the worker keeps (hello's
 //     volunteer_key): the key itself, a secret, is never stored or shown;
 //   - "a-" and a hash of the client address, for a worker that sends no
@@ -54,30 +61,73 @@ type ledger interface {
 	Ban(volunteer, reason string)
 }
 
-// volunteerBook is the server's ledger: credit and strikes per volunteer.
-type volunteerBook struct {
-	mu    sync.Mutex
-	byID  map[string]*volunteerStanding
-	names map[string]string // volunteer → display name (hello's name)
+// banChecker is a ledger that knows bans: apply refuses the results of a
+// banned volunteer, or of a banned address, with it (the server's book).
+type banChecker interface {
+	banned(volunteer, address string) bool
 }
 
-// volunteerStanding is one volunteer's credit and strikes.
+// bannedSubmission reports whether sub comes from a banned volunteer or
+// address; it runs on the loop.
+func (j *Job) bannedSubmission(sub submission) bool {
+	b, ok := j.ledger.(banChecker)
+	return ok && b.banned(sub.volunteer, j.st.members[sub.worker].address)
+}
+
+// maxVolunteerAddresses bounds the addresses kept per volunteer: the most
+// recently seen. A ban covers them all.
+const maxVolunteerAddresses = 8
+
+// maxBanReason bounds a ban's reason, which goes into refusals and logs.
+const maxBanReason = 200
+
+// volunteerBook is the server's ledger: credit, strikes and bans per
+// volunteer, the address bans, and the join tokens (join.go). It lives in
+// memory; with a store it is loaded at start and written behind by a
+// goroutine of its own (ledgerstore.go), so the job loops never wait on
+// the disk.
+type volunteerBook struct {
+	mu       sync.Mutex
+	byID     map[string]*volunteerStanding
+	addrBans map[string]store.AddressBan // by address
+	tokens   map[string]*joinToken       // by token id
+	// onBan, when set, ends the banned volunteer's connections. It runs
+	// on a goroutine of its own: Ban is called on job loops.
+	onBan func(volunteer, reason string)
+	now   func() time.Time
+
+	w *ledgerWriter // nil without a store
+}
+
+// volunteerStanding is one volunteer's credit, strikes and ban.
 type volunteerStanding struct {
-	Examples  int64
-	FLOPs     float64
-	Strikes   int
-	Banned    bool
-	BanReason string
+	Name, TokenID   string
+	Examples        int64
+	FLOPs           float64
+	RefutedExamples int64
+	RefutedFLOPs    float64
+	Strikes         int
+	Banned          bool
+	BanReason       string
+	FirstSeen       time.Time
+	LastSeen        time.Time
+	// Addresses it was seen from, most recent last.
+	Addresses []store.VolunteerAddress
 }
 
 func newVolunteerBook() *volunteerBook {
-	return &volunteerBook{byID: map[string]*volunteerStanding{}, names: map[string]string{}}
+	return &volunteerBook{
+		byID: map[string]*volunteerStanding{}, addrBans: map[string]store.AddressBan{},
+		tokens: map[string]*joinToken{}, now: time.Now,
+	}
 }
 
+// standing returns v's standing, made if new; mu is held.
 func (b *volunteerBook) standing(v string) *volunteerStanding {
 	s := b.byID[v]
 	if s == nil {
-		s = &volunteerStanding{}
+		now := b.now()
+		s = &volunteerStanding{FirstSeen: now, LastSeen: now}
 		b.byID[v] = s
 	}
 	return s
@@ -89,6 +139,7 @@ func (b *volunteerBook) Credit(v, _ string, examples int64, flops float64) {
 	s := b.standing(v)
 	s.Examples += examples
 	s.FLOPs += flops
+	b.dirty(v)
 }
 
 func (b *volunteerBook) Refute(v, _ string, examples int64, flops float64) {
@@ -97,6 +148,9 @@ func (b *volunteerBook) Refute(v, _ string, examples int64, flops float64) {
 	s := b.standing(v)
 	s.Examples -= examples
 	s.FLOPs -= flops
+	s.RefutedExamples += examples
+	s.RefutedFLOPs += flops
+	b.dirty(v)
 }
 
 func (b *volunteerBook) Strike(v, _, _ string) int {
@@ -104,22 +158,128 @@ func (b *volunteerBook) Strike(v, _, _ string) int {
 	defer b.mu.Unlock()
 	s := b.standing(v)
 	s.Strikes++
+	b.dirty(v)
 	return s.Strikes
 }
 
+// Ban bars v from now on: its results in flight are refused, its
+// connections closed (onBan), its later hellos refused, and so are those
+// of every address it was seen from. A second ban keeps the first reason.
 func (b *volunteerBook) Ban(v, reason string) {
+	reason = cleanReason(reason)
+	b.mu.Lock()
+	s := b.standing(v)
+	if !s.Banned {
+		s.Banned, s.BanReason = true, reason
+		now := b.now()
+		for _, a := range s.Addresses {
+			ban := store.AddressBan{Address: a.Address, Volunteer: v, Reason: reason, BannedAt: now}
+			b.addrBans[a.Address] = ban
+			b.queueBan(ban)
+		}
+		b.dirty(v)
+	}
+	onBan := b.onBan
+	b.mu.Unlock()
+	if onBan != nil {
+		go onBan(v, reason)
+	}
+}
+
+// Pardon lifts v's ban and the bans of its addresses, and clears its
+// strikes: a fresh start. It reports false for an unknown volunteer.
+func (b *volunteerBook) Pardon(v string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.byID[v]
+	if s == nil {
+		return false
+	}
+	s.Banned, s.BanReason, s.Strikes = false, "", 0
+	for addr, ban := range b.addrBans {
+		if ban.Volunteer == v {
+			delete(b.addrBans, addr)
+		}
+	}
+	b.queueLift(v)
+	b.dirty(v)
+	return true
+}
+
+// known reports whether the book has a volunteer v.
+func (b *volunteerBook) known(v string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byID[v] != nil
+}
+
+// banned reports whether v, or the address addr, is banned (banChecker).
+func (b *volunteerBook) banned(v, addr string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.byID[v]; s != nil && s.Banned {
+		return true
+	}
+	_, ok := b.addrBans[addr]
+	return ok
+}
+
+// refusal says why a hello from volunteer v at address addr is refused
+// for a ban, or "" if it is not.
+func (b *volunteerBook) refusal(v, addr string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.byID[v]; s != nil && s.Banned {
+		return "this volunteer is banned from this coordinator (" + s.BanReason + "); ask its operator if you think this is a mistake"
+	}
+	if ban, ok := b.addrBans[addr]; ok {
+		return "connections from this address are banned from this coordinator (" + ban.Reason + "); ask its operator if you think this is a mistake"
+	}
+	return ""
+}
+
+// seen records a volunteer's hello: its display name (kept when the
+// hello has none), its token, and the address it came from.
+func (b *volunteerBook) seen(v, name, tokenID, addr string) {
+	if protocol.CheckVolunteerName(name) != nil {
+		name = "" // Hello.Validate has refused it already; never store one
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.standing(v)
-	s.Banned, s.BanReason = true, reason
+	now := b.now()
+	s.LastSeen = now
+	if name != "" {
+		s.Name = name
+	}
+	if tokenID != "" {
+		s.TokenID = tokenID
+	}
+	s.Addresses = slices.DeleteFunc(s.Addresses, func(a store.VolunteerAddress) bool { return a.Address == addr })
+	s.Addresses = append(s.Addresses, store.VolunteerAddress{Address: addr, LastSeen: now})
+	if n := len(s.Addresses) - maxVolunteerAddresses; n > 0 {
+		s.Addresses = slices.Delete(s.Addresses, 0, n)
+	}
+	b.dirty(v)
 }
 
-// seen records a volunteer's display name from its hello.
-func (b *volunteerBook) seen(v, name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.standing(v)
-	if name != "" {
-		b.names[v] = name
+// cleanReason bounds a ban reason (a spot check's, say) and turns what
+// could forge a log line or garble a refusal into spaces: control and
+// format characters, and invalid UTF-8.
+func cleanReason(r string) string {
+	out := make([]rune, 0, len(r))
+	n := 0
+	for _, c := range r {
+		if c == utf8.RuneError || unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
+			c = ' '
+		}
+		if n += utf8.RuneLen(c); n > maxBanReason {
+			break
+		}
+		out = append(out, c)
 	}
+	if len(out) == 0 {
+		return "no reason given"
+	}
+	return string(out)
 }

@@ -14,6 +14,15 @@ const MinVolunteerKey = 22
 // MaxVolunteerName is the longest display name, in bytes.
 const MaxVolunteerName = 64
 
+// CheckVolunteerKey reports what is wrong with a volunteer key, or nil.
+func CheckVolunteerKey(k string) error {
+	if !validVolunteerKey(k) {
+		return fmt.Errorf("want %d..%d characters of A-Z, a-z, 0-9, '-' and '_' (a random key made once), got %d characters",
+			MinVolunteerKey, MaxShortText, len(k))
+	}
+	return nil
+}
+
 func validVolunteerKey(k string) bool {
 	if len(k) < MinVolunteerKey || len(k) > MaxShortText {
 		return false

@@ -76,6 +76,50 @@ CREATE TABLE workers (
 `,
 	// 1 -> 2: PruneWorkers finds the oldest workers without a scan.
 	`CREATE INDEX workers_by_last_seen ON workers (last_seen, id);`,
+	// 2 -> 3: the volunteer ledger (store/volunteers.go): credit and
+	// standing per volunteer, the addresses each was recently seen from,
+	// bans of addresses, and join tokens (only a hash of each secret).
+	`
+CREATE TABLE volunteers (
+	id               TEXT PRIMARY KEY NOT NULL,
+	name             TEXT NOT NULL,
+	token_id         TEXT NOT NULL, -- '' for a volunteer known by key or address
+	examples         INTEGER NOT NULL,
+	flops            REAL NOT NULL,
+	refuted_examples INTEGER NOT NULL,
+	refuted_flops    REAL NOT NULL,
+	strikes          INTEGER NOT NULL,
+	banned           INTEGER NOT NULL,
+	ban_reason       TEXT NOT NULL,
+	first_seen       INTEGER NOT NULL,
+	last_seen        INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE volunteer_addresses (
+	volunteer_id TEXT NOT NULL REFERENCES volunteers (id) ON DELETE CASCADE,
+	address      TEXT NOT NULL,
+	last_seen    INTEGER NOT NULL,
+	PRIMARY KEY (volunteer_id, address)
+) STRICT;
+
+-- An address ban names the volunteer whose ban it came from, so that
+-- pardoning the volunteer lifts it.
+CREATE TABLE address_bans (
+	address      TEXT PRIMARY KEY NOT NULL,
+	volunteer_id TEXT NOT NULL,
+	reason       TEXT NOT NULL,
+	banned_at    INTEGER NOT NULL
+) STRICT;
+CREATE INDEX address_bans_by_volunteer ON address_bans (volunteer_id);
+
+CREATE TABLE join_tokens (
+	id          TEXT PRIMARY KEY NOT NULL,
+	name        TEXT NOT NULL,
+	secret_hash BLOB NOT NULL, -- SHA-256 of the secret: the secret itself is never stored
+	created_at  INTEGER NOT NULL,
+	revoked_at  INTEGER
+) STRICT;
+`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build

@@ -28,13 +28,15 @@ type Config struct {
 	Backend     Backend
 	// Client names this software and its version in hello.
 	Client string
-	// Token is an optional join token.
+	// Token is the join token, for a coordinator that takes only
+	// volunteers with one (serve --join token).
 	Token string
-	// VolunteerKey is the volunteer's random secret, sent in hello: credit
-	// and standing attach to it. Empty: the coordinator counts the
-	// connection under its address.
+	// VolunteerKey is the random key the volunteer keeps (22..128
+	// characters of base64url): its credit and standing attach to it.
+	// Empty sends none: the coordinator knows the volunteer by address.
 	VolunteerKey string
-	// Name is the display name for the leaderboard; empty is anonymous.
+	// Name is the display name on the coordinator's leaderboard
+	// (protocol.CheckVolunteerName); empty stays anonymous.
 	Name string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
@@ -95,11 +97,11 @@ var ErrRefused = errors.New("coordinator refused this worker")
 // ErrBanned (which is also ErrRefused) means the coordinator banned this
 // volunteer; the error's text carries the operator's reason. A ban can be
 // lifted, so a caller that keeps trying does so slowly.
-var ErrBanned = fmt.Errorf("%w: this volunteer is banned", ErrRefused)
+var ErrBanned = fmt.Errorf("%w: banned", ErrRefused)
 
 // ErrJoinToken (which is also ErrRefused) means the coordinator takes only
 // volunteers with a join token, and this one's is missing, wrong or revoked.
-var ErrJoinToken = fmt.Errorf("%w: join token", ErrRefused)
+var ErrJoinToken = fmt.Errorf("%w: join_token", ErrRefused)
 
 // New checks cfg and returns a worker.
 func New(cfg Config) (*Worker, error) {
@@ -112,6 +114,14 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
+	}
+	if cfg.VolunteerKey != "" {
+		if err := protocol.CheckVolunteerKey(cfg.VolunteerKey); err != nil {
+			return nil, fmt.Errorf("worker: volunteer key: %v", err)
+		}
+	}
+	if err := protocol.CheckVolunteerName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("worker: name %q: %v", cfg.Name, err)
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 500 * time.Millisecond
@@ -289,7 +299,8 @@ func (s *session) readWelcome(ctx context.Context) error {
 	case *protocol.Error:
 		switch m.Code {
 		case "bad_hello":
-			return fmt.Errorf("%w: %s", ErrRefused, m.Message)
+			// Retrying the same hello cannot help.
+			return fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
 		case "banned":
 			return fmt.Errorf("%w: %s", ErrBanned, m.Message)
 		case "join_token":

@@ -26,8 +26,9 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 const usage = `crowdtrain — a volunteer compute grid for training neural networks
 
 Usage:
-  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T]
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
   crowdtrain work   --coordinator ws://HOST:PORT/ws [--backend auto|cpu|cuda] [--device N] [--threads N]
+                    [--join-token T] [--name NAME] [--key-file FILE]
   crowdtrain status --coordinator http://HOST:PORT [--token T]
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]

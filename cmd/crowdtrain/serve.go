@@ -28,6 +28,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
 	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
+	join := fs.String("join", coordinator.JoinOpen, "who may volunteer: `open` (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
 	threads := fs.Int("threads", 1, "threads per local worker")
 	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints); "+
 		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
@@ -160,7 +161,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		},
 		Logf: logger.Printf, Store: db, DataRoot: *dataRoot,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
-		Pages: pages, AdminToken: token,
+		Pages: pages, AdminToken: token, Join: *join,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
 		MaxWorkerRecords: *maxWorkerRecords, WorkerRecordMaxAge: *workerRecordAge,
 		MaxControlBytes: *maxControlBytes, DecodeBuffers: *decodeBuffers,
@@ -217,6 +218,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Printf("admin page %s/admin (token from --admin-token or $%s)", base, adminTokenEnv)
 	}
 
+	if *join == coordinator.JoinToken {
+		logger.Printf("join mode token: volunteers need a join token; issue them on the admin page (or POST /api/v1/tokens) and run: crowdtrain work --join-token TOKEN")
+	}
+	localToken := srv.LocalToken()
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range *localWorkers {
@@ -226,8 +231,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		wl := log.New(stderr, fmt.Sprintf("local worker %d: ", i+1), log.LstdFlags)
+		// The operator's own workers send no volunteer key; in token
+		// mode they get a token of their own.
 		w, err := worker.New(worker.Config{
-			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b,
+			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
 			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -17,12 +18,28 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
 	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URL`")
 	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
-	token := fs.String("token", "", "join token, if the coordinator asks for one")
+	joinToken := fs.String("join-token", "", "join `TOKEN` from the coordinator's operator, for a coordinator run with --join token")
+	name := fs.String("name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")
+	keyFile := fs.String("key-file", defaultKeyFile(), "`FILE` holding this volunteer's key, made on first use; '' sends no key (credit then goes to the address)")
+	adminToken := fs.String("token", "", "not a work flag: the join token is --join-token")
 	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
 	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
 	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, openblas, gonum, go)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *adminToken != "" {
+		return usagef("--token is the admin token of status and submit; the join token is --join-token")
+	}
+	if err := protocol.CheckVolunteerName(*name); err != nil {
+		return usagef("--name %q: %v", *name, err)
+	}
+	var key string
+	if *keyFile != "" {
+		var err error
+		if key, err = loadVolunteerKey(*keyFile); err != nil {
+			return err
+		}
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
@@ -31,7 +48,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer release()
 	w, err := worker.New(worker.Config{
-		Coordinator: *coord, Backend: b, Token: *token,
+		Coordinator: *coord, Backend: b, Token: *joinToken, VolunteerKey: key, Name: *name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
 	})
 	if err != nil {
