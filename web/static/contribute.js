@@ -42,20 +42,27 @@ function post(msg) {
 }
 
 function spawn() {
-  const entry = { worker: new Worker('/static/worker.js'), stats: null };
+  const entry = { worker: new Worker('/static/worker.js'), stats: null, stopping: false };
   entry.worker.onmessage = (e) => {
     const m = e.data;
+    if (entry.stopping) return; // said bye: what it says now is of no use
     if (m.type === 'stats') {
       entry.stats = m;
     } else if (m.type === 'error') {
       failure = m.message;
-      if (m.code === 'join_token') showTokenError(m.detail || m.message);
+      if (m.code === 'join_token') {
+        showTokenError(m.detail || m.message);
+        failure = 'The coordinator did not let this tab in: it refused the join token (see below).';
+      }
     } else if (m.type === 'log') {
       console.log('crowdtrain worker:', m.message);
     }
     render();
   };
   entry.worker.onerror = (e) => {
+    // A stopped Go program can still be called by a fetch that settles
+    // after it exited; that is no failure of the page.
+    if (entry.stopping) return;
     failure = 'worker script failed: ' + (e.message || 'unknown error');
     render();
   };
@@ -76,6 +83,7 @@ function fit() {
   while (workers.length < want) spawn();
   while (workers.length > want) {
     const w = workers.pop();
+    w.stopping = true;
     w.worker.postMessage({ type: 'stop' }); // says bye, then the page ends it
     setTimeout(() => w.worker.terminate(), 3000);
   }
@@ -154,7 +162,7 @@ function render() {
   const banned = workers.map((w) => w.stats && w.stats.banned).find(Boolean);
   const notice = $('notice');
   if (notice.dataset.reason !== 'no-worker') {
-    const msg = failure || (banned ? 'The coordinator has banned this volunteer: ' + banned +
+    const msg = failure || (banned ? 'Banned. The coordinator says: ' + banned.replace(/[.\s]+$/, '') +
       '. This tab asks again every minute, in case the ban is lifted.' : '');
     notice.dataset.reason = failure ? 'error' : banned ? 'banned' : '';
     if (notice.textContent !== msg) notice.textContent = msg;
