@@ -54,7 +54,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	// From here on the lease is settled one way or the other.
 	if j.bannedSubmission(sub) {
-		j.requeue(l)
+		if !l.IsCopy() { // a copy's task is out with its primary
+			j.requeue(l)
+		}
 		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
 	}
 	if l.Started() {

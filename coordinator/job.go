@@ -198,14 +198,14 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	}
 	j := &Job{
 		ID: id, Spec: spec, model: model, test: test, logf: logf, text: train.Kind == dataset.NextTokens || isTextModel(model),
-		reqs:            make(chan func()),
-		stopped:         make(chan struct{}),
-		snapshots:       map[int64]*snapshot{},
-		nextLeaseID:     leaseIDs,
-		run:             1,
-		ledger:          newVolunteerBook(), // the server's replaces it
-		flopsPerExample: model.FLOPsPerExample(),
+		reqs:        make(chan func()),
+		stopped:     make(chan struct{}),
+		snapshots:   map[int64]*snapshot{},
+		nextLeaseID: leaseIDs,
+		run:         1,
+		ledger:      newVolunteerBook(), // the server's replaces it
 	}
+	j.flopsPerExample = model.FLOPsPerExample()
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N
 	j.shardBody = make([][]byte, len(j.shards))

@@ -68,10 +68,14 @@ func (b *volunteerBook) load(ctx context.Context, db *store.Store, logf func(str
 		copy(jt.Sum[:], t.SecretHash)
 		b.tokens[t.ID] = jt
 	}
-	b.w = &ledgerWriter{db: db, logf: logf, dirty: map[string]bool{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	b.w = newLedgerWriter(db, logf)
 	go b.w.run(b)
 	return nil
+}
+
+func newLedgerWriter(db *store.Store, logf func(string, ...any)) *ledgerWriter {
+	return &ledgerWriter{db: db, logf: logf, dirty: map[string]bool{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // dirty marks v's row for the next write; mu is held.

@@ -171,3 +171,32 @@ func TestLedgerSurvivesReopen(t *testing.T) {
 		t.Fatalf("address bans after the pardon: %v, %v", bans, err)
 	}
 }
+
+// A write the store refuses is kept and retried with the next: nothing
+// changed is dropped, and a pardon queued meanwhile drops the pending
+// bans it lifts (a batch applies its lifts before its bans).
+func TestLedgerKeepsFailedWrites(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := newVolunteerBook()
+	book.w = newLedgerWriter(db, t.Logf) // flushed by hand below, not by its goroutine
+	db.Close()                           // every write fails from now on
+	book.seen("k-a", "", "", "127.0.0.2")
+	book.Credit("k-a", "j", 10, 100)
+	book.Ban("k-a", "strikes")
+	book.w.flush(book)
+	pending := func() (bool, int, int) {
+		book.mu.Lock()
+		defer book.mu.Unlock()
+		return book.w.dirty["k-a"], len(book.w.bans), len(book.w.lifts)
+	}
+	if dirty, bans, _ := pending(); !dirty || bans != 1 || book.w.failed.Load() == 0 {
+		t.Fatalf("after a failed write: dirty %v, %d bans pending, %d failures; want the row and the ban kept", dirty, bans, book.w.failed.Load())
+	}
+	book.Pardon("k-a")
+	if _, bans, lifts := pending(); bans != 0 || lifts == 0 {
+		t.Fatalf("after a pardon: %d bans, %d lifts pending; want the ban dropped and a lift queued", bans, lifts)
+	}
+}

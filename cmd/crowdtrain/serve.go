@@ -71,6 +71,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if len(token) < 16 {
 		return usagef("the admin token must be at least 16 characters (it guards job control); leave it unset for a random one")
 	}
+	if *join != coordinator.JoinOpen && *join != coordinator.JoinToken {
+		return usagef("--join %q: want open (anyone may volunteer) or token (only with a join token from the admin page)", *join)
+	}
 	if *localWorkers < 0 || *threads < 1 {
 		return usagef("--local-workers must be >= 0 and --threads >= 1")
 	}

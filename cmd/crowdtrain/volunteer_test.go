@@ -35,6 +35,10 @@ func TestWorkTokenFlagIsRefused(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--token is the admin token of status and submit; the join token is --join-token") {
 		t.Fatalf("work --token: exit %d, stderr %q", code, stderr)
 	}
+	code, _, stderr = runCmd(t, context.Background(), "serve", "--join", "closed")
+	if code != 2 || !strings.Contains(stderr, "--join \"closed\": want open") {
+		t.Fatalf("serve --join closed: exit %d, stderr %q", code, stderr)
+	}
 	code, _, stderr = runCmd(t, context.Background(), "work", "--name", "bad\nname", "--key-file", "")
 	if code != 2 || !strings.Contains(stderr, "--name") || !strings.Contains(stderr, "control") {
 		t.Fatalf("work --name with a newline: exit %d, stderr %q", code, stderr)
