@@ -146,8 +146,9 @@ func localStorage(t testing.TB, ctx context.Context, key string) string {
 // The contribute page: a display name checked by the coordinator's rules
 // and kept; the volunteer key made once; the tab trains under that name,
 // and the leaderboard shows the name (as text, never markup) with credit
-// in examples and compute, the tab's own row marked; a new name
-// reconnects and the leaderboard follows it.
+// in examples and compute, the tab's own row marked, a volunteer without
+// a name as "anonymous"; a new name reconnects and the leaderboard follows
+// it.
 func TestLeaderboardShowsVolunteerName(t *testing.T) {
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	ctx := testbrowser.New(t)
@@ -226,6 +227,21 @@ func TestLeaderboardShowsVolunteerName(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("GET /api/v1/volunteers lacks %q: %+v", name, public.Volunteers)
+	}
+	// A volunteer without a name (a native worker with no key, counted
+	// by its address) is "anonymous" on the board, and not this tab's.
+	stop := startNativeWorker(t, s.wsURL(), 1)
+	waitPage(t, ctx, "an anonymous volunteer on the leaderboard", func() bool {
+		for _, r := range leaderboardRows(t, ctx) {
+			if r.Name == "anonymous" && !r.Me {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	if n := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#leaderboard .name.anonymous').length`)); n != 1 {
+		t.Errorf("%d rows shown as anonymous, want the native worker's 1", n)
 	}
 	writeArtifact(t, "contribute-leaderboard.png", get(t, ctx, chromedp.FullScreenshot(100)))
 
