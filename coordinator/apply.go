@@ -20,6 +20,9 @@ type submission struct {
 	// nonFinite marks an update with NaN or Inf: many in a row suggest the
 	// model itself has diverged rather than one worker being broken.
 	nonFinite bool
+	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
+	// computed yet, or an all-zero update.
+	hash uint64
 }
 
 // nonFiniteCheck is how many non-finite results in a row make the job
@@ -53,6 +56,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
 	}
 	// From here on the lease is settled one way or the other.
+	if l.Superseded {
+		return reject(protocol.ReasonDuplicate, fmt.Sprintf("lease %d's task was answered first by another copy (a straggler's backup, or the lease it backed up)", l.ID))
+	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base
 	}
@@ -100,6 +106,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
 			sub.norm, sub.norm/st.normMean, st.normMean, r))
 	}
+	if deduped(l) {
+		if sub.hash == 0 {
+			sub.hash = updateHash(res.Update)
+		}
+		if sub.hash != 0 && st.abuse.dedup.seen(sub.hash) {
+			j.duplicateRun()
+			j.requeue(l)
+			return reject(protocol.ReasonDuplicate, "the update is bit-identical to one accepted before (a replay); the lease is queued again")
+		}
+	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.SetNow(st.sched.Now())
 		if !a.Clip.Seeded() {
@@ -117,6 +133,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied clipped to the robust radius around the running centre"
 	}
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
+	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the
