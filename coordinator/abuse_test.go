@@ -300,3 +300,23 @@ func TestDedupWindowForgetsTheOldest(t *testing.T) {
 		t.Fatalf("after the window turned: seen 7 %v, 1 %v, %d hashes", w.seen(7), w.seen(1), len(w.count))
 	}
 }
+
+// owe spends past zero and says how long until the debt is paid; refund
+// pays it back.
+func TestOweSaysHowLongToPause(t *testing.T) {
+	l := newRateLimiter(100, 200, 10) // 100 a second, 200 at most
+	now := time.Unix(0, 0)
+	if d := l.owe("a", 150, now); d != 0 {
+		t.Fatalf("within the burst: pause %v", d)
+	}
+	if d := l.owe("a", 150, now); d != time.Second {
+		t.Fatalf("100 past zero at 100/s: pause %v, want 1s", d)
+	}
+	if d := l.owe("a", 0, now.Add(time.Second)); d != 0 {
+		t.Fatalf("after paying a second: pause %v, want 0", d)
+	}
+	l.refund("a", 100, now.Add(time.Second))
+	if d := l.owe("b", 300, now); d != time.Second {
+		t.Fatalf("another key: pause %v, want its own 1s", d)
+	}
+}

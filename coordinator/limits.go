@@ -24,9 +24,9 @@ const (
 	// it is allowed at once, but not churn through them).
 	DefaultHelloRate = 2.0
 	// DefaultResultBytesRate is bytes per second of results per address:
-	// far above what an honest worker sends (mnist-mlp's fastest native
-	// worker on loopback sends about 40 MB/s), so it only bounds floods.
-	DefaultResultBytesRate = 256 << 20
+	// far above what honest workers send (two native mnist-mlp workers on
+	// loopback send about 160 MB/s together), so it only bounds floods.
+	DefaultResultBytesRate = 1 << 30
 	// DefaultMaxResultPause is the longest a connection's reading pauses
 	// to keep its address within its result byte rate; a result that
 	// would need a longer pause is refused as rate_limited.
