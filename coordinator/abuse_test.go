@@ -320,3 +320,34 @@ func TestOweSaysHowLongToPause(t *testing.T) {
 		t.Fatalf("another key: pause %v, want its own 1s", d)
 	}
 }
+
+// A straggling lease of a round that closed (by round_timeout) gets no
+// backup, whose result would be late too: it is taken back, and its task
+// leased in the open round; the hostage's result afterwards is an unknown
+// lease.
+func TestClosedRoundsStragglerIsTakenBack(t *testing.T) {
+	j, now := abuseJob(t, "mode: sync\nround_size: 2\nbackup_workers: 0\nround_timeout: 1s\nlease_timeout: 60s\n")
+	held := leaseFor(t, j, "hostage")
+	mine := leaseFor(t, j, "honest")
+	*now = now.Add(500 * time.Millisecond)
+	answer(j, "honest", mine, 0.01)
+	*now = now.Add(time.Second)
+	j.step(*now)
+	if j.st.model.Version != 1 || held.Round != 1 {
+		t.Fatalf("round 1 did not close on its timeout: version %d", j.st.model.Version)
+	}
+	if bs := j.backup("honest", ""); bs != nil {
+		t.Fatalf("the lease was taken back before it straggled: %+v", bs)
+	}
+	*now = now.Add(j.stragglerAfter())
+	bs := j.backup("honest", "")
+	if len(bs) != 1 || bs[0].Round != 2 || bs[0].Start != held.Start || bs[0].ShardID != held.ShardID {
+		t.Fatalf("after the closed round's lease straggled: %+v; want its task in round 2", bs)
+	}
+	if j.st.abuse.reclaimed != 1 || j.st.abuse.backupsGranted != 0 {
+		t.Fatalf("reclaimed %d, backups %d; want 1 taken back, no backup", j.st.abuse.reclaimed, j.st.abuse.backupsGranted)
+	}
+	if a := answer(j, "hostage", held, 0.03); a.Accepted || a.Reason != protocol.ReasonUnknownLease {
+		t.Fatalf("the reclaimed lease's result: %+v", a)
+	}
+}

@@ -210,10 +210,15 @@ func evalEveryVersions(s *JobSpec) int64 {
 }
 
 // activeWorkers counts the distinct workers holding leases, with worker.
+// A straggling lease (stragglers.go) does not count: a hostage holding
+// leases from the start must not keep the warm-up waiting for it.
 func (j *Job) activeWorkers(worker string) int {
 	seen := map[string]bool{worker: true}
+	now, after := j.st.sched.Now(), j.stragglerAfter()
 	for _, l := range j.st.sched.Leases() {
-		seen[l.Worker] = true
+		if now.Sub(l.Since) < after {
+			seen[l.Worker] = true
+		}
 	}
 	return len(seen)
 }

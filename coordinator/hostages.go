@@ -39,6 +39,7 @@ type abuseState struct {
 	dropped         int64                // volunteers dropped for expiries in a row
 	backupsGranted  int64
 	backupsAnswered int64 // tasks whose backup's result came first
+	reclaimed       int64 // leases of closed rounds taken back (stragglers.go)
 	dedup           dedupWindow
 	dupRun          int // duplicates since the last accepted result
 }
@@ -54,12 +55,15 @@ type AbuseView struct {
 	// BackupsAnswered the tasks whose backup answered first.
 	BackupsGranted  int64 `json:"backups_granted"`
 	BackupsAnswered int64 `json:"backups_answered"`
+	// Reclaimed counts straggling leases of closed rounds taken back and
+	// queued again (sync and DiLoCo).
+	Reclaimed int64 `json:"reclaimed"`
 }
 
 func (j *Job) abuseView() AbuseView {
 	a := &j.st.abuse
 	return AbuseView{LimitedVolunteers: len(a.caps), DroppedVolunteers: a.dropped,
-		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered}
+		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered, Reclaimed: a.reclaimed}
 }
 
 // leaseExpired counts l's expiry against its worker's volunteer.

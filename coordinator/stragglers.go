@@ -52,10 +52,19 @@ func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 	}
 	now := st.sched.Now()
 	after := j.stragglerAfter()
+	// In a round mode, only the open round's leases: a closed round's
+	// results are late.
+	open, rounds := uint64(0), false
+	if r, ok := st.agg.(*engine.Rounds); ok {
+		open, rounds = r.Round(), true
+	}
+	if rounds && j.reclaimClosed(now, open, after) {
+		return j.grant(worker, 1, baseURL)
+	}
 	var oldest *engine.Lease
 	for _, l := range st.sched.Leases() {
 		// Only a started lease can be copied: its base is fixed.
-		if !l.Pending() || !l.Started() || l.Worker == worker || now.Sub(l.Since) < after {
+		if !l.Pending() || !l.Started() || l.Worker == worker || now.Sub(l.Since) < after || rounds && l.Round != open {
 			continue
 		}
 		if o, ok := st.members[l.Worker]; !ok || o.volunteer == m.volunteer {
@@ -83,6 +92,27 @@ func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 			j.ID, oldest.ID, oldest.Worker, now.Sub(oldest.Since).Round(time.Millisecond), after, b.ID, worker)
 	}
 	return []protocol.Lease{j.leaseMessage(b, baseURL)}
+}
+
+// reclaimClosed takes back the straggling leases of rounds that closed
+// before open, and queues their tasks again: their results would be late
+// anyway, and their examples are still to do this epoch. A copy of one
+// would be late as well, so they get none. It reports whether any was
+// taken back; a result of one afterwards is an unknown lease.
+func (j *Job) reclaimClosed(now time.Time, open uint64, after time.Duration) bool {
+	st := &j.st
+	any := false
+	for _, l := range st.sched.Leases() {
+		if !l.Pending() || l.Round == open || now.Sub(l.Since) < after {
+			continue
+		}
+		st.sched.Lost(st.sched.Take(l.Worker, l.ID)) // its round's place went with the round
+		st.abuse.reclaimed++
+		any = true
+		j.logf("job %s: lease %d (round %d, closed) of worker %s held %v: taken back, %s",
+			j.ID, l.ID, l.Round, l.Worker, now.Sub(l.Since).Round(time.Millisecond), lostTo(l))
+	}
+	return any
 }
 
 // answered settles what an accepted result for l means past the model:

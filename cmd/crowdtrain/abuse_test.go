@@ -86,31 +86,48 @@ func TestHostageIsLimitedThenDropped(t *testing.T) {
 
 // A hostage that takes the first leases and sits on them, with a lease
 // timeout far longer than the test, cannot stall the epoch: once the
-// queue is empty and its leases straggle, the honest workers get backups,
-// whose results end the epoch.
+// queue (or the open round) has nothing for the honest workers and its
+// leases straggle, they get backups, whose results count for its tasks;
+// in sync and DiLoCo, its lease of a round that closed is taken back and
+// its task leased again.
 func TestStragglerBackupsEndTheEpochUnderAHostage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
 	}
-	addr, _ := serveJob(t, "name: straggler\nmodel: mnist-mlp\nmax_epochs: 1\ntarget_accuracy: 0.999\nlease_timeout: 30m\n")
-	h := startAttack(t, addr, attack.Hostage, "127.0.0.3", "--duration", "5m")
-	h.waitLine("connected as", 30*time.Second)
-	waitJob(t, addr, 30*time.Second, "the hostage's leases", func(v coordinator.JobView) bool { return v.LeasesHeld == 2 })
-	startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
-	startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
-	done := waitJob(t, addr, 4*time.Minute, "the epoch to end", ended)
-	r := stopAttack(t, h)
-	t.Logf("hostage:\n%s", r.text)
-	if r.leases < 1 {
-		t.Fatalf("the hostage got no lease to sit on:\n%s", r.text)
-	}
-	if done.Epoch != 1 || done.ExamplesSeen != 60000 {
-		t.Fatalf("job ended %s (%s) at epoch %d with %d examples; want the epoch complete, each of the 60000 once",
-			done.State, done.Reason, done.Epoch, done.ExamplesSeen)
-	}
-	// Its leases never expired (30 minutes): only backups could end it.
-	if done.LeasesExpired != 0 || done.Abuse.BackupsAnswered < 1 {
-		t.Fatalf("%d leases expired, abuse %+v; want the epoch ended by backups of the hostage's leases", done.LeasesExpired, done.Abuse)
+	for i, c := range []struct {
+		mode, spec          string
+		answered, reclaimed int64 // at least
+	}{
+		// The hostage's two leases are the queue's first tasks: both
+		// are backed up at the epoch's end.
+		{"async", "", 2, 0},
+		// Round 1 has 3 places (backup_workers 1): the hostage's two and
+		// an honest one. A backup of one hostage lease closes it; the
+		// other lease, of a closed round now, is taken back.
+		{"sync", "mode: sync\nround_size: 2\nround_timeout: 30m\n", 1, 1},
+		// Round 1's two places are both the hostage's: both backed up.
+		{"diloco", "mode: diloco\nround_size: 2\nlocal_steps: 8\nround_timeout: 30m\n", 2, 0},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			addr, srv := serveJob(t, "name: straggler\nmodel: mnist-mlp\nmax_epochs: 1\ntarget_accuracy: 0.999\nlease_timeout: 30m\n"+c.spec)
+			h := startAttack(t, addr, attack.Hostage, "127.0.0."+strconv.Itoa(3+i), "--duration", "5m")
+			h.waitLine("connected as", 30*time.Second)
+			waitJob(t, addr, 30*time.Second, "the hostage's leases", func(v coordinator.JobView) bool { return v.LeasesHeld == 2 })
+			startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
+			startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
+			done := waitJob(t, addr, 4*time.Minute, "the epoch to end", ended)
+			r := stopAttack(t, h)
+			t.Logf("%s: abuse %+v, %d versions; hostage: %d leases", c.mode, done.Abuse, done.Version, r.leases)
+			if done.Epoch != 1 || done.ExamplesSeen != 60000 {
+				t.Fatalf("job ended %s (%s) at epoch %d with %d examples; want the epoch complete, each of the 60000 once; log:\n%s",
+					done.State, done.Reason, done.Epoch, done.ExamplesSeen, srv.logText())
+			}
+			// Its leases never expired (30 minutes): only backups, and in
+			// a round mode taking back a closed round's lease, could end it.
+			if done.LeasesExpired != 0 || done.Abuse.BackupsAnswered < c.answered || done.Abuse.Reclaimed < c.reclaimed {
+				t.Fatalf("%d leases expired, abuse %+v; want the epoch ended by backups of the hostage's leases", done.LeasesExpired, done.Abuse)
+			}
+		})
 	}
 }
 
