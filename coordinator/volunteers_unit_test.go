@@ -27,7 +27,8 @@ func startedLease(t *testing.T, j *Job, worker string) protocol.Lease {
 }
 
 func submissionOf(j *Job, worker, volunteer string, l protocol.Lease) submission {
-	sub := result(j, l, 0.01)
+	// Distinct per lease: a repeated update would be refused as a replay.
+	sub := result(j, l, 0.01*float32(l.ID))
 	sub.worker, sub.volunteer = worker, volunteer
 	return sub
 }
