@@ -20,6 +20,9 @@ type submission struct {
 	// nonFinite marks an update with NaN or Inf: many in a row suggest the
 	// model itself has diverged rather than one worker being broken.
 	nonFinite bool
+	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
+	// computed yet, or an all-zero update.
+	hash uint64
 }
 
 // nonFiniteCheck is how many non-finite results in a row make the job
@@ -53,10 +56,11 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
 	}
 	// From here on the lease is settled one way or the other.
+	if l.Superseded {
+		return reject(protocol.ReasonDuplicate, fmt.Sprintf("lease %d's task was answered first by another copy (a straggler's backup, or the lease it backed up)", l.ID))
+	}
 	if j.bannedSubmission(sub) {
-		if !l.IsCopy() { // a copy's task is out with its primary
-			j.requeue(l)
-		}
+		j.requeue(l) // a copy's task stays with its primary (requeue)
 		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
 	}
 	if l.IsCopy() && st.spot.IsCopy(l.ID) {
@@ -112,6 +116,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
 			sub.norm, sub.norm/st.normMean, st.normMean, r))
 	}
+	if deduped(l) {
+		if sub.hash == 0 {
+			sub.hash = updateHash(res.Update)
+		}
+		if sub.hash != 0 && st.abuse.dedup.seen(sub.hash) {
+			j.duplicateRun()
+			j.requeue(l)
+			return reject(protocol.ReasonDuplicate, "the update is bit-identical to one accepted before (a replay); the lease is queued again")
+		}
+	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.SetNow(st.sched.Now())
 		if !a.Clip.Seeded() {
@@ -130,6 +144,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
+	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the
@@ -207,10 +222,15 @@ func evalEveryVersions(s *JobSpec) int64 {
 }
 
 // activeWorkers counts the distinct workers holding leases, with worker.
+// A straggling lease (stragglers.go) does not count: a hostage holding
+// leases from the start must not keep the warm-up waiting for it.
 func (j *Job) activeWorkers(worker string) int {
 	seen := map[string]bool{worker: true}
+	now, after := j.st.sched.Now(), j.stragglerAfter()
 	for _, l := range j.st.sched.Leases() {
-		seen[l.Worker] = true
+		if now.Sub(l.Since) < after {
+			seen[l.Worker] = true
+		}
 	}
 	return len(seen)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,12 +60,16 @@ func benchCoordinatorIngest(b *testing.B, snapshot string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range count {
+			// Each result its own update: the same one again would be
+			// refused as a replay.
+			update := slices.Clone(update)
+			for k := range count {
 				l, ok := rc.leaseWaiting()
 				if !ok {
 					return
 				}
 				rc.start(&l) // under latest: the start/started exchange
+				update[0] = 1e-3 + float32(k*ingestClients+i)*1e-9
 				frame, err := protocol.Encode(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion,
 					Codec: protocol.CodecF32, Update: update, Examples: l.Count, LossSum: 1})
 				if err == nil {

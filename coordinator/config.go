@@ -144,6 +144,29 @@ type Config struct {
 	// address (an IPv6 /64) may hold open at once, from the upgrade on,
 	// hello or not; more are refused with 429 before the upgrade.
 	MaxConnsPerAddress int
+
+	// Volunteers and abuse (limits.go, hostages.go; docs/SECURITY.md).
+	//
+	// MaxLeasesPerAddress is how many leases one client address may hold
+	// at once, all its connections together; a want beyond that share is
+	// answered with an idle message saying so.
+	MaxLeasesPerAddress int
+	// HelloRate is hellos per second one address may send after a burst
+	// of HelloBurst (default MaxConnsPerAddress); a hello over it is
+	// refused with the error code rate_limited, saying when to retry.
+	HelloRate  float64
+	HelloBurst int
+	// ResultBytesRate (bytes/s) and ResultBytesBurst (bytes) are what one
+	// address may send of results: a faster sender's connections pause
+	// reading; when the pause would pass MaxResultPause, its result is
+	// refused as rate_limited and its lease queued again.
+	ResultBytesRate, ResultBytesBurst int64
+	MaxResultPause                    time.Duration
+	// MaxExpiriesInARow leases of one volunteer expiring with no accepted
+	// result between drop its connections and refuse its hellos for
+	// HostageCoolOff. Each expiry halves its lease cap (at least 1).
+	MaxExpiriesInARow int
+	HostageCoolOff    time.Duration
 }
 
 // Wire defaults (docs/SECURITY.md, section Wire).
@@ -170,7 +193,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.IdleRetry, 100*time.Millisecond)
 	orDefault(&c.HelloTimeout, 10*time.Second)
 	orDefault(&c.WriteTimeout, 10*time.Second)
-	orDefault(&c.MaxLeases, 2)
+	orDefault(&c.MaxLeases, DefaultMaxLeases)
 	orDefault(&c.CheckpointInterval, 10*time.Second)
 	orDefault(&c.KeepCheckpoints, 5)
 	c.setAccessDefaults()
@@ -184,6 +207,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.NonFiniteEvalInterval, DefaultNonFiniteEvalInterval)
 	orDefault(&c.MaxConnsPerAddress, DefaultMaxConnsPerAddress)
 	orDefault(&c.MaxHTTPConnsPerAddress, DefaultMaxHTTPConnsPerAddress)
+	c.setLimitDefaults()
 }
 
 // orDefault sets *v to def when it is not positive (unset).

@@ -86,7 +86,7 @@ func TestModeChangeClosesTheRoundAndRequeuesLeases(t *testing.T) {
 			t.Fatalf("start of the async lease: %+v, %v; want base 1", started, err)
 		}
 		l.BaseVersion = started.BaseVersion
-		if a := j.apply(result(j, l, 0.01)); !a.Accepted || a.Version != 2 {
+		if a := j.apply(result(j, l, 0.02)); !a.Accepted || a.Version != 2 { // 0.01 again would be a replay
 			t.Fatalf("async result: %+v", a)
 		}
 	})

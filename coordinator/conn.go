@@ -178,12 +178,24 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		s.refuse(ws, code, "bad_hello", err.Error())
 		return
 	}
-
+	// limits.go: an address's hello rate, before any token is checked.
+	if ok, retry := s.takeHello(key); !ok {
+		s.refuse(ws, websocket.StatusTryAgainLater, protocol.ReasonRateLimited,
+			fmt.Sprintf("too many hellos from this address (%g a second after %d); retry after %d s", s.cfg.HelloRate, s.cfg.HelloBurst, retryAfterSeconds(retry)))
+		return
+	}
 	adm := s.admit(hello, key, time.Now())
 	if adm.code != "" {
 		// Quoted: a ban's reason may carry what a worker sent.
 		s.cfg.Logf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message)
 		s.refuse(ws, websocket.StatusPolicyViolation, adm.code, adm.message)
+		return
+	}
+	// hostages.go: a dropped volunteer's cool-off.
+	if left := s.coolOff.left(adm.volunteer); left > 0 {
+		s.cfg.Logf("worker %s: refused: volunteer %s is cooling off for %v", r.RemoteAddr, adm.volunteer, left.Round(time.Second))
+		s.refuse(ws, websocket.StatusTryAgainLater, protocol.ReasonRateLimited,
+			fmt.Sprintf("this volunteer let %d leases expire in a row with no result and is refused for a while; retry after %d s", s.cfg.MaxExpiriesInARow, retryAfterSeconds(left)))
 		return
 	}
 	s.volunteers.seen(adm.volunteer, hello.Name, adm.tokenID, key)
@@ -436,7 +448,13 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	case *protocol.Want:
 		s.want(ctx, wc, m.N)
 	case *protocol.Result:
-		s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm()})
+		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update)}
+		pause, over := s.resultBytes(wc, len(buf.frame)) // limits.go
+		if over {
+			sub.reason, sub.detail = protocol.ReasonRateLimited, s.rateLimitedResult(pause)
+		}
+		s.submit(ctx, wc, sub)
+		s.pauseReading(pause)
 	case *protocol.Start:
 		s.start(ctx, wc, m.LeaseID)
 	case *protocol.Release:
@@ -459,11 +477,19 @@ func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 	}
 	var leases []protocol.Lease
 	var held int
-	var state string
+	var state, limited string
 	err := job.exec(ctx, func(st *jobState) {
 		held = job.heldBy(wc.id)
-		if free := s.cfg.MaxLeases - held; free > 0 {
+		free := s.cfg.MaxLeases - held
+		if share, why := job.leaseShare(wc.id); share < free { // limits.go
+			free, limited = share, why
+		}
+		if free > 0 {
+			limited = ""
 			leases = job.grant(wc.id, min(n, free), "")
+			if len(leases) == 0 {
+				leases = job.backup(wc.id, "") // stragglers.go
+			}
 		}
 		state = st.state
 	})
@@ -475,8 +501,11 @@ func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 			return
 		}
 	}
-	if len(leases) == 0 && held == 0 {
+	if len(leases) == 0 && (held == 0 || limited != "") {
 		idle := &protocol.Idle{Reason: "no task free right now", RetryMs: s.cfg.IdleRetry.Milliseconds()}
+		if limited != "" {
+			idle.Reason, idle.RetryMs = limited, max(1000, idle.RetryMs)
+		}
 		if state != StateRunning {
 			idle = &protocol.Idle{Reason: "job " + job.ID + " is " + state, RetryMs: 5000}
 		}

@@ -74,6 +74,9 @@ type Job struct {
 	// flopsPerExample is the model's training cost per example
 	// (nn.Model.FLOPsPerExample): each accepted example's compute credit.
 	flopsPerExample float64
+	// limits are the server's per-address and per-volunteer limits
+	// (limits.go; zero: the defaults).
+	limits jobLimits
 
 	// Persistence; store is nil when the coordinator runs without one.
 	store    *store.Store
@@ -154,6 +157,8 @@ type jobState struct {
 	// nonFiniteEvalAt is when a run of non-finite results last started
 	// an evaluation (see apply).
 	nonFiniteEvalAt time.Time
+
+	abuse abuseState // hostages.go: lease caps, backups, the replay window
 }
 
 // stalenessBuckets is the staleness histogram's size: 0..31 and 32+.
@@ -394,6 +399,9 @@ type JobView struct {
 	// CheckpointFailure is set while the newest checkpoint could not be
 	// written and is being retried.
 	CheckpointFailure *CheckpointFailure `json:"checkpoint_failure,omitempty"`
+
+	// Abuse counts the hostage and straggler rules' work (hostages.go).
+	Abuse AbuseView `json:"abuse"`
 }
 
 // view copies the loop's state; call it on the loop.
@@ -414,6 +422,7 @@ func (j *Job) view(st *jobState) JobView {
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	v.Clipped = st.clipped
 	v.SpotChecks = j.spotView()
+	v.Abuse = j.abuseView()
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}

@@ -59,7 +59,6 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 		out, n = append(out, pl), n-1
 	}
 	now := st.sched.Now()
-	spec := &st.spec
 	for ; n > 0; n-- {
 		round, ok := st.agg.Lease(now)
 		if !ok {
@@ -71,29 +70,35 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 			break
 		}
 		st.leasesIssued++
-		pl := protocol.Lease{
-			ID:             l.ID,
-			JobID:          j.ID,
-			ShardID:        l.Task.Shard,
-			ShardURL:       baseURL + j.shardPath(l.Task.Shard),
-			Start:          l.Task.Start,
-			Count:          l.Task.Count,
-			BatchSize:      spec.BatchSize,
-			LocalSteps:     l.LocalSteps,
-			Inner:          innerOptimizer(spec),
-			UpdateKind:     spec.UpdateKind(),
-			Snapshot:       protocol.SnapshotGranted,
-			Round:          l.Round,
-			DeadlineUnixMs: l.Deadline.UnixMilli(),
-		}
-		if l.Started() {
-			pl.BaseVersion, pl.SnapshotURL = l.Base, baseURL+j.snapshotPath(l.Base)
-		} else {
-			pl.Snapshot = protocol.SnapshotLatest
-		}
-		out = append(out, pl)
+		out = append(out, j.leaseMessage(l, baseURL))
 	}
 	return out
+}
+
+// leaseMessage is the lease message of l.
+func (j *Job) leaseMessage(l *engine.Lease, baseURL string) protocol.Lease {
+	spec := &j.st.spec
+	pl := protocol.Lease{
+		ID:             l.ID,
+		JobID:          j.ID,
+		ShardID:        l.Task.Shard,
+		ShardURL:       baseURL + j.shardPath(l.Task.Shard),
+		Start:          l.Task.Start,
+		Count:          l.Task.Count,
+		BatchSize:      spec.BatchSize,
+		LocalSteps:     l.LocalSteps,
+		Inner:          innerOptimizer(spec),
+		UpdateKind:     spec.UpdateKind(),
+		Snapshot:       protocol.SnapshotGranted,
+		Round:          l.Round,
+		DeadlineUnixMs: l.Deadline.UnixMilli(),
+	}
+	if l.Started() {
+		pl.BaseVersion, pl.SnapshotURL = l.Base, baseURL+j.snapshotPath(l.Base)
+	} else {
+		pl.Snapshot = protocol.SnapshotLatest
+	}
+	return pl
 }
 
 func innerOptimizer(s *JobSpec) protocol.InnerOptimizer {
@@ -195,10 +200,11 @@ func (j *Job) snapshotBody(version int64) []byte {
 }
 
 // unleased tells the aggregator that leases went back to the queue. A
-// copy took no place in its round (engine.Lease.Primary).
+// copy took no place in its round (engine.Lease.Primary), and a lease
+// handed to its backup leaves its place to the backup.
 func (j *Job) unleased(ls []*engine.Lease) int {
 	for _, l := range ls {
-		if !l.IsCopy() {
+		if l.Requeued() {
 			j.st.agg.Unlease(l.Round)
 		} else {
 			j.spotCopyGone(l)
@@ -236,20 +242,18 @@ func (j *Job) heldBy(worker string) int { return j.st.sched.HeldBy(worker) }
 
 func (j *Job) expireLeases() {
 	for _, l := range j.st.sched.Expire() {
-		if !l.IsCopy() {
-			j.st.agg.Unlease(l.Round)
-		} else {
-			j.spotCopyGone(l)
-		}
+		j.unleased([]*engine.Lease{l})
 		j.st.leasesExpired++
-		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; queued again",
-			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker)
+		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; %s",
+			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker, lostTo(l))
+		j.leaseExpired(l) // hostages.go
 	}
 	j.spotExpire()
 }
 
-// requeue puts a settled lease's task back (its result was rejected).
+// requeue puts a settled lease's task back (its result was rejected), or
+// hands it to the lease's backup (engine.Scheduler.Lost).
 func (j *Job) requeue(l *engine.Lease) {
-	j.st.sched.Requeue(l.Task)
-	j.st.agg.Unlease(l.Round)
+	j.st.sched.Lost(l)
+	j.unleased([]*engine.Lease{l})
 }

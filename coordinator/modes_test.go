@@ -67,7 +67,7 @@ func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
 		if !ok || st.BaseVersion != int64(i) {
 			t.Fatalf("fast worker's start %d: %+v", i, st)
 		}
-		if a := submitConst(fast, l, st.BaseVersion, 1e-4); !a.Accepted || a.Staleness != 0 {
+		if a := submitConst(fast, l, st.BaseVersion, float32(i+2)*1e-4); !a.Accepted || a.Staleness != 0 {
 			t.Fatalf("fast result: %+v", a)
 		}
 	}

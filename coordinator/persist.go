@@ -144,10 +144,9 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	leases, queue := st.sched.Leases(), st.sched.Queue()
 	p.Tasks = make([][3]int, 0, len(queue)+len(leases))
 	for _, l := range leases {
-		if l.IsCopy() {
-			continue // its primary's task is done or held by the primary
+		if l.Pending() { // a copy's task is its primary's; a superseded one's is done
+			p.Tasks = append(p.Tasks, [3]int{l.Task.Shard, l.Task.Start, l.Task.Count})
 		}
-		p.Tasks = append(p.Tasks, [3]int{l.Task.Shard, l.Task.Start, l.Task.Count})
 	}
 	for _, t := range queue {
 		p.Tasks = append(p.Tasks, [3]int{t.Shard, t.Start, t.Count})

@@ -129,9 +129,11 @@ func TestFinishedJobIsNotTrainedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	// Done within seconds: the first evaluation passes the target. (A
+	// model driven to divergence can stall first: a dead network sends
+	// the same update for every batch, and those are refused as replays.)
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
-		s.OuterOptimizer.Type, s.OuterOptimizer.LR = "sgd", 1000 // diverges within seconds
-		s.MaxUpdateNormRatio = 0
+		s.TargetAccuracy = 0.5
 	})
 	g := newStoredGrid(t, db, &spec)
 	g.addWorker(1, nil)

@@ -80,6 +80,9 @@ func (h *hostileEarly) run(ctx context.Context, rc *rawClient, n int, pace time.
 				}
 			}
 		}
+		// Each update its own (the same one again would be refused as a
+		// replay, never reaching the clip).
+		huge[0] = -1e20 - float32(h.sent.Load())*1e14
 		b, err = protocol.Encode(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
 			Update: huge, Examples: l.Count, LossSum: 1, ComputeMs: 1})
 		if err != nil || rc.sendBytes(b) != nil {

@@ -71,6 +71,10 @@ type Server struct {
 	workerRecords *workerRecorder
 	data          *dataSets
 	volunteers    *volunteerBook
+	// Per-address rates (limits.go) and the volunteers dropped for a
+	// while (hostages.go).
+	hellos, resultRate *rateLimiter
+	coolOff            coolOffs
 }
 
 // New returns a running server with no jobs.
@@ -105,6 +109,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("coordinator: loading the volunteer ledger: %w", err)
 		}
 	}
+	s.hellos = newRateLimiter(cfg.HelloRate, float64(cfg.HelloBurst), cfg.ClientTableSize)
+	s.resultRate = newRateLimiter(float64(cfg.ResultBytesRate), float64(cfg.ResultBytesBurst), cfg.ClientTableSize)
+	s.coolOff.max = cfg.ClientTableSize
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {
@@ -158,6 +165,7 @@ func (s *Server) startJob(j *Job) {
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
 	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
 	j.ledger = s.volunteers
+	j.limits = s.jobLimits()
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState

@@ -94,7 +94,7 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 		b.ack(bl[0].ID)
 		bl = b.leases(1)
 	}
-	b.send(spotResult(bl[0], n, 1e-3))
+	b.send(spotResult(bl[0], n, 3e-3))
 	if ack := b.ack(bl[0].ID); !ack.Accepted {
 		t.Fatalf("a pardoned volunteer's result: %+v, want it applied", ack)
 	}
@@ -250,7 +250,7 @@ func TestSpotCheckCopyTakesNoPlaceInARound(t *testing.T) {
 	if v := g.jobView(); v.Version != 0 || v.RoundResults != 1 {
 		t.Fatalf("after the copy: version %d, round results %d; want the round still open with the primary only", v.Version, v.RoundResults)
 	}
-	b.send(spotResult(second, n, 1e-3))
+	b.send(spotResult(second, n, 1.5e-3))
 	b.ack(second.ID)
 	if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
 		t.Fatalf("version %d, applied %d: want the round closed by its two primaries", v.Version, v.UpdatesApplied)

@@ -28,7 +28,10 @@ func TestWorkerStormLeavesBoundedRecords(t *testing.T) {
 	defer db.Close()
 	spec := quietJob(t)
 	const maxRows, sessions = 40, 300
-	g := newStoredGridWith(t, db, &spec, func(c *coordinator.Config) { c.MaxWorkerRecords = maxRows })
+	g := newStoredGridWith(t, db, &spec, func(c *coordinator.Config) {
+		c.MaxWorkerRecords = maxRows
+		c.HelloRate = 1e6 // one address storms on purpose, past the default hello rate
+	})
 	var last string
 	for range sessions {
 		rc := g.joinRaw()

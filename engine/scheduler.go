@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -32,10 +33,28 @@ type Lease struct {
 	// straggler). A copy's task is never queued again when the copy
 	// expires or is given back: the primary still answers for it.
 	Primary uint64
+	// Backup marks a copy that stands in for its primary (GrantBackup):
+	// if the primary is lost while it is out, the task passes to it.
+	Backup bool
+	// Superseded marks a lease whose task another copy answered first:
+	// its own result is a duplicate, and losing it returns nothing.
+	Superseded bool
+	// HandedTo, on a lease lost while its backup was out, is the
+	// backup's id: the backup holds the task, and its place in the round.
+	HandedTo uint64
 }
 
 // IsCopy reports whether l copies another lease's task.
 func (l *Lease) IsCopy() bool { return l.Primary != 0 }
+
+// Requeued reports whether a lost lease (expired, given back, its result
+// refused) returned its task to the queue, and so gave back its place in
+// its round: not for a copy, a superseded lease, or one handed over.
+func (l *Lease) Requeued() bool { return !l.IsCopy() && !l.Superseded && l.HandedTo == 0 }
+
+// Pending reports whether l's task still waits for a result of l's own:
+// it is no copy and no other copy answered it first.
+func (l *Lease) Pending() bool { return !l.IsCopy() && !l.Superseded }
 
 // NotStarted is the Base of a "latest" lease its worker has not started.
 const NotStarted int64 = -1
@@ -62,10 +81,18 @@ type Scheduler struct {
 	LocalSteps, MinLocalSteps, MaxLocalSteps int
 	Dynamic                                  bool
 
-	queue  []Task // not leased yet this epoch; requeued ones go first
-	leases map[uint64]*Lease
-	speed  map[string]float64 // examples per second of compute, smoothed
+	queue   []Task // not leased yet this epoch; requeued ones go first
+	leases  map[uint64]*Lease
+	speed   map[string]float64 // examples per second of compute, smoothed
+	backups map[uint64]uint64  // primary id → its backup's id
+	// taskTimes holds the last accepted tasks' durations (Observe), a
+	// ring, for MedianTaskTime.
+	taskTimes [taskTimeWindow]time.Duration
+	nTimes    int
 }
+
+// taskTimeWindow is how many task durations MedianTaskTime looks at.
+const taskTimeWindow = 64
 
 // SetQueue replaces the queue (a new epoch, or a restored one).
 func (s *Scheduler) SetQueue(tasks []Task) {
@@ -127,11 +154,25 @@ func (s *Scheduler) Observe(worker string, examples int, d time.Duration) {
 	if s.speed == nil {
 		s.speed = map[string]float64{}
 	}
+	s.taskTimes[s.nTimes%taskTimeWindow] = d
+	s.nTimes++
 	v := float64(examples) / d.Seconds()
 	if old, ok := s.speed[worker]; ok {
 		v = 0.5*old + 0.5*v
 	}
 	s.speed[worker] = v
+}
+
+// MedianTaskTime is the median time from grant (or start) to an accepted
+// result over the last accepted tasks; 0 before the first.
+func (s *Scheduler) MedianTaskTime() time.Duration {
+	n := min(s.nTimes, taskTimeWindow)
+	if n == 0 {
+		return 0
+	}
+	ts := append([]time.Duration(nil), s.taskTimes[:n]...)
+	slices.Sort(ts)
+	return ts[n/2]
 }
 
 // Forget drops what was measured of a worker that left.
@@ -178,6 +219,72 @@ func (s *Scheduler) GrantCopy(worker string, of *Lease) *Lease {
 	return l
 }
 
+// GrantBackup leases a copy of of's task to worker (GrantCopy) that
+// stands in for of: whichever answers first is the task's result, and if
+// of is lost first the task passes to the backup instead of the queue.
+// One backup per lease at a time: a second replaces the first's link.
+func (s *Scheduler) GrantBackup(worker string, of *Lease) *Lease {
+	l := s.GrantCopy(worker, of)
+	l.Backup = true
+	if s.backups == nil {
+		s.backups = map[uint64]uint64{}
+	}
+	s.backups[of.ID] = l.ID
+	return l
+}
+
+// BackupOf is the backup out for the lease with id primary, or nil.
+func (s *Scheduler) BackupOf(primary uint64) *Lease {
+	id, ok := s.backups[primary]
+	if !ok {
+		return nil
+	}
+	if b := s.leases[id]; b != nil && b.Backup && b.Primary == primary {
+		return b
+	}
+	delete(s.backups, primary) // settled or lost: the link is stale
+	return nil
+}
+
+// Answered settles the task of l, whose result was accepted: the other
+// copy of a backup pair, still out, is superseded (its result will be a
+// duplicate). It returns that other lease, or nil.
+func (s *Scheduler) Answered(l *Lease) *Lease {
+	var other *Lease
+	if l.Backup && l.IsCopy() {
+		other = s.leases[l.Primary]
+		delete(s.backups, l.Primary)
+	} else if other = s.BackupOf(l.ID); other != nil {
+		delete(s.backups, l.ID)
+	}
+	if other != nil {
+		other.Superseded = true
+	}
+	return other
+}
+
+// Lost settles l, taken from the leases without an accepted result: a
+// copy's or a superseded lease's task is answered elsewhere; a primary
+// whose backup is out hands the task to it (HandedTo), which becomes the
+// primary; any other task goes back to the front of the queue.
+func (s *Scheduler) Lost(l *Lease) {
+	switch {
+	case l.IsCopy():
+		if l.Backup {
+			delete(s.backups, l.Primary)
+		}
+	case l.Superseded:
+	default:
+		if b := s.BackupOf(l.ID); b != nil {
+			delete(s.backups, l.ID)
+			b.Primary, b.Backup = 0, false
+			l.HandedTo = b.ID
+			return
+		}
+		s.Requeue(l.Task)
+	}
+}
+
 // Start fixes a Latest lease's base at newest, the newest published
 // version, and gives it a full deadline from now: the worker computes from
 // there. Starting a started lease again answers the same base.
@@ -205,24 +312,22 @@ func (s *Scheduler) Take(worker string, id uint64) *Lease {
 	return l
 }
 
-// Expire requeues and returns the leases whose deadline has passed.
+// Expire settles (Lost) and returns the leases whose deadline has passed.
 func (s *Scheduler) Expire() []*Lease {
 	now := s.Now()
 	var out []*Lease
 	for id, l := range s.leases {
 		if now.After(l.Deadline) {
 			delete(s.leases, id)
-			if !l.IsCopy() {
-				s.Requeue(l.Task)
-			}
+			s.Lost(l)
 			out = append(out, l)
 		}
 	}
 	return out
 }
 
-// Release requeues the leases among ids that worker holds (nil ids: all
-// of them) and returns them.
+// Release settles (Lost) the leases among ids that worker holds (nil ids:
+// all of them) and returns them.
 func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
 	var out []*Lease
 	for id, l := range s.leases {
@@ -233,22 +338,18 @@ func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
 			continue
 		}
 		delete(s.leases, id)
-		if !l.IsCopy() {
-			s.Requeue(l.Task)
-		}
+		s.Lost(l)
 		out = append(out, l)
 	}
 	return out
 }
 
-// ReleaseAll requeues every lease (the job paused) and returns them.
+// ReleaseAll settles (Lost) every lease (the job paused) and returns them.
 func (s *Scheduler) ReleaseAll() []*Lease {
 	var out []*Lease
 	for id, l := range s.leases {
 		delete(s.leases, id)
-		if !l.IsCopy() {
-			s.Requeue(l.Task)
-		}
+		s.Lost(l)
 		out = append(out, l)
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"syscall/js"
 	"time"
 
@@ -21,6 +22,9 @@ type control struct {
 	client      string
 	duty        float64
 	paused      bool
+	// The volunteer's identity, sent in hello: the key the page keeps in
+	// localStorage, the display name and the join token.
+	volunteerKey, name, token string
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
 	batch, rounds int
@@ -41,6 +45,7 @@ func parseControl(v js.Value) control {
 		return ""
 	}
 	c.typ, c.coordinator, c.client = str("type"), str("coordinator"), str("client")
+	c.volunteerKey, c.name, c.token = str("volunteerKey"), str("name"), str("token")
 	for _, k := range []string{"duty", "value"} {
 		if f := v.Get(k); f.Type() == js.TypeNumber {
 			c.duty = f.Float()
@@ -88,6 +93,14 @@ type bridge struct {
 	done   chan error
 	paused bool
 	failed string // why the worker gave up, shown on the page
+	banned string // the coordinator's ban message while banned
+	// retry fires when a banned worker asks again (a ban can be lifted);
+	// nil when no retry is due.
+	retry <-chan time.Time
+	cfg   worker.Config // the running worker's, to rebuild it with a new identity
+	// base holds the counters of workers replaced by an identity change,
+	// so the page's totals keep counting.
+	base worker.Stats
 
 	lastComputed int64
 	lastAt       time.Time
@@ -129,10 +142,28 @@ func (b *bridge) loop() {
 		case err := <-b.done:
 			// Run ended by itself: refused, or a setting it cannot use.
 			b.cancel, b.done = nil, nil
-			if err != nil && !errors.Is(err, context.Canceled) {
+			if errors.Is(err, worker.ErrBanned) {
+				// Not a failure of this tab: say why, and ask again
+				// now and then in case the operator lifts the ban.
+				b.banned = strings.TrimPrefix(err.Error(), worker.ErrBanned.Error()+": ")
+				b.retry = time.After(bannedRetry)
+				b.logf("%v; asking again in %v", err, bannedRetry)
+			} else if err != nil && !errors.Is(err, context.Canceled) {
 				b.failed = err.Error()
 				b.logf("worker stopped: %v", err)
-				report(map[string]any{"type": "error", "message": "the worker stopped: " + err.Error()})
+				m := map[string]any{"type": "error", "message": "the worker stopped: " + err.Error()}
+				if errors.Is(err, worker.ErrJoinToken) {
+					// The page shows the coordinator's words at its token field.
+					m["code"] = "join_token"
+					m["detail"] = strings.TrimPrefix(err.Error(), worker.ErrJoinToken.Error()+": ")
+				}
+				report(m)
+			}
+			b.report()
+		case <-b.retry:
+			b.retry = nil
+			if !b.paused {
+				b.start()
 			}
 			b.report()
 		case <-tick.C:
@@ -148,19 +179,22 @@ func (b *bridge) handle(c control) bool {
 		if b.w != nil {
 			return true
 		}
-		w, err := worker.New(worker.Config{
+		b.paused = c.paused
+		b.build(worker.Config{
 			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
 			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes,
+			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
 		})
-		if err != nil {
-			b.failed = err.Error()
-			report(map[string]any{"type": "error", "message": err.Error()})
+	case "identity":
+		// A new name or join token: reconnect with it at once. The
+		// hello is the only place the coordinator learns them.
+		if b.w == nil {
 			return true
 		}
-		b.w, b.paused = w, c.paused
-		if !b.paused {
-			b.start()
-		}
+		b.stop()
+		cfg := b.cfg
+		cfg.Name, cfg.Token = c.name, c.token
+		b.build(cfg)
 	case "pause":
 		b.paused = true
 		b.stop()
@@ -183,6 +217,32 @@ func (b *bridge) handle(c control) bool {
 		b.logf("ignoring unknown control %q", c.typ)
 	}
 	return true
+}
+
+// bannedRetry is how long a banned worker waits before asking again.
+const bannedRetry = time.Minute
+
+// build makes the worker from cfg, replacing a stopped one (whose counters
+// go on in base), and starts it unless paused.
+func (b *bridge) build(cfg worker.Config) {
+	if b.w != nil {
+		s := b.w.Stats()
+		b.base.Examples += s.Examples
+		b.base.Computed += s.Computed
+		b.base.Accepted += s.Accepted
+		b.base.Rejected += s.Rejected
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		b.failed = err.Error()
+		report(map[string]any{"type": "error", "message": err.Error()})
+		return
+	}
+	b.w, b.cfg, b.failed, b.banned, b.retry = w, cfg, "", "", nil
+	b.lastComputed = b.base.Computed
+	if !b.paused {
+		b.start()
+	}
 }
 
 // bench times training steps (Bench) and reports {type: "bench", ...} or
@@ -215,7 +275,7 @@ func (b *bridge) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	b.cancel, b.done, b.failed = cancel, done, ""
+	b.cancel, b.done, b.failed, b.banned, b.retry = cancel, done, "", "", nil
 	go func() { done <- b.w.Run(ctx) }()
 }
 
@@ -234,6 +294,8 @@ func (b *bridge) state(s worker.Stats) string {
 	switch {
 	case b.w == nil:
 		return "loading"
+	case b.banned != "":
+		return "banned"
 	case b.failed != "":
 		return "stopped: " + b.failed
 	case b.paused:
@@ -256,6 +318,10 @@ func (b *bridge) report() {
 	if b.w != nil {
 		s = b.w.Stats()
 	}
+	s.Examples += b.base.Examples
+	s.Computed += b.base.Computed
+	s.Accepted += b.base.Accepted
+	s.Rejected += b.base.Rejected
 	now := time.Now()
 	if dt := now.Sub(b.lastAt).Seconds(); dt >= 0.5 {
 		inst := float64(s.Computed-b.lastComputed) / dt
@@ -273,7 +339,7 @@ func (b *bridge) report() {
 		"type": "stats", "state": b.state(s), "connected": s.Connected,
 		"workerId": s.WorkerID, "jobId": s.JobID, "jobName": s.JobName, "version": version,
 		"computed": s.Computed, "examples": s.Examples, "accepted": s.Accepted, "rejected": s.Rejected,
-		"lastReason": s.LastReason, "rate": b.rate,
+		"lastReason": s.LastReason, "rate": b.rate, "banned": b.banned,
 	})
 }
 

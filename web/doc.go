@@ -11,10 +11,20 @@
 // "Cache-Control: no-cache" (revalidated, so an upgrade is seen at once),
 // gzip-compressed when the browser accepts it.
 //
+// The contribute page keeps the volunteer's identity in localStorage
+// (identity.js): a volunteer key of 32 random bytes made once, the display
+// name, and the join token when the coordinator asks for one (/api/v1/join;
+// a ?token= link fills it in). Each browser worker sends them in its hello;
+// a new name or token reconnects at once. The leaderboard (leaderboard.js)
+// reads the public credit list every 10 s. Names are the volunteers' own
+// words: both pages put them in as text, never as markup.
+//
 // The admin page is static HTML; admin.js signs in with the admin token
 // and reads and steers jobs and workers through the coordinator's JSON API
 // (/admin/login, /api/v1/...) and its event stream (/api/v1/events), which
-// the coordinator serves, not this package. Its charts use uPlot, vendored
+// the coordinator serves, not this package; admin-volunteers.js adds the
+// volunteers' standing with Ban and Pardon, the join tokens, and each
+// job's results by ack reason. Its charts use uPlot, vendored
 // unchanged with its license in static/vendor/uplot-<version>/ (see the
 // README there). Every response carries a Content-Security-Policy that
 // allows only the pages' own scripts and styles, so the pages have no

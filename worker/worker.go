@@ -94,6 +94,15 @@ type Worker struct {
 // retrying will not fix (a protocol version mismatch, a bad join token).
 var ErrRefused = errors.New("coordinator refused this worker")
 
+// ErrBanned (which is also ErrRefused) means the coordinator banned this
+// volunteer; the error's text carries the operator's reason. A ban can be
+// lifted, so a caller that keeps trying does so slowly.
+var ErrBanned = fmt.Errorf("%w: banned", ErrRefused)
+
+// ErrJoinToken (which is also ErrRefused) means the coordinator takes only
+// volunteers with a join token, and this one's is missing, wrong or revoked.
+var ErrJoinToken = fmt.Errorf("%w: join_token", ErrRefused)
+
 // New checks cfg and returns a worker.
 func New(cfg Config) (*Worker, error) {
 	if cfg.Backend == nil {
@@ -289,9 +298,13 @@ func (s *session) readWelcome(ctx context.Context) error {
 		s.welcome = m
 	case *protocol.Error:
 		switch m.Code {
-		case "bad_hello", "join_token", "banned":
+		case "bad_hello":
 			// Retrying the same hello cannot help.
 			return fmt.Errorf("%w: %s: %s", ErrRefused, m.Code, m.Message)
+		case "banned":
+			return fmt.Errorf("%w: %s", ErrBanned, m.Message)
+		case "join_token":
+			return fmt.Errorf("%w: %s", ErrJoinToken, m.Message)
 		}
 		return fmt.Errorf("coordinator: %s: %s", m.Code, m.Message)
 	default:

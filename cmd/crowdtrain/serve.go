@@ -56,7 +56,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
 	webDist := fs.String("web-dist", "", "`DIR` holding the browser worker ("+web.WasmFile+" and "+web.WasmExecFile+") to serve instead of the build embedded in this binary (`make wasm` writes it to web/dist)")
 	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
+	var abuse abuseFlags // serveabuse.go: per-address and hostage limits
+	abuse.register(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if err := abuse.check(); err != nil {
 		return err
 	}
 	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 || *maxConnsPerAddr < 1 {
@@ -172,6 +177,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// The local workers connect over loopback, on top of the limit.
 		MaxConnsPerAddress: *maxConnsPerAddr + *localWorkers,
 	}
+	abuse.apply(&cfg, *localWorkers)
 	if err := access.apply(&cfg, *addr); err != nil {
 		return err
 	}

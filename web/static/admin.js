@@ -243,6 +243,7 @@ function signedIn() {
   refresh();
   connect();
   if (!state.ticker) state.ticker = setInterval(renderWorkers, 1000);
+  if (typeof volunteersStart === 'function') volunteersStart(); // admin-volunteers.js
 }
 
 // signedOut shows the sign-in form. The page keeps what the operator typed
@@ -250,6 +251,7 @@ function signedIn() {
 function signedOut(msg) {
   state.signedIn = false;
   disconnect();
+  if (typeof volunteersStop === 'function') volunteersStop();
   clearInterval(state.ticker);
   state.ticker = 0;
   $('admin').hidden = true;
@@ -520,6 +522,7 @@ function renderJob() {
     (num(jobMaxStaleness(job)) ? ' (max ' + jobMaxStaleness(job) + ')' : ''));
   text($('job-leases'), fmtInt(job.leases_held) + ' held, ' + fmtInt(job.leases_issued) + ' issued, ' + fmtInt(job.leases_expired) + ' expired');
   text($('job-workers'), fmtInt(job.workers));
+  if (typeof renderAcks === 'function') renderAcks(job); // admin-volunteers.js
   text($('job-params'), fmtInt(job.num_params) + (num(job.shards) ? ' · ' + fmtInt(job.shards) + ' shards' : ''));
   const ev = job.eval;
   // A text job has no accuracy worth showing: loss and bits per character.

@@ -1,6 +1,7 @@
 // The contribute page: starts Web Workers (static/worker.js), each running
 // one Go browser worker, relays Pause/Resume and the CPU-use setting to them,
-// and shows their combined counters. Settings live in localStorage.
+// and shows their combined counters. Settings live in localStorage; the
+// volunteer's key, name and join token come from identity.js.
 'use strict';
 
 const SETTINGS_KEY = 'crowdtrain.settings.v1';
@@ -12,6 +13,7 @@ let running = false; // Contribute pressed and not stopped
 let userPaused = false; // Pause pressed
 let hiddenPaused = false; // paused because the tab is hidden
 let failure = '';
+let joinMode = ''; // "open" or "token" from GET /api/v1/join; '' until known
 
 function load() {
   try {
@@ -40,19 +42,27 @@ function post(msg) {
 }
 
 function spawn() {
-  const entry = { worker: new Worker('/static/worker.js'), stats: null };
+  const entry = { worker: new Worker('/static/worker.js'), stats: null, stopping: false };
   entry.worker.onmessage = (e) => {
     const m = e.data;
+    if (entry.stopping) return; // said bye: what it says now is of no use
     if (m.type === 'stats') {
       entry.stats = m;
     } else if (m.type === 'error') {
       failure = m.message;
+      if (m.code === 'join_token') {
+        showTokenError(m.detail || m.message);
+        failure = 'The coordinator did not let this tab in: it refused the join token (see below).';
+      }
     } else if (m.type === 'log') {
       console.log('crowdtrain worker:', m.message);
     }
     render();
   };
   entry.worker.onerror = (e) => {
+    // A stopped Go program can still be called by a fetch that settles
+    // after it exited; that is no failure of the page.
+    if (entry.stopping) return;
     failure = 'worker script failed: ' + (e.message || 'unknown error');
     render();
   };
@@ -62,6 +72,7 @@ function spawn() {
     duty: Number(settings.cpu),
     client: 'crowdtrain-browser (' + navigator.userAgent + ')',
     paused: paused(),
+    ...who(),
   });
   workers.push(entry);
 }
@@ -72,9 +83,35 @@ function fit() {
   while (workers.length < want) spawn();
   while (workers.length > want) {
     const w = workers.pop();
+    w.stopping = true;
     w.worker.postMessage({ type: 'stop' }); // says bye, then the page ends it
     setTimeout(() => w.worker.terminate(), 3000);
   }
+}
+
+// who is the identity each worker sends in its hello. A token goes only
+// where the coordinator asks for one (or has not said yet).
+function who() {
+  return {
+    volunteerKey: identity.key(),
+    name: identity.name(),
+    token: joinMode === 'open' ? '' : identity.token(),
+  };
+}
+
+// reidentify reconnects the running workers under the current name and
+// token: the hello is where the coordinator learns them.
+function reidentify() {
+  if (!running) return;
+  failure = '';
+  post({ type: 'identity', ...who() });
+  render();
+}
+
+function showTokenError(msg) {
+  $('token-box').hidden = false;
+  $('token-error').textContent = 'The coordinator refused the join token: ' + msg;
+  $('join-token').classList.add('invalid');
 }
 
 function setPaused() {
@@ -90,6 +127,7 @@ function sum(key) {
 
 function state() {
   if (failure) return 'error';
+  if (workers.some((w) => w.stats && w.stats.banned)) return 'banned';
   if (!running) return workers.length ? 'stopping' : 'not started';
   if (paused()) return hiddenPaused && !userPaused ? 'paused (tab hidden)' : 'paused';
   const states = workers.map((w) => (w.stats ? w.stats.state : 'loading'));
@@ -121,10 +159,64 @@ function render() {
   $('pause').disabled = !running;
   $('pause').textContent = userPaused ? 'Resume' : 'Pause';
   $('stop').disabled = !running;
-  if (failure) {
-    $('notice').textContent = failure;
-    $('notice').hidden = false;
+  const banned = workers.map((w) => w.stats && w.stats.banned).find(Boolean);
+  const notice = $('notice');
+  if (notice.dataset.reason !== 'no-worker') {
+    const msg = failure || (banned ? 'Banned. The coordinator says: ' + banned.replace(/[.\s]+$/, '') +
+      '. This tab asks again every minute, in case the ban is lifted.' : '');
+    notice.dataset.reason = failure ? 'error' : banned ? 'banned' : '';
+    if (notice.textContent !== msg) notice.textContent = msg;
+    notice.hidden = !msg;
   }
+}
+
+// showJoin asks how the coordinator admits volunteers, and shows the
+// token field where it wants a token.
+async function showJoin() {
+  try {
+    const resp = await fetch('/api/v1/join');
+    if (!resp.ok) return; // a coordinator without join modes: no token field
+    const body = await resp.json();
+    joinMode = body && typeof body.mode === 'string' ? body.mode : '';
+  } catch (e) {
+    return;
+  }
+  $('token-box').hidden = joinMode !== 'token';
+}
+
+function initIdentity() {
+  identity.takeTokenFromURL();
+  const name = $('volunteer-name');
+  name.value = identity.name();
+  const check = () => {
+    const v = name.value.trim();
+    const problem = identity.nameProblem(v);
+    $('name-error').textContent = problem ? 'This name cannot be used: ' + problem + '.' : '';
+    name.classList.toggle('invalid', !!problem);
+    return problem ? null : v;
+  };
+  name.addEventListener('input', check);
+  name.addEventListener('change', () => {
+    const v = check();
+    if (v === null || v === identity.name()) return;
+    identity.setName(v);
+    name.value = v;
+    leaderboard.refresh(); // the mark moves to the new name
+    reidentify();
+  });
+
+  const token = $('join-token');
+  token.value = identity.token();
+  if (token.value) $('token-box').hidden = false;
+  token.addEventListener('change', () => {
+    const v = token.value.trim();
+    token.value = v;
+    $('token-error').textContent = '';
+    token.classList.remove('invalid');
+    if (v === identity.token()) return;
+    identity.setToken(v);
+    reidentify();
+  });
 }
 
 async function showJob() {
@@ -200,8 +292,11 @@ function init() {
   // (the browser also closes the sockets when the page goes).
   window.addEventListener('pagehide', () => post({ type: 'stop' }));
 
+  initIdentity();
   setInterval(render, 1000);
   showJob();
+  showJoin();
+  leaderboard.start();
   render();
 }
 

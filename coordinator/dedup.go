@@ -1,0 +1,93 @@
+package coordinator
+
+import (
+	"hash/maphash"
+	"slices"
+	"unsafe"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// A replay resends an update that was already accepted, under a lease of
+// its own: free credit, and the update counted twice. Each job remembers
+// the hashes of its last dedupSize accepted updates and refuses a
+// result whose update is bit-identical to one of them ("duplicate"; the
+// lease is queued again).
+//
+// A window suffices: an update older than the window was computed from a
+// model at least that many accepted results behind. Replayed now, it is
+// a stale update like any forged one, which the robust rule bounds; and
+// its credit is what spot checks take back (a replay does not match the
+// task it claims to answer). The window catches the replays that are
+// cheap and recent, in 32 KiB per job.
+//
+// An all-zero update is never a duplicate: honest workers send it again
+// and again when the model has nothing more to learn from their data (a
+// saturated or dead network), and queueing their tasks again would stall
+// the epoch for good. Replayed, it changes no parameter; the credit it
+// claims is the spot checks' to weigh.
+const dedupSize = 4096
+
+// dedupSeed keys the hashes: a worker cannot make an honest update's hash
+// collide with one it sends without knowing it.
+var dedupSeed = maphash.MakeSeed()
+
+// updateHash hashes an update's bytes, never to 0; an all-zero (or
+// empty) update hashes to 0, which is never looked up. The connection's
+// goroutine computes it, off the job's loop.
+func updateHash(u protocol.Floats) uint64 {
+	if !slices.ContainsFunc(u, func(v float32) bool { return v != 0 }) {
+		return 0
+	}
+	return maphash.Bytes(dedupSeed, unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))) | 1
+}
+
+// duplicateWarning is how many duplicates in a row, with no accepted
+// result between, make the job warn that its model may have stopped
+// learning.
+const duplicateWarning = 64
+
+// duplicateRun counts a duplicate, and warns once per run of them: a
+// model that has stopped learning (a dead network) gives every batch the
+// same update, which looks exactly like a replay, and then the job makes
+// no progress.
+func (j *Job) duplicateRun() {
+	a := &j.st.abuse
+	if a.dupRun++; a.dupRun == duplicateWarning {
+		j.logf("job %s: %d results in a row were bit-identical to accepted ones and refused as replays: replay attacks, or a model that no longer learns (a dead network gives every batch the same update); check its evaluations",
+			j.ID, a.dupRun)
+	}
+}
+
+// dedupWindow is a ring of the last accepted updates' hashes and a count
+// of each.
+type dedupWindow struct {
+	ring  []uint64
+	next  int
+	count map[uint64]int
+}
+
+func (w *dedupWindow) seen(h uint64) bool { return w.count[h] > 0 }
+
+func (w *dedupWindow) add(h uint64) {
+	if w.count == nil {
+		w.ring, w.count = make([]uint64, 0, dedupSize), map[uint64]int{}
+	}
+	if len(w.ring) < dedupSize {
+		w.ring = append(w.ring, h)
+	} else {
+		old := w.ring[w.next]
+		if w.count[old]--; w.count[old] <= 0 {
+			delete(w.count, old)
+		}
+		w.ring[w.next] = h
+		w.next = (w.next + 1) % dedupSize
+	}
+	w.count[h]++
+}
+
+// deduped says whether a result for l is checked against the window: a
+// spot check's copy is meant to be identical to its primary's result, and
+// is compared, not applied; a backup's result stands in for its primary's.
+func deduped(l *engine.Lease) bool { return !l.IsCopy() || l.Backup }

@@ -1,0 +1,203 @@
+package coordinator
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+)
+
+// A hostage takes leases and never answers: each of its leases holds a
+// task until the deadline, and at the end of an epoch the whole job waits
+// on it. Each expiry halves the lease cap of the volunteer whose lease it
+// was (at least 1; all its connections together), and each accepted
+// result raises the cap by one again, up to Config.MaxLeases. A volunteer
+// whose leases expire Config.MaxExpiriesInARow times with no accepted
+// result between is dropped: its connections close, and its hellos are
+// refused as rate_limited for Config.HostageCoolOff. Straggler backups
+// (stragglers.go) finish the tasks it sits on meanwhile.
+
+// maxCapped bounds the volunteers with a cut lease cap a job remembers;
+// past it, the longest untouched is forgotten (back to a full cap).
+const maxCapped = 4096
+
+// leaseCap is a volunteer's cut lease cap.
+type leaseCap struct {
+	cap     int // leases it may hold, all its connections together
+	inARow  int // expiries since its last accepted result
+	expired int // expiries in all, for the idle message
+	at      time.Time
+}
+
+// abuseState is what a job's loop keeps against hostages, stragglers and
+// replays.
+type abuseState struct {
+	caps            map[string]*leaseCap // by volunteer
+	dropped         int64                // volunteers dropped for expiries in a row
+	backupsGranted  int64
+	backupsAnswered int64 // tasks whose backup's result came first
+	reclaimed       int64 // leases of closed rounds taken back (stragglers.go)
+	dedup           dedupWindow
+	dupRun          int // duplicates since the last accepted result
+}
+
+// AbuseView is what the job view shows of the hostage, straggler and
+// replay rules (replays are counted among the rejections, "duplicate").
+type AbuseView struct {
+	// LimitedVolunteers have a lease cap cut by expiries now;
+	// DroppedVolunteers were dropped for too many in a row.
+	LimitedVolunteers int   `json:"limited_volunteers"`
+	DroppedVolunteers int64 `json:"dropped_volunteers"`
+	// BackupsGranted counts backup copies of straggling leases;
+	// BackupsAnswered the tasks whose backup answered first.
+	BackupsGranted  int64 `json:"backups_granted"`
+	BackupsAnswered int64 `json:"backups_answered"`
+	// Reclaimed counts straggling leases of closed rounds taken back and
+	// queued again (sync and DiLoCo).
+	Reclaimed int64 `json:"reclaimed"`
+}
+
+func (j *Job) abuseView() AbuseView {
+	a := &j.st.abuse
+	return AbuseView{LimitedVolunteers: len(a.caps), DroppedVolunteers: a.dropped,
+		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered, Reclaimed: a.reclaimed}
+}
+
+// leaseExpired counts l's expiry against its worker's volunteer.
+func (j *Job) leaseExpired(l *engine.Lease) {
+	st := &j.st
+	m, ok := st.members[l.Worker]
+	if !ok {
+		return
+	}
+	lim := j.limits.orDefaults()
+	a := &st.abuse
+	c := a.caps[m.volunteer]
+	if c == nil {
+		if a.caps == nil {
+			a.caps = map[string]*leaseCap{}
+		}
+		if len(a.caps) >= maxCapped {
+			a.forgetOldest()
+		}
+		c = &leaseCap{cap: lim.maxLeases}
+		a.caps[m.volunteer] = c
+	}
+	c.cap = max(1, c.cap/2)
+	c.inARow++
+	c.expired++
+	c.at = st.sched.Now()
+	if c.inARow < lim.expiriesInARow {
+		j.logf("job %s: volunteer %s (worker %s, %s) let lease %d expire without a result (%d in a row): it may hold %d leases now",
+			j.ID, m.volunteer, l.Worker, m.address, l.ID, c.inARow, c.cap)
+		return
+	}
+	a.dropped++
+	until := time.Now().Add(lim.coolOff)
+	reason := fmt.Sprintf("%d leases expired in a row with no result: refused for %v", c.inARow, lim.coolOff)
+	j.logf("job %s: volunteer %s (worker %s, %s) dropped: %s", j.ID, m.volunteer, l.Worker, m.address, reason)
+	c.inARow = 0
+	if lim.drop != nil {
+		lim.drop(m.volunteer, reason, until)
+	}
+}
+
+// resultAccepted raises the cap of worker's volunteer again by one, and
+// forgets it once whole.
+func (j *Job) resultAccepted(worker string) {
+	st := &j.st
+	m, ok := st.members[worker]
+	if !ok {
+		return
+	}
+	c := st.abuse.caps[m.volunteer]
+	if c == nil {
+		return
+	}
+	c.inARow = 0
+	c.at = st.sched.Now()
+	if c.cap++; c.cap >= j.limits.orDefaults().maxLeases {
+		delete(st.abuse.caps, m.volunteer)
+	}
+}
+
+func (a *abuseState) forgetOldest() {
+	var oldest string
+	var at time.Time
+	for v, c := range a.caps {
+		if oldest == "" || c.at.Before(at) {
+			oldest, at = v, c.at
+		}
+	}
+	delete(a.caps, oldest)
+}
+
+// coolOffs is the server's table of volunteers refused for a while,
+// bounded like the rate limiters' tables.
+type coolOffs struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	max   int
+}
+
+func (c *coolOffs) set(v string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = map[string]time.Time{}
+	}
+	now := time.Now()
+	if len(c.until) >= c.max {
+		for k, t := range c.until { // the ended ones first, else the soonest to end
+			if !t.After(now) {
+				delete(c.until, k)
+			}
+		}
+		for len(c.until) >= c.max {
+			var soonest string
+			for k, t := range c.until {
+				if soonest == "" || t.Before(c.until[soonest]) {
+					soonest = k
+				}
+			}
+			delete(c.until, soonest)
+		}
+	}
+	c.until[v] = until
+}
+
+// left is how long v stays refused; 0 when it is not.
+func (c *coolOffs) left(v string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.until[v]
+	if !ok {
+		return 0
+	}
+	d := time.Until(t)
+	if d <= 0 {
+		delete(c.until, v)
+		return 0
+	}
+	return d
+}
+
+// dropVolunteer closes every connection of volunteer, saying why, and
+// refuses its hellos until until. It runs on a job's loop: the closes
+// (which wait for the peer's close frame) run on their own goroutines.
+func (s *Server) dropVolunteer(volunteer, reason string, until time.Time) {
+	s.coolOff.set(volunteer, until)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, wc := range s.workers {
+		if wc.volunteer != volunteer {
+			continue
+		}
+		why := "dropped: " + reason
+		wc.closedBy.Store(&why)
+		go wc.ws.Close(websocket.StatusPolicyViolation, truncateReason(why))
+	}
+}

@@ -1,0 +1,147 @@
+package coordinator
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Straggler backups. At the end of an epoch (the queue empty), or while a
+// round has all its places out, a worker that asks for work may get a
+// backup copy (engine.Scheduler.GrantBackup) of the oldest lease held
+// longer than stragglerAfter by another volunteer: one backup out per
+// lease. Whichever copy answers first is the task's result: it is applied
+// once (examples, the round's place and the epoch's remaining count are
+// the primary's), and the other copy's result gets "duplicate". A primary
+// lost while its backup is out (expired, given back, its result refused)
+// hands the task to the backup instead of the queue. So an epoch, or a
+// round, completes with honest workers while a hostage sits on its last
+// tasks, and a slow volunteer costs a copy, not the deadline.
+//
+// In sync and DiLoCo a backup computes from its primary's base (the
+// round's); it takes no place of its own in the round, and its result
+// fills its primary's. In async mode it computes from the newest
+// version instead: the primary's base may be long stale by the time the
+// lease straggles.
+
+// minStraggle is the least time a lease is held before it may be backed
+// up, whatever the median task time: backups of ordinary leases would
+// only duplicate work.
+const minStraggle = 2 * time.Second
+
+// stragglerAfter is how long a lease is held before it straggles: three
+// times the median time of the tasks accepted lately, at least
+// minStraggle.
+func (j *Job) stragglerAfter() time.Duration {
+	return max(3*j.st.sched.MedianTaskTime(), minStraggle)
+}
+
+// backup grants worker a backup of the oldest straggling lease that
+// another volunteer holds, if there is one. Call on the loop, when the
+// queue (or the open round) has no task for worker.
+func (j *Job) backup(worker, baseURL string) []protocol.Lease {
+	st := &j.st
+	if st.state != StateRunning {
+		return nil
+	}
+	m, ok := st.members[worker]
+	if !ok {
+		return nil
+	}
+	now := st.sched.Now()
+	after := j.stragglerAfter()
+	// In a round mode, only the open round's leases: a closed round's
+	// results are late.
+	open, rounds := uint64(0), false
+	if r, ok := st.agg.(*engine.Rounds); ok {
+		open, rounds = r.Round(), true
+	}
+	if rounds && j.reclaimClosed(now, open, after) {
+		return j.grant(worker, 1, baseURL)
+	}
+	var oldest *engine.Lease
+	for _, l := range st.sched.Leases() {
+		// Only a started lease can be copied: its base is fixed.
+		if !l.Pending() || !l.Started() || l.Worker == worker || now.Sub(l.Since) < after || rounds && l.Round != open {
+			continue
+		}
+		if o, ok := st.members[l.Worker]; !ok || o.volunteer == m.volunteer {
+			continue // its own lease: a backup would be no one else's work
+		}
+		if oldest != nil && (oldest.Since.Before(l.Since) || oldest.Since.Equal(l.Since) && oldest.ID < l.ID) {
+			continue
+		}
+		if st.sched.BackupOf(l.ID) != nil {
+			continue
+		}
+		oldest = l
+	}
+	if oldest == nil || !j.publish() {
+		return nil
+	}
+	b := st.sched.GrantBackup(worker, oldest)
+	if !st.spec.Rounds() {
+		b.Base = st.published
+	}
+	st.leasesIssued++
+	st.abuse.backupsGranted++
+	if j.verbose {
+		j.logf("job %s: lease %d of worker %s held %v (straggling after %v): backup lease %d to worker %s",
+			j.ID, oldest.ID, oldest.Worker, now.Sub(oldest.Since).Round(time.Millisecond), after, b.ID, worker)
+	}
+	return []protocol.Lease{j.leaseMessage(b, baseURL)}
+}
+
+// reclaimClosed takes back the straggling leases of rounds that closed
+// before open, and queues their tasks again: their results would be late
+// anyway, and their examples are still to do this epoch. A copy of one
+// would be late as well, so they get none. It reports whether any was
+// taken back; a result of one afterwards is an unknown lease.
+func (j *Job) reclaimClosed(now time.Time, open uint64, after time.Duration) bool {
+	st := &j.st
+	any := false
+	for _, l := range st.sched.Leases() {
+		if !l.Pending() || l.Round == open || now.Sub(l.Since) < after {
+			continue
+		}
+		st.sched.Lost(st.sched.Take(l.Worker, l.ID)) // its round's place went with the round
+		st.abuse.reclaimed++
+		any = true
+		j.logf("job %s: lease %d (round %d, closed) of worker %s held %v: taken back, %s",
+			j.ID, l.ID, l.Round, l.Worker, now.Sub(l.Since).Round(time.Millisecond), lostTo(l))
+	}
+	return any
+}
+
+// answered settles what an accepted result for l means past the model:
+// the other copy of a backup pair is superseded, the volunteer's lease cap
+// recovers (hostages.go), and the update joins the replay window.
+func (j *Job) answered(l *engine.Lease, hash uint64) {
+	st := &j.st
+	if other := st.sched.Answered(l); other != nil && l.IsCopy() {
+		st.abuse.backupsAnswered++
+		if j.verbose {
+			j.logf("job %s: backup lease %d of worker %s answered before lease %d of worker %s", j.ID, l.ID, l.Worker, other.ID, other.Worker)
+		}
+	}
+	j.resultAccepted(l.Worker)
+	st.abuse.dupRun = 0
+	if deduped(l) && hash != 0 {
+		st.abuse.dedup.add(hash)
+	}
+}
+
+// lostTo says where a lost lease's task went, for the log.
+func lostTo(l *engine.Lease) string {
+	switch {
+	case l.HandedTo != 0:
+		return "handed to its backup, lease " + strconv.FormatUint(l.HandedTo, 10)
+	case l.Requeued():
+		return "queued again"
+	case l.Superseded:
+		return "its backup had answered"
+	}
+	return "a copy: its primary still answers for the task"
+}
