@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-modes bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -68,6 +68,16 @@ bench: data
 # docs/BENCHMARKS.md. BASELINES is the baselines folder (torch_step.py,
 # TF.js's package.json); TF.js is installed with npm into a temporary folder.
 BASELINES ?= $(CURDIR)/../shared/baselines
+# Honest results of every CPU kernel, OpenBLAS and the browser's wasm (under
+# Node) through the spot check comparator: 10,000 checked mnist-mlp tasks,
+# the largest relative difference per pair of backends and the false
+# strikes, then the work duplicated at each rate on the way to 97% with three
+# honest volunteers (docs/SPOTCHECKS.md). `make test` runs 300 of the tasks.
+SPOTCHECK_TASKS ?= 10000
+bench-spotcheck: data
+	CROWDTRAIN_SPOTBENCH_TASKS=$(SPOTCHECK_TASKS) $(GO) test -count=1 -run '^TestHonestBackendsAgree$$' -v -timeout 120m ./internal/spotbench/
+	$(GO) test -run '^$$' -bench SpotCheckCost -benchtime 1x -count 3 -timeout 60m ./coordinator/
+
 # Each mode to 97% on mnist-mlp with two local workers (docs/BENCHMARKS.md).
 bench-modes: data
 	$(GO) test -run '^$$' -bench ModesTo97 -benchtime 1x -count 3 -timeout 60m ./coordinator/

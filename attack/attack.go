@@ -27,6 +27,10 @@ type Config struct {
 	N int
 	// Scale is the kind's S (see the package doc); 0 means its default.
 	Scale float64
+	// Fraction is the share of results that lie (0 < F <= 1; 0 means 1):
+	// each result is forged with this chance and computed honestly
+	// otherwise, as a forger that hopes to pass spot checks would.
+	Fraction float64
 	// Bind is the local IP address to connect from ("" lets the system
 	// choose), so that tests can give attackers their own loopback
 	// addresses (127.0.0.N).
@@ -222,10 +226,19 @@ func (cfg *Config) Check() error {
 	if cfg.Scale == 0 {
 		cfg.Scale = DefaultScale(cfg.Kind)
 	}
+	if !(cfg.Fraction >= 0 && cfg.Fraction <= 1) {
+		return fmt.Errorf("fraction must be in (0, 1] (the share of results that lie; 0 for 1), got %v", cfg.Fraction)
+	}
+	if cfg.Fraction == 0 {
+		cfg.Fraction = 1
+	}
+	if cfg.Fraction < 1 && (cfg.Kind == Hostage || cfg.Kind == Replay) {
+		return fmt.Errorf("fraction applies to kinds that send forged results; %s has its own pattern (give fraction 1)", cfg.Kind)
+	}
 	if cfg.Bind != "" && net.ParseIP(cfg.Bind) == nil {
 		return fmt.Errorf("bind %q is not an IP address", cfg.Bind)
 	}
-	if cfg.Kind.computes() && cfg.NewBackend == nil {
+	if cfg.computes() && cfg.NewBackend == nil {
 		return errors.New("attack: Config.NewBackend is required for kind " + string(cfg.Kind))
 	}
 	if cfg.Client == "" {

@@ -91,6 +91,11 @@ func TestParseKindAndCheck(t *testing.T) {
 		{Config{Coordinator: "ws://x/ws", Kind: Sybil, Scale: math.NaN()}, "scale"},
 		{Config{Coordinator: "ws://x/ws", Kind: Sybil, Bind: "localhost:9"}, "bind"},
 		{Config{Coordinator: "ws://x/ws", Kind: SignFlip}, "NewBackend"},
+		{Config{Coordinator: "ws://x/ws", Kind: SignFlip, Fraction: 1.5}, "fraction"},
+		{Config{Coordinator: "ws://x/ws", Kind: SignFlip, Fraction: -0.1}, "fraction"},
+		{Config{Coordinator: "ws://x/ws", Kind: SignFlip, Fraction: math.NaN()}, "fraction"},
+		{Config{Coordinator: "ws://x/ws", Kind: Hostage, Fraction: 0.5}, "fraction"},
+		{Config{Coordinator: "ws://x/ws", Kind: NaN, Fraction: 0.5}, "NewBackend"},
 	}
 	for _, b := range bad {
 		if err := b.cfg.Check(); err == nil || !strings.Contains(err.Error(), b.word) {

@@ -75,3 +75,7 @@ func (k Kind) computes() bool {
 	}
 	return true
 }
+
+// computes says whether the run needs the data and the snapshot: its
+// kind does, or some of its results are honest (Fraction < 1).
+func (cfg *Config) computes() bool { return cfg.Kind.computes() || cfg.Fraction < 1 }

@@ -76,7 +76,7 @@ func (a *attacker) session(ctx context.Context) error {
 		a.rng = rand.New(rand.NewPCG(uint64(a.id)+1, 0x61747461636b))
 		a.ratchet = 1
 	}
-	if cfg.Kind.computes() && a.backend == nil {
+	if cfg.computes() && a.backend == nil {
 		b, err := cfg.NewBackend()
 		if err != nil {
 			return fmt.Errorf("backend: %w", err)

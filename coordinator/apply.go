@@ -63,6 +63,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l) // a copy's task stays with its primary (requeue)
 		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
 	}
+	if l.IsCopy() && st.spot.IsCopy(l.ID) {
+		return j.spotCopy(sub, l, ack, reject) // spotcheck.go: compared, never applied
+	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base
 	}
@@ -102,6 +105,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if invalid != "" {
 		j.requeue(l)
 		return reject(protocol.ReasonInvalid, invalid)
+	}
+	if a, held := j.spotHold(sub, l, reject); held {
+		return a
 	}
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
@@ -150,6 +156,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.examplesSeen += int64(res.Examples)
 	st.epochExamples += int64(res.Examples)
 	st.remaining -= int64(res.Examples)
+	j.spotSample(sub, l)
 	// The aggregator keeps its own copy of what it holds; an asynchronous
 	// rule's step applies res.Update before this returns.
 	j.step(st.sched.Now())

@@ -109,7 +109,8 @@ type jobState struct {
 	// changed (mode, rates, ...) are read here, on the loop; j.Spec is the
 	// spec the job started with and never changes.
 	spec           JobSpec
-	members        map[string]member // connected workers by id
+	members        map[string]member  // connected workers by id
+	spot           *engine.SpotChecks // spotcheck.go
 	model          engine.Model
 	sched          engine.Scheduler
 	agg            engine.Aggregator
@@ -228,6 +229,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	}
 	st.stalenessHist = make([]int64, stalenessBuckets)
 	st.members = map[string]member{}
+	j.initSpot(spec)
 	st.published = -1
 	st.rejections = map[string]int64{protocol.ReasonStale: 0, protocol.ReasonInvalid: 0, protocol.ReasonLate: 0}
 	st.startedAt = time.Now()
@@ -356,11 +358,13 @@ type JobView struct {
 	Rejections      map[string]int64 `json:"rejections"`
 	// Clipped counts results applied clipped by the robust rule (in
 	// sync and diloco, the results or buckets a round's clip clipped).
-	Clipped       int64   `json:"clipped"`
-	LeasesIssued  int64   `json:"leases_issued"`
-	LeasesExpired int64   `json:"leases_expired"`
-	LeasesHeld    int     `json:"leases_held"`
-	MeanStaleness float64 `json:"mean_staleness"`
+	Clipped int64 `json:"clipped"`
+	// SpotChecks is what the spot checks did (docs/SPOTCHECKS.md).
+	SpotChecks    *SpotCheckView `json:"spot_checks"`
+	LeasesIssued  int64          `json:"leases_issued"`
+	LeasesExpired int64          `json:"leases_expired"`
+	LeasesHeld    int            `json:"leases_held"`
+	MeanStaleness float64        `json:"mean_staleness"`
 	// StalenessHistogram[i] counts updates applied at staleness i; the
 	// last bucket counts every staleness at or above its index.
 	StalenessHistogram []int64          `json:"staleness_histogram"`
@@ -417,6 +421,7 @@ func (j *Job) view(st *jobState) JobView {
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	v.Clipped = st.clipped
+	v.SpotChecks = j.spotView()
 	v.Abuse = j.abuseView()
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec

@@ -48,13 +48,16 @@ func carve(tasks []engine.Task, per int) []engine.Task {
 // grant leases up to n tasks to worker.
 func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 	st := &j.st
-	if st.state != StateRunning || len(st.sched.Queue()) == 0 {
+	if st.state != StateRunning || j.spotBanned(worker) {
 		return nil
 	}
 	if !j.publish() {
 		return nil
 	}
 	var out []protocol.Lease
+	if pl, ok := j.grantCopy(worker, baseURL); ok { // spotcheck.go
+		out, n = append(out, pl), n-1
+	}
 	now := st.sched.Now()
 	for ; n > 0; n-- {
 		round, ok := st.agg.Lease(now)
@@ -172,6 +175,9 @@ func (j *Job) publish() bool {
 // could still be accepted.
 func (j *Job) snapshotNeeded(v int64) bool {
 	st := &j.st
+	if st.spot.Needs(v) {
+		return true // a spot check's copies compute from it
+	}
 	if !st.spec.Rounds() && st.model.Version-v > int64(st.spec.MaxStaleness) {
 		return false
 	}
@@ -200,6 +206,8 @@ func (j *Job) unleased(ls []*engine.Lease) int {
 	for _, l := range ls {
 		if l.Requeued() {
 			j.st.agg.Unlease(l.Round)
+		} else {
+			j.spotCopyGone(l)
 		}
 	}
 	return len(ls)
@@ -240,6 +248,7 @@ func (j *Job) expireLeases() {
 			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker, lostTo(l))
 		j.leaseExpired(l) // hostages.go
 	}
+	j.spotExpire()
 }
 
 // requeue puts a settled lease's task back (its result was rejected), or

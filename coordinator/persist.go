@@ -45,6 +45,8 @@ type progress struct {
 	// state blob when RoundResults > 0.
 	Round        uint64 `json:"round,omitempty"`
 	RoundResults int    `json:"round_results,omitempty"`
+	// SpotChecks keeps each volunteer's trust and strikes across a restart.
+	SpotChecks *spotProgress `json:"spot_checks,omitempty"`
 }
 
 // CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
@@ -153,6 +155,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	// a resumed job closes the round with them.
 	partial := st.agg.Partial()
 	p.Round, p.RoundResults = partial.Round, partial.Results
+	p.SpotChecks = j.spotSave()
 	prog, err := json.Marshal(p)
 	if err != nil {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
@@ -291,6 +294,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt
 	}
+	j.spotRestore(p.SpotChecks)
 	st.ckptVersion, st.ckptApplied = c.Version, st.applied
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.

@@ -35,8 +35,14 @@ func (g *testGrid) dialRaw() *websocket.Conn {
 // joinRaw dials and completes hello/welcome.
 func (g *testGrid) joinRaw() *rawClient {
 	g.t.Helper()
+	return g.joinRawKey("")
+}
+
+// joinRawKey is joinRaw for the volunteer with key ("" sends none).
+func (g *testGrid) joinRawKey(key string) *rawClient {
+	g.t.Helper()
 	rc := &rawClient{t: g.t, conn: g.dialRaw()}
-	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative, Backend: "raw", Threads: 1, Client: "raw test client"})
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative, Backend: "raw", Threads: 1, Client: "raw test client", VolunteerKey: key})
 	w, ok := rc.read().(*protocol.Welcome)
 	if !ok {
 		g.t.Fatal("expected a welcome")

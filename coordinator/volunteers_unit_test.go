@@ -39,6 +39,7 @@ func submissionOf(j *Job, worker, volunteer string, l protocol.Lease) submission
 // a pardon lets them in again.
 func TestCreditAndBannedResults(t *testing.T) {
 	j := tinyJob(t, "")
+	j.st.spot.Rate = 0 // every lease here a primary, none a spot check's copy
 	book := newVolunteerBook()
 	j.ledger = book
 	// A dense layer of 4 inputs and 2 units: 8 multiply-adds, 48 FLOPs.

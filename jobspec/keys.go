@@ -76,6 +76,9 @@ var keys = []key{
 	{name: "max_update_norm_ratio"},
 	{name: "checkpoint_every"},
 	{name: "robust", decode: decodeRobust},
+	{name: "spot_check"},
+	{name: "spot_check_strikes"},
+	{name: "spot_check_tolerance"},
 }
 
 // Keys lists every key a spec file may contain, in documentation order.

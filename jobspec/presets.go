@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -77,6 +78,9 @@ func base() Spec {
 		// far below what a broken or hostile worker's garbage looks like.
 		MaxUpdateNormRatio: 20,
 		LeaseTimeout:       Duration{60 * time.Second},
+		SpotCheck:          engine.DefaultSpotCheckRate,
+		SpotCheckStrikes:   engine.DefaultSpotCheckStrikes,
+		SpotCheckTolerance: engine.DefaultSpotCheckTolerance,
 	}
 }
 

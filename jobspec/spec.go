@@ -69,6 +69,14 @@ type Spec struct {
 	// Robust is how results are combined against hostile ones, in every
 	// mode (the `robust` key).
 	Robust Robust `json:"robust" yaml:"-"`
+	// SpotCheck is the fraction of results computed again by another
+	// volunteer and compared (0: off); SpotCheckStrikes mismatches ban a
+	// volunteer; SpotCheckTolerance is the relative difference
+	// ‖a−b‖/max(‖a‖,‖b‖) allowed between results not known to be
+	// bit-identical (docs/SPOTCHECKS.md).
+	SpotCheck          float64 `json:"spot_check" yaml:"spot_check"`
+	SpotCheckStrikes   int     `json:"spot_check_strikes" yaml:"spot_check_strikes"`
+	SpotCheckTolerance float64 `json:"spot_check_tolerance" yaml:"spot_check_tolerance"`
 }
 
 // Robust is the `robust` key: the method and its parameters (see
@@ -236,6 +244,14 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		s.InnerOptimizer = InnerOptimizer{Type: InnerSGD, LR: *v.InnerLR}
 	}
 	s.Robust = s.Robust.WithDefaults()
+	// A spec stored before spot checks existed keeps them off (its
+	// spot_check decodes as 0) with the other keys at their defaults.
+	if s.SpotCheckStrikes == 0 {
+		s.SpotCheckStrikes = engine.DefaultSpotCheckStrikes
+	}
+	if s.SpotCheckTolerance == 0 {
+		s.SpotCheckTolerance = engine.DefaultSpotCheckTolerance
+	}
 	if s.RoundSize == 0 {
 		s.RoundSize = 1
 	}

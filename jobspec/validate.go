@@ -114,6 +114,12 @@ func (s Spec) validateTraining() error {
 		return Errorf("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
 	case s.Robust.Engine().Check() != nil:
 		return Errorf("robust", "%v", s.Robust.Engine().Check())
+	case !(s.SpotCheck >= 0 && s.SpotCheck <= 1):
+		return Errorf("spot_check", "must be a fraction in [0, 1] of the results checked (0 turns spot checks off), got %v", s.SpotCheck)
+	case s.SpotCheckStrikes < 1 || s.SpotCheckStrikes > 1000:
+		return Errorf("spot_check_strikes", "must be in 1..1000 (strikes that ban a volunteer), got %d", s.SpotCheckStrikes)
+	case !(s.SpotCheckTolerance > 0 && s.SpotCheckTolerance < 1):
+		return Errorf("spot_check_tolerance", "must be a relative difference in (0, 1), got %v", s.SpotCheckTolerance)
 	case s.CheckpointEvery < 1:
 		return Errorf("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
 	case s.EvalEvery < 1:

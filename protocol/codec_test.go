@@ -24,7 +24,7 @@ func sampleMessages() []Message {
 			SnapshotURL: "/snap/12", BatchSize: 64, LocalSteps: 1, DeadlineUnixMs: 1e12,
 			Inner: InnerOptimizer{Type: InnerSGD, LR: 0.01}, UpdateKind: UpdateGradient, Snapshot: SnapshotGranted},
 		&Lease{ID: 8, JobID: "job-1", ShardID: 3, ShardURL: "/s/3", Start: 0, Count: 1024, BatchSize: 64, LocalSteps: 16,
-			DeadlineUnixMs: 1e12, Round: 4, UpdateKind: UpdateDelta, Snapshot: SnapshotLatest,
+			DeadlineUnixMs: 1e12, Round: 4, UpdateKind: UpdateDelta, Snapshot: SnapshotLatest, CopyOf: 7,
 			Inner: InnerOptimizer{Type: InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}},
 		&Start{LeaseID: 8},
 		&Started{LeaseID: 8, BaseVersion: 13, SnapshotURL: "/snap/13", DeadlineUnixMs: 1e12},

@@ -195,6 +195,10 @@ type Lease struct {
 	UpdateKind string         `msgpack:"update_kind"` // UpdateGradient or UpdateDelta
 	Snapshot   string         `msgpack:"snapshot"`    // SnapshotGranted or SnapshotLatest
 	Round      uint64         `msgpack:"round,omitempty"`
+	// CopyOf is set on a spot check's copy: the id of the lease whose task
+	// it computes again. The copy draws that lease's dropout masks, so an
+	// honest copy agrees with it.
+	CopyOf uint64 `msgpack:"copy_of,omitempty"`
 }
 
 // Start tells the coordinator the worker begins computing a lease whose

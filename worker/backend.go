@@ -40,12 +40,17 @@ type Seeder interface {
 // DropoutSeed is the dropout seed of a lease's first inner step: a hash of
 // its job, lease id, shard and first example. Leases differ in at least
 // the id, so two tasks draw different masks, and every backend computing
-// the same lease draws the same ones.
+// the same lease draws the same ones. A spot check's copy (CopyOf) draws
+// the masks of the lease it copies.
 func DropoutSeed(l protocol.Lease) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(l.JobID))
 	z := h.Sum64()
-	for _, v := range []uint64{l.ID, uint64(int64(l.ShardID)), uint64(int64(l.Start))} {
+	id := l.ID
+	if l.CopyOf != 0 {
+		id = l.CopyOf
+	}
+	for _, v := range []uint64{id, uint64(int64(l.ShardID)), uint64(int64(l.Start))} {
 		z = mix64(z ^ v)
 	}
 	return z

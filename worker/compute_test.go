@@ -425,4 +425,11 @@ func TestLeaseDropoutSeed(t *testing.T) {
 	if DropoutSeed(tk.lease) != seed {
 		t.Error("DropoutSeed is not a function of the lease")
 	}
+	// A spot check's copy, another lease of the same task, draws the
+	// masks of the lease it copies.
+	cp := tk.lease
+	cp.ID, cp.CopyOf = tk.lease.ID+100, tk.lease.ID
+	if DropoutSeed(cp) != seed {
+		t.Error("a copy draws other masks than the lease it copies")
+	}
 }

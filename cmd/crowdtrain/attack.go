@@ -19,6 +19,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage or sybil")
 	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil)")
 	scale := fs.Float64("scale", 0, "the kind's scale S (0: its default; see docs/ATTACKS.md)")
+	fraction := fs.Float64("fraction", 1, "the share `F` of results that lie (0 < F <= 1); the rest are computed honestly")
 	bind := fs.String("bind", "", "local IP `ADDR` to connect from (e.g. 127.0.0.5)")
 	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
 	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
@@ -35,12 +36,15 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef("--kind: %v", err)
 	}
+	if !(*fraction > 0 && *fraction <= 1) {
+		return usagef("--fraction must be in (0, 1] (the share of results that lie), got %v", *fraction)
+	}
 	if *duration < 0 {
 		return usagef("--duration must be >= 0, got %v", *duration)
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	cfg := attack.Config{
-		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Bind: *bind, JobID: *job,
+		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Bind: *bind, JobID: *job,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
 		NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
 	}

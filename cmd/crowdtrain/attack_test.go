@@ -26,6 +26,8 @@ func TestAttackBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"attack", "--coordinator", "http://127.0.0.1:1", "--kind", "nan"}, []string{"ws://"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--n", "-2"}, []string{"n must"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--scale", "-1"}, []string{"scale"}},
+		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "signflip", "--fraction", "0"}, []string{"--fraction"}},
+		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "signflip", "--fraction", "1.5"}, []string{"--fraction"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--bind", "nowhere"}, []string{"bind", "nowhere"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "--duration", "-1s"}, []string{"--duration"}},
 		{[]string{"attack", "--coordinator", "ws://127.0.0.1:1/ws", "--kind", "nan", "extra"}, []string{"extra"}},
@@ -100,7 +102,10 @@ func (p *proc) waitExit(timeout time.Duration) error {
 	}
 }
 
-const hostileJob = "name: hostile\nmodel: mnist-mlp\nmax_epochs: 50\ntarget_accuracy: 0.999\n"
+// hostileJob has no spot checks: these tests read an accepted ack as an
+// applied result, and a spot check's copy is acked accepted when it agrees
+// without being applied (spotcheck_test.go tests them).
+const hostileJob = "name: hostile\nmodel: mnist-mlp\nmax_epochs: 50\ntarget_accuracy: 0.999\nspot_check: 0\n"
 
 // Every kind runs against a real coordinator, sends what it forges (or
 // holds its leases), and reports the coordinator's acks.

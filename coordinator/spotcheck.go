@@ -1,0 +1,284 @@
+package coordinator
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Spot checks on the job's loop (engine.SpotChecks is the policy). A
+// sample of accepted results, and every result of a struck volunteer, is
+// computed again by another volunteer: a copy lease of the same task from
+// the same snapshot (granted, whatever the job's snapshot mode), with the
+// same dropout masks (protocol.Lease.CopyOf), sent in fp32 like every
+// result. A copy's result is compared, never applied, and takes no place
+// in a round. Credit, refutations, strikes and bans go to the ledger.
+
+// spotSeed is where a job's spot check draws come from: a secret
+// seed, so that no volunteer can tell from the job spec which of its
+// results will be checked. Tests build their own engine.SpotChecks.
+func spotSeed() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// initSpot builds the job's spot check policy from spec.
+func (j *Job) initSpot(spec JobSpec) {
+	p := engine.NewSpotChecks(spotSeed(), spec.SpotCheck, spec.SpotCheckStrikes, spec.SpotCheckTolerance,
+		func() time.Time { return j.st.sched.Now() })
+	// A check waits for a copy to be taken and computed: a few lease
+	// timeouts, so that a slow volunteer's copy can still come back.
+	p.Timeout = max(3*spec.LeaseTimeout.Duration, 10*time.Second)
+	j.st.spot = p
+}
+
+// strikeLedger is a ledger that tells a volunteer's strikes and ban
+// (the server's book): the spot checks follow it, pardons included.
+type strikeLedger interface {
+	strikesOf(volunteer string) (strikes int, banned bool)
+}
+
+func (b *volunteerBook) strikesOf(v string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.byID[v]; s != nil {
+		return s.Strikes, s.Banned
+	}
+	return 0, false
+}
+
+// spotSync brings v's standing in the spot checks up to the ledger's.
+func (j *Job) spotSync(v string) {
+	if l, ok := j.ledger.(strikeLedger); ok {
+		strikes, banned := l.strikesOf(v)
+		j.st.spot.SetStanding(v, strikes, banned)
+	}
+}
+
+// hint is what a member's worker claims to be: the first guess at its
+// class, before its results show what it computes like.
+func (m member) hint() string { return m.kind + "/" + m.backend }
+
+// connectedHints maps each connected volunteer to its hint.
+func (j *Job) connectedHints() map[string]string {
+	out := make(map[string]string, len(j.st.members))
+	for _, m := range j.st.members {
+		out[m.volunteer] = m.hint()
+	}
+	return out
+}
+
+// otherVolunteer reports whether a volunteer other than v, not struck,
+// is connected: someone who could compute a copy of v's task.
+func (j *Job) otherVolunteer(v string) bool {
+	for _, m := range j.st.members {
+		if m.volunteer != v && !j.st.spot.Quarantined(m.volunteer) {
+			return true
+		}
+	}
+	return false
+}
+
+// spotHold screens a valid primary result before it is offered: a banned
+// volunteer's is refused, a struck one's is held for a check and its task
+// queued again. It reports whether it answered.
+func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, detail string) protocol.Ack) (protocol.Ack, bool) {
+	p := j.st.spot
+	v := sub.volunteer
+	j.spotSync(v)
+	if p.Banned(v) {
+		j.requeue(l)
+		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks"), true
+	}
+	if p.Rate <= 0 || !p.Quarantined(v) {
+		// Without spot checks nothing could vindicate a held result:
+		// strikes from other jobs only count against the ban.
+		return protocol.Ack{}, false
+	}
+	j.requeue(l)
+	detail := "held: this volunteer failed a spot check, so its results are compared with another volunteer's before they count (never applied; credited if they agree)"
+	if j.otherVolunteer(v) && p.Select(v) {
+		p.Open(*l, engine.SpotResult{Volunteer: v, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Held: true})
+	} else {
+		detail = "refused: this volunteer failed a spot check, and no check of this result could be made now"
+	}
+	return reject(protocol.ReasonQuarantined, detail), true
+}
+
+func (j *Job) hintOf(worker string) string {
+	if m, ok := j.st.members[worker]; ok {
+		return m.hint()
+	}
+	return "?"
+}
+
+// spotSample draws whether an applied primary result is checked, and
+// opens the check.
+func (j *Job) spotSample(sub submission, l *engine.Lease) {
+	p := j.st.spot
+	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.Select(sub.volunteer) {
+		return
+	}
+	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Applied: true})
+}
+
+// grantCopy leases worker a copy of a checked task if one waits for a
+// volunteer like it: at most one per request, so that one volunteer
+// cannot gather every copy.
+func (j *Job) grantCopy(worker, baseURL string) (protocol.Lease, bool) {
+	st := &j.st
+	m, ok := st.members[worker]
+	if !ok || st.spot.Pending() == 0 {
+		return protocol.Lease{}, false
+	}
+	j.spotSync(m.volunteer)
+	c := st.spot.CopyFor(m.volunteer, m.hint(), j.connectedHints())
+	if c == nil || j.snapshotBody(c.Primary.Base) == nil {
+		return protocol.Lease{}, false
+	}
+	l := st.sched.GrantCopy(worker, &c.Primary)
+	st.spot.Copied(c, l.ID, m.volunteer, l.Task.Count)
+	st.leasesIssued++
+	spec := &st.spec
+	return protocol.Lease{
+		ID: l.ID, JobID: j.ID, ShardID: l.Task.Shard, ShardURL: baseURL + j.shardPath(l.Task.Shard),
+		Start: l.Task.Start, Count: l.Task.Count, BatchSize: spec.BatchSize, LocalSteps: l.LocalSteps,
+		Inner: innerOptimizer(spec), UpdateKind: spec.UpdateKind(), Snapshot: protocol.SnapshotGranted,
+		BaseVersion: l.Base, SnapshotURL: baseURL + j.snapshotPath(l.Base), Round: l.Round,
+		DeadlineUnixMs: l.Deadline.UnixMilli(), CopyOf: c.Primary.ID,
+	}, true
+}
+
+// spotCopy takes the result of a copy lease l: checked like any result,
+// then compared, never applied.
+func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject func(reason, detail string) protocol.Ack) protocol.Ack {
+	st := &j.st
+	res := sub.res
+	if st.spot.Banned(sub.volunteer) {
+		st.spot.CopyGone(l.ID)
+		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks")
+	}
+	invalid := sub.detail
+	reason := sub.reason
+	if reason == "" {
+		reason = protocol.ReasonInvalid
+		switch {
+		case res.JobID != j.ID:
+			invalid = fmt.Sprintf("result names job %q, the lease is for %q", res.JobID, j.ID)
+		case len(res.Update) != j.model.NumParams:
+			invalid = fmt.Sprintf("update has %d values, the model has %d parameters", len(res.Update), j.model.NumParams)
+		case res.BaseVersion != l.Base:
+			invalid = fmt.Sprintf("result claims base version %d, the lease gave %d", res.BaseVersion, l.Base)
+		case res.Examples != l.Task.Count:
+			invalid = fmt.Sprintf("result covers %d examples, the lease has %d", res.Examples, l.Task.Count)
+		}
+	}
+	if invalid != "" {
+		// A copy that cannot be compared goes to another volunteer.
+		st.spot.CopyGone(l.ID)
+		return reject(reason, invalid)
+	}
+	st.spot.RefNorm = st.normMean // the running mean of accepted update norms
+	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples})
+	if !ok {
+		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")
+	}
+	j.spotSettle(o)
+	ack.Staleness = 0
+	if o.Agreed {
+		ack.Accepted, ack.Detail = true, o.Detail
+		return ack
+	}
+	return reject(protocol.ReasonQuarantined, o.Detail)
+}
+
+// spotSettle credits, refutes, strikes and bans what a check decided.
+func (j *Job) spotSettle(o engine.Outcome) {
+	p := j.st.spot
+	for _, r := range o.Credit {
+		j.ledger.Credit(r.Volunteer, j.ID, int64(r.Examples), j.spotFLOPs(r.Examples))
+	}
+	for _, r := range o.Refute {
+		j.ledger.Refute(r.Volunteer, j.ID, int64(r.Examples), j.spotFLOPs(r.Examples))
+		j.logf("job %s: volunteer %s: an applied result of %d examples was refuted by a spot check; its credit is taken back", j.ID, r.Volunteer, r.Examples)
+	}
+	for _, v := range o.Struck {
+		total := j.ledger.Strike(v, j.ID, o.Detail)
+		j.logf("job %s: volunteer %s struck by a spot check (%d strikes of %d): %s", j.ID, v, total, p.Strikes, o.Detail)
+		if p.SyncStrikes(v, total) {
+			reason := fmt.Sprintf("%d spot check strikes: results that disagreed with the majority of three volunteers", total)
+			j.ledger.Ban(v, reason)
+			j.logf("job %s: volunteer %s banned: %s", j.ID, v, reason)
+		}
+	}
+}
+
+// spotFLOPs is the compute credited for examples.
+func (j *Job) spotFLOPs(examples int) float64 { return float64(examples) * j.flopsPerExample }
+
+// spotCopyGone records that a copy lease ended without a result.
+func (j *Job) spotCopyGone(l *engine.Lease) {
+	if j.st.spot != nil {
+		j.st.spot.CopyGone(l.ID)
+	}
+}
+
+// spotExpire drops checks that waited too long; their copies still out
+// are refused when they answer.
+func (j *Job) spotExpire() {
+	for _, c := range j.st.spot.Expire() {
+		j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: no copy came back in %v",
+			j.ID, c.Primary.ID, c.Results[0].Volunteer, j.st.spot.Timeout)
+	}
+}
+
+// SpotCheckView is the job view's spot_checks.
+type SpotCheckView struct {
+	engine.SpotCounters
+	Pending int `json:"pending"`
+	// DuplicatedFraction is the share of all examples computed that
+	// copies computed again: duplicated / (examples_seen + duplicated).
+	DuplicatedFraction float64 `json:"duplicated_fraction"`
+	Rate               float64 `json:"rate"`
+}
+
+func (j *Job) spotView() *SpotCheckView {
+	st := &j.st
+	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate}
+	if d := v.DuplicatedExamples; d > 0 {
+		v.DuplicatedFraction = float64(d) / float64(st.examplesSeen+d)
+	}
+	return v
+}
+
+// spotProgress is the policy's memory in a checkpoint: each volunteer's
+// passes, strikes and class, and the counters.
+type spotProgress struct {
+	Volunteers map[string]engine.Trust `json:"volunteers,omitempty"`
+	Counters   engine.SpotCounters     `json:"counters"`
+}
+
+func (j *Job) spotSave() *spotProgress {
+	return &spotProgress{Volunteers: j.st.spot.Volunteers(), Counters: j.st.spot.Counters}
+}
+
+func (j *Job) spotRestore(p *spotProgress) {
+	if p != nil {
+		j.st.spot.Restore(p.Volunteers, p.Counters)
+	}
+}
+
+// spotBanned reports whether worker's volunteer is banned by the spot
+// checks: it gets no more work.
+func (j *Job) spotBanned(worker string) bool {
+	m, ok := j.st.members[worker]
+	if ok {
+		j.spotSync(m.volunteer)
+	}
+	return ok && j.st.spot.Banned(m.volunteer)
+}

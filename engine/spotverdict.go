@@ -1,0 +1,237 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// The verdicts of spot checks: how two results are compared, what a
+// copy's answer decides, and the strikes that follow.
+
+// Distance is ‖a−b‖/max(‖a‖,‖b‖), and whether a and b are bit for bit
+// the same. Two zero vectors are at 0; a NaN anywhere is at +Inf.
+func Distance(a, b []float32) (rel float64, exact bool) { return DistanceAtLeast(a, b, 0) }
+
+// DistanceAtLeast is ‖a−b‖/max(‖a‖,‖b‖,ref): Distance, measured against
+// at least ref.
+func DistanceAtLeast(a, b []float32, ref float64) (rel float64, exact bool) {
+	if len(a) != len(b) {
+		return math.Inf(1), false
+	}
+	exact = true
+	var d, na, nb float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			exact = false
+		}
+		d += (x - y) * (x - y)
+		na += x * x
+		nb += y * y
+	}
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return math.Inf(1), exact
+	}
+	if d == 0 {
+		return 0, exact
+	}
+	return math.Sqrt(d) / max(math.Sqrt(max(na, nb)), ref), exact
+}
+
+// agree compares results a and b within Tolerance (of the larger of
+// their norms and RefNorm), and bit for bit when their volunteers were
+// seen to compute alike. It says how.
+func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
+	rel, exact := DistanceAtLeast(a.Update, b.Update, p.RefNorm)
+	if p.sameClass(a.Volunteer, b.Volunteer) {
+		if exact {
+			return true, "bit for bit"
+		}
+		// Bit-exact before, not now: a worker can change kernels (a
+		// native worker's --kernel auto does) or machines under one key.
+		// Within tolerance that is rounding, not a lie: the pair leaves
+		// its class, and no one is struck for it.
+		if rel <= p.Tolerance {
+			p.Counters.ClassBreaks++
+			p.trust(a.Volunteer).Class, p.trust(b.Volunteer).Class = 0, 0
+			return true, fmt.Sprintf("within tolerance, no longer bit for bit as before (relative difference %.3g <= %g)", rel, p.Tolerance)
+		}
+		return false, fmt.Sprintf("relative difference %.3g > tolerance %g, from a volunteer that computed bit for bit alike before", rel, p.Tolerance)
+	}
+	how := "within tolerance"
+	if a.Hint != b.Hint {
+		how = "within tolerance across classes"
+	}
+	if rel <= p.Tolerance {
+		if exact {
+			p.joinClass(a.Volunteer, b.Volunteer)
+			return true, "bit for bit"
+		}
+		return true, fmt.Sprintf("%s (relative difference %.3g <= %g)", how, rel, p.Tolerance)
+	}
+	return false, fmt.Sprintf("relative difference %.3g > tolerance %g", rel, p.Tolerance)
+}
+
+// joinClass records that a and b computed bit for bit alike: one class.
+func (p *SpotChecks) joinClass(a, b string) {
+	ta, tb := p.trust(a), p.trust(b)
+	switch {
+	case ta.Class == 0 && tb.Class == 0:
+		p.nextClass++
+		ta.Class, tb.Class = p.nextClass, p.nextClass
+	case ta.Class == 0:
+		ta.Class = tb.Class
+	case tb.Class == 0:
+		tb.Class = ta.Class
+	case ta.Class != tb.Class:
+		old := tb.Class
+		for _, t := range p.vols {
+			if t.Class == old {
+				t.Class = ta.Class
+			}
+		}
+	}
+}
+
+// Answer takes copy lease id's result r and decides what it can: with two
+// results, agree (credit the copy, and a held primary) or ask a third;
+// with three, strike whoever of the first two the third disagrees with.
+// ok is false when id is no copy of a waiting check.
+func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
+	c := p.byCopy[id]
+	delete(p.byCopy, id)
+	if c == nil {
+		return Outcome{}, false
+	}
+	delete(c.copies, id)
+	p.noteHint(r.Volunteer, r.Hint)
+	r.Applied = false
+	c.Results = append(c.Results, r)
+	var o Outcome
+	switch len(c.Results) {
+	case 2:
+		a := c.Results[0]
+		ok, how := p.agree(a, r)
+		if ok {
+			p.Counters.Checked++
+			p.Counters.Agreed++
+			p.pass(a.Volunteer)
+			p.pass(r.Volunteer)
+			o = Outcome{Done: true, Agreed: true, Credit: []SpotResult{r}, Detail: "spot check: agreed " + how}
+			if a.Held {
+				o.Credit = append(o.Credit, a)
+				p.Counters.HeldCreditedExamples += int64(a.Examples)
+			}
+			p.drop(c)
+			return o, true
+		}
+		p.Counters.Mismatched++
+		c.Results[1].Update = slices.Clone(r.Update)
+		c.want++
+		return Outcome{Detail: "spot check: " + how + "; a third volunteer decides"}, true
+	default:
+		return p.decide(c), true
+	}
+}
+
+// decide settles a check of three results by majority.
+func (p *SpotChecks) decide(c *Check) Outcome {
+	p.drop(c)
+	p.Counters.Checked++
+	a, b, t := c.Results[0], c.Results[1], c.Results[2]
+	okA, _ := p.agree(a, t)
+	okB, _ := p.agree(b, t)
+	// A strike needs a clear disagreement: an honest pair's rare outlier
+	// (a ReLU that rounding tips the other way) lands just past the
+	// tolerance, a lie lands far past it.
+	loser := a
+	if okA {
+		loser = b
+	}
+	far, _ := DistanceAtLeast(loser.Update, t.Update, p.RefNorm)
+	var o Outcome
+	switch {
+	case okA != okB && far <= strikeFactor*p.Tolerance:
+		p.Counters.Undecided++
+		o.Credit = append(o.Credit, t)
+		o.Agreed = true
+		o.Detail = fmt.Sprintf("spot check: the disagreement (%.3g) was too small to strike anyone; undecided", far)
+	case okA && !okB:
+		p.pass(a.Volunteer)
+		p.pass(t.Volunteer)
+		o = p.strike(b, "its copy disagreed with two others")
+		o.Credit = append(o.Credit, t)
+		if a.Held {
+			o.Credit = append(o.Credit, a)
+			p.Counters.HeldCreditedExamples += int64(a.Examples)
+		}
+		o.Agreed = true
+		o.Detail = "spot check: agreed with the primary; the second copy was wrong"
+	case okB && !okA:
+		p.pass(b.Volunteer)
+		p.pass(t.Volunteer)
+		o = p.strike(a, "its result disagreed with two copies")
+		// The second copy was answered "quarantined" while the third
+		// decided: credit follows the acks, so only the third earns it.
+		o.Credit = append(o.Credit, t)
+		if a.Applied {
+			o.Refute = append(o.Refute, a)
+			p.Counters.Refuted++
+			p.Counters.RefutedExamples += int64(a.Examples)
+		}
+		o.Agreed = true
+		o.Detail = "spot check: agreed with the second copy; the primary was wrong"
+	default:
+		// The third agrees with both (the first two sat at the edge of
+		// the tolerance) or with neither: no majority, no strike.
+		p.Counters.Undecided++
+		o.Detail = "spot check: no majority among three results; undecided"
+		if okA && okB {
+			o.Credit = append(o.Credit, t)
+			o.Agreed = true
+		}
+	}
+	o.Done = true
+	return o
+}
+
+func (p *SpotChecks) pass(v string) { p.trust(v).Passed++ }
+
+// strike gives r's volunteer a strike, and the ban at Strikes.
+func (p *SpotChecks) strike(r SpotResult, why string) Outcome {
+	t := p.trust(r.Volunteer)
+	t.Strikes++
+	p.Counters.Strikes++
+	o := Outcome{Struck: []string{r.Volunteer}}
+	if t.Strikes >= p.Strikes && !t.Banned {
+		t.Banned = true
+		p.Counters.Bans++
+		o.Banned = []string{r.Volunteer}
+	}
+	return o
+}
+
+// SyncStrikes takes v's strikes as counted elsewhere (the ledger's, all
+// jobs together): total is v's strikes now. It reports whether v is
+// banned, now or before.
+func (p *SpotChecks) SyncStrikes(v string, total int) bool {
+	t := p.trust(v)
+	t.Strikes = max(t.Strikes, total)
+	if t.Strikes >= p.Strikes && !t.Banned {
+		t.Banned = true
+		p.Counters.Bans++
+		return true
+	}
+	return t.Banned
+}
+
+// SetStanding takes v's strikes and ban as the ledger has them now: the
+// ledger counts strikes of every job, and an operator's pardon clears
+// them there.
+func (p *SpotChecks) SetStanding(v string, strikes int, banned bool) {
+	if t := p.vols[v]; t != nil || strikes > 0 || banned {
+		t = p.trust(v)
+		t.Strikes, t.Banned = strikes, banned
+	}
+}
