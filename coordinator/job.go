@@ -48,6 +48,9 @@ type Job struct {
 
 	model *nn.Model
 	test  *dataset.Set
+	// validator scores the updates the robust clip flags on a fixed
+	// held-out batch of the training data (validate.go).
+	validator *validator
 	// text is set for a model that reads token sequences: its
 	// evaluations carry bits_per_char and a sample.
 	text bool
@@ -202,6 +205,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		run:         1,
 		ledger:      newVolunteerBook(), // the server's replaces it
 	}
+	j.validator = newValidator(model, train, j.text)
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N
 	j.shardBody = make([][]byte, len(j.shards))
@@ -345,6 +349,11 @@ type JobView struct {
 	UpdatesApplied  int64            `json:"updates_applied"`
 	UpdatesRejected int64            `json:"updates_rejected"`
 	Rejections      map[string]int64 `json:"rejections"`
+	// Validated counts the updates the coordinator scored on its own
+	// held-out batch (those the robust clip flagged); the refused ones are
+	// rejections["quarantined"].
+	Validated int64 `json:"validated"`
+
 	// Clipped counts results applied clipped by the robust rule (in
 	// sync and diloco, the results or buckets a round's clip clipped).
 	Clipped       int64   `json:"clipped"`
@@ -405,6 +414,9 @@ func (j *Job) view(st *jobState) JobView {
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	v.Clipped = st.clipped
+	if j.validator != nil {
+		v.Validated = j.validator.zeno.Checked
+	}
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}

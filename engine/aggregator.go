@@ -16,9 +16,11 @@ type Contribution struct {
 	Round     uint64
 	Staleness int64
 	Examples  int
-	// Worker is who sent it (the asynchronous clip's warm-up counts
-	// distinct workers).
-	Worker string
+	// Worker is who sent it, Volunteer whose worker it is ("" when not
+	// known): the asynchronous clip's warm-up counts distinct volunteers
+	// and keeps worker momentum per volunteer (per worker without one).
+	Worker    string
+	Volunteer string
 }
 
 // Decision is what an Aggregator made of a Contribution. A rejection has
@@ -30,6 +32,9 @@ type Decision struct {
 	// Clipped marks an accepted result that is applied clipped (the
 	// asynchronous rule's robust clip): its ack says so.
 	Clipped bool
+	// Norm is the L2 norm of what a clipped result is applied as (0 when
+	// not clipped).
+	Norm float64
 }
 
 // Rejection reasons an Aggregator gives.
@@ -92,6 +97,10 @@ type Async struct {
 	// Clip, when set, bounds every result by a robust running centre
 	// (robust.method centered_clip); nil applies results as they are.
 	Clip *Clipper
+	// Validate, when set, scores an update the clip flags (and each one
+	// of the warm-up) on the coordinator's own data: "" lets it through,
+	// anything else is why it is refused as quarantined (see Zeno).
+	Validate func(u []float32) string
 
 	pending   []float32
 	has       bool
@@ -114,33 +123,43 @@ func (a *Async) Offer(c Contribution) Decision {
 		if len(c.Update) != a.Clip.n {
 			panic(fmt.Sprintf("engine: Async.Offer: update has %d values, want %d", len(c.Update), a.Clip.n))
 		}
-		if !a.Clip.Seeded() {
-			// Held for the warm-up, applied when it ends.
-			a.Clip.hold(c.Worker, c.Update, a.heldAt)
-			return Decision{Accepted: true}
+		key := c.Volunteer
+		if key == "" {
+			key = c.Worker
 		}
-		u := c.Update
-		if b := a.Clip.Momentum; b > 0 {
-			// Worker momentum (Karimireddy et al.): each worker's updates
-			// are averaged over its history before the clip, so honest
-			// ones lie closer together and the radius is smaller.
-			if a.Clip.mom == nil {
-				a.Clip.mom = map[string][]float32{}
-			}
-			m := a.Clip.mom[c.Worker]
-			if m == nil {
-				m = slices.Clone(u)
-				a.Clip.mom[c.Worker] = m
-			} else {
-				for i, v := range u {
-					m[i] = b*m[i] + (1-b)*v
+		if !a.Clip.Seeded() {
+			// Nothing to compare with yet: every warm-up result is
+			// validated, so that one arriving first (or alone) cannot set
+			// the scale by being huge or hostile.
+			if a.Validate != nil {
+				if d := a.Validate(c.Update); d != "" {
+					return Decision{Reason: ReasonQuarantined, Detail: d}
 				}
 			}
-			u = m
+			// Held for the warm-up, applied when it ends.
+			a.Clip.hold(key, c.Update, a.heldAt)
+			return Decision{Accepted: true}
 		}
+		// Worker momentum (Karimireddy et al.): each volunteer's updates
+		// are averaged over its history before the clip, so honest ones
+		// lie closer together and the radius is smaller.
+		u := a.Clip.withMomentum(key, c.Update)
+		if a.Validate != nil && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) {
+			// Flagged by the clip (the update, or its volunteer's momentum
+			// with it): the update itself must descend on the
+			// coordinator's own data, or it is not applied at all.
+			if d := a.Validate(c.Update); d != "" {
+				return Decision{Reason: ReasonQuarantined, Detail: d}
+			}
+		}
+		a.Clip.keep(key)
 		clipped := a.Clip.clip(u)
 		a.pending, a.has, a.staleness, a.weight = a.Clip.out, true, c.Staleness, a.Clip.weight
-		return Decision{Accepted: true, Clipped: clipped}
+		d := Decision{Accepted: true, Clipped: clipped}
+		if clipped {
+			d.Norm = l2norm(a.Clip.out) * float64(a.Clip.weight)
+		}
+		return d
 	}
 	// Applied at once by Ready, before the caller's vector changes.
 	a.pending, a.has, a.staleness = c.Update, true, c.Staleness

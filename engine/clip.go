@@ -50,10 +50,16 @@ type Clipper struct {
 	out    []float32
 
 	// Momentum, when > 0, is the worker momentum β: the clip sees each
-	// worker's m ← β·m + (1−β)·u instead of u. Forget drops a worker's.
-	Momentum float32
-	mom      map[string][]float32
-	weight   float32 // the last clip's r/d (1 when not clipped)
+	// volunteer's m ← β·m + (1−β)·u instead of u. Keyed by volunteer, so
+	// that reconnecting does not start a fresh one; at most
+	// MomentumBytes of them are kept, the least recently used dropped
+	// first (a dropped volunteer starts again from its next update).
+	Momentum      float32
+	MomentumBytes int
+	mom           map[string]*momentum
+	momTick       uint64
+	cand          []float32 // the momentum an update would give, until kept
+	weight        float32   // the last clip's r/d (1 when not clipped)
 
 	// Clipped counts the updates applied clipped.
 	Clipped int64
@@ -65,8 +71,91 @@ func NewClipper(n int, tau float64, warmupTimeout time.Duration) *Clipper {
 	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, n: n}
 }
 
-// Forget drops what is kept of worker (it left).
-func (c *Clipper) Forget(worker string) { delete(c.mom, worker) }
+// DefaultMomentumBytes bounds the memory the worker momentum takes.
+const DefaultMomentumBytes = 64 << 20
+
+// momentum is one volunteer's momentum and when it was last used.
+type momentum struct {
+	m    []float32
+	used uint64
+}
+
+// Forget drops what is kept of key.
+func (c *Clipper) Forget(key string) { delete(c.mom, key) }
+
+// Flags reports whether u is suspect: outside the radius around the
+// centre (the clip would clip it), or pointing against the centre (a
+// negative inner product with it: a sign flip or an inner-product
+// manipulation that stays inside the radius). Always false before the
+// warm-up ends.
+func (c *Clipper) Flags(u []float32) bool {
+	if c.centre == nil {
+		return false
+	}
+	dot := 0.0
+	for i, v := range u {
+		dot += float64(v) * float64(c.centre[i])
+	}
+	return dot < 0 || dist(u, c.centre) > c.Radius()
+}
+
+// withMomentum returns what the clip sees of key's update u: u itself
+// without momentum, else β·m + (1−β)·u (u for a key without one), in a
+// scratch vector that keep makes key's.
+func (c *Clipper) withMomentum(key string, u []float32) []float32 {
+	if c.Momentum <= 0 {
+		return u
+	}
+	if len(c.cand) != len(u) {
+		c.cand = make([]float32, len(u))
+	}
+	m := c.mom[key]
+	if m == nil {
+		copy(c.cand, u)
+		return c.cand
+	}
+	b := c.Momentum
+	for i, v := range u {
+		c.cand[i] = b*m.m[i] + (1-b)*v
+	}
+	return c.cand
+}
+
+// keep makes the vector withMomentum last returned key's momentum,
+// dropping the least recently used ones past MomentumBytes.
+func (c *Clipper) keep(key string) {
+	if c.Momentum <= 0 {
+		return
+	}
+	if c.mom == nil {
+		c.mom = map[string]*momentum{}
+	}
+	c.momTick++
+	m := c.mom[key]
+	if m == nil {
+		limit := c.MomentumBytes
+		if limit <= 0 {
+			limit = DefaultMomentumBytes
+		}
+		for len(c.mom) > 0 && (len(c.mom)+1)*4*c.n > limit {
+			var oldest string
+			var at uint64 = math.MaxUint64
+			for k, v := range c.mom {
+				if v.used < at {
+					oldest, at = k, v.used
+				}
+			}
+			delete(c.mom, oldest)
+		}
+		m = &momentum{m: make([]float32, c.n)}
+		c.mom[key] = m
+	}
+	copy(m.m, c.cand)
+	m.used = c.momTick
+}
+
+// Momenta is how many volunteers' momentum is kept.
+func (c *Clipper) Momenta() int { return len(c.mom) }
 
 // Seeded reports whether the warm-up is over.
 func (c *Clipper) Seeded() bool { return c.centre != nil }
