@@ -75,6 +75,7 @@ func (j *Job) configure(spec JobSpec) error {
 	}
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		r.Robust = spec.Robust.Engine()
+		r.Validate = j.validate
 	}
 
 	sc := &st.sched

@@ -69,7 +69,8 @@ func envList(name string, def []string) []string {
 // table to HOSTILE_OUT (default test-artifacts/hostile.md at the
 // repository root). HOSTILE_MODES and HOSTILE_KINDS (comma-separated)
 // select a subset; HOSTILE_EPOCHS is the epoch cap (default 5) and
-// HOSTILE_TIMEOUT a cell's limit (default 4m). Run it with -benchtime 1x.
+// HOSTILE_TIMEOUT a cell's limit (default 4m); HOSTILE_CLEAN=0 leaves the
+// clean runs out (no overheads). Run it with -benchtime 1x.
 func BenchmarkHostileMatrix(b *testing.B) {
 	modes := envList("HOSTILE_MODES", []string{"async", "sync", "diloco"})
 	var kinds []attack.Kind
@@ -109,6 +110,10 @@ func BenchmarkHostileMatrix(b *testing.B) {
 		path = filepath.Join("..", "test-artifacts", "hostile.md")
 	}
 	cells := hostileMatrix(modes, kinds)
+	if os.Getenv("HOSTILE_CLEAN") == "0" {
+		// A quick look at attacked cells only: no overheads.
+		cells = slices.DeleteFunc(cells, func(c hostileCell) bool { return c.kind == "" })
+	}
 	var outs []hostileOutcome
 	write := func() {
 		head := fmt.Sprintf("Attack matrix, mnist-mlp, %s, epoch cap %d, cell limit %v (modes %s, kinds %s)\n\n",

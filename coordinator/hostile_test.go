@@ -164,9 +164,9 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	wg.Wait()
 	out.reached = out.err == "" && out.view.State == coordinator.StateDone && out.accuracy() >= 0.97
 	f := out.forged()
-	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d; job clipped %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v",
-		c.name(), out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version,
-		out.view.Clipped, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons)
+	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v",
+		c.name(), out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.UpdatesApplied,
+		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons)
 	return out
 }
 
@@ -235,6 +235,7 @@ func TestHostileRepresentative(t *testing.T) {
 	}
 	for _, c := range []hostileCell{
 		{mode: "async", kind: attack.Scale, honest: 2, attackers: 1, group: 3},
+		{mode: "async", kind: attack.Early, honest: 4, attackers: 1, group: 5},
 		{mode: "sync", kind: attack.ALIE, honest: 4, attackers: 1, group: 5},
 		{mode: "diloco", kind: attack.IPM, honest: 4, attackers: 1, group: 5},
 	} {

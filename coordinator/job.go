@@ -353,6 +353,9 @@ type JobView struct {
 	// held-out batch (those the robust clip flagged); the refused ones are
 	// rejections["quarantined"].
 	Validated int64 `json:"validated"`
+	// ClipRadius is the asynchronous robust clip's radius now (0 in its
+	// warm-up and in round modes).
+	ClipRadius float64 `json:"clip_radius,omitempty"`
 
 	// Clipped counts results applied clipped by the robust rule (in
 	// sync and diloco, the results or buckets a round's clip clipped).
@@ -416,6 +419,9 @@ func (j *Job) view(st *jobState) JobView {
 	v.Clipped = st.clipped
 	if j.validator != nil {
 		v.Validated = j.validator.zeno.Checked
+	}
+	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
+		v.ClipRadius = a.Clip.Radius()
 	}
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -84,20 +85,33 @@ type momentum struct {
 func (c *Clipper) Forget(key string) { delete(c.mom, key) }
 
 // Flags reports whether u is suspect: outside the radius around the
-// centre (the clip would clip it), or pointing against the centre (a
-// negative inner product with it: a sign flip or an inner-product
-// manipulation that stays inside the radius). Always false before the
-// warm-up ends.
+// centre (the clip would clip it), or pointing against the centre.
+// Always false before the warm-up ends.
 func (c *Clipper) Flags(u []float32) bool {
-	if c.centre == nil {
-		return false
-	}
-	dot := 0.0
-	for i, v := range u {
-		dot += float64(v) * float64(c.centre[i])
-	}
-	return dot < 0 || dist(u, c.centre) > c.Radius()
+	return c.centre != nil && flagged(u, c.centre, c.Radius())
 }
+
+// flagged reports whether u lies outside radius r around ref, or points
+// against it (cosine below flagCosine): a sign flip or an inner-product
+// manipulation that stays inside the radius.
+func flagged(u, ref []float32, r float64) bool {
+	dot, nu, nr := 0.0, 0.0, 0.0
+	for i, v := range u {
+		w := float64(ref[i])
+		dot += float64(v) * w
+		nu += float64(v) * float64(v)
+		nr += w * w
+	}
+	if dot < flagCosine*math.Sqrt(nu*nr) {
+		return true
+	}
+	return dist(u, ref) > r
+}
+
+// flagCosine is the cosine with the reference below which an update is
+// flagged: honest ones scatter around it, and slightly against it now
+// and then, which validating would only cost time for.
+const flagCosine = -0.1
 
 // withMomentum returns what the clip sees of key's update u: u itself
 // without momentum, else β·m + (1−β)·u (u for a key without one), in a
@@ -283,4 +297,45 @@ func (c *Clipper) clip(u []float32) bool {
 		c.Clipped++
 	}
 	return clipped
+}
+
+// ClipState is what a restarted job needs of a Clipper to go on where it
+// was: the centre, the window of recorded distances (the radius) and
+// where the next one goes. Before the warm-up ends there is none: a
+// restarted job warms up again (the results it held were not applied).
+type ClipState struct {
+	Centre []float32
+	Dists  []float64
+	Next   int
+}
+
+// State returns the clip's state, and false before the warm-up ends.
+func (c *Clipper) State() (ClipState, bool) {
+	if c.centre == nil {
+		return ClipState{}, false
+	}
+	return ClipState{Centre: slices.Clone(c.centre), Dists: slices.Clone(c.dists), Next: c.next}, true
+}
+
+// SetState puts back a state State returned; it ends the warm-up.
+func (c *Clipper) SetState(s ClipState) error {
+	switch {
+	case len(s.Centre) != c.n:
+		return fmt.Errorf("clip centre has %d values, the model has %d parameters", len(s.Centre), c.n)
+	case len(s.Dists) < 1 || len(s.Dists) > c.Window:
+		return fmt.Errorf("clip window holds %d distances, want 1 to %d", len(s.Dists), c.Window)
+	case s.Next < 0 || s.Next >= c.Window || (len(s.Dists) < c.Window && s.Next != 0):
+		return fmt.Errorf("clip window position %d does not fit a window of %d holding %d", s.Next, c.Window, len(s.Dists))
+	case !Finite(s.Centre):
+		return fmt.Errorf("clip centre: %w", ErrNonFinite)
+	}
+	for _, d := range s.Dists {
+		if !(d >= 0) || math.IsInf(d, 0) {
+			return fmt.Errorf("clip distance %v is not a finite number >= 0", d)
+		}
+	}
+	c.centre, c.dists, c.next = slices.Clone(s.Centre), slices.Clone(s.Dists), s.Next
+	c.out = make([]float32, c.n)
+	c.boot = nil
+	return nil
 }

@@ -22,7 +22,9 @@ const ReasonQuarantined = "quarantined"
 // refused: an honest one descends on any fair sample of the data, a
 // sign-flipped, scaled or huge one climbs. It costs two forward passes of
 // the batch (one when L(w) is cached for the version), so the caller
-// runs it only on the updates a clip flags.
+// runs it only on the updates a clip flags. A model where honest steps
+// climb too (diverging) would have every one refused: the callers stop
+// validating while most volunteers are being refused (refusals).
 type Zeno struct {
 	// Loss is the mean loss of params on the held-out batch.
 	Loss   func(params []float32) float64
@@ -76,10 +78,11 @@ func (z *Zeno) Check(version int64, params, u []float32) string {
 		// and no yardstick for the update.
 		return ""
 	}
-	if !math.IsNaN(s) && s >= -z.Margin*math.Abs(before) {
+	floor := -z.Margin * math.Abs(before)
+	if !math.IsNaN(s) && s >= floor {
 		return ""
 	}
 	z.Refused++
 	return fmt.Sprintf("the coordinator's validation refused it: on its own held-out batch the update's step takes the loss from %.4g to %.4g (descent score %.3g, allowed down to %.3g)",
-		before, after, s, -z.Margin*math.Abs(before))
+		before, after, s, floor)
 }

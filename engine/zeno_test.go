@@ -97,7 +97,7 @@ func TestZenoBrokenModelRefusesNothing(t *testing.T) {
 
 // validator returns a Validate hook over a quadratic whose optimum is
 // opt, at the parameters *w, and records the updates it was asked about.
-func validator(opt []float32, w *[]float32, asked *[][]float32) func([]float32) string {
+func validator(opt []float32, w *[]float32, asked *[][]float32) func(u []float32) string {
 	q := &quadratic{opt: opt}
 	z := &Zeno{Loss: q.loss, Gamma: 0.1, Rho: DefaultZenoRho, Margin: DefaultZenoMargin}
 	version := int64(0)
@@ -223,4 +223,138 @@ func TestClipperMomentumPerVolunteerIsBounded(t *testing.T) {
 	a.Offer(Contribution{Update: vec(5), Worker: "w1", Volunteer: "v"})
 	s, _ = a.Ready(time.Time{})
 	near(t, "dropped volunteer", s.Update, []float64{5})
+}
+
+// A clip's state put into a fresh clip gives the same radius and clips
+// the next update the same way; a state that does not fit is refused,
+// naming what is wrong.
+func TestClipperStateRoundTrip(t *testing.T) {
+	a := &Async{MaxStaleness: 8, Clip: NewClipper(2, 1.5, time.Second)}
+	if _, ok := a.Clip.State(); ok {
+		t.Fatal("a state before the warm-up")
+	}
+	a.Clip.Active = 1
+	for _, u := range [][]float32{vec(1, 1), vec(1.2, 0.8), vec(0.9, 1.1), vec(5, 5)} {
+		a.Offer(Contribution{Update: u, Worker: "a"})
+		a.Ready(time.Time{})
+	}
+	st, ok := a.Clip.State()
+	if !ok {
+		t.Fatal("no state after the warm-up")
+	}
+	b := &Async{MaxStaleness: 8, Clip: NewClipper(2, 1.5, time.Second)}
+	if err := b.Clip.SetState(st); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Clip.Seeded() || b.Clip.Radius() != a.Clip.Radius() {
+		t.Fatalf("radius %v after SetState, want %v", b.Clip.Radius(), a.Clip.Radius())
+	}
+	da := a.Offer(Contribution{Update: vec(-9, 9), Worker: "a"})
+	sa, _ := a.Ready(time.Time{})
+	db := b.Offer(Contribution{Update: vec(-9, 9), Worker: "a"})
+	sb, _ := b.Ready(time.Time{})
+	if da != db || !slices.Equal(sa.Update, sb.Update) {
+		t.Fatalf("restored clip decided %+v %v, the original %+v %v", db, sb.Update, da, sa.Update)
+	}
+	for _, tc := range []struct {
+		name string
+		s    ClipState
+		want string
+	}{
+		{"short centre", ClipState{Centre: vec(1), Dists: []float64{1}}, "centre has 1 values"},
+		{"no distances", ClipState{Centre: vec(1, 1)}, "window holds 0"},
+		{"position", ClipState{Centre: vec(1, 1), Dists: []float64{1}, Next: 3}, "position 3"},
+		{"nan centre", ClipState{Centre: vec(float32(math.NaN()), 1), Dists: []float64{1}}, "NaN"},
+		{"negative distance", ClipState{Centre: vec(1, 1), Dists: []float64{-1}}, "distance -1"},
+	} {
+		err := NewClipper(2, 1.5, time.Second).SetState(tc.s)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Validation that refuses half of the recent volunteers is not facing a
+// hostile minority but a model in trouble: flagged results then pass
+// unvalidated (clipped) rather than freeze the job. One hostile
+// volunteer of three stays refused however often it sends.
+func TestAsyncValidationStepsAsideWhenItRefusesHalf(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		who         func(i int) (string, bool) // the i-th result's sender, and whether it is hostile
+		unvalidated bool
+	}{
+		{"one volunteer of three, sending most", func(i int) (string, bool) {
+			if i%5 < 3 {
+				return "evil", true
+			}
+			return []string{"a", "b"}[i%5-3], false
+		}, false},
+		{"every volunteer refused", func(i int) (string, bool) { return []string{"a", "b"}[i%2], true }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Async{MaxStaleness: 8, Clip: NewClipper(1, 1.5, time.Second)}
+			a.Clip.Active = 1
+			a.Offer(Contribution{Update: vec(1), Worker: "a"})
+			a.Ready(time.Time{})
+			a.Validate = func(u []float32) string {
+				if u[0] < 0 {
+					return "refused"
+				}
+				return ""
+			}
+			hostileApplied := 0
+			for i := range 200 {
+				who, bad := tc.who(i)
+				u := vec(1)
+				if bad {
+					u = vec(-1)
+				}
+				d := a.Offer(Contribution{Update: u, Worker: who})
+				if d.Accepted && bad {
+					hostileApplied++
+				}
+				a.Ready(time.Time{})
+			}
+			if tc.unvalidated != (a.Unvalidated > 0) || tc.unvalidated != (hostileApplied > 0) {
+				t.Fatalf("%d let through unvalidated, %d hostile applied", a.Unvalidated, hostileApplied)
+			}
+		})
+	}
+}
+
+// In rounds, every result of the first round is validated, and after it
+// a result that looks hostile beside the previous aggregate (against it,
+// or far outside the last round's spread): refused, it is not held for
+// the round. Honest ones are not validated.
+func TestRoundsValidateFlaggedResults(t *testing.T) {
+	w := vec(1, 1)
+	var asked [][]float32
+	r := NewRounds(3, 0, time.Minute, 2)
+	r.Robust = Robust{Method: RobustCenteredClip, Tau: 1.5, Iterations: 3, Bucket: 1}
+	r.Validate = validator(vec(0, 0), &w, &asked)
+	for _, u := range [][]float32{vec(1, 1), vec(1.1, 0.9), vec(0.9, 1.1)} {
+		if d := r.Offer(Contribution{Update: u, Round: 1}); !d.Accepted {
+			t.Fatalf("round 1: %+v", d)
+		}
+	}
+	if _, ok := r.Ready(time.Time{}); !ok {
+		t.Fatal("round 1 did not close")
+	}
+	if len(asked) != 3 {
+		t.Fatalf("the first round validated %d results, want all 3 (nothing to compare with)", len(asked))
+	}
+	asked = nil
+	if d := r.Offer(Contribution{Update: vec(1.05, 0.95), Round: 2}); !d.Accepted || len(asked) != 0 {
+		t.Fatalf("honest result: %+v, %d validated", d, len(asked))
+	}
+	for _, bad := range [][]float32{vec(-19, -19), vec(-0.5, -0.5)} {
+		d := r.Offer(Contribution{Update: bad, Round: 2})
+		if d.Accepted || d.Reason != ReasonQuarantined {
+			t.Fatalf("%v: %+v, want quarantined", bad, d)
+		}
+	}
+	if len(asked) != 2 || r.results != 1 {
+		t.Fatalf("%d validated, %d held; want 2 and 1", len(asked), r.results)
+	}
 }
