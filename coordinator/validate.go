@@ -55,12 +55,15 @@ func newValidator(m *nn.Model, train *dataset.Set, text bool) *validator {
 	return v
 }
 
-// zenoGamma is the step an update stands for: w − γ·u is where the
-// worker's steps took the model (the inner rate for a gradient, 1 for a
-// delta).
+// zenoGamma is the step an update is tried at: the inner rate for a
+// gradient (w − γ·u is where the worker's SGD step took the model), and
+// 1/H for a delta of H inner steps (one step's worth of it: the whole
+// delta lands on the worker's local model, which after many steps on its
+// own shard may score worse on other data though it is honest; the
+// direction is what tells a hostile delta).
 func zenoGamma(spec *JobSpec) float64 {
 	if spec.UpdateKind() == jobspec.UpdateDelta {
-		return 1
+		return 1 / float64(max(1, spec.TaskSteps()))
 	}
 	return float64(innerOptimizer(spec).LR)
 }
