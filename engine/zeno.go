@@ -45,7 +45,7 @@ type Zeno struct {
 // rise allowed, as a fraction of the loss.
 const (
 	DefaultZenoRho    = 1e-3
-	DefaultZenoMargin = 0.02
+	DefaultZenoMargin = 0.1
 )
 
 // Score returns the descent score of u at params (the model at version),
