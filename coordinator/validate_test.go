@@ -39,7 +39,8 @@ func validationSetup(tb testing.TB, preset string) (*nn.Model, *validator, []flo
 
 // On real mnist-mlp data, at the initial weights: the gradient of a batch
 // the validator never saw passes; the same gradient sign-flipped and
-// scaled 19x (the scale attack) or by 1e6 (early) is refused.
+// scaled 19x (the scale attack) or by 1e6 (early) is refused; plainly
+// sign-flipped it scores below zero.
 func TestValidatorOnMNIST(t *testing.T) {
 	m, v, params := validationSetup(t, "mnist-mlp")
 	spec, _ := LoadJobSpec("mnist-mlp")
@@ -62,6 +63,14 @@ func TestValidatorOnMNIST(t *testing.T) {
 		u := make([]float32, len(g))
 		for i, w := range g {
 			u[i] = k * w
+		}
+		if k == -1 {
+			// A plain sign flip climbs, by about as much as the honest
+			// step descends: inside the margin, left to the clip.
+			if s, _, _ := v.zeno.Score(0, params, u); !(s < 0) {
+				t.Errorf("the sign-flipped gradient's descent score is %v, want < 0", s)
+			}
+			continue
 		}
 		if d := v.zeno.Check(0, params, u); d == "" {
 			t.Errorf("the gradient times %g passed validation", k)
