@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -81,6 +81,15 @@ bench-spotcheck: data
 # Each mode to 97% on mnist-mlp with two local workers (docs/BENCHMARKS.md).
 bench-modes: data
 	$(GO) test -run '^$$' -bench ModesTo97 -benchtime 1x -count 3 -timeout 60m ./coordinator/
+
+# The attack matrix (docs/BENCHMARKS.md): mnist-mlp in async, sync and
+# DiLoCo mode, clean and under each `crowdtrain attack` kind, to 97% or an
+# epoch cap, one cell at a time; the table lands in test-artifacts/hostile.md.
+# HOSTILE_MODES=async,sync and HOSTILE_KINDS=scale,alie select a subset;
+# HOSTILE_EPOCHS (5) caps each job, HOSTILE_TIMEOUT (4m) each cell.
+bench-hostile: data
+	mkdir -p test-artifacts
+	HOSTILE_OUT=$(CURDIR)/test-artifacts/hostile.md $(GO) test -run '^$$' -bench HostileMatrix -benchtime 1x -count 1 -timeout 300m ./coordinator/
 
 # charlm on the grid (two `crowdtrain work` processes and a headless
 # Chromium tab, sync rounds of 2 x 16) against PyTorch single-process over

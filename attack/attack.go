@@ -35,6 +35,10 @@ type Config struct {
 	// choose), so that tests can give attackers their own loopback
 	// addresses (127.0.0.N).
 	Bind string
+	// Binds, when set, gives attacker i the address Binds[i % len(Binds)]
+	// instead of Bind: one loopback address per attacker, so that the
+	// coordinator sees each as its own volunteer.
+	Binds []string
 	// JobID, when set, is the job the attack expects the coordinator to
 	// assign; a welcome for another job is an error.
 	JobID string
@@ -51,6 +55,7 @@ type Config struct {
 type Count struct {
 	Sent     int
 	Accepted int
+	Clipped  int // accepted, applied clipped (ack reason clipped)
 	Rejected int
 	Reasons  map[string]int // rejection reason → count
 }
@@ -82,6 +87,7 @@ func (r *Report) Totals() Count {
 	for _, c := range r.Variants {
 		t.Sent += c.Sent
 		t.Accepted += c.Accepted
+		t.Clipped += c.Clipped
 		t.Rejected += c.Rejected
 		for k, v := range c.Reasons {
 			t.Reasons[k] += v
@@ -111,6 +117,9 @@ func (r *Report) acked(v string, accepted bool, reason, detail string) {
 	c := r.variant(v)
 	if accepted {
 		c.Accepted++
+		if reason == "clipped" {
+			c.Clipped++
+		}
 		return
 	}
 	c.Rejected++
@@ -178,15 +187,23 @@ func (r *Report) Print(w io.Writer) {
 	names := slices.Sorted(maps.Keys(r.Variants))
 	for _, n := range names {
 		c := r.Variants[n]
-		fmt.Fprintf(w, "  %-18s sent %d, accepted %d, rejected %d%s\n", n, c.Sent, c.Accepted, c.Rejected, reasons(c.Reasons))
+		fmt.Fprintf(w, "  %-18s sent %d, accepted %d, rejected %d%s%s\n", n, c.Sent, c.Accepted, c.Rejected, reasons(c.Reasons), clippedNote(c.Clipped))
 	}
-	fmt.Fprintf(w, "  %-18s sent %d, accepted %d, rejected %d%s\n", "total", t.Sent, t.Accepted, t.Rejected, reasons(t.Reasons))
+	fmt.Fprintf(w, "  %-18s sent %d, accepted %d, rejected %d%s%s\n", "total", t.Sent, t.Accepted, t.Rejected, reasons(t.Reasons), clippedNote(t.Clipped))
 	for _, d := range r.Details {
 		fmt.Fprintf(w, "  rejected: %q\n", d)
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "  error: %q\n", e)
 	}
+}
+
+// clippedNote says how many accepted results were applied clipped.
+func clippedNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d of the accepted applied clipped", n)
 }
 
 func reasons(m map[string]int) string {
@@ -235,8 +252,10 @@ func (cfg *Config) Check() error {
 	if cfg.Fraction < 1 && (cfg.Kind == Hostage || cfg.Kind == Replay) {
 		return fmt.Errorf("fraction applies to kinds that send forged results; %s has its own pattern (give fraction 1)", cfg.Kind)
 	}
-	if cfg.Bind != "" && net.ParseIP(cfg.Bind) == nil {
-		return fmt.Errorf("bind %q is not an IP address", cfg.Bind)
+	for _, b := range append([]string{cfg.Bind}, cfg.Binds...) {
+		if b != "" && net.ParseIP(b) == nil {
+			return fmt.Errorf("bind %q is not an IP address", b)
+		}
 	}
 	if cfg.computes() && cfg.NewBackend == nil {
 		return errors.New("attack: Config.NewBackend is required for kind " + string(cfg.Kind))

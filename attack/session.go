@@ -63,7 +63,11 @@ type conn struct {
 
 func (a *attacker) dialer() *net.Dialer {
 	d := &net.Dialer{Timeout: 30 * time.Second}
-	if b := a.sh.cfg.Bind; b != "" {
+	b := a.sh.cfg.Bind
+	if bs := a.sh.cfg.Binds; len(bs) > 0 {
+		b = bs[a.id%len(bs)]
+	}
+	if b != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(b)}
 	}
 	return d

@@ -132,9 +132,13 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			a.Clip.Active = j.activeWorkers(sub.worker)
 		}
 	}
-	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples, Worker: sub.worker})
+	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
+		Worker: sub.worker, Volunteer: sub.volunteer})
 	if !d.Accepted {
 		j.requeue(l)
+		if d.Reason == engine.ReasonQuarantined {
+			d.Reason = protocol.ReasonQuarantined
+		}
 		return reject(d.Reason, d.Detail)
 	}
 	if d.Clipped {
@@ -149,7 +153,13 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the
 	// norms down as training converges.
-	st.normMean += (sub.norm - st.normMean) / float64(min(st.normCount, 50))
+	// A clipped update counts at the norm it was applied with: a hostile
+	// one's own size must not raise the gate for the next.
+	norm := sub.norm
+	if d.Clipped && d.Norm > 0 {
+		norm = min(norm, d.Norm)
+	}
+	st.normMean += (norm - st.normMean) / float64(min(st.normCount, 50))
 	st.applied++
 	st.stalenessSum += ack.Staleness
 	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
@@ -221,15 +231,22 @@ func evalEveryVersions(s *JobSpec) int64 {
 	return int64(max(1, s.EvalEvery/per))
 }
 
-// activeWorkers counts the distinct workers holding leases, with worker.
-// A straggling lease (stragglers.go) does not count: a hostage holding
+// activeWorkers counts the distinct volunteers holding leases, with
+// worker's (a worker without a known volunteer counts as its own). A
+// straggling lease (stragglers.go) does not count: a hostage holding
 // leases from the start must not keep the warm-up waiting for it.
 func (j *Job) activeWorkers(worker string) int {
-	seen := map[string]bool{worker: true}
+	who := func(w string) string {
+		if m, ok := j.st.members[w]; ok && m.volunteer != "" {
+			return m.volunteer
+		}
+		return w
+	}
+	seen := map[string]bool{who(worker): true}
 	now, after := j.st.sched.Now(), j.stragglerAfter()
 	for _, l := range j.st.sched.Leases() {
 		if now.Sub(l.Since) < after {
-			seen[l.Worker] = true
+			seen[who(l.Worker)] = true
 		}
 	}
 	return len(seen)

@@ -65,6 +65,9 @@ func (j *Job) configure(spec JobSpec) error {
 		default:
 			a.Clip.Tau = spec.Robust.Tau
 		}
+		if a.Clip != nil {
+			a.Validate = j.validate
+		}
 		if a.Clip != nil && spec.AsyncDiLoCo {
 			// Delayed Nesterov keeps its own momentum of the deltas.
 			a.Clip.Momentum = 0
@@ -72,6 +75,7 @@ func (j *Job) configure(spec JobSpec) error {
 	}
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		r.Robust = spec.Robust.Engine()
+		r.Validate = j.validate
 	}
 
 	sc := &st.sched

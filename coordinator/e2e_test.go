@@ -148,6 +148,7 @@ func TestDivergedJobFails(t *testing.T) {
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 1000}
 		s.MaxUpdateNormRatio = 0 // let the bad step through
+		s.Robust.Method = "none" // no clip, and no validation to refuse it
 		s.EvalEvery = 1
 	}))
 	rc := g.joinRaw()

@@ -48,6 +48,9 @@ type Job struct {
 
 	model *nn.Model
 	test  *dataset.Set
+	// validator scores the updates the robust clip flags on a fixed
+	// held-out batch of the training data (validate.go).
+	validator *validator
 	// text is set for a model that reads token sequences: its
 	// evaluations carry bits_per_char and a sample.
 	text bool
@@ -212,6 +215,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		ledger:      newVolunteerBook(), // the server's replaces it
 	}
 	j.flopsPerExample = model.FLOPsPerExample()
+	j.validator = newValidator(model, train, j.text)
 	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
 	j.epochSize = train.N
 	j.shardBody = make([][]byte, len(j.shards))
@@ -356,6 +360,14 @@ type JobView struct {
 	UpdatesApplied  int64            `json:"updates_applied"`
 	UpdatesRejected int64            `json:"updates_rejected"`
 	Rejections      map[string]int64 `json:"rejections"`
+	// Validated counts the updates the coordinator scored on its own
+	// held-out batch (those the robust clip flagged); the refused ones are
+	// rejections["quarantined"].
+	Validated int64 `json:"validated"`
+	// ClipRadius is the asynchronous robust clip's radius now (0 in its
+	// warm-up and in round modes).
+	ClipRadius float64 `json:"clip_radius,omitempty"`
+
 	// Clipped counts results applied clipped by the robust rule (in
 	// sync and diloco, the results or buckets a round's clip clipped).
 	Clipped int64 `json:"clipped"`
@@ -423,6 +435,12 @@ func (j *Job) view(st *jobState) JobView {
 	v.Clipped = st.clipped
 	v.SpotChecks = j.spotView()
 	v.Abuse = j.abuseView()
+	if j.validator != nil {
+		v.Validated = j.validator.zeno.Checked
+	}
+	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
+		v.ClipRadius = a.Clip.Radius()
+	}
 	if st.state == StateRunning {
 		v.ExamplesPerSec, v.UpdatesPerSec = st.examplesPerSec, st.updPerSec
 	}

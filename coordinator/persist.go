@@ -47,6 +47,17 @@ type progress struct {
 	RoundResults int    `json:"round_results,omitempty"`
 	// SpotChecks keeps each volunteer's trust and strikes across a restart.
 	SpotChecks *spotProgress `json:"spot_checks,omitempty"`
+	// Clip is the asynchronous robust clip's state once its warm-up is
+	// over (nil before, and in round modes).
+	Clip *clipProgress `json:"clip,omitempty"`
+}
+
+// clipProgress is engine.ClipState in a checkpoint: the centre as
+// little-endian float32s (base64 in the JSON).
+type clipProgress struct {
+	Centre []byte    `json:"centre"`
+	Dists  []float64 `json:"dists"`
+	Next   int       `json:"next"`
 }
 
 // CheckpointStats describes the newest checkpoint written in this run, with what it cost: the API shows it as a job's last_checkpoint.
@@ -156,6 +167,11 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	partial := st.agg.Partial()
 	p.Round, p.RoundResults = partial.Round, partial.Results
 	p.SpotChecks = j.spotSave()
+	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
+		if cs, ok := a.Clip.State(); ok {
+			p.Clip = &clipProgress{Centre: protocol.AppendFloats(nil, cs.Centre), Dists: cs.Dists, Next: cs.Next}
+		}
+	}
 	prog, err := json.Marshal(p)
 	if err != nil {
 		panic(fmt.Sprintf("coordinator: encoding progress: %v", err)) // only plain types: a bug
@@ -272,6 +288,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
 	st.model.Version, st.epoch = c.Version, p.Epoch
+	j.restoreClip(c.Version, p.Clip)
 	tasks := make([]engine.Task, 0, len(p.Tasks))
 	st.remaining = 0
 	for _, t := range p.Tasks {
@@ -351,5 +368,23 @@ func (j *Job) addMetric(eval *EvalResult, note string) {
 	select {
 	case j.metricCh <- m:
 	default:
+	}
+}
+
+// restoreClip puts the asynchronous clip's state back. One that does not
+// fit (the job is now in a round mode, or the model changed) is dropped
+// with a log line: the clip warms up again.
+func (j *Job) restoreClip(version int64, p *clipProgress) {
+	a, ok := j.st.agg.(*engine.Async)
+	if !ok || a.Clip == nil || p == nil {
+		return
+	}
+	centre := make([]float32, len(p.Centre)/4)
+	err := protocol.DecodeFloatsInto(centre, p.Centre)
+	if err == nil {
+		err = a.Clip.SetState(engine.ClipState{Centre: centre, Dists: p.Dists, Next: p.Next})
+	}
+	if err != nil {
+		j.logf("job %s: checkpoint v%d: the robust clip's state does not fit (%v); it warms up again", j.ID, version, err)
 	}
 }

@@ -16,9 +16,19 @@ type Contribution struct {
 	Round     uint64
 	Staleness int64
 	Examples  int
-	// Worker is who sent it (the asynchronous clip's warm-up counts
-	// distinct workers).
-	Worker string
+	// Worker is who sent it, Volunteer whose worker it is ("" when not
+	// known): the asynchronous clip's warm-up counts distinct volunteers
+	// and keeps worker momentum per volunteer (per worker without one).
+	Worker    string
+	Volunteer string
+}
+
+// who is whose result c is: its volunteer, or its worker without one.
+func (c Contribution) who() string {
+	if c.Volunteer != "" {
+		return c.Volunteer
+	}
+	return c.Worker
 }
 
 // Decision is what an Aggregator made of a Contribution. A rejection has
@@ -30,6 +40,9 @@ type Decision struct {
 	// Clipped marks an accepted result that is applied clipped (the
 	// asynchronous rule's robust clip): its ack says so.
 	Clipped bool
+	// Norm is the L2 norm of what a clipped result is applied as (0 when
+	// not clipped).
+	Norm float64
 }
 
 // Rejection reasons an Aggregator gives.
@@ -92,6 +105,12 @@ type Async struct {
 	// Clip, when set, bounds every result by a robust running centre
 	// (robust.method centered_clip); nil applies results as they are.
 	Clip *Clipper
+	// Validate, when set, scores an update the clip flags (and each one
+	// of the warm-up) on the coordinator's own data: "" lets it through,
+	// anything else is why it is refused as quarantined (see Zeno).
+	Validate func(u []float32) string
+
+	refusals
 
 	pending   []float32
 	has       bool
@@ -114,37 +133,113 @@ func (a *Async) Offer(c Contribution) Decision {
 		if len(c.Update) != a.Clip.n {
 			panic(fmt.Sprintf("engine: Async.Offer: update has %d values, want %d", len(c.Update), a.Clip.n))
 		}
+		key := c.who()
 		if !a.Clip.Seeded() {
-			// Held for the warm-up, applied when it ends.
-			a.Clip.hold(c.Worker, c.Update, a.heldAt)
-			return Decision{Accepted: true}
-		}
-		u := c.Update
-		if b := a.Clip.Momentum; b > 0 {
-			// Worker momentum (Karimireddy et al.): each worker's updates
-			// are averaged over its history before the clip, so honest
-			// ones lie closer together and the radius is smaller.
-			if a.Clip.mom == nil {
-				a.Clip.mom = map[string][]float32{}
-			}
-			m := a.Clip.mom[c.Worker]
-			if m == nil {
-				m = slices.Clone(u)
-				a.Clip.mom[c.Worker] = m
-			} else {
-				for i, v := range u {
-					m[i] = b*m[i] + (1-b)*v
+			// Nothing to compare with yet: every warm-up result is
+			// validated, so that one arriving first (or alone) cannot set
+			// the scale by being huge or hostile.
+			if a.Validate != nil {
+				if d := a.Validate(c.Update); d != "" {
+					return Decision{Reason: ReasonQuarantined, Detail: d}
 				}
 			}
-			u = m
+			// Held for the warm-up, applied when it ends.
+			a.Clip.hold(key, c.Update, a.heldAt)
+			return Decision{Accepted: true}
 		}
+		// Worker momentum (Karimireddy et al.): each volunteer's updates
+		// are averaged over its history before the clip, so honest ones
+		// lie closer together and the radius is smaller.
+		u := a.Clip.withMomentum(key, c.Update)
+		if a.Validate != nil && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
+			// Flagged by the clip (the update, or its volunteer's momentum
+			// with it): the update itself must descend on the
+			// coordinator's own data, or it is not applied at all.
+			if d := a.Validate(c.Update); d != "" {
+				a.record(c.Worker, true)
+				return Decision{Reason: ReasonQuarantined, Detail: d}
+			}
+		}
+		a.record(c.Worker, false)
+		a.Clip.keep(key)
 		clipped := a.Clip.clip(u)
 		a.pending, a.has, a.staleness, a.weight = a.Clip.out, true, c.Staleness, a.Clip.weight
-		return Decision{Accepted: true, Clipped: clipped}
+		d := Decision{Accepted: true, Clipped: clipped}
+		if clipped {
+			d.Norm = l2norm(a.Clip.out) * float64(a.Clip.weight)
+		}
+		return d
 	}
 	// Applied at once by Ready, before the caller's vector changes.
 	a.pending, a.has, a.staleness = c.Update, true, c.Staleness
 	return Decision{Accepted: true}
+}
+
+// validationWindow is how many recent results the share that validation
+// refused is taken over.
+const validationWindow = 64
+
+// refusals records, for the last validationWindow results, which worker
+// sent each and whether validation refused it.
+type refusals struct {
+	recent  [validationWindow]outcome
+	nRecent int
+	pos     int
+	// Unvalidated counts the flagged results let through unvalidated
+	// while validation refused half the recent volunteers.
+	Unvalidated int64
+}
+
+type outcome struct {
+	who     string
+	refused bool
+}
+
+// refusing reports whether validation refused most results of at least
+// half the workers among the recent results. That is not a hostile
+// minority but a model in trouble (diverging, where honest steps climb
+// too): refusing everyone would freeze the job, so flagged results pass
+// unvalidated, bounded by the robust rule alone, until that changes. It
+// counts workers, not results: a hostile one that answers fast, refused
+// again and again, is still one, and an honest one refused now and then
+// is not counted against the check. (Workers, not volunteers: several
+// honest workers behind one address are one volunteer without keys, and
+// must not weigh as one against a single hostile volunteer.)
+func (a *refusals) refusing() bool {
+	if a.nRecent < validationWindow/2 {
+		return false
+	}
+	type tally struct{ results, refused int }
+	seen := map[string]*tally{}
+	for _, o := range a.recent[:a.nRecent] {
+		t := seen[o.who]
+		if t == nil {
+			t = &tally{}
+			seen[o.who] = t
+		}
+		t.results++
+		if o.refused {
+			t.refused++
+		}
+	}
+	refused := 0
+	for _, t := range seen {
+		if 2*t.refused > t.results {
+			refused++
+		}
+	}
+	if 2*refused >= len(seen) {
+		a.Unvalidated++
+		return true
+	}
+	return false
+}
+
+// record adds a result's outcome to the window.
+func (a *refusals) record(who string, refused bool) {
+	a.recent[a.pos] = outcome{who, refused}
+	a.pos = (a.pos + 1) % validationWindow
+	a.nRecent = min(a.nRecent+1, validationWindow)
 }
 
 // SetNow tells the rule the time of the next Offer (the warm-up's clock).
@@ -201,6 +296,14 @@ type Rounds struct {
 	// Clipped counts the results (buckets, with bucketing) a round's
 	// centred clip clipped.
 	Clipped int64
+	// Validate, when set, scores a result that looks hostile beside the
+	// previous round's aggregate (outside the radius the last round's
+	// results lay in around it, or pointing against it) on the
+	// coordinator's own data, as Async.Validate does: a refused one is
+	// not held for the round.
+	Validate func(u []float32) string
+	refusals
+	radius float64 // tau × the median distance of the last round's results from its aggregate
 
 	round   uint64
 	leased  int
@@ -248,6 +351,17 @@ func (r *Rounds) Offer(c Contribution) Decision {
 		if !Finite(c.Update) {
 			return Decision{Reason: ReasonInvalid, Detail: ErrNonFinite.Error()}
 		}
+		if r.Validate != nil {
+			// The first round has nothing to compare with: every result
+			// of it is validated, as the asynchronous warm-up's are.
+			if (r.prev == nil || (r.radius > 0 && flagged(c.Update, r.prev, r.radius))) && !r.refusing() {
+				if d := r.Validate(c.Update); d != "" {
+					r.record(c.Worker, true)
+					return Decision{Reason: ReasonQuarantined, Detail: d}
+				}
+			}
+			r.record(c.Worker, false)
+		}
 		if len(r.held) > r.results {
 			r.held[r.results] = append(r.held[r.results][:0], c.Update...)
 		} else {
@@ -290,6 +404,16 @@ func (r *Rounds) close() Step {
 			rng = rand.New(rand.NewPCG(r.round, 0x636c6970))
 		}
 		r.Clipped += int64(r.Robust.Aggregate(r.mean, r.held[:r.results], r.prev, rng))
+		if r.Validate != nil && r.results >= 3 {
+			ds := make([]float64, r.results)
+			for k, x := range r.held[:r.results] {
+				ds[k] = dist(x, r.mean)
+			}
+			r.radius = r.Robust.Tau * median(ds)
+			if r.Robust.Method != RobustCenteredClip {
+				r.radius = 1.5 * median(ds)
+			}
+		}
 		if r.prev == nil {
 			r.prev = make([]float32, len(r.mean))
 		}

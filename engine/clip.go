@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -50,10 +51,16 @@ type Clipper struct {
 	out    []float32
 
 	// Momentum, when > 0, is the worker momentum β: the clip sees each
-	// worker's m ← β·m + (1−β)·u instead of u. Forget drops a worker's.
-	Momentum float32
-	mom      map[string][]float32
-	weight   float32 // the last clip's r/d (1 when not clipped)
+	// volunteer's m ← β·m + (1−β)·u instead of u. Keyed by volunteer, so
+	// that reconnecting does not start a fresh one; at most
+	// MomentumBytes of them are kept, the least recently used dropped
+	// first (a dropped volunteer starts again from its next update).
+	Momentum      float32
+	MomentumBytes int
+	mom           map[string]*momentum
+	momTick       uint64
+	cand          []float32 // the momentum an update would give, until kept
+	weight        float32   // the last clip's r/d (1 when not clipped)
 
 	// Clipped counts the updates applied clipped.
 	Clipped int64
@@ -65,8 +72,104 @@ func NewClipper(n int, tau float64, warmupTimeout time.Duration) *Clipper {
 	return &Clipper{Tau: tau, Window: 32, Beta: 0.1, Warmup: 3, WarmupTimeout: warmupTimeout, n: n}
 }
 
-// Forget drops what is kept of worker (it left).
-func (c *Clipper) Forget(worker string) { delete(c.mom, worker) }
+// DefaultMomentumBytes bounds the memory the worker momentum takes.
+const DefaultMomentumBytes = 64 << 20
+
+// momentum is one volunteer's momentum and when it was last used.
+type momentum struct {
+	m    []float32
+	used uint64
+}
+
+// Forget drops what is kept of key.
+func (c *Clipper) Forget(key string) { delete(c.mom, key) }
+
+// Flags reports whether u is suspect: outside the radius around the
+// centre (the clip would clip it), or pointing against the centre.
+// Always false before the warm-up ends.
+func (c *Clipper) Flags(u []float32) bool {
+	return c.centre != nil && flagged(u, c.centre, c.Radius())
+}
+
+// flagged reports whether u lies outside radius r around ref, or points
+// against it (cosine below flagCosine): a sign flip or an inner-product
+// manipulation that stays inside the radius.
+func flagged(u, ref []float32, r float64) bool {
+	dot, nu, nr := 0.0, 0.0, 0.0
+	for i, v := range u {
+		w := float64(ref[i])
+		dot += float64(v) * w
+		nu += float64(v) * float64(v)
+		nr += w * w
+	}
+	if dot < flagCosine*math.Sqrt(nu*nr) {
+		return true
+	}
+	return dist(u, ref) > r
+}
+
+// flagCosine is the cosine with the reference below which an update is
+// flagged: honest ones scatter around it, and slightly against it now
+// and then, which validating would only cost time for.
+const flagCosine = -0.1
+
+// withMomentum returns what the clip sees of key's update u: u itself
+// without momentum, else β·m + (1−β)·u (u for a key without one), in a
+// scratch vector that keep makes key's.
+func (c *Clipper) withMomentum(key string, u []float32) []float32 {
+	if c.Momentum <= 0 {
+		return u
+	}
+	if len(c.cand) != len(u) {
+		c.cand = make([]float32, len(u))
+	}
+	m := c.mom[key]
+	if m == nil {
+		copy(c.cand, u)
+		return c.cand
+	}
+	b := c.Momentum
+	for i, v := range u {
+		c.cand[i] = b*m.m[i] + (1-b)*v
+	}
+	return c.cand
+}
+
+// keep makes the vector withMomentum last returned key's momentum,
+// dropping the least recently used ones past MomentumBytes.
+func (c *Clipper) keep(key string) {
+	if c.Momentum <= 0 {
+		return
+	}
+	if c.mom == nil {
+		c.mom = map[string]*momentum{}
+	}
+	c.momTick++
+	m := c.mom[key]
+	if m == nil {
+		limit := c.MomentumBytes
+		if limit <= 0 {
+			limit = DefaultMomentumBytes
+		}
+		for len(c.mom) > 0 && (len(c.mom)+1)*4*c.n > limit {
+			var oldest string
+			var at uint64 = math.MaxUint64
+			for k, v := range c.mom {
+				if v.used < at {
+					oldest, at = k, v.used
+				}
+			}
+			delete(c.mom, oldest)
+		}
+		m = &momentum{m: make([]float32, c.n)}
+		c.mom[key] = m
+	}
+	copy(m.m, c.cand)
+	m.used = c.momTick
+}
+
+// Momenta is how many volunteers' momentum is kept.
+func (c *Clipper) Momenta() int { return len(c.mom) }
 
 // Seeded reports whether the warm-up is over.
 func (c *Clipper) Seeded() bool { return c.centre != nil }
@@ -194,4 +297,45 @@ func (c *Clipper) clip(u []float32) bool {
 		c.Clipped++
 	}
 	return clipped
+}
+
+// ClipState is what a restarted job needs of a Clipper to go on where it
+// was: the centre, the window of recorded distances (the radius) and
+// where the next one goes. Before the warm-up ends there is none: a
+// restarted job warms up again (the results it held were not applied).
+type ClipState struct {
+	Centre []float32
+	Dists  []float64
+	Next   int
+}
+
+// State returns the clip's state, and false before the warm-up ends.
+func (c *Clipper) State() (ClipState, bool) {
+	if c.centre == nil {
+		return ClipState{}, false
+	}
+	return ClipState{Centre: slices.Clone(c.centre), Dists: slices.Clone(c.dists), Next: c.next}, true
+}
+
+// SetState puts back a state State returned; it ends the warm-up.
+func (c *Clipper) SetState(s ClipState) error {
+	switch {
+	case len(s.Centre) != c.n:
+		return fmt.Errorf("clip centre has %d values, the model has %d parameters", len(s.Centre), c.n)
+	case len(s.Dists) < 1 || len(s.Dists) > c.Window:
+		return fmt.Errorf("clip window holds %d distances, want 1 to %d", len(s.Dists), c.Window)
+	case s.Next < 0 || s.Next >= c.Window || (len(s.Dists) < c.Window && s.Next != 0):
+		return fmt.Errorf("clip window position %d does not fit a window of %d holding %d", s.Next, c.Window, len(s.Dists))
+	case !Finite(s.Centre):
+		return fmt.Errorf("clip centre: %w", ErrNonFinite)
+	}
+	for _, d := range s.Dists {
+		if !(d >= 0) || math.IsInf(d, 0) {
+			return fmt.Errorf("clip distance %v is not a finite number >= 0", d)
+		}
+	}
+	c.centre, c.dists, c.next = slices.Clone(s.Centre), slices.Clone(s.Dists), s.Next
+	c.out = make([]float32, c.n)
+	c.boot = nil
+	return nil
 }

@@ -1,0 +1,138 @@
+package coordinator_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/attack"
+)
+
+// hostileMatrix lists the attack matrix's cells for modes and kinds: per
+// mode, every kind with 20% attackers (4 honest + 1), ipm with 44% (5 + 4),
+// and scale, ratchet and early with one attacker of three (2 + 1), each
+// preceded by the clean run of the same mode, honest workers and spec it
+// is measured against.
+func hostileMatrix(modes []string, kinds []attack.Kind) []hostileCell {
+	var cells []hostileCell
+	for _, m := range modes {
+		type setup struct{ honest, attackers int }
+		var setups []setup
+		var attacked []hostileCell
+		add := func(k attack.Kind, h, a int) {
+			if !slices.Contains(kinds, k) {
+				return
+			}
+			attacked = append(attacked, hostileCell{mode: m, kind: k, honest: h, attackers: a, group: h + a})
+			if !slices.Contains(setups, setup{h, a}) {
+				setups = append(setups, setup{h, a})
+			}
+		}
+		for _, k := range attack.Kinds {
+			add(k, 4, 1)
+		}
+		add(attack.IPM, 5, 4)
+		for _, k := range []attack.Kind{attack.Scale, attack.Ratchet, attack.Early} {
+			add(k, 2, 1)
+		}
+		for _, s := range setups {
+			cells = append(cells, hostileCell{mode: m, honest: s.honest, group: s.honest + s.attackers})
+		}
+		cells = append(cells, attacked...)
+	}
+	return cells
+}
+
+// envList splits a comma-separated environment variable, or returns def.
+func envList(name string, def []string) []string {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// BenchmarkHostileMatrix runs the attack matrix (make bench-hostile):
+// mnist-mlp in async, sync and DiLoCo mode, clean and under each attack
+// kind, each to 97% or the epoch cap, one cell at a time, and writes the
+// table to HOSTILE_OUT (default test-artifacts/hostile.md at the
+// repository root). HOSTILE_MODES and HOSTILE_KINDS (comma-separated)
+// select a subset; HOSTILE_EPOCHS is the epoch cap (default 5) and
+// HOSTILE_TIMEOUT a cell's limit (default 4m); HOSTILE_CLEAN=0 leaves the
+// clean runs out (no overheads). Run it with -benchtime 1x.
+func BenchmarkHostileMatrix(b *testing.B) {
+	modes := envList("HOSTILE_MODES", []string{"async", "sync", "diloco"})
+	var kinds []attack.Kind
+	for _, k := range envList("HOSTILE_KINDS", nil) {
+		kind, err := attack.ParseKind(k)
+		if err != nil {
+			b.Fatalf("HOSTILE_KINDS: %v", err)
+		}
+		kinds = append(kinds, kind)
+	}
+	if kinds == nil {
+		kinds = attack.Kinds
+	}
+	for _, m := range modes {
+		if m != "async" && m != "sync" && m != "diloco" {
+			b.Fatalf("HOSTILE_MODES: unknown mode %q: want async, sync or diloco", m)
+		}
+	}
+	epochs := 5
+	if v := os.Getenv("HOSTILE_EPOCHS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("HOSTILE_EPOCHS must be a whole number >= 1, got %q", v)
+		}
+		epochs = n
+	}
+	timeout := 4 * time.Minute
+	if v := os.Getenv("HOSTILE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("HOSTILE_TIMEOUT must be a duration such as 4m, got %q", v)
+		}
+		timeout = d
+	}
+	path := os.Getenv("HOSTILE_OUT")
+	if path == "" {
+		path = filepath.Join("..", "test-artifacts", "hostile.md")
+	}
+	cells := hostileMatrix(modes, kinds)
+	if os.Getenv("HOSTILE_CLEAN") == "0" {
+		// A quick look at attacked cells only: no overheads.
+		cells = slices.DeleteFunc(cells, func(c hostileCell) bool { return c.kind == "" })
+	}
+	var outs []hostileOutcome
+	write := func() {
+		head := fmt.Sprintf("Attack matrix, mnist-mlp, %s, epoch cap %d, cell limit %v (modes %s, kinds %s)\n\n",
+			time.Now().UTC().Format("2006-01-02 15:04 MST"), epochs, timeout, strings.Join(modes, ","), os.Getenv("HOSTILE_KINDS"))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(head+hostileTable(outs)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range b.N {
+		outs = outs[:0]
+		for _, c := range cells {
+			// Written after every cell, so that a long run interrupted
+			// keeps what it measured.
+			outs = append(outs, runHostileCell(b, c, epochs, timeout))
+			write()
+		}
+	}
+	b.Logf("attack matrix written to %s:\n%s", path, hostileTable(outs))
+}

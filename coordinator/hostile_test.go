@@ -1,0 +1,256 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/attack"
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/worker"
+)
+
+// hostileCell is one cell of the attack matrix: a mode, an attack kind
+// ("" for the clean run) and how many honest workers and attackers.
+type hostileCell struct {
+	mode      string // async, sync or diloco
+	kind      attack.Kind
+	honest    int
+	attackers int
+	// group is the connections the mode's spec is sized for: the
+	// attacked cell's, so that its clean run has the same spec.
+	group int
+}
+
+func (c hostileCell) name() string {
+	k := string(c.kind)
+	if k == "" {
+		k = "clean"
+	}
+	return fmt.Sprintf("%s/%s/%d+%d", c.mode, k, c.honest, c.attackers)
+}
+
+// hostileSpec is mnist-mlp in mode, for group connections, stopping at 97%
+// or after maxEpochs epochs. Rounds are sized so that every connection is
+// in every round (round_size = group − 1, at least 3, and the rest
+// backups): with rounds of 2 out of 5 workers a fast attacker (one that
+// computes nothing) would be in nearly every round's first two, and a
+// round of fewer than 3 results is averaged, there being no majority to
+// trust; with one backup the slowest honest worker may miss a round, as
+// it would on a real grid.
+func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) coordinator.JobSpec {
+	tb.Helper()
+	size := max(3, group-1)
+	backups := max(0, group-size)
+	rounds := fmt.Sprintf("round_size: %d\nbackup_workers: %d\nround_timeout: 30s\n", size, backups)
+	var y string
+	switch mode {
+	case "async":
+		y = ""
+	case "sync":
+		y = "mode: sync\neval_every: 100\n" + rounds
+	case "diloco":
+		y = "mode: diloco\nlocal_steps: 16\ninner_optimizer:\n  type: adamw\neval_every: 200\n" + rounds
+	default:
+		tb.Fatalf("unknown mode %q", mode)
+	}
+	return modeSpec(tb, y+fmt.Sprintf("max_epochs: %d\n", maxEpochs))
+}
+
+// hostileOutcome is what one cell measured.
+type hostileOutcome struct {
+	cell    hostileCell
+	view    coordinator.JobView
+	elapsed time.Duration // start to the job's end
+	reached bool          // the job stopped at 97%
+	report  *attack.Report
+	err     string // the cell could not finish (timeout)
+}
+
+func (o hostileOutcome) accuracy() float64 {
+	if o.view.Eval == nil {
+		return 0
+	}
+	return o.view.Eval.Accuracy
+}
+
+// forged sums the attack report's variants other than honest ones.
+func (o hostileOutcome) forged() attack.Count {
+	t := attack.Count{Reasons: map[string]int{}}
+	if o.report == nil {
+		return t
+	}
+	for name, c := range o.report.Variants {
+		if name == "honest" {
+			continue
+		}
+		t.Sent += c.Sent
+		t.Accepted += c.Accepted
+		t.Clipped += c.Clipped
+		t.Rejected += c.Rejected
+		for k, v := range c.Reasons {
+			t.Reasons[k] += v
+		}
+	}
+	return t
+}
+
+// runHostileCell runs one cell on a real coordinator over loopback: the
+// attackers (the attack package in process, attacker i from 127.0.0.(2+i))
+// connect first, then the honest native workers; it returns when the job
+// ends or timeout passes.
+func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Duration) hostileOutcome {
+	tb.Helper()
+	g := newTestGrid(tb, hostileSpec(tb, c.mode, c.group, maxEpochs))
+	defer g.close()
+	out := hostileOutcome{cell: c}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	if c.attackers > 0 {
+		cfg := attack.Config{
+			Coordinator: g.wsURL(), Kind: c.kind, N: c.attackers, JobID: g.job.ID,
+			NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
+		}
+		if c.kind == attack.Sybil {
+			// One sybil is many identities from one address.
+			cfg.N, cfg.Bind = attack.DefaultN(attack.Sybil)*c.attackers, "127.0.0.2"
+		} else {
+			for i := range c.attackers {
+				cfg.Binds = append(cfg.Binds, fmt.Sprintf("127.0.0.%d", 2+i))
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := attack.Run(ctx, cfg)
+			if err != nil && r == nil {
+				tb.Errorf("%s: attack: %v", c.name(), err)
+			}
+			out.report = r
+		}()
+		// The attackers take their first leases before anyone honest is
+		// there: an attack that arrives first must not set the scale.
+		deadline := time.Now().Add(15 * time.Second)
+		for g.jobView().LeasesHeld == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for range c.honest {
+		g.addWorker(1, nil)
+	}
+	deadline := start.Add(timeout)
+	for {
+		v := g.jobView()
+		if v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing {
+			out.view, out.elapsed = v, time.Since(start)
+			break
+		}
+		if time.Now().After(deadline) {
+			out.view, out.elapsed = v, time.Since(start)
+			out.err = fmt.Sprintf("still %s after %v at epoch %d", v.State, timeout, v.Epoch)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	out.reached = out.err == "" && out.view.State == coordinator.StateDone && out.accuracy() >= 0.97
+	f := out.forged()
+	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v",
+		c.name(), out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.UpdatesApplied,
+		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons)
+	return out
+}
+
+// hostileTable writes the matrix as markdown: per cell, the accuracy the
+// job ended with, the time to 97% (— when it was not reached), its ratio
+// to the clean run of the same mode and honest workers, and what became of
+// the forged results (the attack's own report of the acks).
+func hostileTable(outs []hostileOutcome) string {
+	var b strings.Builder
+	b.WriteString("| mode | attack | attackers | final accuracy | time to 97% | overhead | forged sent | applied (clipped) | rejected |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	clean := map[string]time.Duration{}
+	for _, o := range outs {
+		if o.cell.kind == "" && o.reached {
+			clean[fmt.Sprintf("%s/%d/%d", o.cell.mode, o.cell.honest, o.cell.group)] = o.elapsed
+		}
+	}
+	for _, o := range outs {
+		c := o.cell
+		kind, who := string(c.kind), fmt.Sprintf("%d of %d", c.attackers, c.honest+c.attackers)
+		if kind == "" {
+			kind, who = "none", fmt.Sprintf("0 of %d", c.honest)
+		} else if c.kind == attack.Sybil {
+			who = fmt.Sprintf("%d of %d (%d connections)", c.attackers, c.honest+c.attackers, attack.DefaultN(attack.Sybil)*c.attackers)
+		}
+		tt, over := "—", "—"
+		if o.reached {
+			tt = fmt.Sprintf("%.1f s", o.elapsed.Seconds())
+			if ref, ok := clean[fmt.Sprintf("%s/%d/%d", c.mode, c.honest, c.group)]; ok && c.kind != "" {
+				over = fmt.Sprintf("%.2fx", o.elapsed.Seconds()/ref.Seconds())
+			}
+		}
+		acc := fmt.Sprintf("%.4f", o.accuracy())
+		if o.err != "" {
+			acc += " (" + o.err + ")"
+		} else if !o.reached {
+			acc += fmt.Sprintf(" (epoch cap %d)", o.view.Epoch)
+		}
+		sent, applied, rejected := "", "", ""
+		if c.kind != "" {
+			f := o.forged()
+			sent = fmt.Sprint(f.Sent)
+			applied = fmt.Sprintf("%d (%d)", f.Accepted, f.Clipped)
+			rejected = fmt.Sprint(f.Rejected)
+			if len(f.Reasons) > 0 {
+				var parts []string
+				for _, k := range slices.Sorted(maps.Keys(f.Reasons)) {
+					parts = append(parts, fmt.Sprintf("%s %d", k, f.Reasons[k]))
+				}
+				rejected += " (" + strings.Join(parts, ", ") + ")"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.mode, kind, who, acc, tt, over, sent, applied, rejected)
+	}
+	return b.String()
+}
+
+// TestHostileRepresentative runs four cells of the attack matrix (make
+// bench-hostile runs all of it) and checks what a user would: despite the
+// attackers, mnist-mlp reaches 97%. In async mode one scaled attacker of
+// three and one early (huge from the first moment, connected first)
+// attacker of five, which destroyed the model before the robust clip and
+// validation; one sign-flipping attacker of five in sync rounds; one IPM
+// attacker of five in DiLoCo.
+func TestHostileRepresentative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains MNIST end to end four times; skipped with -short")
+	}
+	for _, c := range []hostileCell{
+		{mode: "async", kind: attack.Scale, honest: 2, attackers: 1, group: 3},
+		{mode: "async", kind: attack.Early, honest: 4, attackers: 1, group: 5},
+		{mode: "sync", kind: attack.SignFlip, honest: 4, attackers: 1, group: 5},
+		{mode: "diloco", kind: attack.IPM, honest: 4, attackers: 1, group: 5},
+	} {
+		t.Run(strings.ReplaceAll(c.name(), "/", "-"), func(t *testing.T) {
+			o := runHostileCell(t, c, 5, 4*time.Minute)
+			f := o.forged()
+			if f.Sent == 0 || f.Accepted+f.Rejected == 0 {
+				t.Fatalf("the attack sent %d forged results and got %d acks: it did not run (errors %v)", f.Sent, f.Accepted+f.Rejected, o.report.Errors)
+			}
+			if !o.reached {
+				t.Fatalf("job ended %s (%s) at accuracy %.4f %s; want 97%% despite %d %s attacker(s) of %d",
+					o.view.State, o.view.Reason, o.accuracy(), o.err, c.attackers, c.kind, c.honest+c.attackers)
+			}
+		})
+	}
+}

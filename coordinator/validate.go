@@ -1,0 +1,84 @@
+package coordinator
+
+import (
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// Validation examples: the fixed batch of the training set the
+// coordinator scores flagged updates on (engine.Zeno). A text model's
+// examples are whole windows, each many label positions (charlm's 2
+// windows are 256 positions, as many as mnist's 256 images), and a
+// transformer's forward pass is dear: it takes few.
+const (
+	validationExamples     = 256
+	validationTextExamples = 2
+)
+
+// validator is a job's held-out batch and the Zeno check over it.
+type validator struct {
+	zeno engine.Zeno
+	x    []float32
+	y    []int32
+	n    int
+	ws   *nn.Workspace
+	// positions is the label positions the batch holds: the loss is their
+	// mean.
+	positions float64
+}
+
+// newValidator takes an evenly spread fixed batch of train: the same
+// examples every time, so that two scores differ only by the update.
+func newValidator(m *nn.Model, train *dataset.Set, text bool) *validator {
+	n := validationExamples
+	if text {
+		n = validationTextExamples
+	}
+	n = min(n, train.N)
+	if n < 1 {
+		return nil
+	}
+	idx := train.Spread(n)
+	es, lpe := train.ExampleSize(), train.LabelsPerExample()
+	v := &validator{x: make([]float32, len(idx)*es), y: make([]int32, len(idx)*lpe), n: len(idx)}
+	for k, i := range idx {
+		train.FillExample(v.x[k*es:(k+1)*es], v.y[k*lpe:(k+1)*lpe], i)
+	}
+	v.positions = float64(len(idx) * lpe)
+	v.ws = m.NewWorkspace(min(len(idx), 64))
+	v.zeno = engine.Zeno{Rho: engine.DefaultZenoRho, Margin: engine.DefaultZenoMargin, Loss: func(params []float32) float64 {
+		l, _ := m.Evaluate(v.ws, params, v.x, v.y)
+		return l / v.positions
+	}}
+	return v
+}
+
+// zenoGamma is the step an update is tried at: the inner rate for a
+// gradient (w − γ·u is where the worker's SGD step took the model), and
+// 1/H for a delta of H inner steps (one step's worth of it: the whole
+// delta lands on the worker's local model, which after many steps on its
+// own shard may score worse on other data though it is honest; the
+// direction is what tells a hostile delta).
+func zenoGamma(spec *JobSpec) float64 {
+	if spec.UpdateKind() == jobspec.UpdateDelta {
+		return 1 / float64(max(1, spec.TaskSteps()))
+	}
+	return float64(innerOptimizer(spec).LR)
+}
+
+// validate scores u against the model as it is now: "" to apply it, or
+// why it is refused. It runs on the loop.
+func (j *Job) validate(u []float32) string {
+	v := j.validator
+	if v == nil {
+		return ""
+	}
+	v.zeno.Gamma = zenoGamma(&j.st.spec)
+	d := v.zeno.Check(j.st.model.Version, j.st.model.Params, u)
+	if d != "" && j.verbose {
+		j.logf("job %s: quarantined an update: %s", j.ID, d)
+	}
+	return d
+}

@@ -1,0 +1,102 @@
+package coordinator
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// validationSetup loads preset's model and training data, and the
+// validator a job of it would have.
+func validationSetup(tb testing.TB, preset string) (*nn.Model, *validator, []float32) {
+	tb.Helper()
+	spec, err := LoadJobSpec(preset)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts, err := DataOptions(spec)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	train, _, err := dataset.Load(spec.Dataset, opts)
+	if errors.Is(err, dataset.ErrBibleNotFound) {
+		tb.Skipf("%s: %v", preset, err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, spec.Seed)
+	return m, newValidator(m, train, train.Kind == dataset.NextTokens || isTextModel(m)), params
+}
+
+// On real mnist-mlp data, at the initial weights: the gradient of a batch
+// the validator never saw passes; the same gradient sign-flipped and
+// scaled 19x (the scale attack) or by 1e6 (early) is refused; plainly
+// sign-flipped it scores below zero.
+func TestValidatorOnMNIST(t *testing.T) {
+	m, v, params := validationSetup(t, "mnist-mlp")
+	spec, _ := LoadJobSpec("mnist-mlp")
+	train, _, err := dataset.LoadMNIST("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	x := make([]float32, n*train.ExampleSize())
+	y := make([]int32, n)
+	train.Fill(x, y, 1000, n)
+	ws := m.NewWorkspace(n)
+	g := make([]float32, m.NumParams)
+	m.Gradient(ws, params, x, y, g)
+	v.zeno.Gamma = zenoGamma(&spec)
+	if d := v.zeno.Check(0, params, g); d != "" {
+		t.Fatalf("an honest gradient was refused: %s", d)
+	}
+	for _, k := range []float32{-1, -19, -1e6} {
+		u := make([]float32, len(g))
+		for i, w := range g {
+			u[i] = k * w
+		}
+		if k == -1 {
+			// A plain sign flip climbs, by about as much as the honest
+			// step descends: inside the margin, left to the clip.
+			if s, _, _ := v.zeno.Score(0, params, u); !(s < 0) {
+				t.Errorf("the sign-flipped gradient's descent score is %v, want < 0", s)
+			}
+			continue
+		}
+		if d := v.zeno.Check(0, params, u); d == "" {
+			t.Errorf("the gradient times %g passed validation", k)
+		}
+	}
+}
+
+// BenchmarkValidateFlaggedUpdate is what validating one flagged update
+// costs the job's loop (two forward passes of the held-out batch: the
+// loss before the step is cached per version, so a run of flagged
+// updates against one version costs one pass each).
+func BenchmarkValidateFlaggedUpdate(b *testing.B) {
+	for _, preset := range []string{"mnist-mlp", "charlm"} {
+		b.Run(preset, func(b *testing.B) {
+			m, v, params := validationSetup(b, preset)
+			rng := rand.New(rand.NewPCG(1, 2))
+			u := make([]float32, m.NumParams)
+			for i := range u {
+				u[i] = float32(rng.NormFloat64() * 1e-3)
+			}
+			v.zeno.Gamma = 1
+			b.ResetTimer()
+			for i := range b.N {
+				v.zeno.Check(int64(i), params, u) // a new version each time: both passes
+			}
+			b.ReportMetric(float64(v.n), "examples")
+		})
+	}
+}
