@@ -143,8 +143,12 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for range c.honest {
-		g.addWorker(1, nil)
+	for i := range c.honest {
+		// Each honest worker is a volunteer of its own, as on a real
+		// grid: spot checks pair different volunteers.
+		g.addWorkerWith(1, nil, func(cfg *worker.Config) {
+			cfg.VolunteerKey = fmt.Sprintf("hostile-matrix-honest-%02d", i)
+		})
 	}
 	deadline := start.Add(timeout)
 	for {
