@@ -128,9 +128,11 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.SetNow(st.sched.Now())
+		active := j.activeWorkers(sub.worker)
 		if !a.Clip.Seeded() {
-			a.Clip.Active = j.activeWorkers(sub.worker)
+			a.Clip.Active = active
 		}
+		a.Lone = active <= 1
 	}
 	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
 		Worker: sub.worker, Volunteer: sub.volunteer})

@@ -28,6 +28,7 @@ func TestClipStateSurvivesRestart(t *testing.T) {
 		for k := range u {
 			u[k] = float32(1+i%3) * 1e-4
 		}
+		u[0] += float32(i) * 1e-6 // distinct: a repeat would be refused as a replay
 		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32, Update: u, Examples: l.Count, LossSum: 1})
 		if a := rc.ack(l.ID); !a.Accepted {
 			t.Fatalf("result %d: %+v", i, a)

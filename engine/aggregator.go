@@ -109,6 +109,11 @@ type Async struct {
 	// of the warm-up) on the coordinator's own data: "" lets it through,
 	// anything else is why it is refused as quarantined (see Zeno).
 	Validate func(u []float32) string
+	// Lone is set by the caller when the result's volunteer is the only
+	// one at work: past the warm-up there is nobody to tell a hostile
+	// minority from, and a lone volunteer's honest but noisy steps must
+	// not be refused (the clip still bounds them).
+	Lone bool
 
 	refusals
 
@@ -138,10 +143,16 @@ func (a *Async) Offer(c Contribution) Decision {
 			// Nothing to compare with yet: every warm-up result is
 			// validated, so that one arriving first (or alone) cannot set
 			// the scale by being huge or hostile.
-			if a.Validate != nil {
+			if a.Validate != nil && !(a.distinctRecent() >= 2 && a.refusing()) {
+				// refusing: a model on which even honest steps climb
+				// must not hold the warm-up, and the job, for ever; but
+				// one worker alone refused is a lone attacker, which
+				// must not end the warm-up by insisting.
 				if d := a.Validate(c.Update); d != "" {
+					a.record(c.Worker, true)
 					return Decision{Reason: ReasonQuarantined, Detail: d}
 				}
+				a.record(c.Worker, false)
 			}
 			// Held for the warm-up, applied when it ends.
 			a.Clip.hold(key, c.Update, a.heldAt)
@@ -151,7 +162,7 @@ func (a *Async) Offer(c Contribution) Decision {
 		// are averaged over its history before the clip, so honest ones
 		// lie closer together and the radius is smaller.
 		u := a.Clip.withMomentum(key, c.Update)
-		if a.Validate != nil && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
+		if a.Validate != nil && !a.Lone && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
 			// Flagged by the clip (the update, or its volunteer's momentum
 			// with it): the update itself must descend on the
 			// coordinator's own data, or it is not applied at all.
@@ -233,6 +244,15 @@ func (a *refusals) refusing() bool {
 		return true
 	}
 	return false
+}
+
+// distinctRecent counts the workers among the recent results.
+func (a *refusals) distinctRecent() int {
+	seen := map[string]bool{}
+	for _, o := range a.recent[:a.nRecent] {
+		seen[o.who] = true
+	}
+	return len(seen)
 }
 
 // record adds a result's outcome to the window.
