@@ -128,11 +128,10 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.SetNow(st.sched.Now())
-		active := j.activeWorkers(sub.worker)
 		if !a.Clip.Seeded() {
-			a.Clip.Active = active
+			a.Clip.Active = j.activeWorkers(sub.worker)
 		}
-		a.Lone = active <= 1
+		a.Lone = !j.anotherVolunteerAtWork(sub.worker)
 	}
 	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
 		Worker: sub.worker, Volunteer: sub.volunteer})
@@ -233,22 +232,46 @@ func evalEveryVersions(s *JobSpec) int64 {
 	return int64(max(1, s.EvalEvery/per))
 }
 
+// volunteerOf is worker's volunteer; a worker without a known volunteer
+// counts as its own.
+func (j *Job) volunteerOf(worker string) string {
+	if m, ok := j.st.members[worker]; ok && m.volunteer != "" {
+		return m.volunteer
+	}
+	return worker
+}
+
+// anotherVolunteerAtWork reports whether a volunteer other than worker's
+// holds a lease that is not straggling: activeWorkers(worker) > 1, without
+// counting them all. It runs for every result, so it stops at the first.
+func (j *Job) anotherVolunteerAtWork(worker string) bool {
+	mine := j.volunteerOf(worker)
+	var after time.Duration // the straggler threshold, taken when first needed
+	now := j.st.sched.Now()
+	for _, l := range j.st.sched.Leases() {
+		if j.volunteerOf(l.Worker) == mine {
+			continue
+		}
+		if after == 0 {
+			after = j.stragglerAfter()
+		}
+		if now.Sub(l.Since) < after {
+			return true
+		}
+	}
+	return false
+}
+
 // activeWorkers counts the distinct volunteers holding leases, with
 // worker's (a worker without a known volunteer counts as its own). A
 // straggling lease (stragglers.go) does not count: a hostage holding
 // leases from the start must not keep the warm-up waiting for it.
 func (j *Job) activeWorkers(worker string) int {
-	who := func(w string) string {
-		if m, ok := j.st.members[w]; ok && m.volunteer != "" {
-			return m.volunteer
-		}
-		return w
-	}
-	seen := map[string]bool{who(worker): true}
+	seen := map[string]bool{j.volunteerOf(worker): true}
 	now, after := j.st.sched.Now(), j.stragglerAfter()
 	for _, l := range j.st.sched.Leases() {
 		if now.Sub(l.Since) < after {
-			seen[who(l.Worker)] = true
+			seen[j.volunteerOf(l.Worker)] = true
 		}
 	}
 	return len(seen)
