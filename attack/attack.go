@@ -39,6 +39,9 @@ type Config struct {
 	// instead of Bind: one loopback address per attacker, so that the
 	// coordinator sees each as its own volunteer.
 	Binds []string
+	// JoinToken is the join token every attacker presents, for a
+	// coordinator run with --join token (issued on its admin page).
+	JoinToken string
 	// JobID, when set, is the job the attack expects the coordinator to
 	// assign; a welcome for another job is an error.
 	JobID string

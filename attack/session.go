@@ -134,7 +134,7 @@ func (c *conn) read(ctx context.Context) (protocol.Message, error) {
 func (c *conn) run(ctx context.Context) error {
 	a, cfg := c.a, c.a.sh.cfg
 	if err := c.send(ctx, &protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative,
-		Backend: "attack-" + string(cfg.Kind), Threads: 1, Client: cfg.Client, Codecs: []string{protocol.CodecF32}}); err != nil {
+		Backend: "attack-" + string(cfg.Kind), Threads: 1, Client: cfg.Client, Codecs: []string{protocol.CodecF32}, Token: cfg.JoinToken}); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -146,8 +146,12 @@ func (c *conn) run(ctx context.Context) error {
 	w, ok := m.(*protocol.Welcome)
 	if !ok {
 		if e, ok := m.(*protocol.Error); ok {
-			if e.Code == "bad_hello" {
+			switch e.Code {
+			case "bad_hello":
 				return fmt.Errorf("%w: %s", ErrRefused, e.Message)
+			case "join_token":
+				// Retrying cannot help, and wrong tokens count against the address.
+				return fmt.Errorf("%w: %s (an attack on a grid run with --join token needs --join-token)", ErrRefused, e.Message)
 			}
 			return fmt.Errorf("coordinator: %s: %s", e.Code, e.Message)
 		}

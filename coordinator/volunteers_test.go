@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
@@ -170,6 +172,35 @@ func TestJoinTokenMode(t *testing.T) {
 	refusedWith(t, "the right token after too many guesses", m, "join_token", "too many wrong join tokens")
 	_, m = g.helloFrom("127.0.0.4", protocol.Hello{Token: tok2.Token})
 	welcomed(t, "the right token from another address", m)
+}
+
+// The attack tool joins a token grid with an issued token, as an operator
+// testing their own grid would, and stops with the coordinator's message
+// when it has none.
+func TestAttackOnATokenGrid(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.Join = coordinator.JoinToken })
+	ctx, cancel := context.WithTimeout(g.ctx, 20*time.Second)
+	defer cancel()
+	_, err := attack.Run(ctx, attack.Config{Coordinator: g.wsURL(), Kind: attack.NaN, Bind: "127.0.0.2"})
+	if !errors.Is(err, attack.ErrRefused) || !strings.Contains(err.Error(), "--join-token") {
+		t.Fatalf("an attack without a token: %v, want it refused, pointing to --join-token", err)
+	}
+	var tok coordinator.IssuedToken
+	if code := g.adminJSON(http.MethodPost, "/api/v1/tokens", map[string]string{"name": "red-team"}, &tok); code != http.StatusCreated {
+		t.Fatalf("POST /api/v1/tokens: %d", code)
+	}
+	actx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	r, err := attack.Run(actx, attack.Config{Coordinator: g.wsURL(), Kind: attack.NaN, N: 2, Bind: "127.0.0.2", JoinToken: tok.Token})
+	if err != nil {
+		t.Fatalf("an attack with an issued token: %v", err)
+	}
+	if r.Connections < 2 || r.Totals().Sent == 0 {
+		t.Fatalf("with the token: %d connections, %d results sent; want both attackers in and sending", r.Connections, r.Totals().Sent)
+	}
+	if v := g.standing()["t-"+tok.ID]; v.TokenName != "red-team" {
+		t.Fatalf("the token's volunteer: %+v, want the attackers counted under the issued token", v)
+	}
 }
 
 // The token routes and the standing are the operator's; bad bodies get a

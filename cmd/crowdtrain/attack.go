@@ -22,6 +22,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fraction := fs.Float64("fraction", 1, "the share `F` of results that lie (0 < F <= 1); the rest are computed honestly")
 	bind := fs.String("bind", "", "local IP `ADDR` to connect from (e.g. 127.0.0.5)")
 	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
+	joinToken := fs.String("join-token", "", "join `TOKEN` every attacker presents, for a coordinator run with --join token")
 	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -44,7 +45,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	cfg := attack.Config{
-		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Bind: *bind, JobID: *job,
+		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Bind: *bind, JobID: *job, JoinToken: *joinToken,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
 		NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
 	}
