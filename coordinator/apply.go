@@ -111,10 +111,12 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
-	if r := st.spec.MaxUpdateNormRatio; r > 0 && st.normCount >= normWarmup && st.normMean > 0 && sub.norm > r*st.normMean {
+	// The reference is normgate.go's: no few clients can set it.
+	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && sub.norm > st.spec.MaxUpdateNormRatio*ref {
 		j.requeue(l)
-		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the running mean %.3g of accepted updates (limit %gx): the worker looks broken",
-			sub.norm, sub.norm/st.normMean, st.normMean, r))
+		j.spotRefused(sub, l)
+		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
+			sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
 	}
 	if deduped(l) {
 		if sub.hash == 0 {
@@ -123,6 +125,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		if sub.hash != 0 && st.abuse.dedup.seen(sub.hash) {
 			j.duplicateRun()
 			j.requeue(l)
+			j.spotRefused(sub, l)
 			return reject(protocol.ReasonDuplicate, "the update is bit-identical to one accepted before (a replay); the lease is queued again")
 		}
 	}
@@ -139,6 +142,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l)
 		if d.Reason == engine.ReasonQuarantined {
 			d.Reason = protocol.ReasonQuarantined
+			j.spotRefused(sub, l)
 		}
 		return reject(d.Reason, d.Detail)
 	}
@@ -161,6 +165,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		norm = min(norm, d.Norm)
 	}
 	st.normMean += (norm - st.normMean) / float64(min(st.normCount, 50))
+	st.normRef.observe(sub.volunteer, norm)
 	st.applied++
 	st.stalenessSum += ack.Staleness
 	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++

@@ -18,7 +18,7 @@ import (
 // and scale, ratchet and early with one attacker of three (2 + 1), each
 // preceded by the clean run of the same mode, honest workers and spec it
 // is measured against.
-func hostileMatrix(modes []string, kinds []attack.Kind) []hostileCell {
+func hostileMatrix(modes []string, kinds []attack.Kind, cleanRuns int) []hostileCell {
 	var cells []hostileCell
 	for _, m := range modes {
 		type setup struct{ honest, attackers int }
@@ -40,8 +40,13 @@ func hostileMatrix(modes []string, kinds []attack.Kind) []hostileCell {
 		for _, k := range []attack.Kind{attack.Scale, attack.Ratchet, attack.Early} {
 			add(k, 2, 1)
 		}
-		for _, s := range setups {
-			cells = append(cells, hostileCell{mode: m, honest: s.honest, group: s.honest + s.attackers})
+		// The clean runs of a mode, cleanRuns of each setup, round robin:
+		// the overheads are against their median (wall times on a shared
+		// machine vary by 2x between identical runs).
+		for range cleanRuns {
+			for _, s := range setups {
+				cells = append(cells, hostileCell{mode: m, honest: s.honest, group: s.honest + s.attackers})
+			}
 		}
 		cells = append(cells, attacked...)
 	}
@@ -69,8 +74,9 @@ func envList(name string, def []string) []string {
 // table to HOSTILE_OUT (default test-artifacts/hostile.md at the
 // repository root). HOSTILE_MODES and HOSTILE_KINDS (comma-separated)
 // select a subset; HOSTILE_EPOCHS is the epoch cap (default 5) and
-// HOSTILE_TIMEOUT a cell's limit (default 4m); HOSTILE_CLEAN=0 leaves the
-// clean runs out (no overheads). Run it with -benchtime 1x.
+// HOSTILE_TIMEOUT a cell's limit (default 4m); HOSTILE_CLEAN is how many
+// clean runs of each setup the overheads are measured against, by their
+// median (default 3; 0 leaves them out). Run it with -benchtime 1x.
 func BenchmarkHostileMatrix(b *testing.B) {
 	modes := envList("HOSTILE_MODES", []string{"async", "sync", "diloco"})
 	var kinds []attack.Kind
@@ -109,11 +115,15 @@ func BenchmarkHostileMatrix(b *testing.B) {
 	if path == "" {
 		path = filepath.Join("..", "test-artifacts", "hostile.md")
 	}
-	cells := hostileMatrix(modes, kinds)
-	if os.Getenv("HOSTILE_CLEAN") == "0" {
-		// A quick look at attacked cells only: no overheads.
-		cells = slices.DeleteFunc(cells, func(c hostileCell) bool { return c.kind == "" })
+	cleanRuns := 3
+	if v := os.Getenv("HOSTILE_CLEAN"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			b.Fatalf("HOSTILE_CLEAN must be how many clean runs of each setup to measure (0: none, no overheads), got %q", v)
+		}
+		cleanRuns = n
 	}
+	cells := hostileMatrix(modes, kinds, cleanRuns)
 	var outs []hostileOutcome
 	write := func() {
 		head := fmt.Sprintf("Attack matrix, mnist-mlp, %s, epoch cap %d, cell limit %v (modes %s, kinds %s)\n\n",

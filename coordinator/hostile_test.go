@@ -12,6 +12,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -168,24 +169,40 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	wg.Wait()
 	out.reached = out.err == "" && out.view.State == coordinator.StateDone && out.accuracy() >= 0.97
 	f := out.forged()
-	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v",
+	var spot engine.SpotCounters
+	if sc := out.view.SpotChecks; sc != nil {
+		spot = sc.SpotCounters
+	}
+	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v; spot checks %+v",
 		c.name(), out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.UpdatesApplied,
-		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons)
+		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons, spot)
 	return out
 }
 
 // hostileTable writes the matrix as markdown: per cell, the accuracy the
 // job ended with, the time to 97% (— when it was not reached), its ratio
 // to the clean run of the same mode and honest workers, and what became of
-// the forged results (the attack's own report of the acks).
+// the forged results (the attack's own report of the acks), and how many
+// volunteers spot checks banned.
 func hostileTable(outs []hostileOutcome) string {
 	var b strings.Builder
-	b.WriteString("| mode | attack | attackers | final accuracy | time to 97% | overhead | forged sent | applied (clipped) | rejected |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	clean := map[string]time.Duration{}
+	b.WriteString("| mode | attack | attackers | final accuracy | time to 97% | overhead | forged sent | applied (clipped) | rejected | bans |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	// The reference of each setup is the median of its clean runs that
+	// reached the target.
+	runs := map[string][]time.Duration{}
 	for _, o := range outs {
 		if o.cell.kind == "" && o.reached {
-			clean[fmt.Sprintf("%s/%d/%d", o.cell.mode, o.cell.honest, o.cell.group)] = o.elapsed
+			k := fmt.Sprintf("%s/%d/%d", o.cell.mode, o.cell.honest, o.cell.group)
+			runs[k] = append(runs[k], o.elapsed)
+		}
+	}
+	clean := map[string]time.Duration{}
+	for k, ts := range runs {
+		slices.Sort(ts)
+		clean[k] = ts[len(ts)/2]
+		if len(ts)%2 == 0 {
+			clean[k] = (ts[len(ts)/2-1] + ts[len(ts)/2]) / 2
 		}
 	}
 	for _, o := range outs {
@@ -223,7 +240,11 @@ func hostileTable(outs []hostileOutcome) string {
 				rejected += " (" + strings.Join(parts, ", ") + ")"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.mode, kind, who, acc, tt, over, sent, applied, rejected)
+		bans := ""
+		if sc := o.view.SpotChecks; sc != nil && (c.kind != "" || sc.Bans > 0) {
+			bans = fmt.Sprint(sc.Bans)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.mode, kind, who, acc, tt, over, sent, applied, rejected, bans)
 	}
 	return b.String()
 }

@@ -127,6 +127,17 @@ func (j *Job) spotSample(sub submission, l *engine.Lease) {
 	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Applied: true})
 }
 
+// spotRefused opens a check of a result the coordinator refused, when
+// SelectRefused says so: the copy decides whether its volunteer lied (a
+// strike) or was honest and unlucky (nothing). Never applied or credited.
+func (j *Job) spotRefused(sub submission, l *engine.Lease) {
+	p := j.st.spot
+	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.SelectRefused(sub.volunteer) {
+		return
+	}
+	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples})
+}
+
 // grantCopy leases worker a copy of a checked task if one waits for a
 // volunteer like it: at most one per request, so that one volunteer
 // cannot gather every copy.
@@ -183,7 +194,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		st.spot.CopyGone(l.ID)
 		return reject(reason, invalid)
 	}
-	st.spot.RefNorm = st.normMean // the running mean of accepted update norms
+	st.spot.RefNorm = st.normRef.reference(st.normMean) // a typical accepted norm (normgate.go)
 	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples})
 	if !ok {
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")

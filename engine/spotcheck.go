@@ -107,6 +107,9 @@ type SpotCounters struct {
 	Undecided int64 `json:"undecided"`
 	// DuplicatedExamples are the examples copies computed again.
 	DuplicatedExamples int64 `json:"duplicated_examples"`
+	// RefusedChecked counts checks of results the coordinator refused
+	// (SelectRefused): evidence only, never applied nor credited.
+	RefusedChecked int64 `json:"refused_checked"`
 }
 
 // SpotResult is one volunteer's result of a checked task.
@@ -117,7 +120,8 @@ type SpotResult struct {
 	Examples  int
 	// Applied: the model took it (an async primary, or one in a round).
 	// Held: it was quarantined, not applied, and earns credit only if the
-	// check agrees with it.
+	// check agrees with it. Neither: the coordinator refused it, and the
+	// check only decides whether its volunteer lied.
 	Applied, Held bool
 }
 
@@ -222,6 +226,30 @@ func (p *SpotChecks) Select(v string) bool {
 	return true
 }
 
+// SelectRefused says whether a result of v that the coordinator refused
+// (its own validation, the norm gate, a replayed update) is checked: a
+// lie that is merely refused costs the liar nothing, so a forger whose
+// every result is refused would never be struck. It is checked unless
+// v's result is being checked already (one at a time, so that a flood of
+// refused results does not become a flood of copies) or the checks are
+// full; a struck volunteer's results are all checked anyway.
+func (p *SpotChecks) SelectRefused(v string) bool {
+	if p.Rate <= 0 || p.Quarantined(v) || p.Banned(v) {
+		return false
+	}
+	for _, c := range p.checks {
+		if c.Results[0].Volunteer == v {
+			return false
+		}
+	}
+	if len(p.checks) >= p.MaxPending {
+		p.Counters.Skipped++
+		return false
+	}
+	p.Counters.RefusedChecked++
+	return true
+}
+
 // Open starts a check of primary's task with its result r; the update is
 // copied. Call it after Select said yes.
 func (p *SpotChecks) Open(primary Lease, r SpotResult) *Check {
@@ -270,20 +298,22 @@ func (p *SpotChecks) sameClass(a, b string) bool {
 	return ta != nil && tb != nil && ta.Class != 0 && ta.Class == tb.Class
 }
 
-// alike reports whether v is of the primary's class: observed, or failing
-// that claimed.
-func (p *SpotChecks) alike(v, hint, primary string) bool {
-	if p.sameClass(v, primary) {
-		return true
-	}
-	t := p.vols[primary]
-	return t != nil && t.Hint == hint
+// established reports whether v passed enough checks to be past the
+// newcomer rate: a volunteer that did real work for others to compare.
+func (p *SpotChecks) established(v string) bool {
+	t := p.vols[v]
+	return t != nil && t.Strikes == 0 && t.Passed >= newcomerChecks
 }
 
 // CopyFor returns a check whose copy volunteer v (claiming hint) may
-// compute, or nil; a struck volunteer computes none. connected maps each connected volunteer to its hint: a
-// copy goes to a volunteer of the primary's class while one is connected,
-// or once half the check's time has passed, to any other.
+// compute, or nil; a struck volunteer computes none. connected maps each
+// connected volunteer to its hint. A copy goes to an established
+// volunteer while one is connected that has no part in the check, or
+// once half the check's time has passed, to any other: fresh identities
+// (one person's sybils, or a coalition that claims one backend) would
+// otherwise check one another's lies, or outvote an honest primary.
+// Whether two results are compared bit for bit or within the tolerance
+// follows their observed class, never the pairing.
 func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check {
 	if p.Quarantined(v) {
 		// A struck volunteer's own results are all checked; its copies
@@ -291,21 +321,21 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 		return nil
 	}
 	now := p.Now()
+	newcomer := !p.established(v)
 	for _, c := range p.Checks() {
 		if c.wanted() == 0 || c.has(v) || !c.Primary.Started() {
 			continue
 		}
-		prim := c.Results[0].Volunteer
-		if !p.alike(v, hint, prim) && now.Sub(c.opened) < p.Timeout/2 {
-			classmate := false
-			for o, h := range connected {
-				if o != v && !c.has(o) && !p.Quarantined(o) && p.alike(o, h, prim) {
-					classmate = true
+		if newcomer && now.Sub(c.opened) < p.Timeout/2 {
+			waits := false
+			for o := range connected {
+				if o != v && !c.has(o) && p.established(o) {
+					waits = true
 					break
 				}
 			}
-			if classmate {
-				continue // wait a while for one of the primary's class
+			if waits {
+				continue // for an established volunteer, a while
 			}
 		}
 		return c

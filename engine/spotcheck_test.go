@@ -273,24 +273,33 @@ func TestSpotCheckExpiry(t *testing.T) {
 	}
 }
 
-func TestSpotCheckPrefersPrimarysClass(t *testing.T) {
+// Copies go to established volunteers while one is free to take it,
+// whatever backend anyone claims: newcomers claiming the primary's own
+// backend (a coalition) do not check it.
+func TestSpotCheckPrefersEstablishedVolunteers(t *testing.T) {
 	p, clock := newSpotTest(0.05)
-	openCheck(t, p, 1, "a", "browser/wasm", fv(1), true)
-	connected := map[string]string{"a": "browser/wasm", "b": "browser/wasm", "n": "native/avx2"}
-	if p.CopyFor("n", "native/avx2", connected) != nil {
-		t.Fatal("a copy went across classes while one of the primary's class was connected")
+	p.vols["old"] = &Trust{Passed: newcomerChecks, Hint: "native/avx2"}
+	openCheck(t, p, 1, "a", "native/attack", fv(1), true)
+	connected := map[string]string{"a": "native/attack", "b": "native/attack", "old": "native/avx2"}
+	if p.CopyFor("b", "native/attack", connected) != nil {
+		t.Fatal("a copy went to a newcomer claiming the primary's backend while an established volunteer was connected")
 	}
-	if p.CopyFor("b", "browser/wasm", connected) == nil {
-		t.Fatal("no copy for a volunteer of the primary's class")
+	if p.CopyFor("old", "native/avx2", connected) == nil {
+		t.Fatal("no copy for the established volunteer")
 	}
-	delete(connected, "b")
-	if p.CopyFor("n", "native/avx2", connected) == nil {
-		t.Fatal("no copy across classes while no other of the primary's class is connected")
+	delete(connected, "old")
+	if p.CopyFor("b", "native/attack", connected) == nil {
+		t.Fatal("no copy for a newcomer while no established volunteer is connected")
 	}
-	connected["b"] = "browser/wasm"
+	connected["old"] = "native/avx2"
 	clock.t = clock.t.Add(p.Timeout/2 + time.Second)
-	if p.CopyFor("n", "native/avx2", connected) == nil {
-		t.Fatal("a check waited past half its time for its class")
+	if p.CopyFor("b", "native/attack", connected) == nil {
+		t.Fatal("a check waited past half its time for an established volunteer")
+	}
+	p.vols["old"].Strikes = 1
+	clock.t = clock.t.Add(-p.Timeout/2 - time.Second)
+	if p.CopyFor("b", "native/attack", connected) == nil {
+		t.Fatal("a check waited for a struck volunteer")
 	}
 }
 
@@ -407,4 +416,40 @@ func TestSpotCheckCatchesTenPercentForger(t *testing.T) {
 	slices.Sort(firsts)
 	t.Logf("forger struck within 1000 tasks in %d of 100 runs: its first strike came at its task %d (median), %d (90th percentile), %d (last)",
 		caught, firsts[len(firsts)/2], firsts[len(firsts)*9/10], firsts[len(firsts)-1])
+}
+
+// A refused result is checked one at a time per volunteer: a liar whose
+// results are all refused is struck all the same, and an honest one the
+// coordinator refused by bad luck is neither struck nor credited.
+func TestSpotCheckRefusedResults(t *testing.T) {
+	p, _ := newSpotTest(0.05)
+	if !p.SelectRefused("liar") {
+		t.Fatal("the first refused result of a volunteer was not checked")
+	}
+	p.Open(Lease{ID: 1, Base: 3, Task: Task{Count: 8}}, SpotResult{Volunteer: "liar", Update: fv(-19, -38, -57), Examples: 8})
+	if p.SelectRefused("liar") {
+		t.Fatal("a second refused result was checked while the first one's check waits")
+	}
+	if !p.SelectRefused("unlucky") {
+		t.Fatal("another volunteer's refused result was not checked")
+	}
+	p.Open(Lease{ID: 2, Base: 3, Task: Task{Count: 8}}, SpotResult{Volunteer: "unlucky", Update: fv(4, 5, 6), Examples: 8})
+	copyTo(t, p, 3, "b", "native/go", fv(1, 2, 3), nil) // the liar's (the oldest check)
+	o := copyTo(t, p, 4, "b", "native/go", fv(4, 5, 6), nil)
+	if !o.Done || !o.Agreed || len(o.Credit) != 1 || o.Credit[0].Volunteer != "b" || len(o.Struck) != 0 {
+		t.Fatalf("the unlucky volunteer's check: %+v; want only the copy credited, nobody struck", o)
+	}
+	if p.Standing("unlucky").Passed != 1 {
+		t.Fatalf("the unlucky volunteer's standing %+v: an agreeing check is a pass", p.Standing("unlucky"))
+	}
+	o = copyTo(t, p, 5, "c", "native/go", fv(1, 2, 3), nil)
+	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 0 {
+		t.Fatalf("the liar's check: %+v; want it struck, nothing refuted (nothing was applied)", o)
+	}
+	if p.SelectRefused("liar") {
+		t.Fatal("a struck volunteer's refused result opened a check (its results are all held and checked already)")
+	}
+	if p.Counters.RefusedChecked != 2 {
+		t.Fatalf("refused_checked %d, want 2", p.Counters.RefusedChecked)
+	}
 }
