@@ -229,12 +229,15 @@ func (p *SpotChecks) Select(v string) bool {
 // SelectRefused says whether a result of v that the coordinator refused
 // (its own validation, the norm gate, a replayed update) is checked: a
 // lie that is merely refused costs the liar nothing, so a forger whose
-// every result is refused would never be struck. It is checked unless
-// v's result is being checked already (one at a time, so that a flood of
-// refused results does not become a flood of copies) or the checks are
-// full; a struck volunteer's results are all checked anyway.
+// every result is refused would never be struck. It is drawn at v's own
+// rate, as an accepted one (an honest volunteer's results that validation
+// refused by bad luck cost few copies, a forger that never passes a check
+// stays at the newcomer's rate), and not while one of v's results is being
+// checked (so that a flood of refused results is not a flood of copies)
+// or the checks are full; a struck volunteer's results are all checked
+// anyway.
 func (p *SpotChecks) SelectRefused(v string) bool {
-	if p.Rate <= 0 || p.Quarantined(v) || p.Banned(v) {
+	if p.Rate <= 0 || p.Quarantined(v) || p.Banned(v) || p.rng.Float64() >= p.RateFor(v) {
 		return false
 	}
 	for _, c := range p.checks {

@@ -418,11 +418,12 @@ func TestSpotCheckCatchesTenPercentForger(t *testing.T) {
 		caught, firsts[len(firsts)/2], firsts[len(firsts)*9/10], firsts[len(firsts)-1])
 }
 
-// A refused result is checked one at a time per volunteer: a liar whose
+// A refused result is checked at its volunteer's rate, one at a time per
+// volunteer: a liar whose
 // results are all refused is struck all the same, and an honest one the
 // coordinator refused by bad luck is neither struck nor credited.
 func TestSpotCheckRefusedResults(t *testing.T) {
-	p, _ := newSpotTest(0.05)
+	p, _ := newSpotTest(0.25) // a newcomer's rate is 1: every draw checks
 	if !p.SelectRefused("liar") {
 		t.Fatal("the first refused result of a volunteer was not checked")
 	}
