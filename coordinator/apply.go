@@ -115,6 +115,11 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && sub.norm > st.spec.MaxUpdateNormRatio*ref {
 		j.requeue(l)
 		j.spotRefused(sub, l)
+		if st.normRef.refused(sub.volunteer) {
+			j.logf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
+				j.ID, normStaleRun, ref)
+			st.normMean, st.normCount = 0, 0
+		}
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
 			sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
 	}

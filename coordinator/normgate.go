@@ -24,12 +24,25 @@ const (
 	normVolunteers = 64
 )
 
+// A reference can still go stale: four colluding attackers of nine that
+// connected first had the only accepted updates, set the median at a
+// twentieth of an honest norm, and were then struck and banned, leaving
+// a gate that refused every honest update, with nothing accepted to move
+// it. So a struck volunteer's vote is dropped, and when the gate refuses
+// normStaleRun results in a row from two or more volunteers, with none
+// accepted between, the reference is what is wrong: it starts again, the
+// gate off until normWarmup more updates are accepted (the robust rule
+// and validation still bound them).
+const normStaleRun = 8
+
 // normRef is the gate's memory: the job's state holds one.
 type normRef struct {
-	byVolunteer map[string]float64 // each volunteer's running mean of accepted norms
-	order       []string           // volunteers by first update, for eviction
-	count       map[string]int     // updates counted per volunteer, up to normVolunteerWindow
-	median      float64            // of byVolunteer, kept up to date
+	refusedRun  int                 // gate refusals since the last accepted update
+	refusedBy   map[string]struct{} // their volunteers
+	byVolunteer map[string]float64  // each volunteer's running mean of accepted norms
+	order       []string            // volunteers by first update, for eviction
+	count       map[string]int      // updates counted per volunteer, up to normVolunteerWindow
+	median      float64             // of byVolunteer, kept up to date
 	scratch     []float64
 }
 
@@ -50,15 +63,26 @@ func (n *normRef) observe(volunteer string, norm float64) {
 		}
 		n.order = append(n.order, volunteer)
 	}
+	n.refusedRun = 0
+	clear(n.refusedBy)
 	c := min(n.count[volunteer]+1, normVolunteerWindow)
 	n.count[volunteer] = c
 	n.byVolunteer[volunteer] += (norm - n.byVolunteer[volunteer]) / float64(c)
+	n.update()
+}
+
+// update recomputes the median of the volunteers' means.
+func (n *normRef) update() {
 	n.scratch = n.scratch[:0]
 	for _, v := range n.byVolunteer {
 		n.scratch = append(n.scratch, v)
 	}
 	slices.Sort(n.scratch)
 	k := len(n.scratch)
+	if k == 0 {
+		n.median = 0
+		return
+	}
 	n.median = n.scratch[k/2]
 	if k%2 == 0 {
 		n.median = (n.scratch[k/2-1] + n.scratch[k/2]) / 2
@@ -76,4 +100,35 @@ func (n *normRef) reference(mean float64) float64 {
 		return n.scratch[k-1]
 	}
 	return mean
+}
+
+// forget drops volunteer's vote (a spot check struck it).
+func (n *normRef) forget(volunteer string) {
+	if _, ok := n.byVolunteer[volunteer]; !ok {
+		return
+	}
+	delete(n.byVolunteer, volunteer)
+	delete(n.count, volunteer)
+	n.order = slices.DeleteFunc(n.order, func(v string) bool { return v == volunteer })
+	n.update()
+}
+
+// refused records that the gate refused volunteer's update, and reports
+// whether the reference went stale (see normStaleRun): then it has been
+// cleared, and the caller restarts the gate's warm-up.
+func (n *normRef) refused(volunteer string) bool {
+	if n.refusedBy == nil {
+		n.refusedBy = map[string]struct{}{}
+	}
+	n.refusedRun++
+	n.refusedBy[volunteer] = struct{}{}
+	if n.refusedRun < normStaleRun || len(n.refusedBy) < 2 {
+		return false
+	}
+	clear(n.byVolunteer)
+	clear(n.count)
+	clear(n.refusedBy)
+	n.order, n.refusedRun = n.order[:0], 0
+	n.update()
+	return true
 }

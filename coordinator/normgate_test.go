@@ -53,3 +53,40 @@ func TestNormReferenceBounded(t *testing.T) {
 		t.Fatal("the oldest volunteer was kept")
 	}
 }
+
+// A struck volunteer's vote is dropped; a gate that refuses several
+// volunteers in a row with nothing accepted between starts again, while
+// one volunteer refused again and again does not reset it.
+func TestNormReferenceGoesStale(t *testing.T) {
+	var n normRef
+	for _, v := range []string{"x1", "x2", "x3", "x4"} {
+		n.observe(v, 0.5)
+	}
+	n.observe("honest", 13)
+	if got := n.reference(0); got != 0.5 {
+		t.Fatalf("reference %v, want the colluders' 0.5", got)
+	}
+	n.forget("x1")
+	n.forget("x2")
+	n.forget("x3")
+	if got := n.reference(0); got != 13 {
+		t.Fatalf("after three of them were struck: reference %v, want the larger of the two left, 13", got)
+	}
+	for range 3 * normStaleRun {
+		if n.refused("huge") {
+			t.Fatal("one volunteer refused again and again reset the reference")
+		}
+	}
+	n.observe("honest", 13)
+	for i := range normStaleRun - 1 {
+		if n.refused([]string{"a", "b"}[i%2]) {
+			t.Fatalf("reset after %d refusals, want %d", i+1, normStaleRun)
+		}
+	}
+	if !n.refused("a") {
+		t.Fatalf("no reset after %d refusals in a row from two volunteers", normStaleRun)
+	}
+	if got := n.reference(0); got != 0 {
+		t.Fatalf("after the reset: reference %v, want 0 (the gate off)", got)
+	}
+}

@@ -219,6 +219,7 @@ func (j *Job) spotSettle(o engine.Outcome) {
 		j.logf("job %s: volunteer %s: an applied result of %d examples was refuted by a spot check; its credit is taken back", j.ID, r.Volunteer, r.Examples)
 	}
 	for _, v := range o.Struck {
+		j.st.normRef.forget(v) // a liar's norms are no reference (normgate.go)
 		total := j.ledger.Strike(v, j.ID, o.Detail)
 		j.logf("job %s: volunteer %s struck by a spot check (%d strikes of %d): %s", j.ID, v, total, p.Strikes, o.Detail)
 		if p.SyncStrikes(v, total) {

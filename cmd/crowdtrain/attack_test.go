@@ -121,9 +121,8 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 	waitJob(t, addr, time.Minute, "an honest warm-up", func(v coordinator.JobView) bool { return v.Version >= 20 })
 
 	// early and sybil last: early's huge updates would make the others'
-	// runs about a broken model, and sybil's all-zero updates drag the
-	// norm gate's running mean down until honest-looking updates are
-	// refused.
+	// runs about a broken model, and sybil's 20 connections would hold the
+	// address's share of the leases while the others ran.
 	var first, last []attack.Kind
 	for _, k := range attack.Kinds {
 		if k == attack.Early || k == attack.Sybil {
