@@ -249,22 +249,25 @@ func hostileTable(outs []hostileOutcome) string {
 	return b.String()
 }
 
-// TestHostileRepresentative runs four cells of the attack matrix (make
+// TestHostileRepresentative runs five cells of the attack matrix (make
 // bench-hostile runs all of it) and checks what a user would: despite the
 // attackers, mnist-mlp reaches 97%. In async mode one scaled attacker of
 // three and one early (huge from the first moment, connected first)
 // attacker of five, which destroyed the model before the robust clip and
 // validation; one sign-flipping attacker of five in sync rounds; one IPM
-// attacker of five in DiLoCo.
+// attacker of five in DiLoCo; four IPM attackers of nine in async mode.
 func TestHostileRepresentative(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains MNIST end to end four times; skipped with -short")
+		t.Skip("trains MNIST end to end five times; skipped with -short")
 	}
 	for _, c := range []hostileCell{
 		{mode: "async", kind: attack.Scale, honest: 2, attackers: 1, group: 3},
 		{mode: "async", kind: attack.Early, honest: 4, attackers: 1, group: 5},
 		{mode: "sync", kind: attack.SignFlip, honest: 4, attackers: 1, group: 5},
 		{mode: "diloco", kind: attack.IPM, honest: 4, attackers: 1, group: 5},
+		// Four colluders that connect first: they once set the norm gate's
+		// reference and checked one another's copies.
+		{mode: "async", kind: attack.IPM, honest: 5, attackers: 4, group: 9},
 	} {
 		t.Run(strings.ReplaceAll(c.name(), "/", "-"), func(t *testing.T) {
 			o := runHostileCell(t, c, 5, 4*time.Minute)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -61,8 +62,21 @@ func (s *Server) volunteerRoutes(api *mux.Router) {
 	api.HandleFunc("/join", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]string{"mode": s.cfg.Join})
 	}).Methods(http.MethodGet)
+	// The public list is built at most once per leaderboardMaxAge, however
+	// often anyone asks: building it scans and sorts every volunteer.
+	var board struct {
+		sync.Mutex
+		at      time.Time
+		entries []LeaderboardEntry
+	}
 	api.HandleFunc("/volunteers", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, map[string][]LeaderboardEntry{"volunteers": s.Leaderboard()})
+		board.Lock()
+		if board.entries == nil || time.Since(board.at) >= leaderboardMaxAge {
+			board.entries, board.at = s.Leaderboard(), time.Now()
+		}
+		entries := board.entries
+		board.Unlock()
+		writeJSON(w, map[string][]LeaderboardEntry{"volunteers": entries})
 	}).Methods(http.MethodGet)
 	api.HandleFunc("/volunteers/standing", s.admin(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string][]VolunteerView{"volunteers": s.Standing()})
@@ -75,6 +89,9 @@ func (s *Server) volunteerRoutes(api *mux.Router) {
 	})).Methods(http.MethodGet)
 	api.HandleFunc("/tokens/{id}", s.admin(s.handleRevokeToken)).Methods(http.MethodDelete)
 }
+
+// leaderboardMaxAge is how stale the public leaderboard may be.
+const leaderboardMaxAge = time.Second
 
 // Leaderboard returns the volunteers with credit, most compute first, at
 // most maxLeaderboard. Banned volunteers are left out.
