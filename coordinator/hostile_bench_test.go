@@ -68,6 +68,20 @@ func envList(name string, def []string) []string {
 	return out
 }
 
+// envInt reads a whole number of at least least from the environment
+// variable name (what it means: what), or returns def when it is unset.
+func envInt(b *testing.B, name string, def, least int, what string) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		b.Fatalf("%s is %s, a whole number >= %d; got %q", name, what, least, v)
+	}
+	return n
+}
+
 // BenchmarkHostileMatrix runs the attack matrix (make bench-hostile):
 // mnist-mlp in async, sync and DiLoCo mode, clean and under each attack
 // kind, each to 97% or the epoch cap, one cell at a time, and writes the
@@ -95,14 +109,7 @@ func BenchmarkHostileMatrix(b *testing.B) {
 			b.Fatalf("HOSTILE_MODES: unknown mode %q: want async, sync or diloco", m)
 		}
 	}
-	epochs := 10
-	if v := os.Getenv("HOSTILE_EPOCHS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("HOSTILE_EPOCHS must be a whole number >= 1, got %q", v)
-		}
-		epochs = n
-	}
+	epochs := envInt(b, "HOSTILE_EPOCHS", 10, 1, "the epoch cap")
 	timeout := 4 * time.Minute
 	if v := os.Getenv("HOSTILE_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -115,14 +122,7 @@ func BenchmarkHostileMatrix(b *testing.B) {
 	if path == "" {
 		path = filepath.Join("..", "test-artifacts", "hostile.md")
 	}
-	cleanRuns := 3
-	if v := os.Getenv("HOSTILE_CLEAN"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			b.Fatalf("HOSTILE_CLEAN must be how many clean runs of each setup to measure (0: none, no overheads), got %q", v)
-		}
-		cleanRuns = n
-	}
+	cleanRuns := envInt(b, "HOSTILE_CLEAN", 3, 0, "how many clean runs of each setup to measure (0: none, no overheads)")
 	cells := hostileMatrix(modes, kinds, cleanRuns)
 	var outs []hostileOutcome
 	write := func() {
