@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -35,6 +36,9 @@ func Chromium(t testing.TB) string {
 	return ""
 }
 
+// startAttempts is how many times New tries to start Chromium.
+const startAttempts = 3
+
 // New starts headless Chromium with a fresh profile and returns a tab's
 // context; the tab's console goes to the test log, and the browser is
 // closed when t ends. Chromium's background services are off: the test
@@ -44,17 +48,34 @@ func New(t testing.TB) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(Chromium(t)),
 		chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.WindowSize(1000, 900),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	if err := chromedp.Do(ctx); err != nil { // start the browser now, so failures say so
+	// Chromium now and then exits at start on a loaded machine (its crash
+	// handler, a busy /dev/shm) before it prints its DevTools address; a
+	// second start almost always works, so a test fails only on the third.
+	var (
+		ctx         context.Context
+		cancel      context.CancelFunc
+		cancelAlloc context.CancelFunc
+	)
+	for attempt := 1; ; attempt++ {
+		var actx context.Context
+		// A fresh profile each time: a crashed start may leave its lock.
+		actx, cancelAlloc = chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		ctx, cancel = chromedp.NewContext(actx)
+		err := chromedp.Do(ctx) // start the browser now, so failures say so
+		if err == nil {
+			break
+		}
 		cancel()
 		cancelAlloc()
-		t.Fatalf("starting Chromium: %v", err)
+		if attempt == startAttempts {
+			t.Fatalf("starting Chromium (%d attempts): %v", attempt, err)
+		}
+		t.Logf("starting Chromium, attempt %d of %d: %v; trying again", attempt, startAttempts, err)
+		time.Sleep(time.Duration(attempt) * time.Second)
 	}
 	logged := LogConsole(t, ctx)
 	t.Cleanup(func() {
