@@ -79,6 +79,10 @@ var keys = []key{
 	{name: "spot_check"},
 	{name: "spot_check_strikes"},
 	{name: "spot_check_tolerance"},
+	{name: "update_codec"},
+	{name: "topk_fraction"},
+	{name: "snapshot_codec"},
+	{name: "max_comm_fraction", live: true},
 }
 
 // Keys lists every key a spec file may contain, in documentation order.

@@ -81,6 +81,10 @@ func base() Spec {
 		SpotCheck:          engine.DefaultSpotCheckRate,
 		SpotCheckStrikes:   engine.DefaultSpotCheckStrikes,
 		SpotCheckTolerance: engine.DefaultSpotCheckTolerance,
+		UpdateCodec:        CodecFP32,
+		TopKFraction:       DefaultTopKFraction,
+		SnapshotCodec:      CodecFP32,
+		MaxCommFraction:    DefaultMaxCommFraction,
 	}
 }
 
@@ -174,6 +178,11 @@ func modeDefaults(s *Spec, g given) {
 		if s.DynamicLocalSteps {
 			s.MaxLocalSteps = max(16, s.LocalSteps)
 		}
+	}
+	if s.UpdateCodec == CodecTopK && !g["spot_check"] {
+		// A topk update carries the worker's error-feedback residual,
+		// which no copy can reproduce: spot checks cannot judge it.
+		s.SpotCheck = 0
 	}
 	if !g["shard_size"] {
 		s.ShardSize = max(1000, s.BatchSize*s.TaskSteps())

@@ -9,6 +9,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // Spec is what an operator submits: a model, the data, and how to train.
@@ -77,6 +78,54 @@ type Spec struct {
 	SpotCheck          float64 `json:"spot_check" yaml:"spot_check"`
 	SpotCheckStrikes   int     `json:"spot_check_strikes" yaml:"spot_check_strikes"`
 	SpotCheckTolerance float64 `json:"spot_check_tolerance" yaml:"spot_check_tolerance"`
+
+	// UpdateCodec is how workers send their updates: CodecFP32, CodecFP16,
+	// CodecInt8 or CodecTopK (docs/PROTOCOL.md, Update codecs);
+	// TopKFraction is the share of entries a topk update sends.
+	UpdateCodec  string  `json:"update_codec" yaml:"update_codec"`
+	TopKFraction float64 `json:"topk_fraction" yaml:"topk_fraction"`
+	// SnapshotCodec is how snapshots are served to workers that read it:
+	// CodecFP32 or CodecFP16.
+	SnapshotCodec string `json:"snapshot_codec" yaml:"snapshot_codec"`
+	// MaxCommFraction bounds the share of a worker's time spent on the
+	// wire: with dynamic_local_steps its H is raised until communication
+	// takes at most this share of each task.
+	MaxCommFraction float64 `json:"max_comm_fraction" yaml:"max_comm_fraction"`
+}
+
+// Codec names in a spec (update_codec, snapshot_codec).
+const (
+	CodecFP32 = "fp32"
+	CodecFP16 = "fp16"
+	CodecInt8 = "int8"
+	CodecTopK = "topk"
+)
+
+// Codec defaults.
+const (
+	DefaultTopKFraction    = 0.01
+	DefaultMaxCommFraction = 0.1
+)
+
+// WireUpdateCodec is the protocol's name of the spec's update codec.
+func (s Spec) WireUpdateCodec() string {
+	switch s.UpdateCodec {
+	case CodecFP16:
+		return protocol.CodecF16
+	case CodecInt8:
+		return protocol.CodecI8
+	case CodecTopK:
+		return protocol.CodecTopK
+	}
+	return protocol.CodecF32
+}
+
+// WireSnapshotCodec is the protocol's name of the spec's snapshot codec.
+func (s Spec) WireSnapshotCodec() string {
+	if s.SnapshotCodec == CodecFP16 {
+		return protocol.SnapshotF16
+	}
+	return protocol.SnapshotF32
 }
 
 // Robust is the `robust` key: the method and its parameters (see
@@ -251,6 +300,19 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	}
 	if s.SpotCheckTolerance == 0 {
 		s.SpotCheckTolerance = engine.DefaultSpotCheckTolerance
+	}
+	// A spec stored before codecs existed travels as it did.
+	if s.UpdateCodec == "" {
+		s.UpdateCodec = CodecFP32
+	}
+	if s.TopKFraction == 0 {
+		s.TopKFraction = DefaultTopKFraction
+	}
+	if s.SnapshotCodec == "" {
+		s.SnapshotCodec = CodecFP32
+	}
+	if s.MaxCommFraction == 0 {
+		s.MaxCommFraction = DefaultMaxCommFraction
 	}
 	if s.RoundSize == 0 {
 		s.RoundSize = 1

@@ -120,6 +120,16 @@ func (s Spec) validateTraining() error {
 		return Errorf("spot_check_strikes", "must be in 1..1000 (strikes that ban a volunteer), got %d", s.SpotCheckStrikes)
 	case !(s.SpotCheckTolerance > 0 && s.SpotCheckTolerance < 1):
 		return Errorf("spot_check_tolerance", "must be a relative difference in (0, 1), got %v", s.SpotCheckTolerance)
+	case !slices.Contains([]string{CodecFP32, CodecFP16, CodecInt8, CodecTopK}, s.UpdateCodec):
+		return Errorf("update_codec", "%q is not a codec (want fp32, fp16, int8 or topk)", s.UpdateCodec)
+	case !(s.TopKFraction > 0 && s.TopKFraction <= 0.5):
+		return Errorf("topk_fraction", "must be a fraction in (0, 0.5] of the entries a topk update sends, got %v", s.TopKFraction)
+	case s.UpdateCodec == CodecTopK && s.SpotCheck > 0:
+		return Errorf("spot_check", "must be 0 with update_codec topk: a topk update carries the worker's error-feedback residual, which a spot check's copy cannot reproduce; use int8 or fp16 where spot checks matter")
+	case s.SnapshotCodec != CodecFP32 && s.SnapshotCodec != CodecFP16:
+		return Errorf("snapshot_codec", "%q is not a snapshot codec (want fp32 or fp16)", s.SnapshotCodec)
+	case !(s.MaxCommFraction > 0 && s.MaxCommFraction < 1):
+		return Errorf("max_comm_fraction", "must be a fraction in (0, 1) of a worker's time spent communicating, got %v", s.MaxCommFraction)
 	case s.CheckpointEvery < 1:
 		return Errorf("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
 	case s.EvalEvery < 1:

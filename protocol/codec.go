@@ -139,6 +139,40 @@ func (f *Floats) DecodeMsgpack(d *msgpack.Decoder) error {
 	return nil
 }
 
+// Packed is an update in a codec other than CodecF32 (DecodeUpdate): one
+// msgpack bin whose storage a Decoder reuses like a Floats'.
+type Packed []byte
+
+// DecodeMsgpack reads a bin, checking its length against the bytes left
+// in the frame before allocating, and reusing p's storage.
+func (p *Packed) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeBytesLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		*p = (*p)[:0]
+		return nil
+	}
+	if r, ok := d.Buffered().(*bytes.Reader); !ok || n > r.Len() {
+		return fmt.Errorf("%w: packed update claims %d bytes, more than the frame holds", ErrMalformed, n)
+	}
+	out := *p
+	if cap(out) >= n {
+		out = out[:n]
+	} else {
+		out = make([]byte, n)
+	}
+	if err := d.ReadFull(out); err != nil {
+		return err
+	}
+	*p = out
+	return nil
+}
+
+// EncodeMsgpack writes p as bin.
+func (p Packed) EncodeMsgpack(e *msgpack.Encoder) error { return e.EncodeBytes(p) }
+
 // Encode writes m as one frame: [Version, type, body].
 func Encode(m Message) ([]byte, error) {
 	return AppendEncode(nil, m)
@@ -150,7 +184,7 @@ func Encode(m Message) ([]byte, error) {
 func AppendEncode(dst []byte, m Message) ([]byte, error) {
 	buf := bytes.NewBuffer(dst[:0])
 	if r, ok := m.(*Result); ok {
-		buf.Grow(4*len(r.Update) + 256)
+		buf.Grow(4*len(r.Update) + len(r.Packed) + 256)
 	}
 	enc := msgpack.NewEncoder(buf)
 	if err := enc.EncodeArrayLen(3); err != nil {
@@ -177,13 +211,19 @@ type Decoder struct {
 	// Bounds limit the frame's shape; zero fields take DefaultBounds'.
 	Bounds Bounds
 	floats Floats
+	packed Packed
 }
 
 // Decode is Decode(b, d.MaxBytes) with buffer reuse and d.Bounds.
 func (d *Decoder) Decode(b []byte) (Message, error) {
-	m, err := decode(b, d.MaxBytes, d.Bounds, d.floats[:0])
-	if r, ok := m.(*Result); ok && cap(r.Update) > cap(d.floats) {
-		d.floats = r.Update[:0]
+	m, err := decode(b, d.MaxBytes, d.Bounds, d.floats[:0], d.packed[:0])
+	if r, ok := m.(*Result); ok {
+		if cap(r.Update) > cap(d.floats) {
+			d.floats = r.Update[:0]
+		}
+		if cap(r.Packed) > cap(d.packed) {
+			d.packed = r.Packed[:0]
+		}
 	}
 	return m, err
 }
@@ -195,10 +235,10 @@ func (d *Decoder) Decode(b []byte) (Message, error) {
 // *ValidationError, so a receiver can answer it (a rejected result is
 // acknowledged, not ignored); it must not act on the message otherwise.
 func Decode(b []byte, maxBytes int) (Message, error) {
-	return decode(b, maxBytes, DefaultBounds, nil)
+	return decode(b, maxBytes, DefaultBounds, nil, nil)
 }
 
-func decode(b []byte, maxBytes int, bounds Bounds, floats Floats) (Message, error) {
+func decode(b []byte, maxBytes int, bounds Bounds, floats Floats, packed Packed) (Message, error) {
 	if len(b) > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooBig, len(b), maxBytes)
 	}
@@ -229,7 +269,7 @@ func decode(b []byte, maxBytes int, bounds Bounds, floats Floats) (Message, erro
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, truncate(t, 32))
 	}
 	if r, ok := m.(*Result); ok {
-		r.Update = floats
+		r.Update, r.Packed = floats, packed
 	}
 	if err := dec.Decode(m); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, t, err)

@@ -3,6 +3,8 @@ package protocol
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -43,8 +45,32 @@ const (
 	KindGPU     = "gpu"
 )
 
-// CodecF32 is the only update codec every peer speaks: little-endian float32.
-const CodecF32 = "f32"
+// Update codecs: how a result's update travels (docs/PROTOCOL.md, Update
+// codecs). Every peer speaks CodecF32; the others are negotiated: the
+// worker names those it speaks in hello, and welcome says which one the
+// job wants from it.
+const (
+	// CodecF32 is little-endian float32s in Result.Update.
+	CodecF32 = "f32"
+	// CodecF16 is IEEE half floats in Result.Packed.
+	CodecF16 = "f16"
+	// CodecI8 is per-block min-max 8-bit quantisation in Result.Packed,
+	// with error feedback kept on the worker.
+	CodecI8 = "i8"
+	// CodecTopK is the largest entries by magnitude (indices and float32
+	// values) in Result.Packed, with error feedback kept on the worker.
+	CodecTopK = "topk"
+)
+
+// UpdateCodecs are the update codecs this package encodes and decodes.
+var UpdateCodecs = []string{CodecF32, CodecF16, CodecI8, CodecTopK}
+
+// Snapshot codecs: how a snapshot's parameters travel. A worker names
+// those it reads in hello (SnapshotCodecs); absent means f32 only.
+const (
+	SnapshotF32 = "f32"
+	SnapshotF16 = "f16"
+)
 
 // What a result's update holds (Lease.UpdateKind).
 const (
@@ -128,6 +154,9 @@ type Hello struct {
 	VolunteerKey string `msgpack:"volunteer_key,omitempty"`
 	// Name is the display name the volunteer chose for the leaderboard.
 	Name string `msgpack:"name,omitempty"`
+	// SnapshotCodecs are the snapshot encodings the worker reads
+	// (SnapshotF32, SnapshotF16); absent: f32 only.
+	SnapshotCodecs []string `msgpack:"snapshot_codecs,omitempty"`
 }
 
 // Limits are what the coordinator enforces on this connection.
@@ -143,6 +172,15 @@ type JobInfo struct {
 	Name      string       `msgpack:"name"`
 	Model     nn.ModelSpec `msgpack:"model"`
 	NumParams int          `msgpack:"num_params"`
+	// UpdateCodec is the codec this worker sends its updates in: the
+	// job's, when the worker named it in hello, else CodecF32. Absent
+	// means CodecF32.
+	UpdateCodec string `msgpack:"update_codec,omitempty"`
+	// TopKFraction is the share of entries a CodecTopK update sends.
+	TopKFraction float64 `msgpack:"topk_fraction,omitempty"`
+	// SnapshotCodec is how this worker's snapshot URLs encode the
+	// parameters (SnapshotF32 when absent).
+	SnapshotCodec string `msgpack:"snapshot_codec,omitempty"`
 }
 
 // Welcome answers a hello.
@@ -218,15 +256,31 @@ type Started struct {
 // Result carries a finished lease's pseudo-gradient
 // (w_base - w_after) / inner_lr.
 type Result struct {
-	LeaseID     uint64  `msgpack:"lease_id"`
-	JobID       string  `msgpack:"job_id"`
-	BaseVersion int64   `msgpack:"base_version"`
-	Codec       string  `msgpack:"codec"`
-	Update      Floats  `msgpack:"update"`
-	Examples    int     `msgpack:"examples"`
-	LossSum     float64 `msgpack:"loss_sum"`
-	Correct     int     `msgpack:"correct"`
-	ComputeMs   float64 `msgpack:"compute_ms"`
+	LeaseID     uint64 `msgpack:"lease_id"`
+	JobID       string `msgpack:"job_id"`
+	BaseVersion int64  `msgpack:"base_version"`
+	Codec       string `msgpack:"codec"`
+	// Update is the update itself with CodecF32; with another codec it is
+	// absent on the wire and Packed holds it.
+	Update    Floats  `msgpack:"update,omitempty"`
+	Packed    Packed  `msgpack:"packed,omitempty"`
+	Examples  int     `msgpack:"examples"`
+	LossSum   float64 `msgpack:"loss_sum"`
+	Correct   int     `msgpack:"correct"`
+	ComputeMs float64 `msgpack:"compute_ms"`
+	// CommMs is the wall time this worker spent on the wire for the lease:
+	// downloading its snapshot (or delta), plus uploading its previous
+	// result (that result's Ack.RecvMs). 0: not measured.
+	CommMs float64 `msgpack:"comm_ms,omitempty"`
+	// Link is the worker's estimate of its connection, nil if it has none.
+	Link *Link `msgpack:"link,omitempty"`
+}
+
+// Link is what a worker measured of its connection to the coordinator.
+type Link struct {
+	DownBps float64 `msgpack:"down_bps"` // bits per second, downloads
+	UpBps   float64 `msgpack:"up_bps"`   // bits per second, uploads
+	RttMs   float64 `msgpack:"rtt_ms"`   // round trip, milliseconds
 }
 
 // Ack answers a result.
@@ -237,6 +291,9 @@ type Ack struct {
 	Detail    string `msgpack:"detail,omitempty"`
 	Staleness int64  `msgpack:"staleness"`
 	Version   int64  `msgpack:"version"` // the model version after this result
+	// RecvMs is how long the coordinator took to receive the result's
+	// frame, from its first byte to its last: the worker's upload time.
+	RecvMs float64 `msgpack:"recv_ms,omitempty"`
 }
 
 // Idle says there is no work now.
@@ -363,6 +420,14 @@ func (m *Hello) Validate() error {
 			return err
 		}
 	}
+	if len(m.SnapshotCodecs) > maxCodecs {
+		return invalid(TypeHello, "snapshot_codecs", "%d codecs, at most %d allowed", len(m.SnapshotCodecs), maxCodecs)
+	}
+	for i, c := range m.SnapshotCodecs {
+		if err := checkText(TypeHello, fmt.Sprintf("snapshot_codecs[%d]", i), c, MaxShortText, true); err != nil {
+			return err
+		}
+	}
 	if err := checkText(TypeHello, "token", m.Token, MaxShortText*2, false); err != nil {
 		return err
 	}
@@ -475,10 +540,20 @@ func (m *Result) Validate() error {
 		return invalid(TypeResult, "lease_id", "must not be 0")
 	case m.BaseVersion < 0:
 		return invalid(TypeResult, "base_version", "must not be negative, got %d", m.BaseVersion)
-	case m.Codec != CodecF32 && m.Codec != "":
-		return invalid(TypeResult, "codec", "%q is not supported (want %q)", m.Codec, CodecF32)
-	case len(m.Update) == 0:
+	case m.Codec != "" && !slices.Contains(UpdateCodecs, m.Codec):
+		return invalid(TypeResult, "codec", "%q is not an update codec (want one of %s)", truncate(m.Codec, 32), strings.Join(UpdateCodecs, ", "))
+	case (m.Codec == CodecF32 || m.Codec == "") && len(m.Update) == 0:
 		return invalid(TypeResult, "update", "must not be empty")
+	case (m.Codec == CodecF32 || m.Codec == "") && len(m.Packed) != 0:
+		return invalid(TypeResult, "packed", "must be absent with codec %q (the update goes in update)", CodecF32)
+	case m.Codec != CodecF32 && m.Codec != "" && len(m.Packed) == 0:
+		return invalid(TypeResult, "packed", "must not be empty with codec %q", m.Codec)
+	case m.Codec != CodecF32 && m.Codec != "" && len(m.Update) != 0:
+		return invalid(TypeResult, "update", "must be absent with codec %q (the update goes in packed)", m.Codec)
+	case !finite(m.CommMs) || m.CommMs < 0:
+		return invalid(TypeResult, "comm_ms", "must be a finite number >= 0, got %v", m.CommMs)
+	case m.Link != nil && !(finite(m.Link.DownBps) && finite(m.Link.UpBps) && finite(m.Link.RttMs)):
+		return invalid(TypeResult, "link", "down_bps, up_bps and rtt_ms must be finite numbers")
 	case m.Examples < 1:
 		return invalid(TypeResult, "examples", "must be positive, got %d", m.Examples)
 	case !finite(m.LossSum) || m.LossSum < 0:
