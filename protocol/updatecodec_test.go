@@ -322,7 +322,7 @@ func TestUpdateEncoderNoAllocs(t *testing.T) {
 	}
 }
 
-func le32(v uint32) []byte  { return binary.LittleEndian.AppendUint32(nil, v) }
+func le32(v uint32) []byte   { return binary.LittleEndian.AppendUint32(nil, v) }
 func lef32(v float32) []byte { return le32(math.Float32bits(v)) }
 
 func cat(parts ...[]byte) []byte { return slices.Concat(parts...) }
