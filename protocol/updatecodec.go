@@ -174,13 +174,16 @@ func (e *UpdateEncoder) appendI8(dst []byte, u []float32, feedback bool) ([]byte
 		binary.LittleEndian.PutUint32(o, math.Float32bits(lo))
 		binary.LittleEndian.PutUint32(o[4:], math.Float32bits(step))
 		codes := o[i8Header : i8Header+len(blk)]
+		var inv float64
+		if step > 0 {
+			inv = 1 / float64(step)
+		}
 		for i, v := range blk {
-			var c byte
-			if step > 0 {
-				// Round to nearest (ties up), in float64: deterministic.
-				q := math.Floor((float64(v)-float64(lo))/float64(step) + 0.5)
-				c = byte(max(0, min(255, q)))
-			}
+			// Round to nearest (ties up) of (v−min)/step, in float64; the
+			// conversion rounds the product before the add, so no platform
+			// fuses them: every encoder picks the same code. v >= min, so
+			// truncation is the floor.
+			c := byte(min(255, int(float64((float64(v)-float64(lo))*inv)+0.5)))
 			codes[i] = c
 			d := i8Value(lo, step, c)
 			if math.IsInf(float64(d), 0) {
