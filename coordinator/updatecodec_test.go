@@ -3,9 +3,11 @@ package coordinator_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,13 +193,29 @@ func TestWorkersTrainInEachUpdateCodec(t *testing.T) {
 	for _, codec := range []string{jobspec.CodecFP32, jobspec.CodecFP16, jobspec.CodecInt8, jobspec.CodecTopK} {
 		t.Run(codec, func(t *testing.T) {
 			g := newTestGrid(t, codecJob(t, codec))
-			w := g.addWorker(1, nil)
+			spec := codecJob(t, codec)
+			var mu sync.Mutex
+			var connected []string
+			g.addWorkerWith(1, nil, func(c *worker.Config) {
+				c.Logf = func(format string, a ...any) {
+					line := fmt.Sprintf(format, a...)
+					if strings.HasPrefix(line, "connected as") {
+						mu.Lock()
+						connected = append(connected, line)
+						mu.Unlock()
+					}
+					t.Log(line)
+				}
+			})
 			v := g.waitFor("20 accepted results", 2*time.Minute, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 20 })
 			if v.Rejections["invalid"] != 0 {
 				t.Fatalf("rejections %v", v.Rejections)
 			}
-			if st := w.Stats(); st.Computed == 0 {
-				t.Fatalf("worker stats %+v", st)
+			mu.Lock()
+			defer mu.Unlock()
+			want := fmt.Sprintf("updates in %q", spec.WireUpdateCodec())
+			if len(connected) == 0 || !strings.Contains(connected[0], want) {
+				t.Fatalf("worker connected with %q, want %s", connected, want)
 			}
 		})
 	}

@@ -280,7 +280,7 @@ func (w *Worker) session(ctx context.Context) error {
 		st.Connects++
 	})
 	// Strings from the other end are quoted: they must not forge log lines.
-	w.cfg.Logf("connected as %q to job %q (%q, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
+	w.cfg.Logf("connected as %q to job %q (%q, %d parameters, updates in %q)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams, s.enc.codec())
 	return s.work(ctx)
 }
 
