@@ -1,6 +1,11 @@
 package worker
 
-import "github.com/crowdtrain/crowdtrain/protocol"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
 
 // encoder sends a session's results in the update codec its welcome
 // named, keeping that codec's error-feedback residual (protocol.
@@ -12,13 +17,22 @@ type encoder struct {
 }
 
 // newEncoder is the encoder for welcome's job: f32 when the welcome names
-// no codec.
-func newEncoder(job protocol.JobInfo) *encoder {
-	c := job.UpdateCodec
-	if c == "" {
+// no codec. A codec this worker does not speak, or a topk fraction
+// outside (0, 1], gets f32 (which every coordinator takes) and a warning
+// saying why, for the log.
+func newEncoder(job protocol.JobInfo) (*encoder, string) {
+	c, warn := job.UpdateCodec, ""
+	switch {
+	case c == "":
+		c = protocol.CodecF32
+	case !slices.Contains(protocol.UpdateCodecs, c):
+		warn = fmt.Sprintf("the coordinator asked for update codec %q, which this worker does not speak; sending %s", truncate(c, 32), protocol.CodecF32)
+		c = protocol.CodecF32
+	case c == protocol.CodecTopK && !(job.TopKFraction > 0 && job.TopKFraction <= 1):
+		warn = fmt.Sprintf("the coordinator asked for topk with fraction %v, outside (0, 1]; sending %s", job.TopKFraction, protocol.CodecF32)
 		c = protocol.CodecF32
 	}
-	return &encoder{enc: protocol.UpdateEncoder{Codec: c, TopKFraction: job.TopKFraction}}
+	return &encoder{enc: protocol.UpdateEncoder{Codec: c, TopKFraction: job.TopKFraction}}, warn
 }
 
 // codec is the session's update codec.

@@ -135,7 +135,7 @@ func TestEncoderPackAllocatesNothing(t *testing.T) {
 		u[i] = float32(i%17) - 8
 	}
 	for _, codec := range protocol.UpdateCodecs {
-		e := newEncoder(protocol.JobInfo{UpdateCodec: codec, TopKFraction: 0.01})
+		e, _ := newEncoder(protocol.JobInfo{UpdateCodec: codec, TopKFraction: 0.01})
 		var res protocol.Result
 		pack := func() {
 			res = protocol.Result{Codec: protocol.CodecF32, Update: u}
@@ -150,5 +150,26 @@ func TestEncoderPackAllocatesNothing(t *testing.T) {
 		if a := testing.AllocsPerRun(10, pack); a != 0 {
 			t.Errorf("%s: %v allocations per result once warm", codec, a)
 		}
+	}
+}
+
+// A welcome naming a codec the worker does not speak, or a topk fraction
+// out of range, gets f32 and a warning.
+func TestNewEncoderFallsBackToF32(t *testing.T) {
+	for _, job := range []protocol.JobInfo{
+		{UpdateCodec: "zip"},
+		{UpdateCodec: protocol.CodecTopK, TopKFraction: 0},
+		{UpdateCodec: protocol.CodecTopK, TopKFraction: 1.5},
+	} {
+		e, warn := newEncoder(job)
+		if e.codec() != protocol.CodecF32 || warn == "" {
+			t.Errorf("%+v: codec %q, warning %q; want f32 and a warning", job, e.codec(), warn)
+		}
+	}
+	if e, warn := newEncoder(protocol.JobInfo{}); e.codec() != protocol.CodecF32 || warn != "" {
+		t.Errorf("no codec: %q, warning %q", e.codec(), warn)
+	}
+	if e, warn := newEncoder(protocol.JobInfo{UpdateCodec: protocol.CodecTopK, TopKFraction: 0.01}); e.codec() != protocol.CodecTopK || warn != "" {
+		t.Errorf("topk: %q, warning %q", e.codec(), warn)
 	}
 }

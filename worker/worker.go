@@ -297,7 +297,10 @@ func (s *session) readWelcome(ctx context.Context) error {
 	switch m := m.(type) {
 	case *protocol.Welcome:
 		s.welcome = m
-		s.enc = newEncoder(m.Job)
+		var warn string
+		if s.enc, warn = newEncoder(m.Job); warn != "" {
+			s.w.cfg.Logf("%s", warn)
+		}
 	case *protocol.Error:
 		switch m.Code {
 		case "bad_hello":
