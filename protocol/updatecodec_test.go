@@ -440,3 +440,24 @@ func BenchmarkUpdateCodec(b *testing.B) {
 		})
 	}
 }
+
+// All magnitudes equal (a zero update): topk sends the first k indices.
+func TestTopKAllEqual(t *testing.T) {
+	const n = 100000
+	for _, u := range [][]float32{make([]float32, n), slices.Repeat([]float32{-0.5}, n)} {
+		e := &UpdateEncoder{Codec: CodecTopK, TopKFraction: 0.01}
+		b, err := e.Encode(nil, u, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := int(binary.LittleEndian.Uint32(b))
+		if k != 1000 {
+			t.Fatalf("k = %d, want 1000", k)
+		}
+		for i := range k {
+			if j := binary.LittleEndian.Uint32(b[4+4*i:]); j != uint32(i) {
+				t.Fatalf("index %d is %d, want %d", i, j, i)
+			}
+		}
+	}
+}
