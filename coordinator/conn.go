@@ -279,9 +279,11 @@ func (s *Server) session(wc *workerConn) {
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
+	info := protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams}
+	job.welcomeCodec(&info, hello.Codecs) // updatecodec.go
 	if s.enqueue(wc, &protocol.Welcome{
 		WorkerID: wc.id,
-		Job:      protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams},
+		Job:      info,
 		Limits: protocol.Limits{
 			MaxMessageBytes: job.maxMessageBytes(),
 			LeaseTimeoutMs:  job.Spec.LeaseTimeout.Milliseconds(),
@@ -448,6 +450,10 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	case *protocol.Want:
 		s.want(ctx, wc, m.N)
 	case *protocol.Result:
+		if detail := job.unpackUpdate(m, buf); detail != "" { // updatecodec.go
+			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail})
+			return 0, "", false
+		}
 		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update)}
 		pause, over := s.resultBytes(wc, len(buf.frame)) // limits.go
 		if over {

@@ -16,8 +16,9 @@ import (
 // connections through a decodePool, so a result costs no allocation once
 // the pool is warm, and a connection holds none between messages.
 type decodeBuf struct {
-	frame []byte
-	dec   protocol.Decoder
+	frame  []byte
+	dec    protocol.Decoder
+	update []float32 // a packed update, decoded (updatecodec.go)
 }
 
 // decodePool keeps at most cap(free) buffers between uses. A get when

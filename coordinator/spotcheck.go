@@ -14,9 +14,10 @@ import (
 // sample of accepted results, and every result of a struck volunteer, is
 // computed again by another volunteer: a copy lease of the same task from
 // the same snapshot (granted, whatever the job's snapshot mode), with the
-// same dropout masks (protocol.Lease.CopyOf), sent in fp32 like every
-// result. A copy's result is compared, never applied, and takes no place
-// in a round. Credit, refutations, strikes and bans go to the ledger.
+// same dropout masks (protocol.Lease.CopyOf). A copy comes in f32, or
+// f16 in an f16 job; a primary in a lossy error-feedback codec (i8) is
+// compared with the slack its codec allows (slackOf). A copy's result is
+// compared, never applied, and takes no place in a round. Credit, refutations, strikes and bans go to the ledger.
 
 // spotSeed is where a job's spot check draws come from: a secret
 // seed, so that no volunteer can tell from the job spec which of its
@@ -103,11 +104,21 @@ func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, deta
 	j.requeue(l)
 	detail := "held: this volunteer failed a spot check, so its results are compared with another volunteer's before they count (never applied; credited if they agree)"
 	if j.otherVolunteer(v) && p.Select(v) {
-		p.Open(*l, engine.SpotResult{Volunteer: v, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Held: true})
+		p.Open(*l, engine.SpotResult{Volunteer: v, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res), Held: true})
 	} else {
 		detail = "refused: this volunteer failed a spot check, and no check of this result could be made now"
 	}
 	return reject(protocol.ReasonQuarantined, detail), true
+}
+
+// slackOf is the L2 allowance a spot check gives res for its codec: what
+// a lossy error-feedback codec (i8) may have moved the update by
+// (protocol.UpdateSlack); 0 for f32 and f16.
+func slackOf(res *protocol.Result) float64 {
+	if res.Codec == "" || res.Codec == protocol.CodecF32 {
+		return 0
+	}
+	return protocol.UpdateSlack(res.Codec, res.Packed)
 }
 
 func (j *Job) hintOf(worker string) string {
@@ -124,7 +135,7 @@ func (j *Job) spotSample(sub submission, l *engine.Lease) {
 	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.Select(sub.volunteer) {
 		return
 	}
-	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Applied: true})
+	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res), Applied: true})
 }
 
 // spotRefused opens a check of a result the coordinator refused, when
@@ -135,7 +146,7 @@ func (j *Job) spotRefused(sub submission, l *engine.Lease) {
 	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.SelectRefused(sub.volunteer) {
 		return
 	}
-	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples})
+	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res)})
 }
 
 // grantCopy leases worker a copy of a checked task if one waits for a
@@ -195,7 +206,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		return reject(reason, invalid)
 	}
 	st.spot.RefNorm = st.normRef.reference(st.normMean) // a typical accepted norm (normgate.go)
-	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples})
+	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples, Slack: slackOf(res)})
 	if !ok {
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")
 	}

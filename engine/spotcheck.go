@@ -118,6 +118,11 @@ type SpotResult struct {
 	Hint      string // kind/backend as its worker claimed it
 	Update    []float32
 	Examples  int
+	// Slack is an absolute L2 allowance this result adds to a comparison:
+	// what a lossy error-feedback codec may have moved it by
+	// (protocol.UpdateSlack). 0 for an exact update (f32) or one every
+	// volunteer rounds alike (f16).
+	Slack float64
 	// Applied: the model took it (an async primary, or one in a round).
 	// Held: it was quarantined, not applied, and earns credit only if the
 	// check agrees with it. Neither: the coordinator refused it, and the

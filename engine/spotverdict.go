@@ -39,10 +39,42 @@ func DistanceAtLeast(a, b []float32, ref float64) (rel float64, exact bool) {
 	return math.Sqrt(d) / max(math.Sqrt(max(na, nb)), ref), exact
 }
 
+// within reports whether ‖a−b‖ <= factor·Tolerance·max(‖a‖,‖b‖,RefNorm)
+// + a.Slack + b.Slack, with the relative distance (DistanceAtLeast) and
+// whether a and b are bit for bit the same.
+func (p *SpotChecks) within(a, b SpotResult, factor float64) (ok bool, rel float64, exact bool) {
+	rel, exact = DistanceAtLeast(a.Update, b.Update, p.RefNorm)
+	slack := a.Slack + b.Slack
+	if rel <= factor*p.Tolerance {
+		return true, rel, exact
+	}
+	if slack <= 0 || math.IsInf(rel, 1) {
+		return false, rel, exact
+	}
+	var d, na, nb float64
+	for i := range a.Update {
+		x, y := float64(a.Update[i]), float64(b.Update[i])
+		d += (x - y) * (x - y)
+		na += x * x
+		nb += y * y
+	}
+	scale := max(math.Sqrt(max(na, nb)), p.RefNorm)
+	return math.Sqrt(d) <= factor*p.Tolerance*scale+slack, rel, exact
+}
+
 // agree compares results a and b within Tolerance (of the larger of
-// their norms and RefNorm), and bit for bit when their volunteers were
-// seen to compute alike. It says how.
+// their norms and RefNorm) plus their slack, and bit for bit when their
+// volunteers were seen to compute alike and neither came through a lossy
+// codec (a codec's result is never bit for bit its f32 copy). It says
+// how.
 func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
+	if a.Slack > 0 || b.Slack > 0 {
+		ok, rel, _ := p.within(a, b, 1)
+		if ok {
+			return true, fmt.Sprintf("within tolerance and the codec's allowance (relative difference %.3g, tolerance %g, allowance %.3g)", rel, p.Tolerance, a.Slack+b.Slack)
+		}
+		return false, fmt.Sprintf("relative difference %.3g > tolerance %g, beyond the codec's allowance %.3g", rel, p.Tolerance, a.Slack+b.Slack)
+	}
 	rel, exact := DistanceAtLeast(a.Update, b.Update, p.RefNorm)
 	if p.sameClass(a.Volunteer, b.Volunteer) {
 		if exact {
@@ -149,10 +181,10 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	if okA {
 		loser = b
 	}
-	far, _ := DistanceAtLeast(loser.Update, t.Update, p.RefNorm)
+	near, far, _ := p.within(loser, t, strikeFactor)
 	var o Outcome
 	switch {
-	case okA != okB && far <= strikeFactor*p.Tolerance:
+	case okA != okB && near:
 		p.Counters.Undecided++
 		o.Credit = append(o.Credit, t)
 		o.Agreed = true

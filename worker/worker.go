@@ -230,6 +230,7 @@ type session struct {
 	base    *url.URL // http(s) base that relative lease URLs resolve against
 	model   *nn.Model
 	welcome *protocol.Welcome
+	enc     *encoder // the update codec, from the welcome (encode.go)
 
 	sendMu  sync.Mutex
 	sendBuf []byte
@@ -266,7 +267,7 @@ func (w *Worker) session(ctx context.Context) error {
 	b := w.cfg.Backend
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
-		Client: w.cfg.Client, Codecs: []string{protocol.CodecF32}, Token: w.cfg.Token,
+		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 	}); err != nil {
 		return err
@@ -279,7 +280,7 @@ func (w *Worker) session(ctx context.Context) error {
 		st.Connects++
 	})
 	// Strings from the other end are quoted: they must not forge log lines.
-	w.cfg.Logf("connected as %q to job %q (%q, %d parameters)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams)
+	w.cfg.Logf("connected as %q to job %q (%q, %d parameters, updates in %q)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams, s.enc.codec())
 	return s.work(ctx)
 }
 
@@ -296,6 +297,10 @@ func (s *session) readWelcome(ctx context.Context) error {
 	switch m := m.(type) {
 	case *protocol.Welcome:
 		s.welcome = m
+		var warn string
+		if s.enc, warn = newEncoder(m.Job); warn != "" {
+			s.w.cfg.Logf("%s", warn)
+		}
 	case *protocol.Error:
 		switch m.Code {
 		case "bad_hello":
@@ -471,6 +476,9 @@ func (s *session) computeAndSend(ctx context.Context, c *computer, f *fetcher, t
 		}
 	} else {
 		s.w.update(func(st *Stats) { st.Computed += int64(res.Examples) })
+		if err := s.enc.pack(res, t.lease); err != nil {
+			s.w.cfg.Logf("lease %d: %v; sending it as %s", t.lease.ID, err, protocol.CodecF32)
+		}
 		if err := s.send(ctx, res); err != nil {
 			return err
 		}

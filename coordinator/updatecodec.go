@@ -1,0 +1,53 @@
+package coordinator
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Update codecs on the coordinator's side (protocol/updatecodec.go has the
+// byte layouts). The welcome tells each worker its codec: the job's, when
+// the worker's hello names it, else f32. A result in a codec other than
+// f32 is decoded on its connection's goroutine, into the frame buffer's
+// reused update storage, before the job sees it: the norm gate, the
+// replay hash, robust clipping and spot checks all run on the decoded
+// update, as on an f32 one.
+
+// updateCodecFor is the update codec a worker that speaks codecs sends
+// in.
+func (j *Job) updateCodecFor(codecs []string) string {
+	if c := j.Spec.WireUpdateCodec(); c != protocol.CodecF32 && slices.Contains(codecs, c) {
+		return c
+	}
+	return protocol.CodecF32
+}
+
+// welcomeCodec fills info's update codec for a worker that speaks codecs.
+func (j *Job) welcomeCodec(info *protocol.JobInfo, codecs []string) {
+	info.UpdateCodec = j.updateCodecFor(codecs)
+	if info.UpdateCodec == protocol.CodecTopK {
+		info.TopKFraction = j.Spec.TopKFraction
+	}
+}
+
+// unpackUpdate decodes a result's packed update into buf's update storage
+// and sets res.Update. It returns why the result must be refused as
+// invalid, or "": a codec other than f32 and the job's, or a packed update
+// that does not decode (protocol.DecodeUpdate says what is wrong).
+func (j *Job) unpackUpdate(res *protocol.Result, buf *decodeBuf) string {
+	if res.Codec == "" || res.Codec == protocol.CodecF32 {
+		return ""
+	}
+	if want := j.Spec.WireUpdateCodec(); res.Codec != want {
+		return fmt.Sprintf("update codec %q is neither %q nor this job's (%q)", res.Codec, protocol.CodecF32, want)
+	}
+	u, err := protocol.DecodeUpdate(res.Codec, res.Packed, j.model.NumParams, buf.update)
+	buf.update = u[:0]
+	if err != nil {
+		return err.Error()
+	}
+	res.Update = u
+	return ""
+}
