@@ -158,6 +158,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
+	st.sched.ObserveComm(sub.worker, res.CommMs, res.ComputeMs, l.LocalSteps)
 	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
 	st.normCount++
