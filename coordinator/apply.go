@@ -23,6 +23,8 @@ type submission struct {
 	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
 	// computed yet, or an all-zero update.
 	hash uint64
+	// recv is how long the result's frame took to arrive (frames.go).
+	recv time.Duration
 }
 
 // nonFiniteCheck is how many non-finite results in a row make the job
