@@ -43,24 +43,25 @@ func TestCommRuleRaisesHOfASlowLink(t *testing.T) {
 		s := newCommScheduler()
 		for range 4 {
 			runTask(t, s, "loopback", 1, 0.5)
-			// 3 ms a step, 20 ms on the wire a task: H >= 20*0.9/(0.1*3) = 60.
-			runTask(t, s, "home", 3, 20)
+			// 3 ms a step, 15 ms on the wire a task, aiming at 0.8 of
+			// f = 0.1: H >= 15*(1-0.08)/(0.08*3) = 57.5.
+			runTask(t, s, "home", 3, 15)
 		}
 		s.MaxCommFraction = 0
 		speedOnly := s.LocalStepsFor("home")
 		s.MaxCommFraction = 0.1
 		h := s.LocalStepsFor("home")
-		if speedOnly >= 60 {
-			t.Fatalf("the speed rule alone gives the slow link H %d: the test needs it below 60", speedOnly)
+		if speedOnly >= 58 {
+			t.Fatalf("the speed rule alone gives the slow link H %d: the test needs it below 58", speedOnly)
 		}
-		if h != 60 {
-			t.Fatalf("H %d, want 60 (20 ms on the wire, 3 ms a step, f 0.1)", h)
+		if h != 58 {
+			t.Fatalf("H %d, want 58 (15 ms on the wire, 3 ms a step, f 0.1)", h)
 		}
-		if share := 20 / (20 + float64(h)*3); share > 0.1+1e-9 {
+		if share := 15 / (15 + float64(h)*3); share > 0.1 {
 			t.Fatalf("at H %d the share on the wire is %.3f, over 0.1", h, share)
 		}
-		if l := runTask(t, s, "home", 3, 20); l.LocalSteps != 60 {
-			t.Fatalf("its next lease has H %d, want 60", l.LocalSteps)
+		if l := runTask(t, s, "home", 3, 15); l.LocalSteps != 58 {
+			t.Fatalf("its next lease has H %d, want 58", l.LocalSteps)
 		}
 
 		// A much slower uplink needs more than max_local_steps: the bound.
@@ -74,9 +75,9 @@ func TestCommRuleRaisesHOfASlowLink(t *testing.T) {
 		// max_comm_fraction is live: a looser share needs fewer steps.
 		s.MaxCommFraction = 0
 		speedOnly = s.LocalStepsFor("home")
-		s.MaxCommFraction = 0.5 // H >= 20*0.5/(0.5*3) = 6.67
-		if h := s.LocalStepsFor("home"); h != max(7, speedOnly) {
-			t.Fatalf("f 0.5: H %d, want %d", h, max(7, speedOnly))
+		s.MaxCommFraction = 0.5 // H >= 15*(1-0.4)/(0.4*3) = 7.5
+		if h := s.LocalStepsFor("home"); h != max(8, speedOnly) {
+			t.Fatalf("f 0.5: H %d, want %d", h, max(8, speedOnly))
 		}
 	})
 }
@@ -88,7 +89,7 @@ func TestCommRuleLeavesAFastLinkAlone(t *testing.T) {
 		s := newCommScheduler()
 		for range 4 {
 			runTask(t, s, "native", 1, 0.2)
-			runTask(t, s, "half", 2, 0.2) // needs 0.2*0.9/(0.1*2) = 0.9: 1 step
+			runTask(t, s, "half", 2, 0.2) // needs 0.2*0.92/(0.08*2) = 1.15: 2 steps
 		}
 		bySpeed := s.LocalStepsFor("half")
 		s.MaxCommFraction = 0

@@ -155,17 +155,24 @@ type commTimes struct {
 	commMs, stepMs float64
 }
 
+// commHeadroom is the share of MaxCommFraction the comm rule aims at:
+// times on the wire vary from task to task (a jittery link, a busy
+// coordinator), and a rule aimed at the bound itself would put a worker
+// over it about half the time.
+const commHeadroom = 0.8
+
 // commSteps is the least H that keeps worker's share of time on the wire
 // under MaxCommFraction: with C its time on the wire per task (which does
 // not grow with H: a task's snapshot and update are the same size for
 // any H) and s its compute time per inner step, C/(C+H*s) <= f holds for
-// H >= C*(1-f)/(f*s). 0 when there is no such rule or nothing measured.
+// H >= C*(1-f)/(f*s), with f commHeadroom*MaxCommFraction. 0 when there
+// is no such rule or nothing measured.
 func (s *Scheduler) commSteps(worker string) int {
-	f := s.MaxCommFraction
 	c, ok := s.comm[worker]
-	if !ok || !(f > 0 && f < 1) || c.stepMs <= 0 || c.commMs <= 0 {
+	if !ok || !(s.MaxCommFraction > 0 && s.MaxCommFraction < 1) || c.stepMs <= 0 || c.commMs <= 0 {
 		return 0
 	}
+	f := commHeadroom * s.MaxCommFraction
 	need := c.commMs * (1 - f) / (f * c.stepMs)
 	if need >= float64(math.MaxInt32) {
 		return math.MaxInt32
