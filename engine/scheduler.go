@@ -89,7 +89,7 @@ type Scheduler struct {
 	leases  map[uint64]*Lease
 	speed   map[string]float64 // examples per second of compute, smoothed
 	comm    map[string]commTimes
-	backups map[uint64]uint64  // primary id → its backup's id
+	backups map[uint64]uint64 // primary id → its backup's id
 	// taskTimes holds the last accepted tasks' durations (Observe), a
 	// ring, for MedianTaskTime.
 	taskTimes [taskTimeWindow]time.Duration
