@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -226,5 +227,26 @@ func TestBulkBytesCountForTheNamedWorker(t *testing.T) {
 	}
 	if job.Compression < 0.99 || job.Compression > 1.0001 {
 		t.Fatalf("compression %v serving fp32 snapshots, want 1", job.Compression)
+	}
+	// Prometheus gets the same counters.
+	code, body := g.call(http.MethodGet, "/metrics", "", nil, nil)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`crowdtrain_job_bytes_out_total{job=%q} %g`, g.job.ID, float64(job.BytesOut)),
+		fmt.Sprintf(`crowdtrain_job_shard_bytes_out_total{job=%q} %g`, g.job.ID, float64(job.ShardBytesOut)),
+		`crowdtrain_job_compression{job="` + g.job.ID + `"}`,
+		`crowdtrain_job_bytes_per_example{job="` + g.job.ID + `"}`,
+		`crowdtrain_job_bytes_in_total{job="` + g.job.ID + `"}`,
+		fmt.Sprintf(`crowdtrain_worker_bytes_out_total{worker=%q}`, rc.welcome.WorkerID),
+		fmt.Sprintf(`crowdtrain_worker_bytes_in_total{worker=%q}`, rc.welcome.WorkerID),
+		fmt.Sprintf(`crowdtrain_worker_link_up_bps{worker=%q}`, rc.welcome.WorkerID),
+		fmt.Sprintf(`crowdtrain_worker_local_steps{worker=%q} 1`, rc.welcome.WorkerID),
+		fmt.Sprintf(`crowdtrain_worker_comm_fraction{worker=%q}`, rc.welcome.WorkerID),
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
