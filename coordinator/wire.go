@@ -160,3 +160,32 @@ func (w *workerWire) view(v *WorkerView) {
 	v.CommFraction = w.commFrac
 	w.mu.Unlock()
 }
+
+// wireProgress is a job's wire counters in a checkpoint.
+type wireProgress struct {
+	BytesIn       int64 `json:"bytes_in"`
+	BytesOut      int64 `json:"bytes_out"`
+	ShardBytesOut int64 `json:"shard_bytes_out"`
+	FP32Bytes     int64 `json:"fp32_bytes"`
+	ActualBytes   int64 `json:"actual_bytes"`
+}
+
+func (jw *jobWire) progress() *wireProgress {
+	return &wireProgress{
+		BytesIn: jw.bytesIn.Load(), BytesOut: jw.bytesOut.Load(), ShardBytesOut: jw.shardBytesOut.Load(),
+		FP32Bytes: jw.fp32Bytes.Load(), ActualBytes: jw.actualBytes.Load(),
+	}
+}
+
+// restore sets the counters from a checkpoint's (nil: an older checkpoint,
+// which kept none: they stay as they are).
+func (jw *jobWire) restore(p *wireProgress) {
+	if p == nil {
+		return
+	}
+	jw.bytesIn.Store(p.BytesIn)
+	jw.bytesOut.Store(p.BytesOut)
+	jw.shardBytesOut.Store(p.ShardBytesOut)
+	jw.fp32Bytes.Store(p.FP32Bytes)
+	jw.actualBytes.Store(p.ActualBytes)
+}
