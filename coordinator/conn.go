@@ -176,7 +176,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hctx, cancel := context.WithTimeout(s.ctx, s.cfg.HelloTimeout)
-	hello, err := s.readHello(hctx, ws)
+	hello, helloBytes, err := s.readHello(hctx, ws)
 	cancel()
 	if err != nil {
 		// Quoted: the error may carry what the client sent.
@@ -225,6 +225,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		connectedAt: time.Now(),
 	}
 	wc.out.idle.L = &wc.out.mu
+	wc.wire.bytesIn.Store(int64(helloBytes))
 	wc.lastSeen.Store(time.Now().UnixNano())
 	// The websocket has taken the connection over from the HTTP server,
 	// so the session can outlive this handler: a goroutine of its own
@@ -330,29 +331,31 @@ func (s *Server) session(wc *workerConn) {
 	ws.Close(code, reason)
 }
 
-func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, error) {
+// readHello reads the first message, which must be a hello, and its
+// frame's size (counted in the worker's bytes_in).
+func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, int, error) {
 	buf, err := s.readFrame(ctx, ws, nil)
 	if err != nil {
 		if errors.Is(err, errTextFrame) {
-			return nil, errors.New("hello must be a binary msgpack frame")
+			return nil, 0, errors.New("hello must be a binary msgpack frame")
 		}
 		var tooBig *frameTooBigError
 		if errors.As(err, &tooBig) {
-			return nil, err
+			return nil, 0, err
 		}
-		return nil, fmt.Errorf("no hello: %w", err)
+		return nil, 0, fmt.Errorf("no hello: %w", err)
 	}
 	defer s.decodeBufs.put(buf)
 	buf.dec.MaxBytes, buf.dec.Bounds = int(s.cfg.MaxControlBytes), s.cfg.FrameBounds
 	m, err := buf.dec.Decode(buf.frame)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	h, ok := m.(*protocol.Hello)
 	if !ok {
-		return nil, fmt.Errorf("first message must be hello, got %s", m.MessageType())
+		return nil, 0, fmt.Errorf("first message must be hello, got %s", m.MessageType())
 	}
-	return h, nil
+	return h, len(buf.frame), nil
 }
 
 // refuse sends an error message and closes the connection.

@@ -167,6 +167,10 @@ func TestAbsurdLinkEstimatesAreClamped(t *testing.T) {
 			t.Fatalf("comm_fraction %v from comm 5 ms, compute 10 ms", v.CommFraction)
 		}
 	}
+	// Everything it sent counts, its hello and two full updates included.
+	if v, _ := g.workerView(rc.welcome.WorkerID); v.BytesIn < 2*4*int64(rc.welcome.Job.NumParams) || v.LocalSteps != 1 {
+		t.Fatalf("bytes_in %d after two updates of %d parameters, local_steps %d (want 1)", v.BytesIn, rc.welcome.Job.NumParams, v.LocalSteps)
+	}
 	logs := rec.text()
 	if n := strings.Count(logs, "link estimate clamped"); n != 1 {
 		t.Fatalf("%d clamp lines, want one for the worker:\n%s", n, logs)
