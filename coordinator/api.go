@@ -115,8 +115,10 @@ func (s *Server) workerViews(ctx context.Context) []WorkerView {
 
 // serveImmutable serves bytes that never change under this URL, so any
 // cache between here and the volunteers may keep them. Unless free, the
-// body is charged to the client's anonymous budget.
-func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, etag string, body []byte, free bool) {
+// body is charged to the client's anonymous budget. A body sent is
+// counted (wire.go) as kind for job j, and for the worker the request's
+// X-Crowdtrain-Worker header names.
+func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, j *Job, kind served, etag string, body []byte, free bool) {
 	h := w.Header()
 	if r.Header.Get("If-None-Match") == etag {
 		h.Set("ETag", etag)
@@ -135,7 +137,9 @@ func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, etag str
 	}
 	if err := s.writePaced(w, body); err != nil {
 		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		return
 	}
+	s.countServed(r, j, kind, len(body))
 }
 
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -161,7 +165,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
-	s.serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
+	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
 }
 
 func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +189,7 @@ func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Task.Shard == shard })
-	s.serveImmutable(w, r, fmt.Sprintf(`"%s-s%d-f%d-%d"`, j.ID, j.Spec.ShardSize, dataset.ShardVersion, shard), j.shardBody[shard], free)
+	s.serveImmutable(w, r, j, servedShard, fmt.Sprintf(`"%s-s%d-f%d-%d"`, j.ID, j.Spec.ShardSize, dataset.ShardVersion, shard), j.shardBody[shard], free)
 }
 
 func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {

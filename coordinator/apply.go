@@ -23,6 +23,8 @@ type submission struct {
 	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
 	// computed yet, or an all-zero update.
 	hash uint64
+	// recv is how long the result's frame took to arrive (frames.go).
+	recv time.Duration
 }
 
 // nonFiniteCheck is how many non-finite results in a row make the job
@@ -158,6 +160,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
+	st.sched.ObserveComm(sub.worker, res.CommMs, res.ComputeMs, l.LocalSteps)
 	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
 	st.normCount++

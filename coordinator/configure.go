@@ -83,6 +83,7 @@ func (j *Job) configure(spec JobSpec) error {
 	sc.BatchSize = spec.BatchSize
 	sc.Latest = spec.Snapshot == jobspec.SnapshotLatest
 	sc.LocalSteps, sc.MinLocalSteps, sc.MaxLocalSteps, sc.Dynamic = spec.LocalSteps, spec.MinLocalSteps, spec.MaxLocalSteps, spec.DynamicLocalSteps
+	sc.MaxCommFraction = spec.MaxCommFraction // live: the next lease's H follows it
 	st.spec = spec
 	if !fresh && old.TaskSteps() != spec.TaskSteps() {
 		// The queue was cut for the old H: cut it again.

@@ -47,6 +47,8 @@ type workerConn struct {
 	rejected      atomic.Int64
 	lastStaleness atomic.Int64
 
+	wire workerWire // wire.go: bytes each way, link, H, comm share
+
 	rateMu       sync.Mutex // guards the smoothed rate below
 	rateAt       time.Time
 	rateExamples int64
@@ -72,6 +74,17 @@ type WorkerView struct {
 	// seconds of the views asked for.
 	ExamplesPerSec float64  `json:"examples_per_sec"`
 	Leases         []uint64 `json:"leases"` // held now
+
+	// What went over the wire (wire.go): bytes read from its websocket,
+	// and bytes written to it plus the snapshots, deltas and shards it
+	// fetched; its own estimate of its link (clamped); the H of its last
+	// lease; and the smoothed share of its time spent communicating,
+	// comm_ms/(comm_ms+compute_ms) of its results.
+	BytesIn      int64    `json:"bytes_in"`
+	BytesOut     int64    `json:"bytes_out"`
+	Link         LinkView `json:"link"`
+	LocalSteps   int      `json:"local_steps"`
+	CommFraction float64  `json:"comm_fraction"`
 }
 
 func (w *workerConn) view() WorkerView {
@@ -83,6 +96,7 @@ func (w *workerConn) view() WorkerView {
 		ConnectedAt:   w.connectedAt, LastSeen: time.Unix(0, w.lastSeen.Load()),
 		Leases: []uint64{},
 	}
+	w.wire.view(&v)
 	now := time.Now()
 	w.rateMu.Lock()
 	if w.rateAt.IsZero() {
@@ -162,7 +176,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hctx, cancel := context.WithTimeout(s.ctx, s.cfg.HelloTimeout)
-	hello, err := s.readHello(hctx, ws)
+	hello, helloBytes, err := s.readHello(hctx, ws)
 	cancel()
 	if err != nil {
 		// Quoted: the error may carry what the client sent.
@@ -211,6 +225,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		connectedAt: time.Now(),
 	}
 	wc.out.idle.L = &wc.out.mu
+	wc.wire.bytesIn.Store(int64(helloBytes))
 	wc.lastSeen.Store(time.Now().UnixNano())
 	// The websocket has taken the connection over from the HTTP server,
 	// so the session can outlive this handler: a goroutine of its own
@@ -318,29 +333,31 @@ func (s *Server) session(wc *workerConn) {
 	ws.Close(code, reason)
 }
 
-func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, error) {
+// readHello reads the first message, which must be a hello, and its
+// frame's size (counted in the worker's bytes_in).
+func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, int, error) {
 	buf, err := s.readFrame(ctx, ws, nil)
 	if err != nil {
 		if errors.Is(err, errTextFrame) {
-			return nil, errors.New("hello must be a binary msgpack frame")
+			return nil, 0, errors.New("hello must be a binary msgpack frame")
 		}
 		var tooBig *frameTooBigError
 		if errors.As(err, &tooBig) {
-			return nil, err
+			return nil, 0, err
 		}
-		return nil, fmt.Errorf("no hello: %w", err)
+		return nil, 0, fmt.Errorf("no hello: %w", err)
 	}
 	defer s.decodeBufs.put(buf)
 	buf.dec.MaxBytes, buf.dec.Bounds = int(s.cfg.MaxControlBytes), s.cfg.FrameBounds
 	m, err := buf.dec.Decode(buf.frame)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	h, ok := m.(*protocol.Hello)
 	if !ok {
-		return nil, fmt.Errorf("first message must be hello, got %s", m.MessageType())
+		return nil, 0, fmt.Errorf("first message must be hello, got %s", m.MessageType())
 	}
-	return h, nil
+	return h, len(buf.frame), nil
 }
 
 // refuse sends an error message and closes the connection.
@@ -370,6 +387,9 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 		return false
 	}
 	ok, full := s.push(wc, b)
+	if ok {
+		wc.wire.bytesOut.Add(int64(len(b)))
+	}
 	if ok || !full {
 		return ok // not queued when a write failed: the connection is going
 	}
@@ -417,8 +437,15 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		return websocket.StatusNormalClosure, "", true
 	}
 	wc.lastSeen.Store(time.Now().UnixNano())
+	wc.wire.bytesIn.Add(int64(len(buf.frame)))
 	buf.dec.MaxBytes, buf.dec.Bounds = int(job.maxMessageBytes()), s.cfg.FrameBounds
 	m, err := buf.dec.Decode(buf.frame)
+	if res, ok := m.(*protocol.Result); ok {
+		job.wire.result(len(buf.frame), job.model.NumParams)
+		if err == nil {
+			s.observeResult(wc, res) // wire.go: its link and comm share
+		}
+	}
 	var ve *protocol.ValidationError
 	switch {
 	case err == nil:
@@ -430,7 +457,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		if res, ok := m.(*protocol.Result); ok {
 			nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
 			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
-				nonFinite: nonFinite})
+				nonFinite: nonFinite, recv: buf.recv})
 			return 0, "", false
 		}
 		if *bad++; *bad > maxBadMessages {
@@ -451,10 +478,10 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		s.want(ctx, wc, m.N)
 	case *protocol.Result:
 		if detail := job.unpackUpdate(m, buf); detail != "" { // updatecodec.go
-			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail})
+			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail, recv: buf.recv})
 			return 0, "", false
 		}
-		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update)}
+		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update), recv: buf.recv}
 		pause, over := s.resultBytes(wc, len(buf.frame)) // limits.go
 		if over {
 			sub.reason, sub.detail = protocol.ReasonRateLimited, s.rateLimitedResult(pause)
@@ -503,6 +530,7 @@ func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
 		return
 	}
 	for i := range leases {
+		wc.wire.localSteps.Store(int64(leases[i].LocalSteps))
 		if !s.enqueue(wc, &leases[i]) {
 			return
 		}
@@ -548,6 +576,8 @@ func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {
 		return
 	}
 	wc.lastStaleness.Store(ack.Staleness)
+	// The frame's upload time, for the worker's link estimate.
+	ack.RecvMs = float64(sub.recv.Microseconds()) / 1000
 	if ack.Accepted {
 		wc.accepted.Add(1)
 		wc.examples.Add(int64(sub.res.Examples))

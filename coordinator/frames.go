@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -19,6 +20,10 @@ type decodeBuf struct {
 	frame  []byte
 	dec    protocol.Decoder
 	update []float32 // a packed update, decoded (updatecodec.go)
+	// recv is how long the frame took to arrive: from its first bytes
+	// (ws.Reader returning) to its last. For a result it is the worker's
+	// upload time, which its ack reports back as recv_ms.
+	recv time.Duration
 }
 
 // decodePool keeps at most cap(free) buffers between uses. A get when
@@ -42,7 +47,7 @@ func (p *decodePool) get() *decodeBuf {
 }
 
 func (p *decodePool) put(b *decodeBuf) {
-	b.frame = b.frame[:0]
+	b.frame, b.recv = b.frame[:0], 0
 	select {
 	case p.free <- b:
 	default:
@@ -92,6 +97,7 @@ func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*
 	if err != nil {
 		return nil, err
 	}
+	first := time.Now() // the frame's header and first bytes are in
 	if typ != websocket.MessageBinary {
 		return nil, errTextFrame
 	}
@@ -100,6 +106,7 @@ func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*
 		s.decodeBufs.put(buf)
 		return nil, err
 	}
+	buf.recv = time.Since(first)
 	return buf, nil
 }
 

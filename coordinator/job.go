@@ -102,6 +102,10 @@ type Job struct {
 	// of non-finite results start (Config.NonFiniteEvalInterval).
 	nonFiniteEvalEvery time.Duration
 
+	// wire counts the bytes of its results and of what is served for it
+	// (wire.go); HTTP handlers add to it directly.
+	wire jobWire
+
 	// Loop-owned state below.
 	st jobState
 }
@@ -415,6 +419,17 @@ type JobView struct {
 
 	// Abuse counts the hostage and straggler rules' work (hostages.go).
 	Abuse AbuseView `json:"abuse"`
+
+	// The wire (wire.go): result frame bytes received, snapshot and delta
+	// bytes served, shard bytes served (apart: cacheable, once per
+	// epoch); (bytes_in+bytes_out)/examples_seen; and the compression,
+	// the fp32 size of the results and snapshots (4 bytes a parameter
+	// each) over the bytes they actually took.
+	BytesIn         int64   `json:"bytes_in"`
+	BytesOut        int64   `json:"bytes_out"`
+	ShardBytesOut   int64   `json:"shard_bytes_out"`
+	BytesPerExample float64 `json:"bytes_per_example"`
+	Compression     float64 `json:"compression"`
 }
 
 // view copies the loop's state; call it on the loop.
@@ -436,6 +451,7 @@ func (j *Job) view(st *jobState) JobView {
 	v.Clipped = st.clipped
 	v.SpotChecks = j.spotView()
 	v.Abuse = j.abuseView()
+	j.wireView(&v)
 	if j.validator != nil {
 		v.Validated = j.validator.zeno.Checked
 	}

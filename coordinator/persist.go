@@ -50,6 +50,9 @@ type progress struct {
 	// Clip is the asynchronous robust clip's state once its warm-up is
 	// over (nil before, and in round modes).
 	Clip *clipProgress `json:"clip,omitempty"`
+	// Wire is the job's wire counters (wire.go); older checkpoints have
+	// none and start them at 0.
+	Wire *wireProgress `json:"wire,omitempty"`
 }
 
 // clipProgress is engine.ClipState in a checkpoint: the centre as
@@ -150,6 +153,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum, StalenessHist: st.stalenessHist,
 		NormMean: st.normMean, NormCount: st.normCount, Clipped: st.clipped, LastEvalAt: st.lastEvalAt, Eval: st.eval,
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
+		Wire: j.wire.progress(),
 	}
 	// Leased tasks are not done: a resumed job hands them out again.
 	leases, queue := st.sched.Leases(), st.sched.Queue()
@@ -300,6 +304,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 	}
 	st.sched.SetQueue(carve(tasks, st.spec.BatchSize*st.spec.TaskSteps()))
 	st.examplesSeen, st.epochExamples = p.ExamplesSeen, p.EpochExamples
+	j.wire.restore(p.Wire)
 	st.applied, st.rejected = p.Applied, p.Rejected
 	for k, v := range p.Rejections {
 		st.rejections[k] = v

@@ -94,7 +94,8 @@ func TestCloseCheckpointsAndResumeContinues(t *testing.T) {
 		t.Fatalf("job %s not resumed", before.ID)
 	}
 	v := g2.jobView()
-	if v.Version != 7 || v.Run != 2 || v.UpdatesApplied != 7 || v.ExamplesSeen != before.ExamplesSeen {
+	if v.Version != 7 || v.Run != 2 || v.UpdatesApplied != 7 || v.ExamplesSeen != before.ExamplesSeen ||
+		before.BytesIn < 7*4*int64(n) || v.BytesIn != before.BytesIn || v.Compression != before.Compression {
 		t.Fatalf("resumed %+v, want version 7 in run 2 with the counters kept", v)
 	}
 	rc2 := g2.joinRaw()

@@ -22,6 +22,10 @@ type promMetrics struct {
 	checkpointSeconds prometheus.Histogram
 
 	applied, rejected, examples, version, accuracy, loss, staleness, workers *prometheus.Desc
+
+	// The wire (wire.go), per job and per worker.
+	jobBytesIn, jobBytesOut, jobShardBytesOut, jobBytesPerExample, jobCompression                              *prometheus.Desc
+	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction *prometheus.Desc
 }
 
 func newPromMetrics(s *Server) *promMetrics {
@@ -41,6 +45,19 @@ func newPromMetrics(s *Server) *promMetrics {
 		loss:      prometheus.NewDesc("crowdtrain_eval_loss", "Test loss at the last evaluation.", []string{"job"}, nil),
 		staleness: prometheus.NewDesc("crowdtrain_staleness", "Staleness of applied updates (versions behind when applied).", []string{"job"}, nil),
 		workers:   prometheus.NewDesc("crowdtrain_workers", "Connected workers, by kind.", []string{"kind"}, nil),
+
+		jobBytesIn:         prometheus.NewDesc("crowdtrain_job_bytes_in_total", "Result frame bytes received for the job.", []string{"job"}, nil),
+		jobBytesOut:        prometheus.NewDesc("crowdtrain_job_bytes_out_total", "Snapshot and delta bytes served for the job.", []string{"job"}, nil),
+		jobShardBytesOut:   prometheus.NewDesc("crowdtrain_job_shard_bytes_out_total", "Shard bytes served for the job.", []string{"job"}, nil),
+		jobBytesPerExample: prometheus.NewDesc("crowdtrain_job_bytes_per_example", "(bytes in + bytes out) / examples seen.", []string{"job"}, nil),
+		jobCompression:     prometheus.NewDesc("crowdtrain_job_compression", "fp32 size of the results and snapshots over the bytes they took.", []string{"job"}, nil),
+		workerBytesIn:      prometheus.NewDesc("crowdtrain_worker_bytes_in_total", "Websocket bytes read from the worker.", []string{"worker"}, nil),
+		workerBytesOut:     prometheus.NewDesc("crowdtrain_worker_bytes_out_total", "Websocket bytes to the worker, and snapshot, delta and shard bytes served to it.", []string{"worker"}, nil),
+		workerDownBps:      prometheus.NewDesc("crowdtrain_worker_link_down_bps", "The worker's estimate of its download rate, bits per second (0: none yet).", []string{"worker"}, nil),
+		workerUpBps:        prometheus.NewDesc("crowdtrain_worker_link_up_bps", "The worker's estimate of its upload rate, bits per second (0: none yet).", []string{"worker"}, nil),
+		workerRtt:          prometheus.NewDesc("crowdtrain_worker_link_rtt_seconds", "The worker's estimate of its round trip to the coordinator.", []string{"worker"}, nil),
+		workerLocalSteps:   prometheus.NewDesc("crowdtrain_worker_local_steps", "H of the worker's last lease.", []string{"worker"}, nil),
+		workerCommFraction: prometheus.NewDesc("crowdtrain_worker_comm_fraction", "Smoothed share of the worker's time spent communicating.", []string{"worker"}, nil),
 	}
 	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -51,7 +68,9 @@ func (m *promMetrics) handler() http.Handler {
 }
 
 func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers} {
+	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers,
+		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression,
+		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction} {
 		ch <- d
 	}
 }
@@ -84,10 +103,22 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		ch <- prometheus.MustNewConstHistogram(m.staleness, cum, sum, buckets, j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobBytesIn, prometheus.CounterValue, float64(j.BytesIn), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobBytesOut, prometheus.CounterValue, float64(j.BytesOut), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobShardBytesOut, prometheus.CounterValue, float64(j.ShardBytesOut), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobBytesPerExample, prometheus.GaugeValue, j.BytesPerExample, j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobCompression, prometheus.GaugeValue, j.Compression, j.ID)
 	}
 	kinds := map[string]int{protocol.KindBrowser: 0, protocol.KindNative: 0, protocol.KindGPU: 0}
 	for _, w := range m.s.WorkerViews() {
 		kinds[w.Kind]++
+		ch <- prometheus.MustNewConstMetric(m.workerBytesIn, prometheus.CounterValue, float64(w.BytesIn), w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerBytesOut, prometheus.CounterValue, float64(w.BytesOut), w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerDownBps, prometheus.GaugeValue, w.Link.DownBps, w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerUpBps, prometheus.GaugeValue, w.Link.UpBps, w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerRtt, prometheus.GaugeValue, w.Link.RttMs/1000, w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerLocalSteps, prometheus.GaugeValue, float64(w.LocalSteps), w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerCommFraction, prometheus.GaugeValue, w.CommFraction, w.ID)
 	}
 	for kind, n := range kinds {
 		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(n), kind)

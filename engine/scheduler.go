@@ -80,11 +80,16 @@ type Scheduler struct {
 	// its speed within [MinLocalSteps, MaxLocalSteps].
 	LocalSteps, MinLocalSteps, MaxLocalSteps int
 	Dynamic                                  bool
+	// MaxCommFraction, with Dynamic, raises a worker's H above what its
+	// speed gives so that its time on the wire (ObserveComm) stays under
+	// this share of its time; 0 leaves H to the speed rule.
+	MaxCommFraction float64
 
 	queue   []Task // not leased yet this epoch; requeued ones go first
 	leases  map[uint64]*Lease
 	speed   map[string]float64 // examples per second of compute, smoothed
-	backups map[uint64]uint64  // primary id → its backup's id
+	comm    map[string]commTimes
+	backups map[uint64]uint64 // primary id → its backup's id
 	// taskTimes holds the last accepted tasks' durations (Observe), a
 	// ring, for MedianTaskTime.
 	taskTimes [taskTimeWindow]time.Duration
@@ -140,7 +145,60 @@ func (s *Scheduler) LocalStepsFor(worker string) int {
 	// The fastest worker does MaxLocalSteps; the others as many as fit in
 	// the same wall time.
 	h := int(math.Round(float64(s.MaxLocalSteps) * mine / fastest))
+	h = max(h, s.commSteps(worker))
 	return min(max(h, s.MinLocalSteps), s.MaxLocalSteps)
+}
+
+// commTimes is what a worker's results said of its time, smoothed: its
+// time on the wire per task and its compute time per inner step.
+type commTimes struct {
+	commMs, stepMs float64
+}
+
+// commHeadroom is the share of MaxCommFraction the comm rule aims at:
+// times on the wire vary from task to task (a jittery link, a busy
+// coordinator), and a rule aimed at the bound itself would put a worker
+// over it about half the time.
+const commHeadroom = 0.8
+
+// commSteps is the least H that keeps worker's share of time on the wire
+// under MaxCommFraction: with C its time on the wire per task (which does
+// not grow with H: a task's snapshot and update are the same size for
+// any H) and s its compute time per inner step, C/(C+H*s) <= f holds for
+// H >= C*(1-f)/(f*s), with f commHeadroom*MaxCommFraction. 0 when there
+// is no such rule or nothing measured.
+func (s *Scheduler) commSteps(worker string) int {
+	c, ok := s.comm[worker]
+	if !ok || !(s.MaxCommFraction > 0 && s.MaxCommFraction < 1) || c.stepMs <= 0 || c.commMs <= 0 {
+		return 0
+	}
+	f := commHeadroom * s.MaxCommFraction
+	need := c.commMs * (1 - f) / (f * c.stepMs)
+	if need >= float64(math.MaxInt32) {
+		return math.MaxInt32
+	}
+	return int(math.Ceil(need))
+}
+
+// ObserveComm records what an accepted result of worker said of its time:
+// commMs on the wire for the task (downloading its snapshot, uploading the
+// previous result), computeMs computing its steps inner steps. Values that
+// are not finite and positive are ignored. Unlike Observe's speed, these
+// are the worker's own account: a worker can only lengthen its own tasks
+// with them, and never past MaxLocalSteps.
+func (s *Scheduler) ObserveComm(worker string, commMs, computeMs float64, steps int) {
+	if steps <= 0 || !(computeMs > 0) || !(commMs >= 0) || math.IsInf(computeMs, 0) || math.IsInf(commMs, 0) {
+		return
+	}
+	if s.comm == nil {
+		s.comm = map[string]commTimes{}
+	}
+	v := commTimes{commMs: commMs, stepMs: computeMs / float64(steps)}
+	if old, ok := s.comm[worker]; ok {
+		v.commMs = 0.5*old.commMs + 0.5*v.commMs
+		v.stepMs = 0.5*old.stepMs + 0.5*v.stepMs
+	}
+	s.comm[worker] = v
 }
 
 // Observe records that worker computed examples in d. The caller measures
@@ -176,7 +234,10 @@ func (s *Scheduler) MedianTaskTime() time.Duration {
 }
 
 // Forget drops what was measured of a worker that left.
-func (s *Scheduler) Forget(worker string) { delete(s.speed, worker) }
+func (s *Scheduler) Forget(worker string) {
+	delete(s.speed, worker)
+	delete(s.comm, worker)
+}
 
 // Grant leases the next task to worker, from version base (ignored for
 // Latest leases) in round. It reports false when the queue is empty. A

@@ -10,8 +10,10 @@ import (
 
 // fetchBytes GETs url with the browser's fetch (through worker.js's
 // crowdtrainFetchBytes, so shards still go through Cache Storage) and copies
-// the body into buf's storage in one step. It is worker.Config.Fetch.
-func fetchBytes(ctx context.Context, url string, buf []byte) ([]byte, error) {
+// the body into buf's storage in one step. It is worker.Config.Fetch; the
+// request carries the X-Crowdtrain-Worker header naming workerID, so the
+// coordinator counts its bytes for this worker.
+func fetchBytes(ctx context.Context, url, workerID string, buf []byte) ([]byte, error) {
 	type outcome struct {
 		body []byte
 		err  error
@@ -41,7 +43,7 @@ func fetchBytes(ctx context.Context, url string, buf []byte) ([]byte, error) {
 	defer onError.Release()
 
 	abort := js.Global().Get("AbortController").New()
-	js.Global().Call("crowdtrainFetchBytes", url, abort.Get("signal")).Call("then", onBody, onError)
+	js.Global().Call("crowdtrainFetchBytes", url, abort.Get("signal"), workerID).Call("then", onBody, onError)
 	select {
 	case o := <-done:
 		return o.body, o.err

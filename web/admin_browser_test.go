@@ -100,6 +100,18 @@ func TestAdminPage(t *testing.T) {
 		t.Errorf("after the page's mode change: outer %+v, max_staleness %d", v.Spec.OuterOptimizer, v.MaxStaleness)
 	}
 
+	// The wire: the job's bytes per example and compression, the
+	// worker's bytes, its link as it measured it, its H and comm share.
+	waitPage(t, ctx, "the job's wire on screen", func() bool {
+		w := text(t, ctx, "#job-wire")
+		return strings.Contains(w, "B/example") && strings.Contains(w, "compression 1.00x")
+	})
+	waitPage(t, ctx, "the worker's wire on screen", func() bool {
+		cells := get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#workers tbody tr:first-child td')).map((td) => td.textContent)`))
+		return len(cells) == 17 && strings.Contains(cells[10], "MB") && strings.Contains(cells[11], "bit/s") &&
+			cells[12] == "1" && strings.HasSuffix(cells[13], "%")
+	})
+
 	setInput(t, ctx, "#submit-spec", "name: broken\nmodel: mnist-mlp\nbatch_size: 0\n")
 	do(t, ctx, 10*time.Second, chromedp.Click("#submit"))
 	waitPage(t, ctx, "the spec error", func() bool { return strings.Contains(text(t, ctx, "#submit-error"), "batch_size") })

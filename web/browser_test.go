@@ -257,6 +257,12 @@ func TestContributeFromBrowser(t *testing.T) {
 		if w.Kind == protocol.KindBrowser && w.Backend != "wasm-go" {
 			t.Errorf("browser worker reports backend %q, want wasm-go", w.Backend)
 		}
+		// Its snapshot GETs name it (X-Crowdtrain-Worker), so they count
+		// for it: 20 results need at least 10 snapshots of 940 KB. Its
+		// results carry the link it measured.
+		if w.Kind == protocol.KindBrowser && (w.BytesOut < 10*940_000 || w.Link.DownBps <= 0 || w.Link.UpBps <= 0 || w.CommFraction <= 0) {
+			t.Errorf("browser worker: bytes_out %d, link %+v, comm_fraction %v; want its snapshots counted and a link measured", w.BytesOut, w.Link, w.CommFraction)
+		}
 	}
 	waitPage(t, ctx, "#accepted to reach 20", func() bool { return number(t, ctx, "#accepted") >= 20 })
 	if st := text(t, ctx, "#state"); st != "training" {

@@ -15,6 +15,7 @@ type task struct {
 	params []float32 // the snapshot at base
 	base   int64     // its version: the lease's, or started's for snapshot "latest"
 	snap   SnapshotID
+	snapMs float64 // time spent downloading its snapshot (link.go), 0 if held already
 	x      []float32
 	labels []int32
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -29,6 +30,9 @@ type fetcher struct {
 	snap     []float32
 	snapID   SnapshotID
 	body     []byte
+	// snapNanos adds up the time spent on snapshot and delta GETs
+	// (link.go): the difference across a fill is that lease's download.
+	snapNanos atomic.Int64
 }
 
 // maxCachedShards bounds the shard cache; consecutive leases usually come
@@ -118,12 +122,14 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	t.labels = t.labels[:l.Count*lpe]
 	shard.Fill(t.x, t.labels, l.Start, l.Count)
 	if l.Snapshot == protocol.SnapshotLatest {
-		t.snap, t.base = 0, -1 // set when it starts
+		t.snap, t.base, t.snapMs = 0, -1, 0 // set when it starts
 		return nil
 	}
+	before := f.snapNanos.Load()
 	if err := f.copySnapshot(ctx, t, l.SnapshotURL); err != nil {
 		return err
 	}
+	t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
 	t.base = l.BaseVersion
 	return nil
 }
@@ -160,8 +166,16 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
 	}
 	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
+	start := time.Now()
+	done := func(n int) {
+		if isSnapshotURL(u.Path) {
+			d := time.Since(start)
+			f.snapNanos.Add(int64(d))
+			f.s.link.downloaded(n, d)
+		}
+	}
 	if fetch := f.s.w.cfg.Fetch; fetch != nil {
-		body, err := fetch(ctx, u.String(), f.body[:0])
+		body, err := fetch(ctx, u.String(), f.s.welcome.WorkerID, f.body[:0])
 		if err != nil {
 			return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
 		}
@@ -169,12 +183,15 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
 		}
 		f.body = body
+		done(len(body))
 		return body, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
+	// The coordinator counts the bytes for this worker (docs/API.md).
+	req.Header.Set(WorkerHeader, f.s.welcome.WorkerID)
 	resp, err := f.s.w.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
@@ -203,6 +220,7 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 		}
 	}
 	f.body = buf
+	done(len(buf))
 	return buf, nil
 }
 

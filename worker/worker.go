@@ -45,7 +45,9 @@ type Config struct {
 	// where it can, or an error naming the status. The browser worker sets
 	// it: one fetch into one ArrayBuffer is several times faster than
 	// net/http's js transport, which copies a stream chunk by chunk.
-	Fetch func(ctx context.Context, url string, buf []byte) ([]byte, error)
+	// workerID is the session's worker id, for the X-Crowdtrain-Worker
+	// header (WorkerHeader) the request must carry.
+	Fetch func(ctx context.Context, url, workerID string, buf []byte) ([]byte, error)
 	// Logf receives connection events and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// MinBackoff and MaxBackoff bound the wait between reconnects.
@@ -236,6 +238,9 @@ type session struct {
 	sendBuf []byte
 	batch   batcher // nil where writes need no batching
 
+	link    linkEstimate  // link.go
+	linkOut protocol.Link // the link a result points at: no allocation
+
 	held atomic.Int32 // leases received and not yet answered
 	// counts maps lease id → example count until its ack arrives (acks
 	// carry only the id).
@@ -344,6 +349,12 @@ func (s *session) read(ctx context.Context) (protocol.Message, error) {
 
 // send encodes m into the session's reused buffer and writes it.
 func (s *session) send(ctx context.Context, m protocol.Message) error {
+	return s.sendFor(ctx, m, 0)
+}
+
+// sendFor is send; for a result (lease != 0) the link estimate notes when
+// its frame starts going out and its size (link.go).
+func (s *session) sendFor(ctx context.Context, m protocol.Message, lease uint64) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	b, err := protocol.AppendEncode(s.sendBuf, m)
@@ -351,6 +362,9 @@ func (s *session) send(ctx context.Context, m protocol.Message) error {
 		return err
 	}
 	s.sendBuf = b
+	if lease != 0 {
+		s.link.sending(lease, len(b), time.Now())
+	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if s.batch != nil {
@@ -479,7 +493,8 @@ func (s *session) computeAndSend(ctx context.Context, c *computer, f *fetcher, t
 		if err := s.enc.pack(res, t.lease); err != nil {
 			s.w.cfg.Logf("lease %d: %v; sending it as %s", t.lease.ID, err, protocol.CodecF32)
 		}
-		if err := s.send(ctx, res); err != nil {
+		s.link.fill(res, t.snapMs, &s.linkOut)
+		if err := s.sendFor(ctx, res, res.LeaseID); err != nil {
 			return err
 		}
 	}
@@ -517,9 +532,13 @@ func (s *session) begin(ctx context.Context, f *fetcher, t *task) (refused bool,
 	if st == nil {
 		return true, nil
 	}
+	before := f.snapNanos.Load()
 	if err := f.fillSnapshot(ctx, t, st.SnapshotURL); err != nil {
 		return false, err
 	}
+	// Only a "latest" job's started leases download snapshots here, and
+	// then the fetcher downloads none: the difference is this lease's.
+	t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
 	t.base = st.BaseVersion
 	return false, nil
 }
@@ -565,6 +584,7 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 				s.w.cfg.Logf("ignoring started for lease %d, which this worker is not starting", m.LeaseID)
 			}
 		case *protocol.Ack:
+			s.link.acked(m.LeaseID, m.RecvMs, time.Now())
 			if ch, ok := s.starting.LoadAndDelete(m.LeaseID); ok {
 				ch.(chan *protocol.Started) <- nil // start refused
 			}

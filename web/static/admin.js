@@ -70,6 +70,20 @@ function fmtLR(v) {
   return num(v) ? String(Number(v.toPrecision(6))) : '–';
 }
 
+// fmtBps is a rate in bits per second.
+function fmtBps(v) {
+  if (!num(v) || v <= 0) return '–';
+  if (v >= 1e9) return (v / 1e9).toPrecision(3) + ' Gbit/s';
+  if (v >= 1e6) return (v / 1e6).toPrecision(3) + ' Mbit/s';
+  return (v / 1e3).toPrecision(3) + ' kbit/s';
+}
+
+// fmtLink is a worker's own estimate of its link; all zero is none yet.
+function fmtLink(l) {
+  if (!l || !(num(l.down_bps) && l.down_bps > 0)) return '–';
+  return fmtBps(l.down_bps) + ' / ' + fmtBps(l.up_bps) + ', ' + (num(l.rtt_ms) ? Math.round(l.rtt_ms) + ' ms' : '–');
+}
+
 function fmtBytes(v) {
   if (!num(v)) return '–';
   const units = ['B', 'KB', 'MB', 'GB'];
@@ -522,6 +536,11 @@ function renderJob() {
     (num(jobMaxStaleness(job)) ? ' (max ' + jobMaxStaleness(job) + ')' : ''));
   text($('job-leases'), fmtInt(job.leases_held) + ' held, ' + fmtInt(job.leases_issued) + ' issued, ' + fmtInt(job.leases_expired) + ' expired');
   text($('job-workers'), fmtInt(job.workers));
+  // Bytes per example are (bytes_in + bytes_out) / examples_seen; the
+  // compression is the fp32 size of the results and snapshots over theirs.
+  text($('job-wire'), num(job.bytes_in) ? fmtBytes(job.bytes_in) + ' in, ' + fmtBytes(job.bytes_out) + ' out (+' +
+    fmtBytes(job.shard_bytes_out) + ' shards) · ' + (num(job.bytes_per_example) && job.bytes_per_example > 0 ? fmtInt(Math.round(job.bytes_per_example)) + ' B/example' : '– B/example') +
+    ' · compression ' + (num(job.compression) && job.compression > 0 ? job.compression.toFixed(2) + 'x' : '–') : '–');
   if (typeof renderAcks === 'function') renderAcks(job); // admin-volunteers.js
   text($('job-params'), fmtInt(job.num_params) + (num(job.shards) ? ' · ' + fmtInt(job.shards) + ' shards' : ''));
   const ev = job.eval;
@@ -879,7 +898,7 @@ function setWorkers(ws) {
 function renderWorkers() {
   if (!state.signedIn) return;
   const names = new Map(state.jobs.map((j) => [j.id, jobName(j)]));
-  const numeric = [false, false, false, true, false, false, false, true, true, true, false, false, false];
+  const numeric = [false, false, false, true, false, false, false, true, true, true, true, false, true, true, false, false, false];
   syncRows($('workers').tBodies[0], state.workers, 'workerId', (tr, w) => {
     numeric.forEach((n) => {
       const td = tr.insertCell();
@@ -891,7 +910,7 @@ function renderWorkers() {
     b.className = 'disconnect danger';
     b.textContent = 'Disconnect';
     b.addEventListener('click', () => disconnectWorker(tr.dataset.workerId, b));
-    tr.cells[12].append(b);
+    tr.cells[16].append(b);
   }, (tr, w) => {
     const leases = Array.isArray(w.leases) ? w.leases : [];
     const cells = [
@@ -905,12 +924,16 @@ function renderWorkers() {
       fmtRate(w.examples_per_sec),
       fmtInt(w.accepted),
       fmtInt(w.rejected),
+      fmtBytes(w.bytes_in) + ' / ' + fmtBytes(w.bytes_out),
+      fmtLink(w.link),
+      num(w.local_steps) && w.local_steps > 0 ? String(w.local_steps) : '–',
+      num(w.comm_fraction) && w.comm_fraction > 0 ? (w.comm_fraction * 100).toFixed(1) + '%' : '–',
       leases.length ? leases.join(', ') : 'none',
       ago(w.last_seen),
     ];
     cells.forEach((s, i) => text(tr.cells[i], s));
     tr.cells[4].title = w.client || '';
-    tr.cells[11].title = when(w.last_seen) + (w.connected_at ? '; connected ' + when(w.connected_at) : '');
+    tr.cells[15].title = when(w.last_seen) + (w.connected_at ? '; connected ' + when(w.connected_at) : '');
   });
   $('workers-empty').hidden = state.workers.length > 0;
 }

@@ -52,8 +52,12 @@ self.fetch = async function (input, init) {
 
 // Called by Go for snapshots and shards: one fetch, one ArrayBuffer, which Go
 // copies in one step (net/http's js transport copies a stream chunk by chunk).
-self.crowdtrainFetchBytes = async (url, signal) => {
-  const resp = await fetch(url, { signal });
+// workerId goes in the X-Crowdtrain-Worker header: the coordinator counts the
+// bytes for this worker.
+self.crowdtrainFetchBytes = async (url, signal, workerId) => {
+  const init = { signal };
+  if (workerId) init.headers = { 'X-Crowdtrain-Worker': workerId };
+  const resp = await fetch(url, init);
   if (!resp.ok) {
     const text = await resp.text();
     throw new Error(resp.status + ' ' + resp.statusText + ': ' + text.slice(0, 500));
