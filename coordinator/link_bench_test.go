@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -303,6 +304,8 @@ func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, tim
 		time.Sleep(100 * time.Millisecond)
 	}
 	out.reached = !out.capped && out.view.State == coordinator.StateDone && out.accuracy() >= linkTarget
+	g.close()
+	counter.close()
 	out.tcpDown, out.tcpUp = counter.down.Load(), counter.up.Load()
 	b.Logf("%s over %s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, examples %d, applied %d, rejected %d; bytes_in %d, bytes_out %d, shard_bytes_out %d; TCP down %d, up %d",
 		c.name, n, out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.ExamplesSeen,
@@ -438,6 +441,7 @@ type tcpCounter struct {
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // startTCPCounter listens on 127.0.0.1 and forwards to upstream until tb
@@ -536,13 +540,102 @@ func copyCounting(dst, src net.Conn, n *atomic.Int64) {
 	src.Close()
 }
 
+// close ends every connection and waits for the counts to settle.
 func (c *tcpCounter) close() {
-	c.mu.Lock()
-	c.closed = true
-	for x := range c.conns {
-		x.Close()
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		for x := range c.conns {
+			x.Close()
+		}
+		c.mu.Unlock()
+		c.ln.Close()
+		c.wg.Wait()
+	})
+}
+
+// The counter forwards every byte both ways and counts each direction
+// apart.
+func TestTCPCounterCounts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.mu.Unlock()
-	c.ln.Close()
-	c.wg.Wait()
+	defer ln.Close()
+	const up, down = 300_000, 1_000_000
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, up)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return
+		}
+		_, _ = c.Write(make([]byte, down))
+	}()
+	counter := startTCPCounter(t, ln.Addr().String())
+	c, err := net.Dial("tcp", counter.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, up)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.Copy(io.Discard, c)
+	if err != nil || got != down {
+		t.Fatalf("read %d bytes through the counter (%v), want %d", got, err, down)
+	}
+	counter.close()
+	if u, d := counter.up.Load(), counter.down.Load(); u != up || d != down {
+		t.Fatalf("counted %d up and %d down, want %d and %d", u, d, up, down)
+	}
+}
+
+// The ratios pair each run with the right reference: its own loopback
+// run, the loopback baseline, the fp32 config of its group on the same
+// network; a capped link run gets a lower bound.
+func TestLinkRatios(t *testing.T) {
+	cfg := func(name string) linkConfig {
+		i := slices.IndexFunc(linkConfigs, func(c linkConfig) bool { return c.name == name })
+		if i < 0 {
+			t.Fatalf("no config %q", name)
+		}
+		return linkConfigs[i]
+	}
+	run := func(name, net string, secs float64, examples, bytes int64, reached bool) linkOutcome {
+		return linkOutcome{cfg: cfg(name), net: net, elapsed: time.Duration(secs * float64(time.Second)), reached: reached, capped: !reached,
+			view: linkJobView{ExamplesSeen: examples, BytesIn: bytes / 2, BytesOut: bytes - bytes/2}}
+	}
+	outs := []linkOutcome{
+		run("async-fp32-H1", "loopback", 10, 100_000, 3_000_000_000, true),
+		run("async-fp32-H1", "link", 360, 50_000, 1_500_000_000, false),
+		run("diloco-H16-fp32", "loopback", 20, 200_000, 400_000_000, true),
+		run("diloco-H16-fp32", "link", 30, 220_000, 440_000_000, true),
+		run("diloco-H16-int8", "link", 33, 242_000, 121_000_000, true),
+	}
+	for _, c := range []struct {
+		i    int
+		want linkRatio
+	}{
+		{0, linkRatio{bytesVsBaseline: 1}},
+		{1, linkRatio{linkAtLeast: 36, bytesVsBaseline: 1}},
+		{3, linkRatio{linkVsLoopback: 1.5, bytesVsBaseline: 2000.0 / 30000}},
+		{4, linkRatio{bytesVsBaseline: 500.0 / 30000, examplesVsFP32: 1.1}},
+	} {
+		got := linkRatios(outs, outs[c.i])
+		near := func(a, b float64) bool { return a == b || (a-b)/b < 1e-9 && (b-a)/b < 1e-9 }
+		if !near(got.linkVsLoopback, c.want.linkVsLoopback) || !near(got.linkAtLeast, c.want.linkAtLeast) ||
+			!near(got.bytesVsBaseline, c.want.bytesVsBaseline) || !near(got.examplesVsFP32, c.want.examplesVsFP32) {
+			t.Errorf("%s over %s: ratios %+v, want %+v", outs[c.i].cfg.name, outs[c.i].net, got, c.want)
+		}
+	}
+	table := linkTable(outs)
+	for _, want := range []string{"> 36.0x", "1.50x", "1.10x", "60x fewer", "not reached"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
 }
