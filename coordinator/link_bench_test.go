@@ -48,6 +48,13 @@ var linkConfigs = func() []linkConfig {
 		cs = append(cs, linkConfig{name: "async-dyn-" + c, group: "async dynamic H", codec: c,
 			spec: "dynamic_local_steps: true\n" + codec(c)})
 	}
+	// With max_local_steps at its default, 16, a worker's H cannot rise
+	// far enough to bring fp32's communication on this link under
+	// max_comm_fraction; these let it reach 64.
+	for _, c := range []string{"fp32", "int8"} {
+		cs = append(cs, linkConfig{name: "async-dyn64-" + c, group: "async dynamic H<=64", codec: c,
+			spec: "dynamic_local_steps: true\nmax_local_steps: 64\n" + codec(c)})
+	}
 	for _, c := range []string{"fp32", "int8"} {
 		cs = append(cs, linkConfig{name: "sync-" + c, group: "sync K=3+1", codec: c,
 			spec: "mode: sync\nround_size: 3\nbackup_workers: 1\n" + codec(c)})
@@ -250,13 +257,17 @@ func BenchmarkLinkTo97(b *testing.B) {
 	b.Logf("link table written to %s:\n%s", path, linkTable(outs))
 }
 
+// linkSpec is config c's job spec.
+func linkSpec(c linkConfig) string {
+	return fmt.Sprintf("name: link-%s\nmodel: mnist-mlp\ntarget_accuracy: %v\neval_every: 100\n%s", c.name, linkTarget, c.spec)
+}
+
 // runLinkConfig runs config c once over network n ("loopback", or each
 // worker through its own link of profile p) until the job ends or
 // timeout passes.
 func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, timeout time.Duration) linkOutcome {
 	b.Helper()
-	spec := fmt.Sprintf("name: link-%s\nmodel: mnist-mlp\ntarget_accuracy: %v\neval_every: 100\n%s", c.name, linkTarget, c.spec)
-	s, err := coordinator.ParseJobSpec([]byte(spec))
+	s, err := coordinator.ParseJobSpec([]byte(linkSpec(c)))
 	if err != nil {
 		b.Fatalf("%s: %v", c.name, err)
 	}
@@ -637,5 +648,31 @@ func TestLinkRatios(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// Every config of the link benchmark is a valid job with the codec its
+// name says, and names are unique.
+func TestLinkConfigsParse(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range linkConfigs {
+		if seen[c.name] {
+			t.Errorf("config %q twice", c.name)
+		}
+		seen[c.name] = true
+		s, err := coordinator.ParseJobSpec([]byte(linkSpec(c)))
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if s.UpdateCodec != c.codec || !strings.HasSuffix(c.name, "-"+c.codec) && !strings.Contains(c.name, "-"+c.codec+"-") {
+			t.Errorf("%s: update_codec %q, config codec %q", c.name, s.UpdateCodec, c.codec)
+		}
+		if s.TargetAccuracy != linkTarget {
+			t.Errorf("%s: target_accuracy %v, want %v", c.name, s.TargetAccuracy, linkTarget)
+		}
+	}
+	if linkConfigs[0].name != "async-fp32-H1" || linkConfigs[0].spec != "" {
+		t.Errorf("the first config, the baseline, is %+v; want today's default job", linkConfigs[0])
 	}
 }
