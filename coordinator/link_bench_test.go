@@ -254,7 +254,8 @@ func BenchmarkLinkTo97(b *testing.B) {
 			})
 		}
 	}
-	b.Logf("link table written to %s:\n%s", path, linkTable(outs))
+	// Printed, not logged: a benchmark's log is cut to its first lines.
+	fmt.Printf("link table written to %s:\n%s", path, linkTable(outs))
 }
 
 // linkSpec is config c's job spec.
@@ -318,7 +319,7 @@ func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, tim
 	g.close()
 	counter.close()
 	out.tcpDown, out.tcpUp = counter.down.Load(), counter.up.Load()
-	b.Logf("%s over %s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, examples %d, applied %d, rejected %d; bytes_in %d, bytes_out %d, shard_bytes_out %d; TCP down %d, up %d",
+	fmt.Printf("%s over %s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, examples %d, applied %d, rejected %d; bytes_in %d, bytes_out %d, shard_bytes_out %d; TCP down %d, up %d\n",
 		c.name, n, out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.ExamplesSeen,
 		out.view.UpdatesApplied, out.view.UpdatesRejected, out.view.BytesIn, out.view.BytesOut, out.view.ShardBytesOut, out.tcpDown, out.tcpUp)
 	return out
