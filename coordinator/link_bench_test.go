@@ -80,6 +80,7 @@ type linkJobView struct {
 	ExamplesSeen    int64                   `json:"examples_seen"`
 	UpdatesApplied  int64                   `json:"updates_applied"`
 	UpdatesRejected int64                   `json:"updates_rejected"`
+	Rejections      map[string]int64        `json:"rejections"`
 	Eval            *coordinator.EvalResult `json:"eval"`
 	DoneAt          *time.Time              `json:"done_at"`
 	BytesIn         int64                   `json:"bytes_in"`
@@ -319,9 +320,9 @@ func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, tim
 	g.close()
 	counter.close()
 	out.tcpDown, out.tcpUp = counter.down.Load(), counter.up.Load()
-	fmt.Printf("%s over %s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, examples %d, applied %d, rejected %d; bytes_in %d, bytes_out %d, shard_bytes_out %d; TCP down %d, up %d\n",
+	fmt.Printf("%s over %s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, examples %d, applied %d, rejected %d %v; bytes_in %d, bytes_out %d, shard_bytes_out %d; TCP down %d, up %d\n",
 		c.name, n, out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.ExamplesSeen,
-		out.view.UpdatesApplied, out.view.UpdatesRejected, out.view.BytesIn, out.view.BytesOut, out.view.ShardBytesOut, out.tcpDown, out.tcpUp)
+		out.view.UpdatesApplied, out.view.UpdatesRejected, out.view.Rejections, out.view.BytesIn, out.view.BytesOut, out.view.ShardBytesOut, out.tcpDown, out.tcpUp)
 	return out
 }
 
