@@ -172,9 +172,9 @@ func linkProfile(b *testing.B) testlink.Profile {
 // repository root) after every run. LINK_CONFIGS (comma-separated
 // names) selects configs, LINK_NETS (loopback,link) the networks;
 // LINK_TIMEOUT caps each run (default 6m; a capped run is "not reached"
-// with the accuracy it got). Run it with -benchtime 1x (make
-// bench-link). docs/BENCHMARKS.md, "Over a home link", says what each
-// column means.
+// with the accuracy it got) and LINK_EPOCHS each job (default 20). Run
+// it with -benchtime 1x (make bench-link). docs/BENCHMARKS.md, "Over a
+// home link", says what each column means.
 func BenchmarkLinkTo97(b *testing.B) {
 	var names []string
 	for _, c := range linkConfigs {
@@ -203,14 +203,15 @@ func BenchmarkLinkTo97(b *testing.B) {
 		}
 		timeout = d
 	}
+	epochs := envInt(b, "LINK_EPOCHS", linkEpochs, 1, "every job's max_epochs")
 	path := os.Getenv("LINK_OUT")
 	if path == "" {
 		path = filepath.Join("..", "test-artifacts", "link.md")
 	}
 	var outs []linkOutcome
 	write := func() {
-		head := fmt.Sprintf("Link benchmark, mnist-mlp to %.0f%%, 4 native workers x 1 thread, %s; link: %v per worker; run cap %v; GOMAXPROCS %d\n\n",
-			100*linkTarget, time.Now().UTC().Format("2006-01-02 15:04 MST"), profile, timeout, runtime.GOMAXPROCS(0))
+		head := fmt.Sprintf("Link benchmark, mnist-mlp to %.0f%%, 4 native workers x 1 thread, %s; link: %v per worker; run cap %v, max_epochs %d; GOMAXPROCS %d\n\n",
+			100*linkTarget, time.Now().UTC().Format("2006-01-02 15:04 MST"), profile, timeout, epochs, runtime.GOMAXPROCS(0))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			b.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func BenchmarkLinkTo97(b *testing.B) {
 			b.Run(c.name+"/"+n, func(b *testing.B) {
 				var o linkOutcome
 				for range b.N {
-					o = runLinkConfig(b, c, n, profile, timeout)
+					o = runLinkConfig(b, c, n, profile, timeout, epochs)
 				}
 				outs = append(outs, o)
 				// Written after every run, so that a long run interrupted
@@ -259,17 +260,22 @@ func BenchmarkLinkTo97(b *testing.B) {
 	fmt.Printf("link table written to %s:\n%s", path, linkTable(outs))
 }
 
-// linkSpec is config c's job spec.
-func linkSpec(c linkConfig) string {
-	return fmt.Sprintf("name: link-%s\nmodel: mnist-mlp\ntarget_accuracy: %v\neval_every: 100\n%s", c.name, linkTarget, c.spec)
+// linkEpochs is every job's max_epochs unless LINK_EPOCHS says: above
+// the preset's 10, so that LINK_TIMEOUT is what stops a slow job (async
+// with H up to 64 needs about 9 epochs on loopback).
+const linkEpochs = 20
+
+// linkSpec is config c's job spec, trained for at most epochs epochs.
+func linkSpec(c linkConfig, epochs int) string {
+	return fmt.Sprintf("name: link-%s\nmodel: mnist-mlp\ntarget_accuracy: %v\neval_every: 100\nmax_epochs: %d\n%s", c.name, linkTarget, epochs, c.spec)
 }
 
 // runLinkConfig runs config c once over network n ("loopback", or each
 // worker through its own link of profile p) until the job ends or
-// timeout passes.
-func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, timeout time.Duration) linkOutcome {
+// timeout passes, the job trained for at most epochs epochs.
+func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, timeout time.Duration, epochs int) linkOutcome {
 	b.Helper()
-	s, err := coordinator.ParseJobSpec([]byte(linkSpec(c)))
+	s, err := coordinator.ParseJobSpec([]byte(linkSpec(c, epochs)))
 	if err != nil {
 		b.Fatalf("%s: %v", c.name, err)
 	}
@@ -662,7 +668,7 @@ func TestLinkConfigsParse(t *testing.T) {
 			t.Errorf("config %q twice", c.name)
 		}
 		seen[c.name] = true
-		s, err := coordinator.ParseJobSpec([]byte(linkSpec(c)))
+		s, err := coordinator.ParseJobSpec([]byte(linkSpec(c, linkEpochs)))
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -670,8 +676,8 @@ func TestLinkConfigsParse(t *testing.T) {
 		if s.UpdateCodec != c.codec || !strings.HasSuffix(c.name, "-"+c.codec) && !strings.Contains(c.name, "-"+c.codec+"-") {
 			t.Errorf("%s: update_codec %q, config codec %q", c.name, s.UpdateCodec, c.codec)
 		}
-		if s.TargetAccuracy != linkTarget {
-			t.Errorf("%s: target_accuracy %v, want %v", c.name, s.TargetAccuracy, linkTarget)
+		if s.TargetAccuracy != linkTarget || s.MaxEpochs != linkEpochs {
+			t.Errorf("%s: target_accuracy %v, max_epochs %d; want %v and %d", c.name, s.TargetAccuracy, s.MaxEpochs, linkTarget, linkEpochs)
 		}
 	}
 	if linkConfigs[0].name != "async-fp32-H1" || linkConfigs[0].spec != "" {
