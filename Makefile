@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-link bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -90,6 +90,17 @@ bench-modes: data
 bench-hostile: data
 	mkdir -p test-artifacts
 	HOSTILE_OUT=$(CURDIR)/test-artifacts/hostile.md $(GO) test -run '^$$' -bench HostileMatrix -benchtime 1x -count 1 -timeout 300m ./coordinator/
+
+# Over a home link (docs/BENCHMARKS.md): mnist-mlp to 97% in each mode and
+# update codec with 4 native workers, on loopback and then each worker
+# behind its own simulated link (toxiproxy in the test's process: 50 Mbit/s
+# down, 10 up, 40 ms RTT +-5 ms); the table of time to target and bytes per
+# example lands in test-artifacts/link.md. LINK_CONFIGS=async-fp32-H1,
+# diloco-H16-fp32 and LINK_NETS=link select a subset; LINK_DOWN_MBPS,
+# LINK_UP_MBPS and LINK_RTT_MS change the link, LINK_TIMEOUT (6m) caps each run.
+bench-link: data
+	mkdir -p test-artifacts
+	LINK_OUT=$(CURDIR)/test-artifacts/link.md $(GO) test -run '^$$' -bench LinkTo97 -benchtime 1x -count 1 -timeout 300m ./coordinator/
 
 # charlm on the grid (two `crowdtrain work` processes and a headless
 # Chromium tab, sync rounds of 2 x 16) against PyTorch single-process over
