@@ -1,0 +1,187 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// joinRawCodecs is joinRaw with hello's snapshot_codecs set.
+func (g *testGrid) joinRawCodecs(codecs []string) *rawClient {
+	g.t.Helper()
+	rc := &rawClient{t: g.t, conn: g.dialRaw()}
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative, Backend: "raw", Threads: 1,
+		Client: "raw test client", SnapshotCodecs: codecs})
+	w, ok := rc.read().(*protocol.Welcome)
+	if !ok {
+		g.t.Fatal("expected a welcome")
+	}
+	rc.welcome = w
+	return rc
+}
+
+// getBody GETs path and returns its status and body.
+func (g *testGrid) getBody(path string) (int, []byte) {
+	g.t.Helper()
+	resp, err := http.Get(g.http.URL + path)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func deltaJob(t *testing.T, codec string) coordinator.JobSpec {
+	return jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy = 1
+		s.EvalEvery = 1 << 30
+		s.MaxStaleness = 1 << 20
+		s.SnapshotCodec = codec
+	})
+}
+
+// Over HTTP: a delta from v to v+k applied to the full body of v is the
+// full body of v+k, bit for bit, in f32 and in f16; a delta from a
+// version the coordinator no longer keeps is gone (410).
+func TestSnapshotDeltasOverHTTP(t *testing.T) {
+	g := newTestGrid(t, deltaJob(t, jobspec.CodecFP16))
+	rc := g.joinRawCodecs([]string{protocol.SnapshotF32, protocol.SnapshotF16})
+	if c := rc.welcome.Job.SnapshotCodec; c != protocol.SnapshotF16 {
+		t.Fatalf("welcome snapshot_codec %q, want f16", c)
+	}
+	old := g.joinRawCodecs(nil) // names no codec: f32
+	if c := old.welcome.Job.SnapshotCodec; c != protocol.SnapshotF32 {
+		t.Fatalf("welcome snapshot_codec for a worker without f16: %q, want f32", c)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	n := rc.welcome.Job.NumParams
+	f32 := map[int64][]byte{}
+	f16 := map[int64][]byte{}
+	var base string // the snapshot path without its version
+	var last protocol.Lease
+	for i := range 6 {
+		l := rc.leases(1)[0]
+		last = l
+		if !strings.HasSuffix(l.SnapshotURL, "/f16") {
+			t.Fatalf("lease of an f16 worker names %q, want an /f16 URL", l.SnapshotURL)
+		}
+		full := strings.TrimSuffix(l.SnapshotURL, "/f16")
+		base = strings.TrimSuffix(full, "/"+strconv.FormatInt(l.BaseVersion, 10))
+		code, b32 := g.getBody(full)
+		code16, b16 := g.getBody(l.SnapshotURL)
+		if code != http.StatusOK || code16 != http.StatusOK {
+			t.Fatalf("version %d: f32 %d, f16 %d", l.BaseVersion, code, code16)
+		}
+		if len(b32) != 4*n || len(b16) != 2*n {
+			t.Fatalf("version %d: f32 body %d bytes, f16 %d, want %d and %d", l.BaseVersion, len(b32), len(b16), 4*n, 2*n)
+		}
+		f32[l.BaseVersion], f16[l.BaseVersion] = b32, b16
+		if i == 5 {
+			break // hold the last lease: it pins its version
+		}
+		up := make(protocol.Floats, n)
+		for k := range up {
+			up[k] = float32(r.NormFloat64()) * 1e-3
+		}
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: up, Examples: l.Count, LossSum: 1})
+		if a := rc.ack(l.ID); !a.Accepted {
+			t.Fatalf("result %d rejected: %+v", i, a)
+		}
+	}
+	to := last.BaseVersion
+	for _, k := range []int64{1, 5} {
+		from := to - k
+		for codec, bodies := range map[string]map[int64][]byte{"f32": f32, "f16": f16} {
+			path := base + "/" + strconv.FormatInt(to, 10) + "/" + codec + "/from/" + strconv.FormatInt(from, 10)
+			code, d := g.getBody(path)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", path, code, d)
+			}
+			got, err := protocol.ApplyDelta(nil, bodies[from], d, 4*n)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if !bytes.Equal(got, bodies[to]) {
+				t.Fatalf("%s: delta applied to version %d differs from the full body of version %d", path, from, to)
+			}
+			if bytes.Equal(bodies[from], bodies[to]) {
+				t.Fatalf("versions %d and %d have equal %s bodies: the test proves nothing", from, to, codec)
+			}
+			if len(d) >= len(bodies[to]) {
+				t.Errorf("%s: delta of %d bytes, the full body has %d", path, len(d), len(bodies[to]))
+			}
+			t.Logf("%s delta over %d version(s): %d bytes (full body %d)", codec, k, len(d), len(bodies[to]))
+		}
+	}
+	// A second request is served from the cache.
+	made := coordinator.DeltasMade(g.job)
+	if code, _ := g.getBody(base + "/" + strconv.FormatInt(to, 10) + "/f32/from/" + strconv.FormatInt(to-1, 10)); code != http.StatusOK {
+		t.Fatalf("second request: %d", code)
+	}
+	if got := coordinator.DeltasMade(g.job); got != made {
+		t.Errorf("a cached delta was encoded again (%d deltas made, then %d)", made, got)
+	}
+
+	// Bad requests: each answers with its error, none panics.
+	v := strconv.FormatInt(to, 10)
+	for path, want := range map[string]int{
+		base + "/" + v + "/f32/from/" + strconv.FormatInt(to+1, 10):                        http.StatusBadRequest, // from > version
+		base + "/" + v + "/f32/from/99999999999999999999999":                               http.StatusBadRequest, // not an int64
+		base + "/" + v + "/i8/from/0":                                                      http.StatusNotFound,
+		base + "/" + v + "/f32/from/x":                                                     http.StatusNotFound,
+		strings.Replace(base, "/snapshots/1", "/snapshots/2", 1) + "/" + v + "/f32/from/0": http.StatusGone, // another run
+		base + "/12345/f32/from/0":                                                         http.StatusGone, // version not published
+		base + "/12345/f16":                                                                http.StatusGone,
+	} {
+		if code, b := g.getBody(path); code != want {
+			t.Errorf("GET %s: %d %s, want %d", path, code, b, want)
+		}
+	}
+
+	// Bound the history to its two newest versions: version 0 is gone,
+	// and the answer says to fetch the full snapshot.
+	coordinator.SetSnapshotHistoryBytes(g.job, 1)
+	rc.send(&protocol.Result{LeaseID: last.ID, JobID: last.JobID, BaseVersion: last.BaseVersion, Codec: protocol.CodecF32,
+		Update: make(protocol.Floats, n), Examples: last.Count, LossSum: 1})
+	if a := rc.ack(last.ID); !a.Accepted {
+		t.Fatalf("result rejected: %+v", a)
+	}
+	l := rc.leases(1)[0] // publishes a new version: the history drops to two
+	path := base + "/" + strconv.FormatInt(l.BaseVersion, 10) + "/f32/from/0"
+	code, b := g.getBody(path)
+	if code != http.StatusGone || !strings.Contains(string(b), "fetch the full snapshot") {
+		t.Errorf("GET %s: %d %s, want 410 saying to fetch the full snapshot", path, code, b)
+	}
+	path = base + "/" + strconv.FormatInt(l.BaseVersion, 10) + "/f32/from/" + strconv.FormatInt(l.BaseVersion-1, 10)
+	if code, b := g.getBody(path); code != http.StatusOK {
+		t.Errorf("GET %s (the previous version, still kept): %d %s", path, code, b)
+	}
+}
+
+// A job with snapshot_codec fp16 trains with local workers, which read
+// f16 snapshots and their deltas.
+func TestF16SnapshotJobTrains(t *testing.T) {
+	g := newTestGrid(t, deltaJob(t, jobspec.CodecFP16))
+	defer g.close()
+	g.addWorker(1, nil)
+	g.addWorker(1, nil)
+	first := g.waitFor("20 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 20 })
+	g.waitFor("20 more", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= first.UpdatesApplied+20 })
+	if made := coordinator.DeltasMade(g.job); made == 0 {
+		t.Errorf("no delta was requested: the workers downloaded every snapshot whole")
+	}
+}
