@@ -5,14 +5,17 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // joinRawCodecs is joinRaw with hello's snapshot_codecs set.
@@ -183,5 +186,97 @@ func TestF16SnapshotJobTrains(t *testing.T) {
 	g.waitFor("20 more", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= first.UpdatesApplied+20 })
 	if made := coordinator.DeltasMade(g.job); made == 0 {
 		t.Errorf("no delta was requested: the workers downloaded every snapshot whole")
+	}
+}
+
+// snapshotKinds counts the snapshot GETs a handler serves, by kind.
+type snapshotKinds struct {
+	mu                    sync.Mutex
+	full32, full16, delta int
+}
+
+func (k *snapshotKinds) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; strings.Contains(p, "/snapshots/") {
+			k.mu.Lock()
+			switch {
+			case strings.Contains(p, "/from/"):
+				k.delta++
+			case strings.HasSuffix(p, "/f16"):
+				k.full16++
+			default:
+				k.full32++
+			}
+			k.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (k *snapshotKinds) get() (full32, full16, delta int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.full32, k.full16, k.delta
+}
+
+// A worker that holds version v downloads a delta to the next version it
+// needs, in its codec; after a reconnect it keeps its snapshot and goes
+// on with deltas, never the whole model again.
+func TestWorkerDownloadsDeltas(t *testing.T) {
+	for _, codec := range []string{jobspec.CodecFP32, jobspec.CodecFP16} {
+		t.Run(codec, func(t *testing.T) {
+			g := newTestGrid(t, deltaJob(t, codec))
+			defer g.close()
+			var kinds snapshotKinds
+			counted := httptest.NewUnstartedServer(kinds.wrap(g.srv.Handler()))
+			counted.Config.ConnState = g.srv.ConnState
+			counted.Start()
+			defer counted.Close()
+			w := g.addWorkerWith(1, nil, func(c *worker.Config) {
+				c.Coordinator = "ws" + strings.TrimPrefix(counted.URL, "http") + "/ws"
+			})
+			g.waitFor("10 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 10 })
+			f32, f16, deltas := kinds.get()
+			t.Logf("before the reconnect: %d full f32, %d full f16, %d deltas", f32, f16, deltas)
+			fulls := f32 + f16
+			if codec == jobspec.CodecFP16 && f32 != 0 {
+				t.Errorf("an f16 worker fetched %d f32 snapshots", f32)
+			}
+			if codec == jobspec.CodecFP32 && f16 != 0 {
+				t.Errorf("an f32 worker fetched %d f16 snapshots", f16)
+			}
+			if fulls != 1 || deltas == 0 {
+				t.Fatalf("%d full snapshots and %d deltas, want the first whole and deltas after", fulls, deltas)
+			}
+			if d, full := w.SnapshotDownloads(); d != deltas || full != fulls {
+				t.Errorf("the worker counts %d deltas and %d full, the handler %d and %d", d, full, deltas, fulls)
+			}
+
+			if !g.srv.DisconnectWorker(w.Stats().WorkerID) {
+				t.Fatal("the worker was not connected")
+			}
+			applied := g.jobView().UpdatesApplied
+			waitUntil(t, "the worker reconnects", func() bool { return w.Stats().Connects >= 2 })
+			g.waitFor("10 more accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= applied+10 })
+			f32b, f16b, deltasb := kinds.get()
+			t.Logf("after the reconnect: %d full f32, %d full f16, %d deltas", f32b, f16b, deltasb)
+			if f32b+f16b != fulls {
+				t.Errorf("after a reconnect the worker fetched %d whole snapshots, want none (it keeps its last)", f32b+f16b-fulls)
+			}
+			if deltasb <= deltas {
+				t.Errorf("no delta after the reconnect")
+			}
+		})
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
