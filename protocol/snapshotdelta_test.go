@@ -7,20 +7,32 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
-// trainVersions returns n+1 versions of mnist-mlp's parameters: an
-// initialised model after a few warm-up steps, then one SGD step of 64
-// examples per version, as an async job with H=1 publishes them. The
-// examples are synthetic MNIST-like images: 80% of the pixels black, as
-// in the digits, so the first layer's weights of those pixels stay put.
-func trainVersions(t testing.TB, n int) [][]float32 {
+var (
+	mnistOnce sync.Once
+	mnistSet  *dataset.Set
+	mnistErr  error
+)
+
+// trainVersions returns n+1 versions of mnist-mlp's parameters, as an
+// async job with H=1 publishes them: an initialised model after a few
+// warm-up steps, then one outer step per version from the gradient of 64
+// real MNIST examples. opt is the outer optimizer: Adam at 1e-3 (the
+// async default), or plain SGD at 0.05 (one local step's change).
+func trainVersions(t testing.TB, n int, opt string) [][]float32 {
 	t.Helper()
+	mnistOnce.Do(func() { mnistSet, _, mnistErr = dataset.LoadMNIST("") })
+	if mnistErr != nil {
+		t.Fatalf("MNIST is a declared dependency and must be found: %v", mnistErr)
+	}
 	spec, err := nn.Preset("mnist-mlp")
 	if err != nil {
 		t.Fatal(err)
@@ -29,26 +41,27 @@ func trainVersions(t testing.TB, n int) [][]float32 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	optSpec := nn.OptimizerSpec{Type: nn.OptAdam, LR: 1e-3}
+	if opt == "sgd" {
+		optSpec = nn.OptimizerSpec{Type: nn.OptSGD, LR: 0.05}
+	}
+	o, err := nn.NewOptimizer(optSpec, m.NumParams)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const batch = 64
-	r := rand.New(rand.NewPCG(7, 8))
 	params := make([]float32, m.NumParams)
 	grad := make([]float32, m.NumParams)
 	m.Init(params, 1)
 	ws := m.NewWorkspace(batch)
 	x := make([]float32, batch*m.InputSize)
 	labels := make([]int32, batch)
+	next := 0
 	step := func() {
-		for i := range x {
-			x[i] = 0
-			if r.Float32() < 0.2 {
-				x[i] = r.Float32()
-			}
-		}
-		for i := range labels {
-			labels[i] = int32(r.IntN(m.NumClasses))
-		}
+		mnistSet.Fill(x, labels, next, batch)
+		next += batch
 		m.Gradient(ws, params, x, labels, grad)
-		nn.SGDStep(params, grad, 0.05)
+		o.Step(params, grad, 1)
 	}
 	for range 5 {
 		step()
@@ -76,7 +89,7 @@ func elemSize(codec string) int {
 }
 
 func TestDeltaAppliesToTheExactBody(t *testing.T) {
-	vs := trainVersions(t, 8)
+	vs := trainVersions(t, 8, "adam")
 	for _, codec := range []string{protocol.SnapshotF32, protocol.SnapshotF16} {
 		var dec protocol.DeltaDecoder
 		var out []byte
@@ -111,14 +124,14 @@ func TestDeltaAppliesToTheExactBody(t *testing.T) {
 }
 
 func TestDeltaIdenticalAndFull(t *testing.T) {
-	vs := trainVersions(t, 1)
+	vs := trainVersions(t, 1, "adam")
 	b := protocol.EncodeFloats(vs[1])
 	d, err := protocol.EncodeDelta(nil, b, b, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d) > 1024 {
-		t.Errorf("delta between equal bodies is %d bytes, want a few hundred at most", len(d))
+	if len(d) > len(b)/100 {
+		t.Errorf("delta between equal %d-byte bodies is %d bytes, want under 1%%", len(b), len(d))
 	}
 	got, err := protocol.ApplyDelta(nil, b, d, len(b))
 	if err != nil || !bytes.Equal(got, b) {
@@ -229,7 +242,7 @@ func TestApplyDeltaRejectsMalformed(t *testing.T) {
 }
 
 func TestDeltaDecoderWarmReusesBuffers(t *testing.T) {
-	vs := trainVersions(t, 1)
+	vs := trainVersions(t, 1, "adam")
 	from, to := protocol.EncodeFloats(vs[0]), protocol.EncodeFloats(vs[1])
 	d, err := protocol.EncodeDelta(nil, from, to, 4)
 	if err != nil {
@@ -262,18 +275,25 @@ func TestDeltaDecoderWarmReusesBuffers(t *testing.T) {
 // used and at two others for comparison (figures in the -v log, no
 // timing assert).
 func TestDeltaSizes(t *testing.T) {
-	vs := trainVersions(t, 8)
-	for _, codec := range []string{protocol.SnapshotF32, protocol.SnapshotF16} {
-		for _, k := range []int{1, 8} {
-			from, to := body(codec, vs[0]), body(codec, vs[k])
-			for _, level := range []int{flate.BestSpeed, flate.DefaultCompression, flate.BestCompression} {
-				start := time.Now()
-				d, err := protocol.EncodeDeltaLevel(nil, from, to, elemSize(codec), level)
-				if err != nil {
-					t.Fatal(err)
+	for _, opt := range []string{"adam", "sgd"} {
+		vs := trainVersions(t, 8, opt)
+		for _, codec := range []string{protocol.SnapshotF32, protocol.SnapshotF16} {
+			for _, k := range []int{1, 8} {
+				from, to := body(codec, vs[0]), body(codec, vs[k])
+				for _, level := range []int{flate.BestSpeed, flate.DefaultCompression, flate.BestCompression} {
+					start := time.Now()
+					d, err := protocol.EncodeDeltaLevel(nil, from, to, elemSize(codec), level)
+					if err != nil {
+						t.Fatal(err)
+					}
+					took := time.Since(start)
+					got, err := protocol.ApplyDelta(nil, from, d, len(to))
+					if err != nil || !bytes.Equal(got, to) {
+						t.Fatalf("%s %s level %d: %v", opt, codec, level, err)
+					}
+					t.Logf("%s, %s body %d B, %d version(s), level %d: delta %d B (%.2fx smaller than the %s body, %.2fx than fp32), encoded in %v",
+						opt, codec, len(to), k, level, len(d), float64(len(to))/float64(len(d)), codec, float64(4*len(vs[0]))/float64(len(d)), took.Round(time.Millisecond))
 				}
-				t.Logf("%s body %d B, %d version(s), level %d: delta %d B (%.1fx smaller than the %s body, %.1fx than fp32), encoded in %v",
-					codec, len(to), k, level, len(d), float64(len(to))/float64(len(d)), codec, float64(4*len(vs[0]))/float64(len(d)), time.Since(start).Round(time.Millisecond))
 			}
 		}
 	}
