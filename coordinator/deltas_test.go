@@ -193,6 +193,9 @@ func TestF16SnapshotJobTrains(t *testing.T) {
 type snapshotKinds struct {
 	mu                    sync.Mutex
 	full32, full16, delta int
+	// breakDeltas answers every other delta request 410 and cuts the
+	// others short.
+	breakDeltas bool
 }
 
 func (k *snapshotKinds) wrap(h http.Handler) http.Handler {
@@ -202,6 +205,20 @@ func (k *snapshotKinds) wrap(h http.Handler) http.Handler {
 			switch {
 			case strings.Contains(p, "/from/"):
 				k.delta++
+				if k.breakDeltas {
+					n := k.delta
+					k.mu.Unlock()
+					if n%2 == 1 {
+						http.Error(w, "gone", http.StatusGone)
+						return
+					}
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, r)
+					b := rec.Body.Bytes()
+					w.WriteHeader(rec.Code)
+					w.Write(b[:len(b)*2/3])
+					return
+				}
 			case strings.HasSuffix(p, "/f16"):
 				k.full16++
 			default:
@@ -236,6 +253,9 @@ func TestWorkerDownloadsDeltas(t *testing.T) {
 				c.Coordinator = "ws" + strings.TrimPrefix(counted.URL, "http") + "/ws"
 			})
 			g.waitFor("10 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 10 })
+			// The worker counts a download when it is done, the handler
+			// when it starts: read the worker's first.
+			wd, wf := w.SnapshotDownloads()
 			f32, f16, deltas := kinds.get()
 			t.Logf("before the reconnect: %d full f32, %d full f16, %d deltas", f32, f16, deltas)
 			fulls := f32 + f16
@@ -248,8 +268,8 @@ func TestWorkerDownloadsDeltas(t *testing.T) {
 			if fulls != 1 || deltas == 0 {
 				t.Fatalf("%d full snapshots and %d deltas, want the first whole and deltas after", fulls, deltas)
 			}
-			if d, full := w.SnapshotDownloads(); d != deltas || full != fulls {
-				t.Errorf("the worker counts %d deltas and %d full, the handler %d and %d", d, full, deltas, fulls)
+			if wd > deltas || wd < deltas-1 || wf != fulls {
+				t.Errorf("the worker counts %d deltas and %d full, the handler %d and %d", wd, wf, deltas, fulls)
 			}
 
 			if !g.srv.DisconnectWorker(w.Stats().WorkerID) {
@@ -278,5 +298,34 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A delta that fails (gone, or cut short) is followed by the full
+// snapshot, and the worker trains on.
+func TestWorkerFallsBackToFullSnapshots(t *testing.T) {
+	g := newTestGrid(t, deltaJob(t, jobspec.CodecFP16))
+	defer g.close()
+	kinds := snapshotKinds{breakDeltas: true}
+	counted := httptest.NewUnstartedServer(kinds.wrap(g.srv.Handler()))
+	counted.Config.ConnState = g.srv.ConnState
+	counted.Start()
+	defer counted.Close()
+	w := g.addWorkerWith(1, nil, func(c *worker.Config) {
+		c.Coordinator = "ws" + strings.TrimPrefix(counted.URL, "http") + "/ws"
+	})
+	g.waitFor("10 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 10 })
+	_, f16, deltas := kinds.get()
+	t.Logf("%d full f16 snapshots, %d deltas tried", f16, deltas)
+	// Counted while the worker runs: the last failed delta's full
+	// snapshot may still be on its way.
+	if deltas < 2 || f16 < deltas || f16 > deltas+1 {
+		t.Errorf("%d deltas tried and %d full snapshots, want each failed delta followed by a full snapshot (and the first)", deltas, f16)
+	}
+	if d, _ := w.SnapshotDownloads(); d != 0 {
+		t.Errorf("the worker applied %d broken deltas", d)
+	}
+	if s := w.Stats(); s.Rejected != 0 {
+		t.Errorf("%d results rejected", s.Rejected)
 	}
 }
