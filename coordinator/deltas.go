@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"container/list"
+	"encoding/binary"
+	"math"
 	"fmt"
 	"net/http"
 	"slices"
@@ -39,6 +41,24 @@ type snapHistory struct {
 	bytes  int
 	// limit overrides snapshotHistoryBytes (tests).
 	limit int
+}
+
+// encodeSnapshot is the f32 body of params. In a job that serves f16
+// snapshots it holds the values the f16 body decodes to, widened: a worker
+// that reads only f32 computes from the same parameters as the others, so
+// a spot check's copy matches its original whatever codec each worker
+// reads, and the f16 body made from it is exact.
+func (j *Job) encodeSnapshot(params []float32) []byte {
+	body := protocol.EncodeFloats(params)
+	if j.Spec.WireSnapshotCodec() != protocol.SnapshotF16 {
+		return body
+	}
+	for i := 0; i < len(body); i += 4 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
+		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
+		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
+	}
+	return body
 }
 
 // f16Body is the snapshot as f16, built on first use.

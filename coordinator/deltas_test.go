@@ -92,6 +92,20 @@ func TestSnapshotDeltasOverHTTP(t *testing.T) {
 			t.Fatalf("version %d: f32 body %d bytes, f16 %d, want %d and %d", l.BaseVersion, len(b32), len(b16), 4*n, 2*n)
 		}
 		f32[l.BaseVersion], f16[l.BaseVersion] = b32, b16
+		// In an f16 job the f32 body carries the f16 values widened:
+		// every worker computes from the same parameters.
+		p32, p16 := make([]float32, n), make([]float32, n)
+		if err := protocol.DecodeFloatsInto(p32, b32); err != nil {
+			t.Fatal(err)
+		}
+		if err := protocol.DecodeHalvesInto(p16, b16); err != nil {
+			t.Fatal(err)
+		}
+		for k := range p32 {
+			if p32[k] != p16[k] {
+				t.Fatalf("version %d parameter %d: f32 body %v, f16 body %v", l.BaseVersion, k, p32[k], p16[k])
+			}
+		}
 		if i == 5 {
 			break // hold the last lease: it pins its version
 		}
