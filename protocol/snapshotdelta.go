@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Snapshot deltas: the bytes that turn a held snapshot body into a newer
@@ -50,8 +51,9 @@ var ErrDelta = errors.New("bad snapshot delta")
 
 // EncodeDelta appends to dst the delta that turns the body from into the
 // body to, both of elements of elemSize bytes (4 for f32, 2 for f16). It
-// is an XOR delta unless that would not be smaller than the new body
-// compressed on its own, or from is nil: then it carries the full body.
+// is an XOR delta unless that would not be smaller than the body itself,
+// or from is nil: then it carries the full body, compressed, if that is
+// smaller.
 func EncodeDelta(dst []byte, from, to []byte, elemSize int) ([]byte, error) {
 	return encodeDelta(dst, from, to, elemSize, DeltaLevel)
 }
@@ -70,22 +72,27 @@ func encodeDelta(dst []byte, from, to []byte, elemSize, level int) ([]byte, erro
 		return nil, fmt.Errorf("snapshot delta: bodies of %d and %d bytes", len(from), len(to))
 	}
 	planes := make([]byte, len(to))
-	var xor []byte
+	kind := byte(DeltaXOR)
+	var payload []byte
 	if from != nil {
 		transpose(planes, to, from, elemSize)
 		var err error
-		if xor, err = deflateBody(planes, level); err != nil {
+		if payload, err = deflateBody(planes, level); err != nil {
 			return nil, err
 		}
 	}
-	transpose(planes, to, nil, elemSize)
-	full, err := deflateBody(planes, level)
-	if err != nil {
-		return nil, err
-	}
-	kind, payload := byte(DeltaFull), full
-	if xor != nil && len(xor) < len(full) {
-		kind, payload = DeltaXOR, xor
+	// The alternative to a delta is the full body as the snapshot URL
+	// serves it, uncompressed: an XOR delta no smaller than that is
+	// replaced by the body compressed on its own.
+	if from == nil || len(payload) >= len(to) {
+		transpose(planes, to, nil, elemSize)
+		full, err := deflateBody(planes, level)
+		if err != nil {
+			return nil, err
+		}
+		if payload == nil || len(full) < len(payload) {
+			kind, payload = DeltaFull, full
+		}
 	}
 	dst = append(dst, deltaMagic[:]...)
 	dst = append(dst, deltaVersion, kind, byte(elemSize), 0)
@@ -108,12 +115,26 @@ func transpose(planes, body, mask []byte, es int) {
 	}
 }
 
+// deltaWriters keeps DEFLATE writers at DeltaLevel: a writer holds
+// hundreds of KB of tables, and a coordinator makes a delta per lease.
+var deltaWriters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(io.Discard, DeltaLevel)
+	return w
+}}
+
 func deflateBody(b []byte, level int) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(b)/2 + 64)
-	w, err := flate.NewWriter(&buf, level)
-	if err != nil {
-		return nil, err
+	var w *flate.Writer
+	if level == DeltaLevel {
+		w = deltaWriters.Get().(*flate.Writer)
+		defer deltaWriters.Put(w)
+		w.Reset(&buf)
+	} else {
+		var err error
+		if w, err = flate.NewWriter(&buf, level); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := w.Write(b); err != nil {
 		return nil, err

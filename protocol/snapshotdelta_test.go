@@ -390,3 +390,36 @@ func heldOr(held []byte, h protocol.DeltaHeader) []byte {
 	}
 	return nil
 }
+
+// BenchmarkDelta measures making and applying a one-version delta of
+// mnist-mlp (what a coordinator does per lease, and a worker per
+// snapshot).
+func BenchmarkDelta(b *testing.B) {
+	vs := trainVersions(b, 1, "adam")
+	for _, codec := range []string{protocol.SnapshotF32, protocol.SnapshotF16} {
+		from, to := body(codec, vs[0]), body(codec, vs[1])
+		d, err := protocol.EncodeDelta(nil, from, to, elemSize(codec))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("encode-"+codec, func(b *testing.B) {
+			b.SetBytes(int64(len(to)))
+			for range b.N {
+				if _, err := protocol.EncodeDelta(nil, from, to, elemSize(codec)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("apply-"+codec, func(b *testing.B) {
+			var dec protocol.DeltaDecoder
+			var out []byte
+			b.SetBytes(int64(len(to)))
+			b.ReportAllocs()
+			for range b.N {
+				if out, err = dec.Apply(out, from, d, len(to)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
