@@ -3,8 +3,8 @@ package coordinator
 import (
 	"container/list"
 	"encoding/binary"
-	"math"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -171,6 +171,13 @@ type deltaCache struct {
 	made  int // deltas encoded (tests)
 }
 
+// has reports whether the delta k is made or being made.
+func (c *deltaCache) has(k deltaKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k] != nil
+}
+
 func (c *deltaCache) get(k deltaKey, build func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if c.m == nil {
@@ -284,13 +291,23 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 	if codec == protocol.SnapshotF16 {
 		elem = 2
 	}
-	body, err := j.deltas.get(deltaKey{codec, from, version}, func() ([]byte, error) {
+	key := deltaKey{codec, from, version}
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	if !free && !j.deltas.has(key) {
+		// Making a delta costs CPU: a client that holds no lease pays
+		// for it before, the size of the full body (no useful delta is
+		// larger), not after.
+		if !s.chargeBulk(w, r, len(to.codecBody(codec))) {
+			return
+		}
+		free = true
+	}
+	body, err := j.deltas.get(key, func() ([]byte, error) {
 		return protocol.EncodeDelta(nil, held.codecBody(codec), to.codecBody(codec), elem)
 	})
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "delta from %d to %d: %v", from, version, err)
 		return
 	}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
 	s.serveImmutable(w, r, fmt.Sprintf(`"%s-r%d-v%d-%s-from%d"`, j.ID, j.run, version, codec, from), body, free)
 }

@@ -343,3 +343,47 @@ func TestWorkerFallsBackToFullSnapshots(t *testing.T) {
 		t.Errorf("%d results rejected", s.Rejected)
 	}
 }
+
+// A client that holds no lease pays for a delta before it is made: over
+// its budget, it gets 429 and the coordinator spends nothing on it.
+func TestAnonymousDeltaPaysFirst(t *testing.T) {
+	g := newTestGridWith(t, deltaJob(t, jobspec.CodecFP32), func(c *coordinator.Config) {
+		c.AnonBulkRate, c.AnonBulkBurst = 1, 100<<10
+	})
+	rc := g.joinRaw() // from 127.0.0.1
+	var l protocol.Lease
+	for range 2 {
+		l = rc.leases(1)[0]
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+		if a := rc.ack(l.ID); !a.Accepted {
+			t.Fatalf("result rejected: %+v", a)
+		}
+	}
+	held := rc.leases(1)[0] // publishes version 2
+	anon := clientFrom(t, "127.0.0.2")
+	refused := false
+	for from := range held.BaseVersion {
+		path := held.SnapshotURL + "/f32/from/" + strconv.FormatInt(from, 10)
+		made := coordinator.DeltasMade(g.job)
+		resp, b := g.send(anon, http.MethodGet, path, nil, nil)
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			refused = true
+			if got := coordinator.DeltasMade(g.job); got != made {
+				t.Errorf("a delta was made for a client that could not pay for it")
+			}
+		default:
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if !refused {
+		t.Fatal("an address without a lease got every delta over its budget")
+	}
+	// The lease holder's address gets it free.
+	path := held.SnapshotURL + "/f32/from/0"
+	if code, b := g.getBody(path); code != http.StatusOK {
+		t.Errorf("the lease holder's GET %s: %d %s", path, code, b)
+	}
+}
