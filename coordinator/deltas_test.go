@@ -190,16 +190,29 @@ func TestSnapshotDeltasOverHTTP(t *testing.T) {
 }
 
 // A job with snapshot_codec fp16 trains with local workers, which read
-// f16 snapshots and their deltas.
+// f16 snapshots and their deltas: with the base fixed when the worker
+// starts computing and in the lease, in async and sync modes.
 func TestF16SnapshotJobTrains(t *testing.T) {
-	g := newTestGrid(t, deltaJob(t, jobspec.CodecFP16))
-	defer g.close()
-	g.addWorker(1, nil)
-	g.addWorker(1, nil)
-	first := g.waitFor("20 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 20 })
-	g.waitFor("20 more", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= first.UpdatesApplied+20 })
-	if made := coordinator.DeltasMade(g.job); made == 0 {
-		t.Errorf("no delta was requested: the workers downloaded every snapshot whole")
+	for _, c := range []struct{ name, yaml string }{
+		{"async-latest", "snapshot: latest\n"},
+		{"async-granted", "snapshot: granted\n"},
+		{"sync", "mode: sync\nround_size: 2\nbackup_workers: 0\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := modeSpec(t, "snapshot_codec: fp16\ntarget_accuracy: 1\neval_every: 1000000\n"+c.yaml)
+			g := newTestGrid(t, spec)
+			defer g.close()
+			g.addWorker(1, nil)
+			g.addWorker(1, nil)
+			first := g.waitFor("20 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 20 })
+			g.waitFor("20 more", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= first.UpdatesApplied+20 })
+			if made := coordinator.DeltasMade(g.job); made == 0 {
+				t.Errorf("no delta was requested: the workers downloaded every snapshot whole")
+			}
+			if v := g.jobView(); v.UpdatesRejected != 0 {
+				t.Errorf("%d updates rejected: %v", v.UpdatesRejected, v.Rejections)
+			}
+		})
 	}
 }
 
