@@ -285,7 +285,8 @@ func (s *Server) session(wc *workerConn) {
 		wc.ws.Close(websocket.StatusPolicyViolation, "banned")
 	}
 	_ = job.exec(context.Background(), func(*jobState) {
-		job.join(wc.id, member{volunteer: wc.volunteer, address: wc.clientKey, kind: hello.Kind, backend: hello.Backend})
+		job.join(wc.id, member{volunteer: wc.volunteer, address: wc.clientKey, kind: hello.Kind, backend: hello.Backend,
+			snapCodec: job.snapshotCodec(hello)})
 	})
 	// Every string a worker chooses is quoted: a newline or an escape
 	// sequence in it must not forge or garble log lines.
@@ -295,7 +296,8 @@ func (s *Server) session(wc *workerConn) {
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
 	info := protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams}
-	job.welcomeCodec(&info, hello.Codecs) // updatecodec.go
+	job.welcomeCodec(&info, hello.Codecs)         // updatecodec.go
+	info.SnapshotCodec = job.snapshotCodec(hello) // deltas.go
 	if s.enqueue(wc, &protocol.Welcome{
 		WorkerID: wc.id,
 		Job:      info,

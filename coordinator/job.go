@@ -36,6 +36,8 @@ var errJobStopped = errors.New("job loop stopped")
 type snapshot struct {
 	version int64
 	body    []byte
+	f16Once sync.Once // deltas.go: the f16 body, built on first request
+	f16     []byte
 }
 
 // Job is one training run. A single goroutine (run) owns the model, the
@@ -69,6 +71,8 @@ type Job struct {
 
 	snapMu    sync.RWMutex
 	snapshots map[int64]*snapshot
+	history   snapHistory // deltas.go; under snapMu
+	deltas    deltaCache  // deltas.go
 
 	nextLeaseID *atomic.Uint64
 

@@ -94,7 +94,7 @@ func (j *Job) leaseMessage(l *engine.Lease, baseURL string) protocol.Lease {
 		DeadlineUnixMs: l.Deadline.UnixMilli(),
 	}
 	if l.Started() {
-		pl.BaseVersion, pl.SnapshotURL = l.Base, baseURL+j.snapshotPath(l.Base)
+		pl.BaseVersion, pl.SnapshotURL = l.Base, j.snapshotURL(l.Worker, l.Base, baseURL)
 	} else {
 		pl.Snapshot = protocol.SnapshotLatest
 	}
@@ -121,7 +121,7 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 	if err != nil {
 		return nil, err
 	}
-	return &protocol.Started{LeaseID: l.ID, BaseVersion: l.Base, SnapshotURL: baseURL + j.snapshotPath(l.Base),
+	return &protocol.Started{LeaseID: l.ID, BaseVersion: l.Base, SnapshotURL: j.snapshotURL(worker, l.Base, baseURL),
 		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
 }
 
@@ -158,9 +158,10 @@ func (j *Job) publish() bool {
 			i, st.model.Params[i], st.model.Version))
 		return false
 	}
-	snap := &snapshot{version: st.model.Version, body: protocol.EncodeFloats(st.model.Params)}
+	snap := &snapshot{version: st.model.Version, body: j.encodeSnapshot(st.model.Params)}
 	j.snapMu.Lock()
 	j.snapshots[st.model.Version] = snap
+	j.remember(snap) // deltas.go
 	for v := range j.snapshots {
 		if v != st.model.Version && !j.snapshotNeeded(v) {
 			delete(j.snapshots, v)

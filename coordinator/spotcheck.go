@@ -171,7 +171,7 @@ func (j *Job) grantCopy(worker, baseURL string) (protocol.Lease, bool) {
 		ID: l.ID, JobID: j.ID, ShardID: l.Task.Shard, ShardURL: baseURL + j.shardPath(l.Task.Shard),
 		Start: l.Task.Start, Count: l.Task.Count, BatchSize: spec.BatchSize, LocalSteps: l.LocalSteps,
 		Inner: innerOptimizer(spec), UpdateKind: spec.UpdateKind(), Snapshot: protocol.SnapshotGranted,
-		BaseVersion: l.Base, SnapshotURL: baseURL + j.snapshotPath(l.Base), Round: l.Round,
+		BaseVersion: l.Base, SnapshotURL: j.snapshotURL(worker, l.Base, baseURL), Round: l.Round,
 		DeadlineUnixMs: l.Deadline.UnixMilli(), CopyOf: c.Primary.ID,
 	}, true
 }

@@ -17,17 +17,28 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
-// joinRawCodecs is joinRaw with the update codecs the hello names.
-func (g *testGrid) joinRawCodecs(codecs []string) *rawClient {
+// joinRawHello is joinRaw with a hello that edit changes first (nil: as
+// joinRaw's).
+func (g *testGrid) joinRawHello(edit func(*protocol.Hello)) *rawClient {
 	g.t.Helper()
 	rc := &rawClient{t: g.t, conn: g.dialRaw()}
-	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative, Backend: "raw", Threads: 1, Client: "raw test client", Codecs: codecs})
+	h := &protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative, Backend: "raw", Threads: 1, Client: "raw test client"}
+	if edit != nil {
+		edit(h)
+	}
+	rc.send(h)
 	w, ok := rc.read().(*protocol.Welcome)
 	if !ok {
 		g.t.Fatal("expected a welcome")
 	}
 	rc.welcome = w
 	return rc
+}
+
+// joinRawCodecs is joinRaw with the update codecs the hello names.
+func (g *testGrid) joinRawCodecs(codecs []string) *rawClient {
+	g.t.Helper()
+	return g.joinRawHello(func(h *protocol.Hello) { h.Codecs = codecs })
 }
 
 func codecJob(t testing.TB, codec string) coordinator.JobSpec {

@@ -45,6 +45,7 @@ type member struct {
 	address   string // the client key of per-address limits
 	kind      string // hello's kind: native, browser, gpu
 	backend   string // hello's backend, as the worker claims it
+	snapCodec string // the snapshot codec of its URLs (deltas.go)
 }
 
 // ledger hears what each volunteer's results came to. The job's loop

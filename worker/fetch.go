@@ -246,15 +246,49 @@ func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
 	return d, nil
 }
 
+// snapshot downloads the snapshot at ref into f.snap: as a delta from the
+// snapshot the worker holds when it can (same coordinator, job, run and
+// codec, an older version), else, or when the delta fails, whole.
 func (f *fetcher) snapshot(ctx context.Context, ref string) error {
-	body, err := f.get(ctx, ref)
+	u, err := f.s.base.Parse(ref)
 	if err != nil {
-		return err
+		return fmt.Errorf("bad snapshot URL %q: %w", ref, err)
+	}
+	key, version, codec, ok := parseSnapshotURL(u.String())
+	if !ok {
+		key, version, codec = u.String(), 0, protocol.SnapshotF32
 	}
 	if f.snap == nil {
 		f.snap = make([]float32, f.s.model.NumParams)
 	}
-	if err := protocol.DecodeFloatsInto(f.snap, body); err != nil {
+	c := &f.s.w.snaps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	maxBody := 4 * f.s.model.NumParams
+	if codec == protocol.SnapshotF16 {
+		maxBody = 2 * f.s.model.NumParams
+	}
+	have := ok && c.holds(key, version, codec)
+	if d := c.deltaURL(key, version, codec); ok && !have && d != "" {
+		delta, err := f.get(ctx, d)
+		if err == nil {
+			err = c.apply(delta, version, maxBody)
+		}
+		if err == nil {
+			have = true
+		} else if ctx.Err() == nil {
+			f.s.w.cfg.Logf("snapshot delta %s: %v; fetching the full snapshot", d, err)
+		}
+	}
+	if !have {
+		body, err := f.get(ctx, ref)
+		if err != nil {
+			return err
+		}
+		c.store(key, version, codec, body)
+	}
+	if err := decodeSnapshot(f.snap, codec, c.body); err != nil {
+		c.forget()
 		f.lastSnap = ""
 		return fmt.Errorf("snapshot %s: %w", ref, err)
 	}

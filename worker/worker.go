@@ -90,6 +90,8 @@ type Worker struct {
 
 	mu    sync.Mutex
 	stats Stats
+
+	snaps snapCache // the last snapshot, kept across sessions (snapcache.go)
 }
 
 // ErrRefused means the coordinator refused this worker for a reason that
@@ -274,6 +276,7 @@ func (w *Worker) session(ctx context.Context) error {
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
+		SnapshotCodecs: []string{protocol.SnapshotF32, protocol.SnapshotF16},
 	}); err != nil {
 		return err
 	}

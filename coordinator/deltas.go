@@ -1,0 +1,313 @@
+package coordinator
+
+import (
+	"container/list"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/gorilla/mux"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// Snapshot codecs and deltas (docs/PROTOCOL.md, "Snapshots").
+//
+// Besides the snapshots leases pin (Job.snapshots), the job keeps a
+// bounded history of the most recently published ones: the versions a
+// worker may still hold, from which a delta to a newer version is made.
+// f16 bodies are built once per version, on first request, and kept with
+// the snapshot; deltas are made on first request, in the handler's
+// goroutine (never the job's loop), and kept in a bounded LRU.
+
+const (
+	// snapshotHistoryBytes bounds the bodies the history keeps (f32 and
+	// f16), though it always keeps the minHistory newest versions.
+	snapshotHistoryBytes = 64 << 20
+	minHistory           = 2
+	// deltaCacheBytes bounds the deltas kept for later requests.
+	deltaCacheBytes = 32 << 20
+)
+
+// snapHistory is the job's recent snapshots, oldest first. snapMu guards
+// it, as it does the snapshots map.
+type snapHistory struct {
+	recent []*snapshot
+	bytes  int
+	// limit overrides snapshotHistoryBytes (tests).
+	limit int
+}
+
+// encodeSnapshot is the f32 body of params. In a job that serves f16
+// snapshots it holds the values the f16 body decodes to, widened: a worker
+// that reads only f32 computes from the same parameters as the others, so
+// a spot check's copy matches its original whatever codec each worker
+// reads, and the f16 body made from it is exact.
+func (j *Job) encodeSnapshot(params []float32) []byte {
+	body := protocol.EncodeFloats(params)
+	if j.Spec.WireSnapshotCodec() != protocol.SnapshotF16 {
+		return body
+	}
+	for i := 0; i < len(body); i += 4 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
+		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
+		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
+	}
+	return body
+}
+
+// f16Body is the snapshot as f16, built on first use.
+func (s *snapshot) f16Body() []byte {
+	s.f16Once.Do(func() {
+		p := make([]float32, len(s.body)/4)
+		protocol.CopyFloats(p, s.body)
+		s.f16 = protocol.EncodeHalves(make([]byte, 0, 2*len(p)), p)
+	})
+	return s.f16
+}
+
+// codecBody is the snapshot's body in codec.
+func (s *snapshot) codecBody(codec string) []byte {
+	if codec == protocol.SnapshotF16 {
+		return s.f16Body()
+	}
+	return s.body
+}
+
+// remember adds a published snapshot to the history and drops the
+// oldest beyond the bound. The caller holds snapMu.
+func (j *Job) remember(s *snapshot) {
+	h := &j.history
+	h.recent = append(h.recent, s)
+	h.bytes += j.historyCost(s)
+	limit := h.limit
+	if limit == 0 {
+		limit = snapshotHistoryBytes
+	}
+	for len(h.recent) > minHistory && h.bytes > limit {
+		h.bytes -= j.historyCost(h.recent[0])
+		h.recent[0] = nil
+		h.recent = h.recent[1:]
+	}
+}
+
+// historyCost counts a snapshot's f32 body and, in a job that serves f16,
+// the f16 body it will likely get.
+func (j *Job) historyCost(s *snapshot) int {
+	if j.Spec.WireSnapshotCodec() == protocol.SnapshotF16 {
+		return len(s.body) + len(s.body)/2
+	}
+	return len(s.body)
+}
+
+// heldSnapshot is version's snapshot if a lease pins it or the history
+// still has it; nil otherwise.
+func (j *Job) heldSnapshot(version int64) *snapshot {
+	j.snapMu.RLock()
+	defer j.snapMu.RUnlock()
+	if s := j.snapshots[version]; s != nil {
+		return s
+	}
+	for _, s := range j.history.recent {
+		if s.version == version {
+			return s
+		}
+	}
+	return nil
+}
+
+// publishedSnapshot is a snapshot the full snapshot URL serves: one a
+// lease may still need.
+func (j *Job) publishedSnapshot(version int64) *snapshot {
+	j.snapMu.RLock()
+	defer j.snapMu.RUnlock()
+	return j.snapshots[version]
+}
+
+// snapshotCodec is the snapshot codec worker reads in this job: the
+// job's, if the worker named it in hello, else f32.
+func (j *Job) snapshotCodec(hello *protocol.Hello) string {
+	if c := j.Spec.WireSnapshotCodec(); c != protocol.SnapshotF32 && slices.Contains(hello.SnapshotCodecs, c) {
+		return c
+	}
+	return protocol.SnapshotF32
+}
+
+// snapshotURL is the URL of version's snapshot in worker's codec.
+func (j *Job) snapshotURL(worker string, version int64, baseURL string) string {
+	if m, ok := j.st.members[worker]; ok && m.snapCodec == protocol.SnapshotF16 {
+		return baseURL + j.snapshotPath(version) + "/" + protocol.SnapshotF16
+	}
+	return baseURL + j.snapshotPath(version)
+}
+
+// deltaKey names a delta: codec, from, to.
+type deltaKey struct {
+	codec    string
+	from, to int64
+}
+
+type deltaEntry struct {
+	key  deltaKey
+	done chan struct{}
+	body []byte
+	err  error
+	elem *list.Element
+}
+
+// deltaCache is an LRU of deltas, bounded by bytes. A delta is made once:
+// concurrent requests for it wait for the first.
+type deltaCache struct {
+	mu    sync.Mutex
+	m     map[deltaKey]*deltaEntry
+	lru   list.List // front: most recently used; holds *deltaEntry
+	bytes int
+	limit int
+	made  int // deltas encoded (tests)
+}
+
+// has reports whether the delta k is made or being made.
+func (c *deltaCache) has(k deltaKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k] != nil
+}
+
+func (c *deltaCache) get(k deltaKey, build func() ([]byte, error)) ([]byte, error) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[deltaKey]*deltaEntry{}
+	}
+	if e := c.m[k]; e != nil {
+		if e.elem != nil {
+			c.lru.MoveToFront(e.elem)
+		}
+		c.mu.Unlock()
+		<-e.done
+		return e.body, e.err
+	}
+	e := &deltaEntry{key: k, done: make(chan struct{})}
+	c.m[k] = e
+	c.made++
+	c.mu.Unlock()
+
+	e.body, e.err = build()
+	close(e.done)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit := c.limit
+	if limit == 0 {
+		limit = deltaCacheBytes
+	}
+	if e.err != nil || len(e.body) > limit {
+		delete(c.m, k) // not kept: the next request tries again
+		return e.body, e.err
+	}
+	e.elem = c.lru.PushFront(e)
+	c.bytes += len(e.body)
+	for c.bytes > limit {
+		old := c.lru.Remove(c.lru.Back()).(*deltaEntry)
+		c.bytes -= len(old.body)
+		delete(c.m, old.key)
+	}
+	return e.body, nil
+}
+
+// handleSnapshotF16 serves a snapshot's f16 body.
+func (s *Server) handleSnapshotF16(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	j := s.job(vars["id"])
+	if j == nil {
+		writeError(w, http.StatusNotFound, "no job %q", vars["id"])
+		return
+	}
+	version, err := strconv.ParseInt(vars["version"], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
+		return
+	}
+	var snap *snapshot
+	if vars["run"] == strconv.FormatInt(j.run, 10) {
+		snap = j.publishedSnapshot(version)
+	}
+	if snap == nil {
+		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
+		return
+	}
+	body := snap.f16Body()
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d-f16"`, j.ID, j.run, version), body, free)
+}
+
+// handleSnapshotDelta serves the delta that turns snapshot from into
+// snapshot version, both in codec.
+func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	j := s.job(vars["id"])
+	if j == nil {
+		writeError(w, http.StatusNotFound, "no job %q", vars["id"])
+		return
+	}
+	version, err := strconv.ParseInt(vars["version"], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
+		return
+	}
+	from, err := strconv.ParseInt(vars["from"], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad from version %q", vars["from"])
+		return
+	}
+	codec := vars["codec"]
+	if codec != protocol.SnapshotF32 && codec != protocol.SnapshotF16 {
+		writeError(w, http.StatusNotFound, "no snapshot codec %q: f32 or f16", codec)
+		return
+	}
+	if from > version {
+		writeError(w, http.StatusBadRequest, "a delta goes from an older version to a newer one, not from %d to %d", from, version)
+		return
+	}
+	if vars["run"] != strconv.FormatInt(j.run, 10) {
+		writeError(w, http.StatusGone, "run %s of job %s is over (the current run is %d): fetch the full snapshot the lease names", vars["run"], j.ID, j.run)
+		return
+	}
+	to := j.publishedSnapshot(version)
+	if to == nil {
+		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
+		return
+	}
+	held := j.heldSnapshot(from)
+	if held == nil {
+		writeError(w, http.StatusGone, "snapshot %d of job %s is no longer kept to make deltas from: fetch the full snapshot", from, j.ID)
+		return
+	}
+	elem := 4
+	if codec == protocol.SnapshotF16 {
+		elem = 2
+	}
+	key := deltaKey{codec, from, version}
+	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	if !free && !j.deltas.has(key) {
+		// Making a delta costs CPU: a client that holds no lease pays
+		// for it before, the size of the full body (no useful delta is
+		// larger), not after.
+		if !s.chargeBulk(w, r, len(to.codecBody(codec))) {
+			return
+		}
+		free = true
+	}
+	body, err := j.deltas.get(key, func() ([]byte, error) {
+		return protocol.EncodeDelta(nil, held.codecBody(codec), to.codecBody(codec), elem)
+	})
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "delta from %d to %d: %v", from, version, err)
+		return
+	}
+	s.serveImmutable(w, r, j, servedDelta, fmt.Sprintf(`"%s-r%d-v%d-%s-from%d"`, j.ID, j.run, version, codec, from), body, free)
+}
