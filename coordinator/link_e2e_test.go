@@ -129,8 +129,10 @@ eval_every: 100000000
 		t.Fatalf("%d results but %d bytes in and %d out: a 31 KB update goes up and a snapshot comes down for each", last.Accepted, last.BytesIn, last.BytesOut)
 	}
 	v := g.jobView()
-	if v.BytesIn <= 0 || v.BytesOut <= 0 || v.ShardBytesOut <= 0 || v.BytesPerExample <= 0 || v.Compression < 0.9 || v.Compression > 1.01 {
-		t.Fatalf("job wire: bytes_in %d, bytes_out %d, shard_bytes_out %d, bytes/example %g, compression %g; want all counted, compression about 1 for fp32",
+	if v.BytesIn <= 0 || v.BytesOut <= 0 || v.ShardBytesOut <= 0 || v.BytesPerExample <= 0 || v.Compression < 0.95 || v.Compression > 4 {
+		// fp32 updates travel as they are; snapshots come as deltas where
+		// the worker holds an older one, which only ever saves bytes.
+		t.Fatalf("job wire: bytes_in %d, bytes_out %d, shard_bytes_out %d, bytes/example %g, compression %g; want all counted, compression from 1 (fp32 updates, full snapshots) to a few (deltas)",
 			v.BytesIn, v.BytesOut, v.ShardBytesOut, v.BytesPerExample, v.Compression)
 	}
 }
