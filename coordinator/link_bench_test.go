@@ -55,12 +55,16 @@ var linkConfigs = func() []linkConfig {
 		cs = append(cs, linkConfig{name: "async-dyn64-" + c, group: "async dynamic H<=64", codec: c,
 			spec: "dynamic_local_steps: true\nmax_local_steps: 64\n" + codec(c)})
 	}
-	for _, c := range []string{"fp32", "int8"} {
+	for _, c := range []string{"fp32", "fp16", "int8", "topk"} {
 		cs = append(cs, linkConfig{name: "sync-" + c, group: "sync K=3+1", codec: c,
 			spec: "mode: sync\nround_size: 3\nbackup_workers: 1\n" + codec(c)})
 	}
 	for _, h := range []int{16, 32, 64} {
-		for _, c := range []string{"fp32", "int8", "topk"} {
+		codecs := []string{"fp32", "int8", "topk"}
+		if h == 32 {
+			codecs = []string{"fp32", "fp16", "int8", "topk"}
+		}
+		for _, c := range codecs {
 			cs = append(cs, linkConfig{name: fmt.Sprintf("diloco-H%d-%s", h, c), group: fmt.Sprintf("diloco H=%d", h), codec: c,
 				spec: fmt.Sprintf("mode: diloco\nlocal_steps: %d\nround_size: 4\ninner_optimizer:\n  type: adamw\n", h) + codec(c)})
 		}
