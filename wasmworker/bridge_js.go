@@ -182,7 +182,7 @@ func (b *bridge) handle(c control) bool {
 		b.paused = c.paused
 		b.build(worker.Config{
 			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
-			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes,
+			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes, ShardCacheBytes: browserShardCacheBytes,
 			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
 		})
 	case "identity":
@@ -221,6 +221,11 @@ func (b *bridge) handle(c control) bool {
 
 // bannedRetry is how long a banned worker waits before asking again.
 const bannedRetry = time.Minute
+
+// browserShardCacheBytes is the decoded shards a tab keeps in Go's heap:
+// a few, as before; the page's Cache Storage keeps every download, so a
+// shard needed again is read from the disk, not the network.
+const browserShardCacheBytes = 8 << 20
 
 // build makes the worker from cfg, replacing a stopped one (whose counters
 // go on in base), and starts it unless paused.

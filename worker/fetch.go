@@ -18,8 +18,9 @@ type fetcher struct {
 	s          *session
 	ready      chan *task
 	free       chan *task
-	shards     map[string]*dataset.Set
+	shards     map[string]cachedShard
 	shardOrder []string
+	shardBytes int64 // the cached shards' encoded sizes, summed
 	failures   int
 
 	// mu guards the snapshot and the body buffer: the computing goroutine
@@ -35,14 +36,22 @@ type fetcher struct {
 	snapNanos atomic.Int64
 }
 
-// maxCachedShards bounds the shard cache; consecutive leases usually come
-// from the same few shards.
-const maxCachedShards = 8
+// cachedShard is a decoded shard and the size of its encoding.
+type cachedShard struct {
+	set   *dataset.Set
+	bytes int64
+}
+
+// DefaultShardCacheBytes is how many bytes of shards a worker keeps
+// unless Config.ShardCacheBytes says: the whole of a data set like
+// MNIST's (about 47 MB), so that over a home link the shards come down
+// once, not once an epoch. At least one shard is always kept.
+const DefaultShardCacheBytes = 256 << 20
 
 func newFetcher(s *session, buffers int) *fetcher {
 	f := &fetcher{
 		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
-		shards: map[string]*dataset.Set{},
+		shards: map[string]cachedShard{},
 	}
 	for range buffers {
 		f.free <- &task{params: make([]float32, s.model.NumParams)}
@@ -225,8 +234,8 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 }
 
 func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
-	if d := f.shards[ref]; d != nil {
-		return d, nil
+	if c, ok := f.shards[ref]; ok {
+		return c.set, nil
 	}
 	body, err := f.get(ctx, ref)
 	if err != nil {
@@ -237,12 +246,19 @@ func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", ref, err)
 	}
-	if len(f.shardOrder) >= maxCachedShards {
+	limit := f.s.w.cfg.ShardCacheBytes
+	if limit <= 0 {
+		limit = DefaultShardCacheBytes
+	}
+	n := int64(len(body))
+	for len(f.shardOrder) > 0 && f.shardBytes+n > limit {
+		f.shardBytes -= f.shards[f.shardOrder[0]].bytes
 		delete(f.shards, f.shardOrder[0])
 		f.shardOrder = f.shardOrder[1:]
 	}
-	f.shards[ref] = d
+	f.shards[ref] = cachedShard{set: d, bytes: n}
 	f.shardOrder = append(f.shardOrder, ref)
+	f.shardBytes += n
 	return d, nil
 }
 

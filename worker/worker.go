@@ -55,6 +55,10 @@ type Config struct {
 	// Prefetch is how many leases to hold at once: 2 fetches the next
 	// task's data while the current one computes.
 	Prefetch int
+	// ShardCacheBytes bounds the shards kept in memory, by their encoded
+	// size (0: DefaultShardCacheBytes). The browser keeps a small one:
+	// its Cache Storage holds the downloads.
+	ShardCacheBytes int64
 	// Duty is the share of wall time spent computing, in (0, 1]; 0 means
 	// 1. After each task the worker rests so that computing takes this
 	// share, which keeps a laptop cool or a browser tab light. SetDuty
