@@ -169,6 +169,38 @@ type deltaCache struct {
 	bytes int
 	limit int
 	made  int // deltas encoded (tests)
+	// freeMade counts, per client address and target version, the new
+	// deltas made for it free of its download budget (freeDeltas).
+	freeMade map[freeDeltaKey]int
+}
+
+type freeDeltaKey struct {
+	client string
+	to     int64
+}
+
+// freeDeltas is how many new deltas to one version a client holding a
+// lease on it gets made without paying: an honest worker asks for one
+// (from the snapshot it holds), a second covers the other codec or a
+// worker beside it. Without the bound, one lease would let a client ask
+// a delta from every version kept (tens of them, each milliseconds of
+// CPU) for every version it leases.
+const freeDeltas = 4
+
+// maxFreeDeltaKeys bounds freeMade; past it the counts start again.
+const maxFreeDeltaKeys = 4096
+
+// takeFree counts a new delta to version to made free for client, and
+// reports whether it was still within freeDeltas.
+func (c *deltaCache) takeFree(client string, to int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.freeMade == nil || len(c.freeMade) > maxFreeDeltaKeys {
+		c.freeMade = map[freeDeltaKey]int{}
+	}
+	k := freeDeltaKey{client, to}
+	c.freeMade[k]++
+	return c.freeMade[k] <= freeDeltas
 }
 
 // has reports whether the delta k is made or being made.
@@ -293,10 +325,11 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 	}
 	key := deltaKey{codec, from, version}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
-	if !free && !j.deltas.has(key) {
-		// Making a delta costs CPU: a client that holds no lease pays
-		// for it before, the size of the full body (no useful delta is
-		// larger), not after.
+	if !j.deltas.has(key) && (!free || !j.deltas.takeFree(s.clientKey(r), version)) {
+		// Making a delta costs CPU: a client that holds no lease, or
+		// asks for more new deltas to one version than a worker needs,
+		// pays for it before, the size of the full body (no useful delta
+		// is larger), not after.
 		if !s.chargeBulk(w, r, len(to.codecBody(codec))) {
 			return
 		}

@@ -386,3 +386,46 @@ func TestAnonymousDeltaPaysFirst(t *testing.T) {
 		t.Errorf("the lease holder's GET %s: %d %s", path, code, b)
 	}
 }
+
+// A lease makes a few new deltas to its version free, not one from every
+// version kept: past freeDeltas the holder's address pays like anyone,
+// so one lease cannot buy tens of delta encodings.
+func TestLeaseHolderGetsFewFreeDeltas(t *testing.T) {
+	g := newTestGridWith(t, deltaJob(t, jobspec.CodecFP32), func(c *coordinator.Config) {
+		c.AnonBulkRate, c.AnonBulkBurst = 1, 100<<10
+	})
+	rc := g.joinRaw()
+	for range 8 {
+		l := rc.leases(1)[0]
+		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
+			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+		if a := rc.ack(l.ID); !a.Accepted {
+			t.Fatalf("result rejected: %+v", a)
+		}
+	}
+	held := rc.leases(1)[0]
+	if held.BaseVersion < 6 {
+		t.Fatalf("lease based on version %d; the test needs 6 older versions kept", held.BaseVersion)
+	}
+	served, refused := 0, 0
+	for from := range held.BaseVersion {
+		path := held.SnapshotURL + "/f32/from/" + strconv.FormatInt(from, 10)
+		switch code, b := g.getBody(path); code {
+		case http.StatusOK:
+			served++
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("GET %s: %d %s", path, code, b)
+		}
+	}
+	t.Logf("%d deltas to version %d served free, %d refused over the budget", served, held.BaseVersion, refused)
+	// The address's budget (a burst of 100 KB) pays for at most one more.
+	if served < 1 || served > coordinator.FreeDeltas+1 || refused == 0 {
+		t.Fatalf("the lease holder got %d new deltas to one version and %d refused; want 1..%d free and one paid, then refusals", served, refused, coordinator.FreeDeltas)
+	}
+	// A delta made already costs nothing to serve again.
+	if code, b := g.getBody(held.SnapshotURL + "/f32/from/0"); code != http.StatusOK {
+		t.Fatalf("a delta made already: %d %s", code, b)
+	}
+}

@@ -14,3 +14,6 @@ func DeltasMade(j *Job) int {
 	defer j.deltas.mu.Unlock()
 	return j.deltas.made
 }
+
+// FreeDeltas is freeDeltas, for tests.
+const FreeDeltas = freeDeltas
