@@ -51,7 +51,7 @@ var linkConfigs = func() []linkConfig {
 	// With max_local_steps at its default, 16, a worker's H cannot rise
 	// far enough to bring fp32's communication on this link under
 	// max_comm_fraction; these let it reach 64.
-	for _, c := range []string{"fp32", "int8"} {
+	for _, c := range []string{"fp32", "int8", "topk"} {
 		cs = append(cs, linkConfig{name: "async-dyn64-" + c, group: "async dynamic H<=64", codec: c,
 			spec: "dynamic_local_steps: true\nmax_local_steps: 64\n" + codec(c)})
 	}
