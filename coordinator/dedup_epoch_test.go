@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -41,4 +42,37 @@ func TestDiLoCoEpochEndingMidRoundHasNoDuplicates(t *testing.T) {
 	}
 	t.Logf("3 epochs in %.1fs: version %d, %d results, rejections %v, rounds short %d",
 		time.Since(start).Seconds(), v.Version, v.UpdatesApplied, v.Rejections, v.RoundsShort)
+}
+
+// An epoch of fewer tasks than a round's leases: 2,048 examples at H=16
+// are 2 tasks, rounds of 4. Every round takes both, the epoch ends, and
+// the next epoch's tasks are the round's own: leased again they would be
+// duplicates, and not leased the round could only wait for its timeout
+// (10 minutes here). It closes with its 2 results instead.
+func TestRoundLargerThanAnEpochClosesWithoutWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains on MNIST end to end; skipped with -short")
+	}
+	spec := modeSpec(t, "mode: diloco\nlocal_steps: 16\nround_size: 4\ninner_optimizer:\n  type: adamw\n"+
+		"batch_size: 64\nround_timeout: 10m\nmax_epochs: 6\ntarget_accuracy: 0.999\neval_every: 100000\n")
+	g := newTestGridWith(t, spec, func(c *coordinator.Config) {
+		const n = 2048
+		small := *c.Train
+		per := len(c.Train.U8) / c.Train.N
+		small.N, small.U8, small.Labels = n, c.Train.U8[:n*per:n*per], c.Train.Labels[:n:n]
+		c.Train = &small
+	})
+	for i := range 4 {
+		g.addWorkerWith(1, nil, func(cfg *worker.Config) {
+			cfg.VolunteerKey = fmt.Sprintf("small-epoch-volunteer-%02d", i)
+		})
+	}
+	v := g.waitDone(2 * time.Minute)
+	if v.Epoch < 6 {
+		t.Fatalf("job ended %s (%s) in epoch %d, want 6 epochs", v.State, v.Reason, v.Epoch)
+	}
+	if n := v.Rejections["duplicate"]; n != 0 {
+		t.Errorf("%d honest results refused as duplicates (rejections %v)", n, v.Rejections)
+	}
+	t.Logf("6 epochs of 2 tasks: version %d, %d results, rejections %v", v.Version, v.UpdatesApplied, v.Rejections)
 }

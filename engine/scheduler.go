@@ -291,6 +291,14 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 	return l, true
 }
 
+// Exhausted reports whether the queue holds tasks but round may lease
+// none of them: each shares examples with a task the round holds. That
+// happens when an epoch has fewer tasks than a round has leases; the
+// round grows no more, and waits for its results alone.
+func (s *Scheduler) Exhausted(round uint64) bool {
+	return round != 0 && round == s.round && len(s.queue) > 0 && !slices.ContainsFunc(s.queue, func(t Task) bool { return !s.overlapsRound(t) })
+}
+
 // overlapsRound reports whether t shares an example with a task the open
 // round holds.
 func (s *Scheduler) overlapsRound(t Task) bool {

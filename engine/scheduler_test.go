@@ -228,8 +228,14 @@ func TestRoundLeasesALostTaskAgain(t *testing.T) {
 	if l, ok := s.Grant("c", 0, 1); ok {
 		t.Fatalf("round 1 leased %+v a second time", l.Task)
 	}
+	if !s.Exhausted(1) {
+		t.Fatal("round 1 may lease nothing queued, and Exhausted says it may")
+	}
 	if l, ok := s.Grant("c", 1, 2); !ok || l.Task.Shard != 0 {
 		t.Fatalf("round 2 did not lease shard 0: %+v, %v", l, ok)
+	}
+	if s.Exhausted(2) {
+		t.Fatal("Exhausted(2) with nothing queued: that is the end of the epoch's tasks, not a round that cannot grow")
 	}
 	// Asynchronous leases (round 0) know no rounds.
 	s.SetQueue([]Task{{Shard: 1, Count: 40}, {Shard: 1, Count: 40}})
