@@ -198,6 +198,9 @@ func (j *Job) step(now time.Time) {
 		return
 	}
 	s, ok := st.agg.Ready(now)
+	if r, rounds := st.agg.(*engine.Rounds); !ok && rounds && j.roundCannotGrow(r) {
+		s, ok = r.Flush()
+	}
 	if !ok {
 		return
 	}
@@ -218,6 +221,23 @@ func (j *Job) step(now time.Time) {
 	if st.model.Version-st.ckptVersion >= int64(st.spec.CheckpointEvery) {
 		j.checkpoint(false)
 	}
+}
+
+// roundCannotGrow reports whether the open round has no lease out and
+// may lease none of the tasks queued, all of which it holds already (an
+// epoch of fewer tasks than a round's leases, engine.Scheduler.Exhausted):
+// it closes with the results it has instead of waiting for round_timeout.
+func (j *Job) roundCannotGrow(r *engine.Rounds) bool {
+	st := &j.st
+	if !st.sched.Exhausted(r.Round()) {
+		return false
+	}
+	for _, l := range st.sched.Leases() {
+		if l.Round == r.Round() && l.Pending() {
+			return false
+		}
+	}
+	return true
 }
 
 func (j *Job) endEpoch() {

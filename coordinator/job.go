@@ -408,8 +408,8 @@ type JobView struct {
 	// it holds so far.
 	Round        uint64 `json:"round,omitempty"`
 	RoundResults int    `json:"round_results,omitempty"`
-	// RoundsShort counts rounds closed by round_timeout with fewer than
-	// round_size results.
+	// RoundsShort counts rounds closed with fewer than round_size
+	// results: by round_timeout, or with nothing left they could lease.
 	RoundsShort int64 `json:"rounds_short,omitempty"`
 	// LeasesReleased counts leases workers gave back unfinished, and
 	// LastRelease says why the last one was (a worker that cannot run

@@ -90,6 +90,14 @@ type Scheduler struct {
 	speed   map[string]float64 // examples per second of compute, smoothed
 	comm    map[string]commTimes
 	backups map[uint64]uint64 // primary id → its backup's id
+	// round is the round of the last lease granted in one (round rules
+	// number rounds from 1; 0 is no round), inRound the tasks leased in it
+	// that were not lost since: held, or answered. The model does not move
+	// within a round, so a task leased twice in one would be computed twice
+	// from the same version: a bit-identical result, refused as a replay
+	// (coordinator/dedup.go). Grant never does that.
+	round   uint64
+	inRound []Task
 	// taskTimes holds the last accepted tasks' durations (Observe), a
 	// ring, for MedianTaskTime.
 	taskTimes [taskTimeWindow]time.Duration
@@ -243,12 +251,25 @@ func (s *Scheduler) Forget(worker string) {
 // Latest leases) in round. It reports false when the queue is empty. A
 // task longer than the worker's H is cut: the lease takes its first
 // BatchSize*H examples and the rest goes back to the front.
+//
+// In a round (round > 0) it passes over the tasks whose examples the
+// round already holds (leased in it and not lost): when an epoch ends in
+// the middle of a round, the next epoch's queue holds the round's tasks
+// again, and they wait for a later round. It reports false when every
+// task queued is such a one.
 func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool) {
-	if len(s.queue) == 0 {
+	i := 0
+	if round != 0 {
+		if round != s.round {
+			s.round, s.inRound = round, s.inRound[:0]
+		}
+		i = slices.IndexFunc(s.queue, func(t Task) bool { return !s.overlapsRound(t) })
+	}
+	if i < 0 || len(s.queue) == 0 {
 		return nil, false
 	}
-	t := s.queue[0]
-	s.queue = s.queue[1:]
+	t := s.queue[i]
+	s.queue = slices.Delete(s.queue, i, i+1)
 	h := s.LocalStepsFor(worker)
 	if per := s.BatchSize * h; t.Count > per {
 		s.Requeue(Task{Shard: t.Shard, Start: t.Start + per, Count: t.Count - per})
@@ -264,7 +285,37 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 		Since:      s.Now(),
 	}
 	s.Leases()[l.ID] = l
+	if round != 0 {
+		s.inRound = append(s.inRound, t)
+	}
 	return l, true
+}
+
+// Exhausted reports whether the queue holds tasks but round may lease
+// none of them: each shares examples with a task the round holds. That
+// happens when an epoch has fewer tasks than a round has leases; the
+// round grows no more, and waits for its results alone.
+func (s *Scheduler) Exhausted(round uint64) bool {
+	return round != 0 && round == s.round && len(s.queue) > 0 && !slices.ContainsFunc(s.queue, func(t Task) bool { return !s.overlapsRound(t) })
+}
+
+// overlapsRound reports whether t shares an example with a task the open
+// round holds.
+func (s *Scheduler) overlapsRound(t Task) bool {
+	return slices.ContainsFunc(s.inRound, func(r Task) bool {
+		return r.Shard == t.Shard && r.Start < t.Start+t.Count && t.Start < r.Start+r.Count
+	})
+}
+
+// leftRound drops a lost lease's task from its round's tasks: the round
+// gave back its place, and may lease the task again.
+func (s *Scheduler) leftRound(l *Lease) {
+	if l.Round == 0 || l.Round != s.round {
+		return
+	}
+	if k := slices.Index(s.inRound, l.Task); k >= 0 {
+		s.inRound = slices.Delete(s.inRound, k, k+1)
+	}
 }
 
 // GrantCopy leases of's task to worker as a copy: the same examples,
@@ -342,6 +393,7 @@ func (s *Scheduler) Lost(l *Lease) {
 			l.HandedTo = b.ID
 			return
 		}
+		s.leftRound(l)
 		s.Requeue(l.Task)
 	}
 }

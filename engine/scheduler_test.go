@@ -137,3 +137,111 @@ func TestCopiesAreNeverQueuedAgain(t *testing.T) {
 		t.Fatalf("expired: %d leases, queue %v: want the primary's 4 examples queued once beside the other 4", len(got), s.Queue())
 	}
 }
+
+// The model does not move within a round, so a task leased twice in one
+// is computed twice from the same version and gives a bit-identical
+// result, which the coordinator refuses as a replay (and queues again, to
+// be refused again until the round times out). An epoch that ends in the
+// middle of a round queues the round's tasks again with the next epoch's:
+// they must wait for a later round. Here an epoch is 5 tasks, rounds are
+// 4, and each epoch's order starts with the tasks the last one ended on.
+func TestRoundNeverLeasesATaskTwice(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var id uint64
+	s := &Scheduler{Now: func() time.Time { return now }, NextID: func() uint64 { id++; return id },
+		LeaseTimeout: time.Minute, BatchSize: 10, LocalSteps: 4}
+	agg := NewRounds(4, 0, time.Minute, 1)
+	epochs := [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4}, {3, 4, 0, 1, 2}}
+	queue := func(order []int) {
+		var ts []Task
+		for _, sh := range order {
+			ts = append(ts, Task{Shard: sh, Count: 40})
+		}
+		s.SetQueue(ts)
+	}
+	epoch, remaining := 0, 0
+	startEpoch := func() { queue(epochs[epoch]); remaining = 5 }
+	startEpoch()
+	var version int64
+	for rounds := 0; epoch < len(epochs) && rounds < 20; rounds++ {
+		var held []*Lease
+		seen := map[Task]bool{}
+		// Workers ask until the round has all its leases out or the queue
+		// has nothing for it; results arrive one by one, and an epoch may
+		// end (and the next one's queue come) in the middle of the round.
+		for agg.results < agg.Size && epoch < len(epochs) {
+			for {
+				r, ok := agg.Lease(now)
+				if !ok {
+					break
+				}
+				l, ok := s.Grant("w", version, r)
+				if !ok {
+					agg.Unlease(r)
+					break
+				}
+				if seen[l.Task] {
+					t.Fatalf("round %d leased shard %d twice from version %d (epoch %d): its results would be bit-identical", r, l.Task.Shard, version, epoch)
+				}
+				seen[l.Task] = true
+				held = append(held, l)
+			}
+			if len(held) == 0 {
+				break // the round waits for its timeout
+			}
+			l := s.Take("w", held[0].ID)
+			held = held[1:]
+			if d := agg.Offer(Contribution{Update: []float32{1}, Round: l.Round}); !d.Accepted {
+				t.Fatalf("result of round %d refused: %s", l.Round, d.Reason)
+			}
+			if remaining -= 1; remaining == 0 {
+				if epoch++; epoch < len(epochs) {
+					startEpoch()
+				}
+			}
+		}
+		now = now.Add(2 * time.Minute)
+		if _, ok := agg.Ready(now); ok {
+			version++
+		}
+	}
+	if epoch < len(epochs) {
+		t.Fatalf("only %d of %d epochs done", epoch, len(epochs))
+	}
+}
+
+// A task whose lease was lost in a round (given back, expired, its result
+// refused) left the round: the round may lease it again.
+func TestRoundLeasesALostTaskAgain(t *testing.T) {
+	s := newTestScheduler()
+	s.SetQueue([]Task{{Shard: 0, Count: 40}, {Shard: 1, Count: 40}})
+	a, _ := s.Grant("a", 0, 1)
+	if got := s.Release("a", nil); len(got) != 1 {
+		t.Fatalf("released %d leases, want 1", len(got))
+	}
+	b, ok := s.Grant("b", 0, 1)
+	if !ok || b.Task != a.Task {
+		t.Fatalf("after the loss the round leased %+v (ok %v), want %+v again", b.Task, ok, a.Task)
+	}
+	// Held now: the same task queued again (a new epoch) waits.
+	s.SetQueue([]Task{{Shard: 0, Count: 40}})
+	if l, ok := s.Grant("c", 0, 1); ok {
+		t.Fatalf("round 1 leased %+v a second time", l.Task)
+	}
+	if !s.Exhausted(1) {
+		t.Fatal("round 1 may lease nothing queued, and Exhausted says it may")
+	}
+	if l, ok := s.Grant("c", 1, 2); !ok || l.Task.Shard != 0 {
+		t.Fatalf("round 2 did not lease shard 0: %+v, %v", l, ok)
+	}
+	if s.Exhausted(2) {
+		t.Fatal("Exhausted(2) with nothing queued: that is the end of the epoch's tasks, not a round that cannot grow")
+	}
+	// Asynchronous leases (round 0) know no rounds.
+	s.SetQueue([]Task{{Shard: 1, Count: 40}, {Shard: 1, Count: 40}})
+	for range 2 {
+		if _, ok := s.Grant("d", 0, 0); !ok {
+			t.Fatal("an asynchronous lease was refused")
+		}
+	}
+}
