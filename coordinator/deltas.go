@@ -50,7 +50,7 @@ type snapHistory struct {
 // reads, and the f16 body made from it is exact.
 func (j *Job) encodeSnapshot(params []float32) []byte {
 	body := protocol.EncodeFloats(params)
-	if j.Spec.WireSnapshotCodec() != protocol.SnapshotF16 {
+	if wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
 		return body
 	}
 	for i := 0; i < len(body); i += 4 {
@@ -99,7 +99,7 @@ func (j *Job) remember(s *snapshot) {
 // historyCost counts a snapshot's f32 body and, in a job that serves f16,
 // the f16 body it will likely get.
 func (j *Job) historyCost(s *snapshot) int {
-	if j.Spec.WireSnapshotCodec() == protocol.SnapshotF16 {
+	if wireSnapshotCodec(j.Spec) == protocol.SnapshotF16 {
 		return len(s.body) + len(s.body)/2
 	}
 	return len(s.body)
@@ -132,7 +132,7 @@ func (j *Job) publishedSnapshot(version int64) *snapshot {
 // snapshotCodec is the snapshot codec worker reads in this job: the
 // job's, if the worker named it in hello, else f32.
 func (j *Job) snapshotCodec(hello *protocol.Hello) string {
-	if c := j.Spec.WireSnapshotCodec(); c != protocol.SnapshotF32 && slices.Contains(hello.SnapshotCodecs, c) {
+	if c := wireSnapshotCodec(j.Spec); c != protocol.SnapshotF32 && slices.Contains(hello.SnapshotCodecs, c) {
 		return c
 	}
 	return protocol.SnapshotF32

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -15,10 +16,32 @@ import (
 // replay hash, robust clipping and spot checks all run on the decoded
 // update, as on an f32 one.
 
+// wireUpdateCodec is the protocol's name of a spec's update codec (the
+// job spec knows no protocol, so the mapping lives here).
+func wireUpdateCodec(s jobspec.Spec) string {
+	switch s.UpdateCodec {
+	case jobspec.CodecFP16:
+		return protocol.CodecF16
+	case jobspec.CodecInt8:
+		return protocol.CodecI8
+	case jobspec.CodecTopK:
+		return protocol.CodecTopK
+	}
+	return protocol.CodecF32
+}
+
+// wireSnapshotCodec is the protocol's name of a spec's snapshot codec.
+func wireSnapshotCodec(s jobspec.Spec) string {
+	if s.SnapshotCodec == jobspec.CodecFP16 {
+		return protocol.SnapshotF16
+	}
+	return protocol.SnapshotF32
+}
+
 // updateCodecFor is the update codec a worker that speaks codecs sends
 // in.
 func (j *Job) updateCodecFor(codecs []string) string {
-	if c := j.Spec.WireUpdateCodec(); c != protocol.CodecF32 && slices.Contains(codecs, c) {
+	if c := wireUpdateCodec(j.Spec); c != protocol.CodecF32 && slices.Contains(codecs, c) {
 		return c
 	}
 	return protocol.CodecF32
@@ -40,7 +63,7 @@ func (j *Job) unpackUpdate(res *protocol.Result, buf *decodeBuf) string {
 	if res.Codec == "" || res.Codec == protocol.CodecF32 {
 		return ""
 	}
-	if want := j.Spec.WireUpdateCodec(); res.Codec != want {
+	if want := wireUpdateCodec(j.Spec); res.Codec != want {
 		return fmt.Sprintf("update codec %q is neither %q nor this job's (%q)", res.Codec, protocol.CodecF32, want)
 	}
 	u, err := protocol.DecodeUpdate(res.Codec, res.Packed, j.model.NumParams, buf.update)

@@ -201,10 +201,11 @@ func TestMalformedPackedUpdatesAreRejected(t *testing.T) {
 // Real workers train in each update codec: the accepted results grow and
 // none is refused as invalid.
 func TestWorkersTrainInEachUpdateCodec(t *testing.T) {
+	wireName := map[string]string{jobspec.CodecFP32: protocol.CodecF32, jobspec.CodecFP16: protocol.CodecF16,
+		jobspec.CodecInt8: protocol.CodecI8, jobspec.CodecTopK: protocol.CodecTopK}
 	for _, codec := range []string{jobspec.CodecFP32, jobspec.CodecFP16, jobspec.CodecInt8, jobspec.CodecTopK} {
 		t.Run(codec, func(t *testing.T) {
 			g := newTestGrid(t, codecJob(t, codec))
-			spec := codecJob(t, codec)
 			var mu sync.Mutex
 			var connected []string
 			g.addWorkerWith(1, nil, func(c *worker.Config) {
@@ -224,7 +225,7 @@ func TestWorkersTrainInEachUpdateCodec(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			want := fmt.Sprintf("updates in %q", spec.WireUpdateCodec())
+			want := fmt.Sprintf("updates in %q", wireName[codec])
 			if len(connected) == 0 || !strings.Contains(connected[0], want) {
 				t.Fatalf("worker connected with %q, want %s", connected, want)
 			}

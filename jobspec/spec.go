@@ -9,7 +9,6 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // Spec is what an operator submits: a model, the data, and how to train.
@@ -106,27 +105,6 @@ const (
 	DefaultTopKFraction    = 0.01
 	DefaultMaxCommFraction = 0.1
 )
-
-// WireUpdateCodec is the protocol's name of the spec's update codec.
-func (s Spec) WireUpdateCodec() string {
-	switch s.UpdateCodec {
-	case CodecFP16:
-		return protocol.CodecF16
-	case CodecInt8:
-		return protocol.CodecI8
-	case CodecTopK:
-		return protocol.CodecTopK
-	}
-	return protocol.CodecF32
-}
-
-// WireSnapshotCodec is the protocol's name of the spec's snapshot codec.
-func (s Spec) WireSnapshotCodec() string {
-	if s.SnapshotCodec == CodecFP16 {
-		return protocol.SnapshotF16
-	}
-	return protocol.SnapshotF32
-}
 
 // Robust is the `robust` key: the method and its parameters (see
 // engine.Robust). A spec stored before the key existed decodes to the
