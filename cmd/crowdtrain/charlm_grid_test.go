@@ -252,9 +252,11 @@ seed: %d
 	// Samples: `crowdtrain sample`, and the one the admin page shows. After
 	// 2M tokens (loss near 1.95) a sample is mostly words of the corpus,
 	// LORD, shall and unto among them; after the half million of `make
-	// test` (loss near 2.2) fewer come out whole.
+	// test` (loss near 2.33, PyTorch's too) fewer come out whole, and of
+	// the prompt's words only "the" reliably (a run whose loss matched
+	// PyTorch's to 0.04% wrote "the" but not "and").
 	common := commonWords(kjvPrefix)
-	wantWords, wantNamed := 4, 2
+	wantWords, wantNamed := 4, 1
 	if tokens >= 1_000_000 {
 		wantWords, wantNamed = 12, 4
 	}
@@ -304,7 +306,7 @@ seed: %d
 	// The page's sample is short (160 bytes) and hot (temperature 0.8), so
 	// it holds few words: half the common words and one of kjvWords. The
 	// 1,000-byte sample above carries the real-words check.
-	checkSampleWords(t, "the admin page's sample", shown, common, wantWords/2, 1)
+	checkSampleWords(t, "the admin page's sample", shown, common, wantWords/2, min(wantNamed, 1))
 }
 
 // kjvWords are words the prompt names for the King James text's samples.

@@ -52,7 +52,7 @@ outer_optimizer: {type: adamw, lr: 0.003, clip_norm: 1}
 batch_size: 16
 shard_size: 200
 eval_every: 40
-target_loss: 1.6
+target_loss: 0.7
 max_epochs: 20
 `))
 	addr := freeAddr(t)
@@ -64,8 +64,8 @@ max_epochs: 20
 	}
 	t.Logf("%s: %s after %s: loss %.4f nats, %.4f bits/char at version %d, %d windows (%s)",
 		v.Name, v.State, time.Since(start).Round(time.Second), v.Eval.Loss, v.Eval.BitsPerChar, v.Version, v.ExamplesSeen, v.Reason)
-	if v.State != coordinator.StateDone || v.Eval.Loss > 1.6 {
-		t.Fatalf("ended %s (%s) at loss %.4f; want done at <= 1.6; log:\n%s", v.State, v.Reason, v.Eval.Loss, srv.logText())
+	if v.State != coordinator.StateDone || v.Eval.Loss > 0.7 {
+		t.Fatalf("ended %s (%s) at loss %.4f; want done at <= 0.7; log:\n%s", v.State, v.Reason, v.Eval.Loss, srv.logText())
 	}
 	if math.Abs(v.Eval.BitsPerChar-v.Eval.Loss/math.Ln2) > 1e-9 {
 		t.Errorf("bits_per_char %v is not loss/ln 2 = %v", v.Eval.BitsPerChar, v.Eval.Loss/math.Ln2)
