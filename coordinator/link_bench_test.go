@@ -739,6 +739,9 @@ func TestLinkRatios(t *testing.T) {
 		run("diloco-H16-fp32", "loopback", 20, 200_000, 400_000_000, true),
 		run("diloco-H16-fp32", "link", 30, 220_000, 440_000_000, true),
 		run("diloco-H16-int8", "link", 33, 242_000, 121_000_000, true),
+		// charlm's bytes are measured against charlm's own baseline.
+		run("charlm-async-fp32-H1", "loopback", 100, 10_000, 2_000_000_000, true),
+		run("charlm-diloco-H16-int8", "link", 200, 10_000, 70_000_000, true),
 	}
 	for _, c := range []struct {
 		i    int
@@ -748,6 +751,8 @@ func TestLinkRatios(t *testing.T) {
 		{1, linkRatio{linkAtLeast: 36, bytesVsBaseline: 1}},
 		{3, linkRatio{linkVsLoopback: 1.5, bytesVsBaseline: 2000.0 / 30000}},
 		{4, linkRatio{bytesVsBaseline: 500.0 / 30000, examplesVsFP32: 1.1}},
+		{5, linkRatio{bytesVsBaseline: 1}},
+		{6, linkRatio{bytesVsBaseline: 7000.0 / 200000}},
 	} {
 		got := linkRatios(outs, outs[c.i])
 		near := func(a, b float64) bool { return a == b || (a-b)/b < 1e-9 && (b-a)/b < 1e-9 }
@@ -757,7 +762,7 @@ func TestLinkRatios(t *testing.T) {
 		}
 	}
 	table := linkTable(outs)
-	for _, want := range []string{"> 36.0x", "1.50x", "1.10x", "60x fewer", "not reached"} {
+	for _, want := range []string{"> 36.0x", "1.50x", "1.10x", "60x fewer", "not reached", "28.6x fewer", "reached loss 2.60"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
 		}
