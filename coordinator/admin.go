@@ -132,6 +132,14 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.resolveData(&spec)
 	}
+	if err == nil && spec.Sweep != nil {
+		var x *Sweep
+		if x, err = s.AddSweep(spec); err == nil { // sweep.go
+			w.Header().Set("Location", "/api/v1/jobs/"+x.ID)
+			writeJSONStatus(w, http.StatusCreated, x.View(r.Context()))
+			return
+		}
+	}
 	if err == nil {
 		var j *Job
 		if j, err = s.AddJob(spec); err == nil {
@@ -189,6 +197,13 @@ func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request
 // handleExportLive writes the job's parameters as they are now.
 func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
+	if best, ok, err := s.bestOf(id); ok { // a sweep exports its best trial
+		if err != nil {
+			writeError(w, http.StatusConflict, "%v", err)
+			return
+		}
+		id = best
+	}
 	j := s.job(id)
 	if j == nil {
 		writeError(w, http.StatusNotFound, "no job %q", id)

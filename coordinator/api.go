@@ -27,11 +27,13 @@ func (s *Server) routes() {
 	api := r.PathPrefix("/api/v1").Subrouter()
 	api.HandleFunc("/jobs", s.handleJobs).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}", s.handleJob).Methods(http.MethodGet)
+	api.HandleFunc("/sweeps", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Sweeps(r.Context())) }).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}/f16", s.handleSnapshotF16).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}/{codec:f32|f16}/from/{from:[0-9]+}", s.handleSnapshotDelta).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/data/{key:[0-9a-f]+}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleDataShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	s.adminRoutes(r, api)
 	s.volunteerRoutes(api)
@@ -77,6 +79,10 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
+	if x := s.sweep(id); x != nil {
+		writeJSON(w, x.View(r.Context()))
+		return
+	}
 	v, ok, err := s.JobView(r.Context(), id)
 	switch {
 	case !ok:

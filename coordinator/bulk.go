@@ -53,7 +53,7 @@ func (s *Server) leaseHeldFrom(ctx context.Context, r *http.Request, j *Job, mat
 	ids := map[string]bool{}
 	s.mu.Lock()
 	for id, w := range s.workers {
-		if w.clientKey == key && w.job == j {
+		if w.clientKey == key && w.jobOf(j.ID) == j {
 			ids[id] = true
 		}
 	}

@@ -21,6 +21,7 @@ const asyncWarmupTimeout = 10 * time.Second
 // rule (its result would be refused as unknown_lease).
 func (j *Job) configure(spec JobSpec) error {
 	st := &j.st
+	defer func() { j.place.Store(j.placeInfo(st.spec)) }() // route.go
 	old := st.spec
 	fresh := st.agg == nil
 	n := j.model.NumParams

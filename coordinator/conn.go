@@ -31,7 +31,6 @@ type workerConn struct {
 	id          string
 	volunteer   string // volunteers.go: whose connection this is
 	hello       protocol.Hello
-	job         *Job
 	remote      string
 	clientKey   string // for per-address limits (clientaddr.go)
 	ws          *websocket.Conn
@@ -40,6 +39,17 @@ type workerConn struct {
 	// closedBy says why the coordinator ended the connection from outside
 	// the read loop (missed pings), for the log line when it leaves.
 	closedBy atomic.Pointer[string]
+
+	// route.go: the job it computes for now (its latest assign's; nil
+	// while none), the jobs it was given this session, and the largest
+	// result frame any of them allows. routeMu orders its placements.
+	cur         atomic.Pointer[Job]
+	curSince    atomic.Int64 // unix nanoseconds: when cur was set
+	jobsMu      sync.Mutex
+	jobs        map[string]*Job
+	resultLimit atomic.Int64
+	readLimit   int64 // the limit set on ws, by the reader only
+	routeMu     sync.Mutex
 
 	lastSeen      atomic.Int64 // unix nanoseconds
 	examples      atomic.Int64
@@ -90,11 +100,14 @@ type WorkerView struct {
 func (w *workerConn) view() WorkerView {
 	v := WorkerView{
 		ID: w.id, Kind: w.hello.Kind, Backend: w.hello.Backend, Threads: w.hello.Threads,
-		Client: w.hello.Client, Job: w.job.ID, Remote: w.remote,
+		Client: w.hello.Client, Remote: w.remote,
 		Examples: w.examples.Load(), Accepted: w.accepted.Load(), Rejected: w.rejected.Load(),
 		LastStaleness: w.lastStaleness.Load(),
 		ConnectedAt:   w.connectedAt, LastSeen: time.Unix(0, w.lastSeen.Load()),
 		Leases: []uint64{},
+	}
+	if j := w.cur.Load(); j != nil {
+		v.Job = j.ID
 	}
 	w.wire.view(&v)
 	now := time.Now()
@@ -170,11 +183,6 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	// the backstop at the largest (a result's).
 	ws.SetReadLimit(s.cfg.MaxControlBytes)
 
-	job := s.currentJob()
-	if job == nil {
-		s.refuse(ws, websocket.StatusTryAgainLater, "no_job", "the coordinator has no job yet; try again later")
-		return
-	}
 	hctx, cancel := context.WithTimeout(s.ctx, s.cfg.HelloTimeout)
 	hello, helloBytes, err := s.readHello(hctx, ws)
 	cancel()
@@ -218,7 +226,7 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 		id:          fmt.Sprintf("w%d-%04x", s.workerN.Add(1), s.bootID),
 		volunteer:   adm.volunteer,
 		hello:       *hello,
-		job:         job,
+		jobs:        map[string]*Job{},
 		remote:      r.RemoteAddr,
 		clientKey:   key,
 		ws:          ws,
@@ -264,8 +272,7 @@ func (s *Server) releaseConnSlot(key string) {
 // session runs an admitted worker's connection: welcome, messages until
 // it leaves, then its leases back to the queue and the close.
 func (s *Server) session(wc *workerConn) {
-	ws, job, hello := wc.ws, wc.job, &wc.hello
-	ws.SetReadLimit(job.maxMessageBytes())
+	ws, hello := wc.ws, &wc.hello
 	stopPings := s.startPings(wc)
 	defer stopPings()
 	// Cancelling a Read's context would drop the TCP connection without a
@@ -284,29 +291,32 @@ func (s *Server) session(wc *workerConn) {
 		// have missed this connection.
 		wc.ws.Close(websocket.StatusPolicyViolation, "banned")
 	}
-	_ = job.exec(context.Background(), func(*jobState) {
-		job.join(wc.id, member{volunteer: wc.volunteer, address: wc.clientKey, kind: hello.Kind, backend: hello.Backend,
-			snapCodec: job.snapshotCodec(hello)})
-	})
+	// The welcome names the job the worker is placed on first, if any
+	// fits (route.go); later moves come as assigns.
+	welcome := &protocol.Welcome{WorkerID: wc.id}
+	wc.routeMu.Lock()
+	if order := s.order(wc); len(order) > 0 {
+		job := order[0]
+		wc.jobs[job.ID] = job
+		wc.cur.Store(job)
+		wc.curSince.Store(time.Now().UnixNano())
+		wc.resultLimit.Store(job.maxMessageBytes())
+		_ = job.exec(context.Background(), func(*jobState) { job.join(wc.id, wc.member(job)) })
+		welcome.Job, welcome.Limits = s.jobInfo(wc, job)
+	}
+	wc.routeMu.Unlock()
+	first := "no job yet"
+	if j := wc.cur.Load(); j != nil {
+		first = "job " + j.ID
+	}
 	// Every string a worker chooses is quoted: a newline or an escape
 	// sequence in it must not forge or garble log lines.
-	s.cfg.Logf("worker %s joined job %s: %s/%q, %d threads, client %q, volunteer %s %q, from %s",
-		wc.id, job.ID, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote)
+	s.cfg.Logf("worker %s joined (%s): %s/%q, %d threads, client %q, volunteer %s %q, from %s",
+		wc.id, first, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
-	info := protocol.JobInfo{ID: job.ID, Name: job.Spec.Name, Model: job.Spec.Model, NumParams: job.model.NumParams}
-	job.welcomeCodec(&info, hello.Codecs)         // updatecodec.go
-	info.SnapshotCodec = job.snapshotCodec(hello) // deltas.go
-	if s.enqueue(wc, &protocol.Welcome{
-		WorkerID: wc.id,
-		Job:      info,
-		Limits: protocol.Limits{
-			MaxMessageBytes: job.maxMessageBytes(),
-			LeaseTimeoutMs:  job.Spec.LeaseTimeout.Milliseconds(),
-			MaxLeases:       s.cfg.MaxLeases,
-		},
-	}) {
+	if s.enqueue(wc, welcome) {
 		code, reason = s.readLoop(wc)
 	}
 
@@ -315,7 +325,9 @@ func (s *Server) session(wc *workerConn) {
 	// and before it leaves the list, so no one sees it gone with its
 	// leases still out (its reader has stopped: nothing grants it more).
 	var n int
-	_ = job.exec(context.Background(), func(*jobState) { n = job.releaseWorker(wc.id) })
+	for _, job := range wc.jobList() {
+		_ = job.exec(context.Background(), func(*jobState) { n += job.releaseWorker(wc.id) })
+	}
 	s.mu.Lock()
 	delete(s.workers, wc.id)
 	s.mu.Unlock()
@@ -338,7 +350,7 @@ func (s *Server) session(wc *workerConn) {
 // readHello reads the first message, which must be a hello, and its
 // frame's size (counted in the worker's bytes_in).
 func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (*protocol.Hello, int, error) {
-	buf, err := s.readFrame(ctx, ws, nil)
+	buf, err := s.readFrame(ctx, ws, 0)
 	if err != nil {
 		if errors.Is(err, errTextFrame) {
 			return nil, 0, errors.New("hello must be a binary msgpack frame")
@@ -416,9 +428,15 @@ func (s *Server) readLoop(wc *workerConn) (websocket.StatusCode, string) {
 // pool, returned before the next read: each result is applied (or
 // rejected) before this returns, so nothing refers to the buffer after.
 func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, string, bool) {
-	job := wc.job
 	ctx := s.ctx
-	buf, err := s.readFrame(context.Background(), wc.ws, job)
+	limit := wc.resultLimit.Load()
+	if limit != wc.readLimit {
+		// The library's limit is the backstop at the largest result a
+		// job of this connection takes; readFrame applies each type's.
+		wc.ws.SetReadLimit(max(limit, s.cfg.MaxControlBytes))
+		wc.readLimit = limit
+	}
+	buf, err := s.readFrame(context.Background(), wc.ws, limit)
 	if buf != nil {
 		defer s.decodeBufs.put(buf)
 	}
@@ -440,9 +458,14 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	}
 	wc.lastSeen.Store(time.Now().UnixNano())
 	wc.wire.bytesIn.Add(int64(len(buf.frame)))
-	buf.dec.MaxBytes, buf.dec.Bounds = int(job.maxMessageBytes()), s.cfg.FrameBounds
+	buf.dec.MaxBytes, buf.dec.Bounds = int(max(limit, s.cfg.MaxControlBytes)), s.cfg.FrameBounds
 	m, err := buf.dec.Decode(buf.frame)
+	var job *Job // a result's: the job it names, one this connection was given
 	if res, ok := m.(*protocol.Result); ok {
+		if job = wc.jobOf(res.JobID); job == nil {
+			s.unknownJob(wc, res.LeaseID, res.JobID)
+			return 0, "", false
+		}
 		job.wire.result(len(buf.frame), job.model.NumParams)
 		if err == nil {
 			s.observeResult(wc, res) // wire.go: its link and comm share
@@ -458,7 +481,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		// closes if this keeps happening.
 		if res, ok := m.(*protocol.Result); ok {
 			nonFinite := res.Update.FirstNonFinite() >= 0 || math.IsNaN(res.LossSum) || math.IsInf(res.LossSum, 0)
-			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
+			s.submit(ctx, wc, job, submission{worker: wc.id, volunteer: wc.volunteer, res: res, reason: protocol.ReasonInvalid, detail: err.Error(),
 				nonFinite: nonFinite, recv: buf.recv})
 			return 0, "", false
 		}
@@ -477,10 +500,10 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	}
 	switch m := m.(type) {
 	case *protocol.Want:
-		s.want(ctx, wc, m.N)
+		s.route(ctx, wc, m.N) // route.go
 	case *protocol.Result:
 		if detail := job.unpackUpdate(m, buf); detail != "" { // updatecodec.go
-			s.submit(ctx, wc, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail, recv: buf.recv})
+			s.submit(ctx, wc, job, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail, recv: buf.recv})
 			return 0, "", false
 		}
 		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update), recv: buf.recv}
@@ -488,12 +511,14 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		if over {
 			sub.reason, sub.detail = protocol.ReasonRateLimited, s.rateLimitedResult(pause)
 		}
-		s.submit(ctx, wc, sub)
+		s.submit(ctx, wc, job, sub)
 		s.pauseReading(pause)
 	case *protocol.Start:
-		s.start(ctx, wc, m.LeaseID)
+		s.start(ctx, wc, m.JobID, m.LeaseID)
 	case *protocol.Release:
-		_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs, m.Reason) })
+		for _, job := range wc.jobsNamed(m.JobID) {
+			_ = job.exec(ctx, func(*jobState) { job.releaseLeases(wc.id, m.LeaseIDs, m.Reason) })
+		}
 	case *protocol.Bye:
 		return websocket.StatusNormalClosure, "bye", true
 	default:
@@ -505,58 +530,19 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 	return 0, "", false
 }
 
-func (s *Server) want(ctx context.Context, wc *workerConn, n int) {
-	job := wc.job
-	if s.volunteers.banned(wc.volunteer, wc.clientKey) {
-		return // its connection is closing
-	}
-	var leases []protocol.Lease
-	var held int
-	var state, limited string
-	err := job.exec(ctx, func(st *jobState) {
-		held = job.heldBy(wc.id)
-		free := s.cfg.MaxLeases - held
-		if share, why := job.leaseShare(wc.id); share < free { // limits.go
-			free, limited = share, why
-		}
-		if free > 0 {
-			limited = ""
-			leases = job.grant(wc.id, min(n, free), "")
-			if len(leases) == 0 {
-				leases = job.backup(wc.id, "") // stragglers.go
-			}
-		}
-		state = st.state
-	})
-	if err != nil {
-		return
-	}
-	for i := range leases {
-		wc.wire.localSteps.Store(int64(leases[i].LocalSteps))
-		if !s.enqueue(wc, &leases[i]) {
-			return
-		}
-	}
-	if len(leases) == 0 && (held == 0 || limited != "") {
-		idle := &protocol.Idle{Reason: "no task free right now", RetryMs: s.cfg.IdleRetry.Milliseconds()}
-		if limited != "" {
-			idle.Reason, idle.RetryMs = limited, max(1000, idle.RetryMs)
-		}
-		if state != StateRunning {
-			idle = &protocol.Idle{Reason: "job " + job.ID + " is " + state, RetryMs: 5000}
-		}
-		s.enqueue(wc, idle)
-	}
-}
-
 // start answers a worker that begins computing a "latest" lease with the
 // base version the coordinator fixes now; a lease it does not hold, or one
 // of a job that stopped, gets a rejecting ack (docs/PROTOCOL.md).
-func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
+func (s *Server) start(ctx context.Context, wc *workerConn, jobID string, leaseID uint64) {
 	var started *protocol.Started
-	var serr error
-	if err := wc.job.exec(ctx, func(*jobState) { started, serr = wc.job.start(wc.id, leaseID, "") }); err != nil {
-		return
+	serr := fmt.Errorf("no job %q was given to this worker", jobID)
+	for _, job := range wc.jobsNamed(jobID) {
+		if err := job.exec(ctx, func(*jobState) { started, serr = job.start(wc.id, leaseID, "") }); err != nil {
+			return
+		}
+		if !errors.Is(serr, engine.ErrNotHeld) {
+			break
+		}
 	}
 	if serr != nil {
 		code := protocol.ReasonNotRunning
@@ -572,9 +558,9 @@ func (s *Server) start(ctx context.Context, wc *workerConn, leaseID uint64) {
 	s.enqueue(wc, started)
 }
 
-func (s *Server) submit(ctx context.Context, wc *workerConn, sub submission) {
+func (s *Server) submit(ctx context.Context, wc *workerConn, job *Job, sub submission) {
 	var ack protocol.Ack
-	if err := wc.job.exec(ctx, func(*jobState) { ack = wc.job.apply(sub) }); err != nil {
+	if err := job.exec(ctx, func(*jobState) { ack = job.apply(sub) }); err != nil {
 		return
 	}
 	wc.lastStaleness.Store(ack.Staleness)

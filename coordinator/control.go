@@ -55,8 +55,8 @@ func (s *Server) PauseJob(ctx context.Context, id string) (JobView, error) {
 		if st.state != StateRunning {
 			return fmt.Errorf("job %s is %s, only a running job can be paused: %w", id, st.state, ErrTransition)
 		}
-		st.state = StatePaused
 		j.unleased(st.sched.ReleaseAll())
+		j.setState(StatePaused)
 		j.logf("job %s: paused by the operator at version %d", id, st.model.Version)
 		j.recordNote("paused")
 		j.checkpoint(true)
@@ -70,7 +70,7 @@ func (s *Server) ResumeJob(ctx context.Context, id string) (JobView, error) {
 		if st.state != StatePaused {
 			return fmt.Errorf("job %s is %s, only a paused job can be resumed: %w", id, st.state, ErrTransition)
 		}
-		st.state = StateRunning
+		j.setState(StateRunning)
 		j.logf("job %s: resumed by the operator at version %d", id, st.model.Version)
 		j.recordNote("resumed")
 		j.checkpoint(true)

@@ -35,6 +35,14 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, w
 	if err != nil {
 		return ExportInfo{}, err
 	}
+	var sr sweepRecord
+	if json.Unmarshal(rec.Spec, &sr) == nil && sr.SweepRecord != 0 {
+		// A sweep exports its best trial.
+		if sr.Best == nil {
+			return ExportInfo{}, fmt.Errorf("sweep %s has no scored trial yet: export it after its first rung, or export a trial by its id", jobID)
+		}
+		return Export(ctx, db, sr.Best.ID, version, w)
+	}
 	var spec JobSpec
 	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 		return ExportInfo{}, fmt.Errorf("job %s: spec: %w", jobID, err)

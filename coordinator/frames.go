@@ -77,9 +77,9 @@ var errTextFrame = errors.New("messages are binary msgpack frames, not text")
 
 // frameLimit is the size limit for a frame of type t on a connection to
 // job (nil before the welcome): only a result may carry a full update.
-func (s *Server) frameLimit(job *Job, t protocol.Type) int64 {
-	if t == protocol.TypeResult && job != nil {
-		return job.maxMessageBytes()
+func (s *Server) frameLimit(resultLimit int64, t protocol.Type) int64 {
+	if t == protocol.TypeResult && resultLimit > 0 {
+		return resultLimit
 	}
 	return s.cfg.MaxControlBytes
 }
@@ -92,7 +92,7 @@ func (s *Server) frameLimit(job *Job, t protocol.Type) int64 {
 // make the coordinator buffer an update's worth of bytes. Errors:
 // errTextFrame, *frameTooBigError, or the connection's own (it closed or
 // broke).
-func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*decodeBuf, error) {
+func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, resultLimit int64) (*decodeBuf, error) {
 	typ, r, err := ws.Reader(ctx)
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*
 		return nil, errTextFrame
 	}
 	buf := s.decodeBufs.get()
-	if err := s.readInto(r, job, buf); err != nil {
+	if err := s.readInto(r, resultLimit, buf); err != nil {
 		s.decodeBufs.put(buf)
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (s *Server) readFrame(ctx context.Context, ws *websocket.Conn, job *Job) (*
 	return buf, nil
 }
 
-func (s *Server) readInto(r io.Reader, job *Job, buf *decodeBuf) error {
+func (s *Server) readInto(r io.Reader, resultLimit int64, buf *decodeBuf) error {
 	var head [peekBytes]byte
 	n, err := io.ReadFull(r, head[:])
 	switch {
@@ -121,7 +121,7 @@ func (s *Server) readInto(r io.Reader, job *Job, buf *decodeBuf) error {
 		return err
 	}
 	t, _ := protocol.PeekType(head[:])
-	limit := s.frameLimit(job, t)
+	limit := s.frameLimit(resultLimit, t)
 	buf.frame = append(buf.frame[:0], head[:]...)
 	for {
 		if len(buf.frame) == cap(buf.frame) {

@@ -45,7 +45,7 @@ func FuzzReadInto(f *testing.F) {
 	reused := &decodeBuf{frame: make([]byte, 0, 1024)}
 	f.Fuzz(func(t *testing.T, b []byte, split int) {
 		for _, buf := range []*decodeBuf{new(decodeBuf), reused} {
-			err := s.readInto(&twoChunks{b: b, i: split}, nil, buf)
+			err := s.readInto(&twoChunks{b: b, i: split}, 0, buf)
 			var tooBig *frameTooBigError
 			switch {
 			case len(b) > 256:

@@ -11,6 +11,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -62,6 +63,16 @@ type Job struct {
 	// immutable resources served with strong ETags.
 	shards    []dataset.Shard
 	shardBody [][]byte
+	shardSet  *shardSet // shards and bodies, maybe shared with other jobs (shardsets.go)
+
+	// route.go: whether the job hands out work now, and what placement
+	// knows of it (its weight and priority change with its spec), for
+	// routing without a trip through the loop. onState hears every change
+	// of state, on the loop. parent is the sweep it is a trial of.
+	active    atomic.Bool
+	place     atomic.Pointer[placement.Job]
+	onState   func(state string)
+	parent    string
 	epochSize int // examples per epoch
 	logf      func(format string, args ...any)
 
@@ -197,7 +208,8 @@ func (j *Job) updateRates(now time.Time) {
 }
 
 // newJob builds a job at version 0 from spec.
-func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.Uint64, logf func(string, ...any)) (*Job, error) {
+// sets, when not nil, shares the encoded shards with other jobs.
+func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.Uint64, logf func(string, ...any), sets ...*shardSets) (*Job, error) {
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
 		return nil, &SpecError{Key: "model", Problem: err.Error()}
@@ -225,12 +237,13 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	}
 	j.flopsPerExample = model.FLOPsPerExample()
 	j.validator = newValidator(model, train, j.text)
-	j.shards = dataset.MakeShards(train.N, spec.ShardSize, spec.Seed)
-	j.epochSize = train.N
-	j.shardBody = make([][]byte, len(j.shards))
-	for i, s := range j.shards {
-		j.shardBody[i] = dataset.EncodeShard(train, s)
+	if len(sets) > 0 && sets[0] != nil {
+		j.shardSet = sets[0].get(train, spec.ShardSize, spec.Seed)
+	} else {
+		j.shardSet = cutShards(train, spec.ShardSize, spec.Seed)
 	}
+	j.shards, j.shardBody = j.shardSet.shards, j.shardSet.bodies
+	j.epochSize = train.N
 	st := &j.st
 	st.state = StateRunning
 	st.model.Params = make([]float32, model.NumParams)
@@ -310,9 +323,19 @@ func (j *Job) exec(ctx context.Context, f func(st *jobState)) error {
 	return nil
 }
 
+// setState moves the job to state, on the loop.
+func (j *Job) setState(state string) {
+	j.st.state = state
+	j.active.Store(state == StateRunning)
+	if j.onState != nil {
+		j.onState(state)
+	}
+}
+
 func (j *Job) finish(state, reason string) {
 	st := &j.st
-	st.state, st.reason, st.doneAt = state, reason, time.Now()
+	st.reason, st.doneAt = reason, time.Now()
+	j.setState(state)
 	st.sched.SetQueue(nil)
 	clear(st.sched.Leases())
 	j.logf("job %s: %s: %s", j.ID, state, reason)
@@ -388,20 +411,25 @@ type JobView struct {
 	MeanStaleness float64        `json:"mean_staleness"`
 	// StalenessHistogram[i] counts updates applied at staleness i; the
 	// last bucket counts every staleness at or above its index.
-	StalenessHistogram []int64          `json:"staleness_histogram"`
-	ExamplesPerSec     float64          `json:"examples_per_sec"` // smoothed over a few seconds
-	UpdatesPerSec      float64          `json:"updates_per_sec"`
-	LR                 float64          `json:"lr"` // the outer optimizer's rate now
-	Workers            int              `json:"workers"`
-	MaxStaleness       int              `json:"max_staleness"`
-	NumParams          int              `json:"num_params"`
-	Shards             int              `json:"shards"`
-	Eval               *EvalResult      `json:"eval"`
-	Run                int64            `json:"run"` // how many times a coordinator has started this job
-	LastCheckpoint     *CheckpointStats `json:"last_checkpoint"`
-	StartedAt          time.Time        `json:"started_at"`
-	DoneAt             *time.Time       `json:"done_at,omitempty"`
-	Spec               JobSpec          `json:"spec"`
+	StalenessHistogram []int64 `json:"staleness_histogram"`
+	ExamplesPerSec     float64 `json:"examples_per_sec"` // smoothed over a few seconds
+	UpdatesPerSec      float64 `json:"updates_per_sec"`
+	LR                 float64 `json:"lr"` // the outer optimizer's rate now
+	Workers            int     `json:"workers"`
+	// Weight and Priority place the job among the others (route.go);
+	// Warning says why it waits when no connected worker can run it.
+	Weight         float64          `json:"weight"`
+	Priority       int              `json:"priority"`
+	Warning        string           `json:"warning,omitempty"`
+	MaxStaleness   int              `json:"max_staleness"`
+	NumParams      int              `json:"num_params"`
+	Shards         int              `json:"shards"`
+	Eval           *EvalResult      `json:"eval"`
+	Run            int64            `json:"run"` // how many times a coordinator has started this job
+	LastCheckpoint *CheckpointStats `json:"last_checkpoint"`
+	StartedAt      time.Time        `json:"started_at"`
+	DoneAt         *time.Time       `json:"done_at,omitempty"`
+	Spec           JobSpec          `json:"spec"`
 	// Mode is the spec's mode now (an operator may change it).
 	Mode string `json:"mode"`
 	// Round is the open round of a round mode, RoundResults the results
@@ -447,6 +475,7 @@ func (j *Job) view(st *jobState) JobView {
 		MaxStaleness: st.spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
 		StartedAt: st.startedAt, Spec: st.spec, Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
 		StalenessHistogram: slices.Clone(st.stalenessHist), LR: st.spec.OuterOptimizer.LR,
+		Weight: st.spec.EffectiveWeight(), Priority: st.spec.Priority,
 	}
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		v.Round, v.RoundResults = r.Round(), r.Partial().Results

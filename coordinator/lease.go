@@ -125,11 +125,9 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
 }
 
-// shardPath names a shard with its format version: a cache keyed by URL
-// (a browser's Cache Storage) never hands a worker bytes of another format.
-func (j *Job) shardPath(shard int) string {
-	return "/api/v1/jobs/" + j.ID + "/shards/v" + strconv.Itoa(dataset.ShardVersion) + "/" + strconv.Itoa(shard)
-}
+// shardPath names a shard in its data set (shardsets.go): every job that
+// cuts the same data the same way hands out the same URLs.
+func (j *Job) shardPath(shard int) string { return dataShardPath(j.shardSet.key, shard) }
 
 // snapshotPath names a snapshot by run and version: after a restart from a
 // checkpoint, versions are computed again with other contents, and an

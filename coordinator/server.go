@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -39,6 +40,7 @@ type Server struct {
 	mu      sync.Mutex
 	closed  bool // set by Close before it waits; guards conns.Add
 	jobs    []*Job
+	sweeps  []*Sweep // sweep.go
 	workers map[string]*workerConn
 	// connsFrom counts open websocket connections per client key; an
 	// entry goes when its count reaches zero.
@@ -70,7 +72,11 @@ type Server struct {
 	closeErr      error
 	workerRecords *workerRecorder
 	data          *dataSets
-	volunteers    *volunteerBook
+	shardSets     shardSets // shardsets.go: encoded shards shared by jobs
+	// route.go: the compute each job got lately, which ranks the jobs.
+	poolMu     sync.Mutex
+	pool       placement.Pool
+	volunteers *volunteerBook
 	// Per-address rates (limits.go) and the volunteers dropped for a
 	// while (hostages.go).
 	hellos, resultRate *rateLimiter
@@ -126,6 +132,14 @@ func New(cfg Config) (*Server, error) {
 // AddJob validates spec, builds its model at version 0 and starts training.
 // With a store, the job and its version-0 checkpoint are saved first.
 func (s *Server) AddJob(spec JobSpec) (*Job, error) {
+	if spec.Sweep != nil {
+		return nil, specErr("sweep", "a sweep's spec starts trials, not one job: submit it to POST /api/v1/jobs (Server.AddSweep)")
+	}
+	return s.addJob(spec, "")
+}
+
+// addJob is AddJob for a job that is a trial of sweep parent ("" none).
+func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -138,9 +152,13 @@ func (s *Server) AddJob(spec JobSpec) (*Job, error) {
 	if err := CheckData(&spec, train); err != nil {
 		return nil, err
 	}
-	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf)
+	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
 	if err != nil {
 		return nil, err
+	}
+	if parent != "" {
+		j.parent = parent
+		j.place.Store(j.placeInfo(spec))
 	}
 	if st := s.cfg.Store; st != nil {
 		specJSON, err := json.Marshal(spec)
@@ -166,6 +184,12 @@ func (s *Server) startJob(j *Job) {
 	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
 	j.ledger = s.volunteers
 	j.limits = s.jobLimits()
+	j.onState = func(state string) {
+		if state != StateRunning {
+			go s.handOff(j, state) // route.go; never on the job's loop
+		}
+	}
+	j.active.Store(j.st.state == StateRunning)
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState
@@ -209,7 +233,22 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		return nil, err
 	}
 	var resumed []*Job
+	sweeps := map[string]sweepRecord{}
+	var sweepOrder []string
+	loaded := map[string]*Job{}
 	for _, rec := range recs {
+		var probe struct {
+			SweepRecord int `json:"sweep_record"`
+		}
+		if json.Unmarshal(rec.Spec, &probe) == nil && probe.SweepRecord != 0 {
+			var sr sweepRecord
+			if err := json.Unmarshal(rec.Spec, &sr); err != nil {
+				return nil, fmt.Errorf("sweep %s in %s: %w", rec.ID, st.Path(), err)
+			}
+			sweeps[rec.ID] = sr
+			sweepOrder = append(sweepOrder, rec.ID)
+			continue
+		}
 		var spec JobSpec
 		if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 			return nil, fmt.Errorf("job %s in %s: spec: %w", rec.ID, st.Path(), err)
@@ -218,7 +257,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}
-		j, err := newJob(rec.ID, spec, train, test, &s.leaseIDs, s.cfg.Logf)
+		j, err := newJob(rec.ID, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}
@@ -245,9 +284,13 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 			j.st.sched.SetQueue(nil)
 		}
 		s.startJob(j)
+		loaded[j.ID] = j
 		if j.st.finalEvalAfter && j.st.state == StateRunning {
 			_ = j.exec(ctx, func(*jobState) { j.startEval(true) })
 		}
+	}
+	for _, id := range sweepOrder {
+		s.resumeSweep(id, sweeps[id], loaded) // sweep.go
 	}
 	return resumed, nil
 }
@@ -295,24 +338,6 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
-}
-
-// currentJob is the job new workers join: the newest running one, else
-// the newest.
-func (s *Server) currentJob() *Job {
-	s.mu.Lock()
-	jobs := slices.Clone(s.jobs)
-	s.mu.Unlock()
-	for i := len(jobs) - 1; i >= 0; i-- {
-		var running bool
-		if jobs[i].exec(s.ctx, func(st *jobState) { running = st.state == StateRunning }) == nil && running {
-			return jobs[i]
-		}
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	return jobs[len(jobs)-1]
 }
 
 // idSafe keeps the URL-safe characters of a job name.
@@ -363,6 +388,7 @@ func (s *Server) jobView(ctx context.Context, j *Job) (JobView, error) {
 	var v JobView
 	err := j.exec(ctx, func(st *jobState) { v = j.view(st) })
 	v.Workers = s.countWorkers(j.ID)
+	v.Warning = s.placementWarning(j)
 	return v, err
 }
 
@@ -381,7 +407,7 @@ func (s *Server) countWorkers(jobID string) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, w := range s.workers {
-		if w.job.ID == jobID {
+		if j := w.cur.Load(); j != nil && j.ID == jobID {
 			n++
 		}
 	}

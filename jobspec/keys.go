@@ -83,6 +83,10 @@ var keys = []key{
 	{name: "topk_fraction"},
 	{name: "snapshot_codec"},
 	{name: "max_comm_fraction", live: true},
+	{name: "weight", decode: decodeWeight, live: true},
+	{name: "priority", decode: decodePriority, live: true},
+	{name: "requires", decode: decodeRequires},
+	{name: "sweep", decode: decodeSweep},
 }
 
 // Keys lists every key a spec file may contain, in documentation order.
@@ -121,6 +125,7 @@ var (
 	robustKeys = []string{"method", "tau", "iterations", "bucket", "trim"}
 	layerKeys  = nn.LayerSpecKeys()
 	modelKeys  = []string{"input", "layers"}
+	reqKeys    = []string{"kind", "min_memory_mb"}
 )
 
 // Parse parses a YAML or JSON spec (JSON is YAML), fills defaults and
@@ -137,6 +142,18 @@ func Parse(data []byte) (Spec, error) {
 	s, g := base(), given{}
 	if err := decodeAll(m, &s, g); err != nil {
 		return Spec{}, err
+	}
+	if s.Sweep != nil {
+		if err := s.Sweep.checkPaths(); err != nil {
+			return Spec{}, err
+		}
+		base := &yaml.Node{Kind: yaml.MappingNode, Content: slices.Clone(m.Content)}
+		removeKey(base, "sweep")
+		b, err := yaml.Marshal(base)
+		if err != nil {
+			return Spec{}, err
+		}
+		s.Sweep.Base = string(b)
 	}
 	if s.Name == "" {
 		return Spec{}, Errorf("name", "is required")
@@ -274,6 +291,67 @@ func decodeInnerLR(val *yaml.Node, s *Spec, g given) error {
 		return err
 	}
 	g["inner_optimizer.lr"] = true
+	return nil
+}
+
+func decodeWeight(val *yaml.Node, s *Spec, _ given) error {
+	var w float64
+	if err := decodeScalar(val, &w); err != nil {
+		return Errorf("weight", "%v", cleanYAMLError(err))
+	}
+	if !(w > 0) || w > 1e6 {
+		return Errorf("weight", "must be a number above 0 (and at most 1e6), got %v: a job's share of the grid is its weight over the running jobs' sum", w)
+	}
+	s.Weight = w
+	return nil
+}
+
+func decodePriority(val *yaml.Node, s *Spec, _ given) error {
+	var p int
+	if err := decodeScalar(val, &p); err != nil {
+		return Errorf("priority", "%v", cleanYAMLError(err))
+	}
+	if p < -1000 || p > 1000 {
+		return Errorf("priority", "must be a whole number in -1000..1000, got %d", p)
+	}
+	s.Priority = p
+	return nil
+}
+
+// Worker kinds `requires.kind` may name.
+var workerKinds = []string{"native", "browser", "gpu"}
+
+func decodeRequires(val *yaml.Node, s *Spec, _ given) error {
+	if err := checkKeys("requires.", val, reqKeys); err != nil {
+		return err
+	}
+	var r Requires
+	for i := 0; i < len(val.Content); i += 2 {
+		k, v := val.Content[i].Value, val.Content[i+1]
+		switch k {
+		case "kind":
+			var kinds []string
+			if v.Kind == yaml.ScalarNode {
+				kinds = []string{v.Value}
+			} else if err := v.Decode(&kinds); err != nil {
+				return Errorf("requires.kind", "want a list of worker kinds (%s)", strings.Join(workerKinds, ", "))
+			}
+			if len(kinds) == 0 {
+				return Errorf("requires.kind", "is empty: name the worker kinds that may run the job (%s), or leave the key out", strings.Join(workerKinds, ", "))
+			}
+			for _, kind := range kinds {
+				if !slices.Contains(workerKinds, kind) {
+					return Errorf("requires.kind", "%q is not a worker kind (want %s)", kind, strings.Join(workerKinds, ", "))
+				}
+			}
+			r.Kind = kinds
+		case "min_memory_mb":
+			if err := decodeScalar(v, &r.MinMemoryMB); err != nil || r.MinMemoryMB < 0 || r.MinMemoryMB > 1<<30 {
+				return Errorf("requires.min_memory_mb", "want a whole number of megabytes >= 0, got %q", v.Value)
+			}
+		}
+	}
+	s.Requires = r
 	return nil
 }
 

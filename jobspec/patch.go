@@ -108,5 +108,7 @@ func diff(a, b Spec) []string {
 	add("snapshot", a.Snapshot, b.Snapshot)
 	add("max_staleness", a.MaxStaleness, b.MaxStaleness)
 	add("staleness_lr", a.StalenessLR, b.StalenessLR)
+	add("weight", a.EffectiveWeight(), b.EffectiveWeight())
+	add("priority", a.Priority, b.Priority)
 	return notes
 }

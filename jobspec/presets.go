@@ -85,6 +85,7 @@ func base() Spec {
 		TopKFraction:       DefaultTopKFraction,
 		SnapshotCodec:      CodecFP32,
 		MaxCommFraction:    DefaultMaxCommFraction,
+		Weight:             1,
 	}
 }
 

@@ -90,6 +90,33 @@ type Spec struct {
 	// wire: with dynamic_local_steps its H is raised until communication
 	// takes at most this share of each task.
 	MaxCommFraction float64 `json:"max_comm_fraction" yaml:"max_comm_fraction"`
+
+	// Weight is the job's share of the grid's compute among the running
+	// jobs of its priority (0 in a spec stored before the key: 1), and
+	// Priority its class: higher classes are served first
+	// (placement.Pool). Both may change while it runs.
+	Weight   float64 `json:"weight" yaml:"weight"`
+	Priority int     `json:"priority" yaml:"priority"`
+	// Requires limits the workers the job is placed on.
+	Requires Requires `json:"requires,omitzero" yaml:"-"`
+	// Sweep, set on a sweep's spec only, makes it a hyperparameter search
+	// whose trials are this spec with the sweep's values (sweep.go).
+	Sweep *Sweep `json:"sweep,omitempty" yaml:"-"`
+}
+
+// Requires is the `requires` key: what a worker must have to be given
+// the job.
+type Requires struct {
+	Kind        []string `json:"kind,omitempty" yaml:"kind"`
+	MinMemoryMB int      `json:"min_memory_mb,omitempty" yaml:"min_memory_mb"`
+}
+
+// EffectiveWeight is Weight, or 1 for a spec stored before the key.
+func (s *Spec) EffectiveWeight() float64 {
+	if s.Weight > 0 {
+		return s.Weight
+	}
+	return 1
 }
 
 // Codec names in a spec (update_codec, snapshot_codec).

@@ -16,7 +16,7 @@ func TestProtocolDocFramesMatchEncode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(doc), "# Worker protocol, version 2\n") || protocol.Version != 2 {
+	if !strings.Contains(string(doc), "# Worker protocol, version 3\n") || protocol.Version != 3 {
 		t.Errorf("docs/PROTOCOL.md's title must name protocol version %d", protocol.Version)
 	}
 	for _, m := range []protocol.Message{

@@ -18,7 +18,7 @@ const maxLabelsPerExample = 1 << 20
 
 // Version is the protocol version. A peer speaking another version is
 // refused with a message that says which one to upgrade.
-const Version = 2
+const Version = 3
 
 // Type names a message kind on the wire.
 type Type string
@@ -36,6 +36,8 @@ const (
 	TypeRelease Type = "release" // worker → coordinator: give leases back unfinished
 	TypeBye     Type = "bye"     // worker → coordinator: leaving
 	TypeError   Type = "error"   // either way: a problem, usually followed by a close
+	TypeAssign  Type = "assign"  // coordinator → worker: the job the next leases are for (jobs.go)
+	TypeRevoke  Type = "revoke"  // coordinator → worker: a job's leases are void (jobs.go)
 )
 
 // Worker kinds a hello may carry.
@@ -157,6 +159,12 @@ type Hello struct {
 	// SnapshotCodecs are the snapshot encodings the worker reads
 	// (SnapshotF32, SnapshotF16); absent: f32 only.
 	SnapshotCodecs []string `msgpack:"snapshot_codecs,omitempty"`
+	// Caps is what the worker can run (jobs.go); nil: unknown, and only
+	// jobs that require nothing are placed on it.
+	Caps *Caps `msgpack:"caps,omitempty"`
+	// Job pins the worker to one job (or a sweep's trials) by id; empty:
+	// any job the coordinator chooses.
+	Job string `msgpack:"job,omitempty"`
 }
 
 // Limits are what the coordinator enforces on this connection.
@@ -183,7 +191,9 @@ type JobInfo struct {
 	SnapshotCodec string `msgpack:"snapshot_codec,omitempty"`
 }
 
-// Welcome answers a hello.
+// Welcome answers a hello. Job is the job the first leases are for, and
+// Limits its limits; both are empty when no job can use the worker yet
+// (it is then told by an assign when one can).
 type Welcome struct {
 	WorkerID string  `msgpack:"worker_id"`
 	Job      JobInfo `msgpack:"job"`
@@ -243,6 +253,7 @@ type Lease struct {
 // Snapshot is "latest"; the coordinator fixes its base version now.
 type Start struct {
 	LeaseID uint64 `msgpack:"lease_id"`
+	JobID   string `msgpack:"job_id,omitempty"` // the lease's job
 }
 
 // Started answers a start: compute from the snapshot at BaseVersion.
@@ -307,6 +318,7 @@ type Idle struct {
 type Release struct {
 	LeaseIDs []uint64 `msgpack:"lease_ids"`
 	Reason   string   `msgpack:"reason"`
+	JobID    string   `msgpack:"job_id,omitempty"` // the leases' job
 }
 
 // Bye announces a clean departure: the worker's leases are queued again.
@@ -332,6 +344,8 @@ func (*Started) MessageType() Type { return TypeStarted }
 func (*Release) MessageType() Type { return TypeRelease }
 func (*Bye) MessageType() Type     { return TypeBye }
 func (*Error) MessageType() Type   { return TypeError }
+func (*Assign) MessageType() Type  { return TypeAssign }
+func (*Revoke) MessageType() Type  { return TypeRevoke }
 
 // newMessage returns an empty body for t, or nil for an unknown type.
 func newMessage(t Type) Message {
@@ -360,6 +374,10 @@ func newMessage(t Type) Message {
 		return new(Bye)
 	case TypeError:
 		return new(Error)
+	case TypeAssign:
+		return new(Assign)
+	case TypeRevoke:
+		return new(Revoke)
 	}
 	return nil
 }
@@ -438,6 +456,12 @@ func (m *Hello) Validate() error {
 	if err := CheckVolunteerName(m.Name); err != nil {
 		return invalid(TypeHello, "name", "%v", err)
 	}
+	if err := checkText(TypeHello, "job", m.Job, MaxShortText, false); err != nil {
+		return err
+	}
+	if m.Caps != nil {
+		return m.Caps.validate()
+	}
 	return nil
 }
 
@@ -445,16 +469,10 @@ func (m *Welcome) Validate() error {
 	if err := checkText(TypeWelcome, "worker_id", m.WorkerID, MaxShortText, true); err != nil {
 		return err
 	}
-	if err := checkText(TypeWelcome, "job.id", m.Job.ID, MaxShortText, true); err != nil {
-		return err
+	if m.Job.ID == "" {
+		return nil // no job yet: an assign will name one
 	}
-	if m.Job.NumParams < 1 {
-		return invalid(TypeWelcome, "job.num_params", "must be positive, got %d", m.Job.NumParams)
-	}
-	if m.Limits.MaxMessageBytes < 1 || m.Limits.LeaseTimeoutMs < 1 || m.Limits.MaxLeases < 1 {
-		return invalid(TypeWelcome, "limits", "every limit must be positive, got %+v", m.Limits)
-	}
-	return nil
+	return validateJob(TypeWelcome, &m.Job, m.Limits)
 }
 
 func (m *Want) Validate() error {
@@ -521,7 +539,7 @@ func (m *Start) Validate() error {
 	if m.LeaseID == 0 {
 		return invalid(TypeStart, "lease_id", "must not be 0")
 	}
-	return nil
+	return checkText(TypeStart, "job_id", m.JobID, MaxShortText, false)
 }
 
 func (m *Started) Validate() error {
@@ -589,6 +607,9 @@ func (m *Idle) Validate() error {
 func (m *Release) Validate() error {
 	if len(m.LeaseIDs) < 1 || len(m.LeaseIDs) > maxReleaseIDs {
 		return invalid(TypeRelease, "lease_ids", "%d ids, want 1..%d", len(m.LeaseIDs), maxReleaseIDs)
+	}
+	if err := checkText(TypeRelease, "job_id", m.JobID, MaxShortText, false); err != nil {
+		return err
 	}
 	return checkText(TypeRelease, "reason", m.Reason, maxLongText, false)
 }

@@ -26,7 +26,7 @@ import msgpack
 import numpy as np
 import websockets
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 def frame(mtype, body):
@@ -239,7 +239,7 @@ class Worker:
     async def start(self, ws, lease):
         """Sends start for a snapshot-"latest" lease and waits for started;
         returns it, or None when the coordinator refused with an ack."""
-        await ws.send(frame("start", {"lease_id": lease["id"]}))
+        await ws.send(frame("start", {"lease_id": lease["id"], "job_id": lease["job_id"]}))
         while True:
             mtype, body = await self.recv(ws)
             if mtype == "started" and body["lease_id"] == lease["id"]:
@@ -258,14 +258,32 @@ class Worker:
             mtype, body = await self.recv(ws)
             if mtype != "welcome":
                 raise RuntimeError(f"expected welcome, got {mtype}: {body}")
-            job = body["job"]
-            model = Model(job["model"], job["num_params"])
-            print(f"pyworker: connected as {body['worker_id']} to job {job['id']} ({job['num_params']} parameters)", flush=True)
+            # A connection is bound to no job: the welcome names the first
+            # one (if any fits), and an assign comes before the first lease
+            # of each job the coordinator moves this worker to.
+            models = {}
+            job = body.get("job") or {}
+            if job.get("id"):
+                models[job["id"]] = Model(job["model"], job["num_params"])
+                print(f"pyworker: connected as {body['worker_id']} to job {job['id']} ({job['num_params']} parameters)", flush=True)
+            else:
+                print(f"pyworker: connected as {body['worker_id']}; no job yet", flush=True)
             await ws.send(frame("want", {"n": 1}))
             try:
                 while time.monotonic() < self.deadline and not (self.results and self.accepted >= self.results):
                     mtype, body = await self.recv(ws)
-                    if mtype == "lease":
+                    if mtype == "assign":
+                        job = body["job"]
+                        models[job["id"]] = Model(job["model"], job["num_params"])
+                        print(f"pyworker: now computing for job {job['id']}", flush=True)
+                    elif mtype == "revoke":
+                        await ws.send(frame("want", {"n": 1}))
+                    elif mtype == "lease":
+                        model = models.get(body["job_id"])
+                        if model is None:
+                            await ws.send(frame("release", {"lease_ids": [body["id"]], "reason": "no assign for this job", "job_id": body["job_id"]}))
+                            await ws.send(frame("want", {"n": 1}))
+                            continue
                         await self.lease(ws, model, body)
                     elif mtype == "ack":
                         self.on_ack(body)
@@ -296,7 +314,7 @@ class Worker:
             ms = (time.perf_counter() - t0) * 1000
         except (ValueError, OSError) as e:
             print(f"pyworker: lease {lease['id']}: {e}; giving it back", flush=True)
-            await ws.send(frame("release", {"lease_ids": [lease["id"]], "reason": str(e)[:1000]}))
+            await ws.send(frame("release", {"lease_ids": [lease["id"]], "reason": str(e)[:1000], "job_id": lease["job_id"]}))
             await ws.send(frame("want", {"n": 1}))
             return
         await ws.send(frame("result", {

@@ -12,6 +12,7 @@ import (
 	"syscall/js"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -25,6 +26,10 @@ type control struct {
 	// The volunteer's identity, sent in hello: the key the page keeps in
 	// localStorage, the display name and the join token.
 	volunteerKey, name, token string
+	// job pins the tab to a job or sweep ("" any); memoryMB is the
+	// memory the page lets a job use (hello's caps).
+	job      string
+	memoryMB int
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
 	batch, rounds int
@@ -46,6 +51,10 @@ func parseControl(v js.Value) control {
 	}
 	c.typ, c.coordinator, c.client = str("type"), str("coordinator"), str("client")
 	c.volunteerKey, c.name, c.token = str("volunteerKey"), str("name"), str("token")
+	c.job = str("job")
+	if f := v.Get("memoryMB"); f.Type() == js.TypeNumber && f.Float() > 0 && f.Float() < 1<<30 {
+		c.memoryMB = int(f.Float())
+	}
 	for _, k := range []string{"duty", "value"} {
 		if f := v.Get(k); f.Type() == js.TypeNumber {
 			c.duty = f.Float()
@@ -184,6 +193,7 @@ func (b *bridge) handle(c control) bool {
 			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
 			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes, ShardCacheBytes: browserShardCacheBytes,
 			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
+			Job: c.job, Caps: &protocol.Caps{MemoryMB: c.memoryMB},
 		})
 	case "identity":
 		// A new name or join token: reconnect with it at once. The
@@ -194,6 +204,15 @@ func (b *bridge) handle(c control) bool {
 		b.stop()
 		cfg := b.cfg
 		cfg.Name, cfg.Token = c.name, c.token
+		b.build(cfg)
+	case "job":
+		// The volunteer picked a job (or "any"): reconnect pinned to it.
+		if b.w == nil {
+			return true
+		}
+		b.stop()
+		cfg := b.cfg
+		cfg.Job = c.job
 		b.build(cfg)
 	case "pause":
 		b.paused = true

@@ -23,18 +23,26 @@ type task struct {
 // computer turns tasks into results with a Backend. It owns the buffers
 // for the update, the gradient and the local-steps parameters.
 type computer struct {
-	backend  Backend
-	model    *nn.Model
-	prepared int // batch size the backend is prepared for
-	update   protocol.Floats
-	grad     []float32
-	local    []float32
-	adamw    nn.AdamW
-	result   protocol.Result
+	backend Backend
+	model   *nn.Model
+	// bs is what the backend is prepared for, shared by the computers of
+	// a session's jobs: moving to another job's model prepares it again.
+	bs     *backendState
+	update protocol.Floats
+	grad   []float32
+	local  []float32
+	adamw  nn.AdamW
+	result protocol.Result
+}
+
+// backendState is the model and batch a backend was last prepared for.
+type backendState struct {
+	model *nn.Model
+	batch int
 }
 
 func newComputer(b Backend, m *nn.Model) *computer {
-	return &computer{backend: b, model: m, update: make(protocol.Floats, m.NumParams)}
+	return &computer{backend: b, model: m, update: make(protocol.Floats, m.NumParams), bs: &backendState{}}
 }
 
 // compute runs the lease: up to LocalSteps inner steps of BatchSize
@@ -59,11 +67,16 @@ func (c *computer) compute(t *task) (res *protocol.Result, err error) {
 	if err := plan.Check(); err != nil {
 		return nil, err
 	}
-	if l.BatchSize > c.prepared {
-		if err := c.backend.Prepare(c.model, l.BatchSize); err != nil {
+	if bs := c.bs; bs.model != c.model || l.BatchSize > bs.batch {
+		batch := l.BatchSize
+		if bs.model == c.model {
+			batch = max(batch, bs.batch)
+		}
+		if err := c.backend.Prepare(c.model, batch); err != nil {
+			bs.model = nil
 			return nil, fmt.Errorf("backend %s: %w", c.backend.Name(), err)
 		}
-		c.prepared = l.BatchSize
+		bs.model, bs.batch = c.model, batch
 	}
 	start := time.Now()
 	in, lpe := c.model.InputSize, c.model.LabelsPerExample

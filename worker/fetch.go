@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,13 +16,10 @@ import (
 
 // fetcher downloads each lease's shard and snapshot into a task buffer.
 type fetcher struct {
-	s          *session
-	ready      chan *task
-	free       chan *task
-	shards     map[string]cachedShard
-	shardOrder []string
-	shardBytes int64 // the cached shards' encoded sizes, summed
-	failures   int
+	s        *session
+	ready    chan *task
+	free     chan *task
+	failures int
 
 	// mu guards the snapshot and the body buffer: the computing goroutine
 	// fetches the snapshot of a started lease while this one prefetches
@@ -49,12 +47,9 @@ type cachedShard struct {
 const DefaultShardCacheBytes = 256 << 20
 
 func newFetcher(s *session, buffers int) *fetcher {
-	f := &fetcher{
-		s: s, ready: make(chan *task, 1), free: make(chan *task, buffers),
-		shards: map[string]cachedShard{},
-	}
+	f := &fetcher{s: s, ready: make(chan *task, 1), free: make(chan *task, buffers)}
 	for range buffers {
-		f.free <- &task{params: make([]float32, s.model.NumParams)}
+		f.free <- &task{} // sized by the first lease it holds
 	}
 	return f
 }
@@ -66,6 +61,10 @@ func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case l = <-leases:
+		}
+		if f.s.isRevoked(l.JobID) {
+			f.s.held.Add(-1) // void at the coordinator; the revoke asked again
+			continue
 		}
 		var t *task
 		select {
@@ -80,7 +79,7 @@ func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
 			}
 			f.s.held.Add(-1)
 			f.s.w.cfg.Logf("lease %d: %v; giving it back", l.ID, err)
-			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
+			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000), JobID: l.JobID}); err != nil {
 				return err
 			}
 			if err := f.s.send(ctx, &protocol.Want{N: 1}); err != nil {
@@ -107,18 +106,24 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t.lease = l
+	jc, why := f.s.job(l.JobID)
+	if jc == nil {
+		return errors.New(why)
+	}
+	model := jc.model
+	t.params = grow(t.params, model.NumParams)
 	shard, err := f.shard(ctx, l.ShardURL)
 	if err != nil {
 		return err
 	}
-	if shard.ExampleSize() != f.s.model.InputSize {
-		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), f.s.model.InputSize)
+	if shard.ExampleSize() != model.InputSize {
+		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), model.InputSize)
 	}
-	if shard.Classes > f.s.model.NumClasses {
-		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, f.s.model.NumClasses)
+	if shard.Classes > model.NumClasses {
+		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, model.NumClasses)
 	}
 	lpe := shard.LabelsPerExample()
-	if want := f.s.model.LabelsPerExample; lpe != want {
+	if want := model.LabelsPerExample; lpe != want {
 		return fmt.Errorf("shard examples have %d labels each (%s), the model predicts %d", lpe, shard.Kind, want)
 	}
 	if l.Start < 0 || l.Count < 1 || l.Start+l.Count > shard.N {
@@ -135,7 +140,7 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		return nil
 	}
 	before := f.snapNanos.Load()
-	if err := f.copySnapshot(ctx, t, l.SnapshotURL); err != nil {
+	if err := f.copySnapshot(ctx, t, l.SnapshotURL, model.NumParams); err != nil {
 		return err
 	}
 	t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
@@ -148,12 +153,13 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 func (f *fetcher) fillSnapshot(ctx context.Context, t *task, ref string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.copySnapshot(ctx, t, ref)
+	return f.copySnapshot(ctx, t, ref, len(t.params))
 }
 
-func (f *fetcher) copySnapshot(ctx context.Context, t *task, ref string) error {
-	if ref != f.lastSnap {
-		if err := f.snapshot(ctx, ref); err != nil {
+// copySnapshot puts the snapshot at ref, of n parameters, into t.
+func (f *fetcher) copySnapshot(ctx context.Context, t *task, ref string, n int) error {
+	if ref != f.lastSnap || len(f.snap) != n {
+		if err := f.snapshot(ctx, ref, n); err != nil {
 			return err
 		}
 	}
@@ -174,7 +180,7 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
 	}
-	limit := int64(f.s.welcome.Limits.MaxMessageBytes) + 64<<20
+	limit := f.s.maxMessageBytes() + 64<<20
 	start := time.Now()
 	done := func(n int) {
 		if isSnapshotURL(u.Path) {
@@ -234,7 +240,11 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 }
 
 func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
-	if c, ok := f.shards[ref]; ok {
+	w := f.s.w
+	w.shardMu.Lock()
+	c, ok := w.shards[ref]
+	w.shardMu.Unlock()
+	if ok {
 		return c.set, nil
 	}
 	body, err := f.get(ctx, ref)
@@ -251,21 +261,23 @@ func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {
 		limit = DefaultShardCacheBytes
 	}
 	n := int64(len(body))
-	for len(f.shardOrder) > 0 && f.shardBytes+n > limit {
-		f.shardBytes -= f.shards[f.shardOrder[0]].bytes
-		delete(f.shards, f.shardOrder[0])
-		f.shardOrder = f.shardOrder[1:]
+	w.shardMu.Lock()
+	defer w.shardMu.Unlock()
+	for len(w.shardOrder) > 0 && w.shardBytes+n > limit {
+		w.shardBytes -= w.shards[w.shardOrder[0]].bytes
+		delete(w.shards, w.shardOrder[0])
+		w.shardOrder = w.shardOrder[1:]
 	}
-	f.shards[ref] = cachedShard{set: d, bytes: n}
-	f.shardOrder = append(f.shardOrder, ref)
-	f.shardBytes += n
+	w.shards[ref] = cachedShard{set: d, bytes: n}
+	w.shardOrder = append(w.shardOrder, ref)
+	w.shardBytes += n
 	return d, nil
 }
 
 // snapshot downloads the snapshot at ref into f.snap: as a delta from the
 // snapshot the worker holds when it can (same coordinator, job, run and
 // codec, an older version), else, or when the delta fails, whole.
-func (f *fetcher) snapshot(ctx context.Context, ref string) error {
+func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 	u, err := f.s.base.Parse(ref)
 	if err != nil {
 		return fmt.Errorf("bad snapshot URL %q: %w", ref, err)
@@ -274,15 +286,13 @@ func (f *fetcher) snapshot(ctx context.Context, ref string) error {
 	if !ok {
 		key, version, codec = u.String(), 0, protocol.SnapshotF32
 	}
-	if f.snap == nil {
-		f.snap = make([]float32, f.s.model.NumParams)
-	}
+	f.snap = grow(f.snap, n)
 	c := &f.s.w.snaps
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	maxBody := 4 * f.s.model.NumParams
+	maxBody := 4 * n
 	if codec == protocol.SnapshotF16 {
-		maxBody = 2 * f.s.model.NumParams
+		maxBody = 2 * n
 	}
 	have := ok && c.holds(key, version, codec)
 	if d := c.deltaURL(key, version, codec); ok && !have && d != "" {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -59,6 +59,14 @@ type Config struct {
 	// size (0: DefaultShardCacheBytes). The browser keeps a small one:
 	// its Cache Storage holds the downloads.
 	ShardCacheBytes int64
+	// Job pins the worker to one job, or a sweep's trials, by id; empty:
+	// whatever job the coordinator places it on.
+	Job string
+	// Caps is what the worker tells the coordinator it can run (memory,
+	// model size, layers, speed); nil sends none, and only jobs that
+	// require nothing are placed on it. The data sets it holds shards of
+	// are added to it.
+	Caps *protocol.Caps
 	// Duty is the share of wall time spent computing, in (0, 1]; 0 means
 	// 1. After each task the worker rests so that computing takes this
 	// share, which keeps a laptop cool or a browser tab light. SetDuty
@@ -96,6 +104,13 @@ type Worker struct {
 	stats Stats
 
 	snaps snapCache // the last snapshot, kept across sessions (snapcache.go)
+
+	// The shards kept in memory, across sessions and jobs (fetch.go):
+	// jobs that cut the same data share their URLs.
+	shardMu    sync.Mutex
+	shards     map[string]cachedShard
+	shardOrder []string
+	shardBytes int64 // the cached shards' encoded sizes, summed
 }
 
 // ErrRefused means the coordinator refused this worker for a reason that
@@ -150,7 +165,10 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Duty == 0 {
 		cfg.Duty = 1
 	}
-	w := &Worker{cfg: cfg, http: cfg.HTTPClient}
+	if len(cfg.Job) > protocol.MaxShortText {
+		return nil, fmt.Errorf("worker: job id of %d bytes; ids are at most %d", len(cfg.Job), protocol.MaxShortText)
+	}
+	w := &Worker{cfg: cfg, http: cfg.HTTPClient, shards: map[string]cachedShard{}}
 	if w.http == nil {
 		w.http = http.DefaultClient
 	}
@@ -236,9 +254,16 @@ type session struct {
 	w       *Worker
 	conn    *websocket.Conn
 	base    *url.URL // http(s) base that relative lease URLs resolve against
-	model   *nn.Model
 	welcome *protocol.Welcome
-	enc     *encoder // the update codec, from the welcome (encode.go)
+
+	// jobs.go: what it needs per job, the oldest first in order; the job
+	// of the latest assign; the jobs whose leases were revoked.
+	jobsMu  sync.Mutex
+	jobs    map[string]*jobCtx
+	order   []string
+	current *jobCtx
+	revoked sync.Map
+	backend backendState // what the backend is prepared for
 
 	sendMu  sync.Mutex
 	sendBuf []byte
@@ -276,11 +301,17 @@ func (w *Worker) session(ctx context.Context) error {
 	s.base.Path, s.base.RawQuery = "", ""
 
 	b := w.cfg.Backend
+	caps := &protocol.Caps{}
+	if w.cfg.Caps != nil {
+		*caps = *w.cfg.Caps
+	}
+	caps.Data = append(slices.Clip(caps.Data), w.heldData()...)
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 		SnapshotCodecs: []string{protocol.SnapshotF32, protocol.SnapshotF16},
+		Caps:           caps, Job: w.cfg.Job,
 	}); err != nil {
 		return err
 	}
@@ -292,7 +323,11 @@ func (w *Worker) session(ctx context.Context) error {
 		st.Connects++
 	})
 	// Strings from the other end are quoted: they must not forge log lines.
-	w.cfg.Logf("connected as %q to job %q (%q, %d parameters, updates in %q)", s.welcome.WorkerID, s.welcome.Job.ID, s.welcome.Job.Name, s.welcome.Job.NumParams, s.enc.codec())
+	if j := s.welcome.Job; j.ID != "" {
+		w.cfg.Logf("connected as %q to job %q (%q, %d parameters, updates in %q)", s.welcome.WorkerID, j.ID, j.Name, j.NumParams, s.current.codec())
+	} else {
+		w.cfg.Logf("connected as %q; no job for this worker yet", s.welcome.WorkerID)
+	}
 	return s.work(ctx)
 }
 
@@ -309,10 +344,10 @@ func (s *session) readWelcome(ctx context.Context) error {
 	switch m := m.(type) {
 	case *protocol.Welcome:
 		s.welcome = m
-		var warn string
-		if s.enc, warn = newEncoder(m.Job); warn != "" {
-			s.w.cfg.Logf("%s", warn)
+		if m.Job.ID != "" {
+			s.addJob(m.Job, m.Limits)
 		}
+		return nil
 	case *protocol.Error:
 		switch m.Code {
 		case "bad_hello":
@@ -327,16 +362,6 @@ func (s *session) readWelcome(ctx context.Context) error {
 	default:
 		return fmt.Errorf("expected welcome, got %s", m.MessageType())
 	}
-	model, err := nn.NewModel(s.welcome.Job.Model)
-	if err != nil {
-		return fmt.Errorf("job %s has a model this worker cannot build: %w", s.welcome.Job.ID, err)
-	}
-	if model.NumParams != s.welcome.Job.NumParams {
-		return fmt.Errorf("job %s: model has %d parameters here, %d at the coordinator: upgrade this worker",
-			s.welcome.Job.ID, model.NumParams, s.welcome.Job.NumParams)
-	}
-	s.model = model
-	return nil
 }
 
 func (s *session) read(ctx context.Context) (protocol.Message, error) {
@@ -420,7 +445,6 @@ func (s *session) work(parent context.Context) error {
 	if err := s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch}); err != nil {
 		return err
 	}
-	c := newComputer(s.w.cfg.Backend, s.model)
 	for {
 		select {
 		case err := <-errc:
@@ -429,7 +453,7 @@ func (s *session) work(parent context.Context) error {
 			return parent.Err()
 		case t := <-f.ready:
 			start := time.Now()
-			err := s.computeAndSend(ctx, c, f, t)
+			err := s.computeAndSend(ctx, f, t)
 			f.free <- t
 			if err == nil {
 				if rest := s.w.rest(time.Since(start)); rest > 0 {
@@ -469,10 +493,20 @@ func (s *session) goodbye() {
 	}
 }
 
-func (s *session) computeAndSend(ctx context.Context, c *computer, f *fetcher, t *task) error {
+func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error {
 	var res *protocol.Result
 	var err error
-	if t.lease.Snapshot == protocol.SnapshotLatest {
+	if s.isRevoked(t.lease.JobID) {
+		// Its job stopped handing out work: the lease is void there, and
+		// the revoke asked for work elsewhere already.
+		s.held.Add(-1)
+		s.counts.Delete(t.lease.ID)
+		return nil
+	}
+	jc, why := s.job(t.lease.JobID)
+	if jc == nil {
+		err = errors.New(why)
+	} else if t.lease.Snapshot == protocol.SnapshotLatest {
 		var refused bool
 		refused, err = s.begin(ctx, f, t)
 		if refused {
@@ -486,18 +520,18 @@ func (s *session) computeAndSend(ctx context.Context, c *computer, f *fetcher, t
 		}
 	}
 	if err == nil {
-		res, err = c.compute(t)
+		res, err = jc.comp.compute(t)
 	}
 	s.held.Add(-1)
 	if err != nil {
 		s.counts.Delete(t.lease.ID) // no ack will come for it
 		s.w.cfg.Logf("lease %d: %v; giving it back", t.lease.ID, err)
-		if err := s.send(ctx, &protocol.Release{LeaseIDs: []uint64{t.lease.ID}, Reason: truncate(err.Error(), 1000)}); err != nil {
+		if err := s.send(ctx, &protocol.Release{LeaseIDs: []uint64{t.lease.ID}, Reason: truncate(err.Error(), 1000), JobID: t.lease.JobID}); err != nil {
 			return err
 		}
 	} else {
 		s.w.update(func(st *Stats) { st.Computed += int64(res.Examples) })
-		if err := s.enc.pack(res, t.lease); err != nil {
+		if err := jc.enc.pack(res, t.lease); err != nil {
 			s.w.cfg.Logf("lease %d: %v; sending it as %s", t.lease.ID, err, protocol.CodecF32)
 		}
 		s.link.fill(res, t.snapMs, &s.linkOut)
@@ -521,7 +555,7 @@ func (s *session) begin(ctx context.Context, f *fetcher, t *task) (refused bool,
 	answer := make(chan *protocol.Started, 1)
 	s.starting.Store(id, answer)
 	defer s.starting.Delete(id)
-	if err := s.send(ctx, &protocol.Start{LeaseID: id}); err != nil {
+	if err := s.send(ctx, &protocol.Start{LeaseID: id, JobID: t.lease.JobID}); err != nil {
 		return false, err
 	}
 	timer := time.NewTimer(startTimeout)
@@ -621,6 +655,15 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 					_ = s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch})
 				}
 			})
+		case *protocol.Assign:
+			jc := s.addJob(m.Job, m.Limits) // jobs.go
+			s.w.cfg.Logf("computing for job %q (%q, %d parameters, updates in %q)", m.Job.ID, m.Job.Name, m.Job.NumParams, jc.codec())
+		case *protocol.Revoke:
+			// jobs.go: the job's queued leases are dropped where they
+			// wait; ask for work elsewhere now.
+			s.revoked.Store(m.JobID, true)
+			s.w.cfg.Logf("job %q: %q; asking for other work", m.JobID, m.Reason)
+			_ = s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch})
 		case *protocol.Error:
 			s.w.cfg.Logf("coordinator says: %q: %q", m.Code, m.Message)
 		default:

@@ -198,11 +198,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("resuming from %s: %w", *dbPath, err)
 	}
 	var job *coordinator.Job
-	if len(resumed) > 0 {
+	var sweep *coordinator.Sweep // a --job that is a sweep's spec
+	switch {
+	case len(resumed) > 0:
 		job = resumed[len(resumed)-1]
 		logger.Printf("resumed %d unfinished job(s) from %s; --job %s not started", len(resumed), *dbPath, *jobArg)
-	} else if job, err = srv.AddJob(spec); err != nil {
-		return &usageError{err.Error()}
+	case len(srv.Sweeps(ctx)) > 0:
+		logger.Printf("resumed %d sweep(s) from %s; --job %s not started", len(srv.Sweeps(ctx)), *dbPath, *jobArg)
+	case spec.Sweep != nil:
+		if sweep, err = srv.AddSweep(spec); err != nil {
+			return &usageError{err.Error()}
+		}
+	default:
+		if job, err = srv.AddJob(spec); err != nil {
+			return &usageError{err.Error()}
+		}
 	}
 
 	ln, err := net.Listen("tcp", *addr)
@@ -246,6 +256,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
 			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
+			Caps: nativeCaps(0),
 		})
 		if err != nil {
 			stopWorkers()
@@ -274,6 +285,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			wg.Wait()
 			return fmt.Errorf("http server: %w", err)
 		case now := <-tick.C:
+			if job == nil {
+				if sweep != nil {
+					if sv := sweep.View(ctx); announced != sv.State {
+						announced = sv.State
+						logger.Printf("sweep %s is %s (%d trials; best %+v)", sv.ID, sv.State, len(sv.Trials), sv.Best)
+					}
+				}
+				continue
+			}
 			v, ok, err := srv.JobView(ctx, job.ID)
 			if !ok || err != nil {
 				continue

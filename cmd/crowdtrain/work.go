@@ -25,6 +25,8 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
 	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
 	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, openblas, gonum, go)")
+	pin := fs.String("job", "", "compute only for job `ID` (or a sweep's trials); default: any job the coordinator places this worker on")
+	memoryMB := fs.Int("memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -50,6 +52,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	w, err := worker.New(worker.Config{
 		Coordinator: *coord, Backend: b, Token: *joinToken, VolunteerKey: key, Name: *name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
+		Job: *pin, Caps: nativeCaps(*memoryMB),
 	})
 	if err != nil {
 		return usagef("%v", err)

@@ -64,8 +64,12 @@ func TestImportDirections(t *testing.T) {
 		// built-in data sets, so it may import dataset (a leaf), and it
 		// validates the `robust` key against the engine's methods, so it
 		// may import engine (never the other way round).
-		"engine":  {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web"},
-		"jobspec": {"/coordinator", "/store", "/protocol", "/worker", "/web"},
+		"engine": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web"},
+		// placement is a pure rule over plain values: it imports nothing
+		// of this module.
+		"placement": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
+		"search":    {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/placement"},
+		"jobspec":   {"/coordinator", "/store", "/protocol", "/worker", "/web"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the

@@ -258,6 +258,7 @@ function signedIn() {
   connect();
   if (!state.ticker) state.ticker = setInterval(renderWorkers, 1000);
   if (typeof volunteersStart === 'function') volunteersStart(); // admin-volunteers.js
+  if (typeof sweepsStart === 'function') sweepsStart(); // admin-sweeps.js
 }
 
 // signedOut shows the sign-in form. The page keeps what the operator typed
@@ -266,6 +267,7 @@ function signedOut(msg) {
   state.signedIn = false;
   disconnect();
   if (typeof volunteersStop === 'function') volunteersStop();
+  if (typeof sweepsStop === 'function') sweepsStop();
   clearInterval(state.ticker);
   state.ticker = 0;
   $('admin').hidden = true;

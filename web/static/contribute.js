@@ -7,7 +7,7 @@
 const SETTINGS_KEY = 'crowdtrain.settings.v1';
 const $ = (id) => document.getElementById(id);
 
-const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false }, load());
+const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false, job: '' }, load());
 const workers = []; // { worker, stats }
 let running = false; // Contribute pressed and not stopped
 let userPaused = false; // Pause pressed
@@ -72,9 +72,23 @@ function spawn() {
     duty: Number(settings.cpu),
     client: 'crowdtrain-browser (' + navigator.userAgent + ')',
     paused: paused(),
+    job: settings.job,
+    memoryMB: memoryMB(),
     ...who(),
   });
   workers.push(entry);
+}
+
+// memoryMB is the memory a job may use in this tab, told to the
+// coordinator so that it never sends a model the tab cannot hold: half
+// the device's (navigator.deviceMemory, in GB, where the browser says),
+// at most the 4 GB a wasm instance can address, 2 GB where unknown;
+// ?memory_mb= overrides it (for debugging and tests).
+function memoryMB() {
+  const forced = Number(new URLSearchParams(location.search).get('memory_mb'));
+  if (forced > 0) return Math.floor(forced);
+  const gb = navigator.deviceMemory;
+  return gb ? Math.min(4096, Math.floor((gb * 1024) / 2)) : 2048;
 }
 
 // fit starts or stops Web Workers until there are as many as the setting asks.
@@ -150,7 +164,10 @@ function render() {
   for (const w of workers) {
     if (!w.stats) continue;
     version = Math.max(version, w.stats.version);
-    if (w.stats.jobName) $('job').textContent = w.stats.jobName;
+    if (w.stats.jobName) {
+      $('job').textContent = w.stats.jobName;
+      $('helping').textContent = w.stats.jobName + ' (' + w.stats.jobId + ')';
+    }
     if (w.stats.lastReason) reason = w.stats.lastReason;
   }
   if (version >= 0) $('version').textContent = String(version);
@@ -224,13 +241,47 @@ async function showJob() {
     const resp = await fetch('/api/v1/jobs');
     const jobs = await resp.json();
     const job = jobs.find((j) => j.state === 'running') || jobs[0];
-    if (job) {
-      $('job').textContent = job.name;
-      $('version').textContent = String(job.version);
-    } else {
-      $('job').textContent = 'nothing yet (no job is running)';
+    if (!workers.some((w) => w.stats && w.stats.jobName)) {
+      if (job) {
+        $('job').textContent = job.name;
+        $('version').textContent = String(job.version);
+      } else {
+        $('job').textContent = 'nothing yet (no job is running)';
+      }
     }
+    let sweeps = [];
+    const sr = await fetch('/api/v1/sweeps');
+    if (sr.ok) sweeps = await sr.json();
+    fillPicker(jobs, sweeps);
   } catch (e) { /* the counters still work without the summary */ }
+}
+
+// fillPicker lists the running jobs and sweeps the volunteer may pin this
+// tab to; the choice is remembered, and kept in the list while it exists.
+function fillPicker(jobs, sweeps) {
+  const pick = $('job-pick');
+  const inSweep = new Set();
+  for (const s of sweeps) for (const id of s.trials || []) inSweep.add(id);
+  const options = [['', 'any (the coordinator chooses)']];
+  for (const s of sweeps) {
+    if (s.state === 'running' || s.id === settings.job) options.push([s.id, 'sweep ' + s.name + ' (' + s.trials.length + ' trials)']);
+  }
+  for (const j of jobs) {
+    if (inSweep.has(j.id)) continue;
+    if (j.state === 'running' || j.id === settings.job) options.push([j.id, j.name + ' (' + j.id + ')']);
+  }
+  const key = JSON.stringify(options);
+  if (pick.dataset.key !== key) {
+    pick.dataset.key = key;
+    pick.innerHTML = '';
+    for (const [value, label] of options) {
+      const o = document.createElement('option');
+      o.value = value;
+      o.textContent = label;
+      pick.appendChild(o);
+    }
+  }
+  pick.value = options.some(([v]) => v === settings.job) ? settings.job : '';
 }
 
 function init() {
@@ -282,6 +333,13 @@ function init() {
     fit();
     render();
   });
+  $('job-pick').addEventListener('change', () => {
+    settings.job = $('job-pick').value;
+    save();
+    // The hello names the job: the running workers reconnect pinned to it.
+    if (running) post({ type: 'job', job: settings.job });
+    render();
+  });
   $('pause-hidden').addEventListener('change', () => {
     settings.pauseHidden = $('pause-hidden').checked;
     save();
@@ -295,6 +353,7 @@ function init() {
   initIdentity();
   setInterval(render, 1000);
   showJob();
+  setInterval(showJob, 5000);
   showJoin();
   leaderboard.start();
   render();
