@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-link bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -103,6 +103,12 @@ bench-hostile: data
 bench-link: data
 	mkdir -p test-artifacts
 	LINK_OUT=$(CURDIR)/test-artifacts/link.md $(GO) test -run '^$$' -bench LinkTo97 -benchtime 1x -count 1 -timeout 300m ./coordinator/
+
+# A random search of 8 trials on mnist-mlp: every trial to its full budget,
+# then the same trials with ASHA (docs/BENCHMARKS.md, "Sweeps").
+bench-sweep: data
+	mkdir -p test-artifacts
+	SWEEP_OUT=$(CURDIR)/test-artifacts/sweep.md $(GO) test -run '^$$' -bench SweepASHA -benchtime 1x -count 1 -timeout 120m ./coordinator/
 
 # charlm on the grid (two `crowdtrain work` processes and a headless
 # Chromium tab, sync rounds of 2 x 16) against PyTorch single-process over

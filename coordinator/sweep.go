@@ -28,6 +28,10 @@ import (
 // sweepEvery is how often a sweep's controller looks at its trials.
 const sweepEvery = 200 * time.Millisecond
 
+// trialRefusals is how many refused results (and 20 times its accepted
+// ones) end a trial that does not train.
+const trialRefusals = 200
+
 // Sweep is a running or finished hyperparameter sweep.
 type Sweep struct {
 	ID string
@@ -62,6 +66,9 @@ type trialInfo struct {
 	Rungs []MetricPoint `json:"rungs"` // its metric at each rung reached
 	Final *MetricPoint  `json:"final,omitempty"`
 	Note  string        `json:"note,omitempty"`
+	// Complete is set when its job ended done (its budget or target),
+	// not stopped or failed: only such trials compete for best at the end.
+	Complete bool `json:"complete,omitempty"`
 }
 
 // MetricPoint is a trial's metric after examples.
@@ -270,8 +277,19 @@ func (x *Sweep) step(ctx context.Context) bool {
 			if m, ok := x.score(ctx, j); ok {
 				t.Final = &MetricPoint{Examples: v.ExamplesSeen, Value: m}
 			}
-			t.State, t.Note = search.Ended, v.Reason
+			t.State, t.Note, t.Complete = search.Ended, v.Reason, v.State == StateDone
 		case t.State == search.Waiting:
+		case v.State == StateRunning && v.UpdatesRejected >= trialRefusals && v.UpdatesRejected > 20*v.UpdatesApplied:
+			// Its model refuses nearly every result (a rate that blew it
+			// up short of non-finite values): it would never reach a rung.
+			note := fmt.Sprintf("stopped: %d of its %d results were refused (%v); its values do not train", v.UpdatesRejected,
+				v.UpdatesRejected+v.UpdatesApplied, v.Rejections)
+			if _, err := x.s.StopJob(ctx, t.ID); err == nil || errors.Is(err, ErrTransition) {
+				t.State, t.Note = search.Ended, note
+				if m, ok := x.score(ctx, j); ok {
+					t.Final = &MetricPoint{Examples: v.ExamplesSeen, Value: m}
+				}
+			}
 		case v.State == StateRunning && rule != nil:
 			if r, ok := rule.Next(len(t.Rungs)); ok && v.ExamplesSeen >= r {
 				if _, err := x.s.PauseJob(ctx, j.ID); err != nil {
@@ -356,7 +374,7 @@ func (x *Sweep) best() *SweepBest {
 	}
 	var b *SweepBest
 	for _, t := range x.rec.Trials {
-		if t.Final != nil && t.State == search.Ended && (b == nil || better(t.Final.Value, b.Metric)) {
+		if t.Final != nil && t.Complete && (b == nil || better(t.Final.Value, b.Metric)) {
 			b = &SweepBest{ID: t.ID, Metric: t.Final.Value}
 		}
 	}

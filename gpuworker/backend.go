@@ -176,6 +176,10 @@ func (b *Backend) Threads() int { return 1 }
 // Device describes the GPU.
 func (b *Backend) Device() cuda.DeviceInfo { return b.info }
 
+// MemoryMB is the device's memory, what a job may use on it (hello's
+// caps).
+func (b *Backend) MemoryMB() int { return int(b.info.TotalMemoryBytes >> 20) }
+
 // Describe names the device, the driver and the library files in use, for
 // a log line.
 func (b *Backend) Describe() string {

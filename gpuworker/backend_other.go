@@ -18,6 +18,7 @@ var errUnsupported = errors.New("the CUDA backend runs on Linux only, not " + ru
 type Backend struct{}
 
 func Open(device int) (*Backend, error)         { return nil, errUnsupported }
+func (b *Backend) MemoryMB() int                { return 0 }
 func OpenWith(o Options) (*Backend, error)      { return nil, errUnsupported }
 func (b *Backend) Close() error                 { return nil }
 func (b *Backend) Kind() string                 { return protocol.KindGPU }

@@ -9,12 +9,17 @@ import (
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
-// nativeCaps is what a native worker tells the coordinator it can run:
-// memoryMB when given (--memory-mb), else the memory the system has
-// available now (0, unknown, where it cannot tell).
-func nativeCaps(memoryMB int) *protocol.Caps {
+// workerCaps is what a worker on backend b tells the coordinator it can
+// run: memoryMB when given (--memory-mb); else a GPU's device memory, or
+// the memory the system has available now (0, unknown, where it cannot
+// tell).
+func workerCaps(b any, memoryMB int) *protocol.Caps {
 	if memoryMB <= 0 {
-		memoryMB = availableMB()
+		if d, ok := b.(interface{ MemoryMB() int }); ok {
+			memoryMB = d.MemoryMB()
+		} else {
+			memoryMB = availableMB()
+		}
 	}
 	return &protocol.Caps{MemoryMB: memoryMB}
 }

@@ -256,7 +256,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
 			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
-			Caps: nativeCaps(0),
+			Caps: workerCaps(b, 0),
 		})
 		if err != nil {
 			stopWorkers()

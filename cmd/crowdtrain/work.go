@@ -52,7 +52,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	w, err := worker.New(worker.Config{
 		Coordinator: *coord, Backend: b, Token: *joinToken, VolunteerKey: key, Name: *name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
-		Job: *pin, Caps: nativeCaps(*memoryMB),
+		Job: *pin, Caps: workerCaps(b, *memoryMB),
 	})
 	if err != nil {
 		return usagef("%v", err)

@@ -491,7 +491,7 @@ function select(id, byUser) {
   state.pendingMetrics = [];
   state.checkpointVersion = null;
   state.staleness = '';
-  settingsDirty.lr = settingsDirty.max = settingsDirty.mode = false;
+  settingsDirty.lr = settingsDirty.max = settingsDirty.mode = settingsDirty.weight = settingsDirty.priority = false;
   for (const el of [$('lr'), $('max-staleness'), $('mode')]) el.classList.remove('invalid');
   for (const id of ['job-error', 'settings-error', 'settings-done', 'charts-error', 'checkpoints-error']) text($(id), '');
   drawMetrics();
@@ -563,6 +563,9 @@ function renderJob() {
     fmtInt(cf.failures) + ' failed attempts' + (cf.pending_since ? ' since ' + when(cf.pending_since) : '') +
     ', retrying' + (cf.next_retry ? ' ' + when(cf.next_retry) : '') + '. Last error: ' + (cf.last_error || 'unknown') +
     (st === 'finishing' ? '. The job has ended but stays “finishing” until its final checkpoint is written.' : '') : '');
+  // A job no connected worker can run waits; the coordinator says why.
+  text($('job-warning'), job.warning ? 'Waiting: ' + job.warning : '');
+  text($('job-placement'), 'weight ' + (num(job.weight) ? job.weight : 1) + ', priority ' + (num(job.priority) ? job.priority : 0));
   text($('job-started'), job.started_at ? when(job.started_at) + (job.done_at ? ', ended ' + when(job.done_at) : '') : '–');
   text($('job-reason'), job.reason || '–');
 
@@ -573,6 +576,10 @@ function renderJob() {
   if (!settingsDirty.max && document.activeElement !== ms) ms.value = num(jobMaxStaleness(job)) ? String(jobMaxStaleness(job)) : '';
   const mode = $('mode');
   if (!settingsDirty.mode && document.activeElement !== mode) mode.value = job.mode || 'async';
+  const wt = $('weight');
+  const pr = $('priority');
+  if (!settingsDirty.weight && document.activeElement !== wt) wt.value = String(num(job.weight) ? job.weight : 1);
+  if (!settingsDirty.priority && document.activeElement !== pr) pr.value = String(num(job.priority) ? job.priority : 0);
 
   $('export').href = '/api/v1/jobs/' + encodeURIComponent(job.id) + '/export';
   $('export').setAttribute('download', safeName(jobName(job)) + '-live.safetensors');
@@ -603,7 +610,7 @@ async function command(verb) {
 
 // ---- settings ----
 
-const settingsDirty = { lr: false, max: false, mode: false };
+const settingsDirty = { lr: false, max: false, mode: false, weight: false, priority: false };
 let settingsBusy = false; // a PATCH is on its way
 
 async function applySettings(ev) {
@@ -627,6 +634,12 @@ async function applySettings(ev) {
   // only when the operator changed it.
   if (lr !== jobLR(job) && (!patch.mode || settingsDirty.lr)) patch.lr = lr;
   if (ms !== jobMaxStaleness(job)) patch.max_staleness = ms;
+  const wt = $('weight').value.trim() === '' ? NaN : Number($('weight').value);
+  const pr = $('priority').value.trim() === '' ? NaN : Number($('priority').value);
+  if (!(wt > 0) || !Number.isFinite(wt)) return settingsError('weight', 'weight: must be a number above 0 (its share of the grid)');
+  if (!Number.isInteger(pr)) return settingsError('priority', 'priority: must be a whole number (higher is served first)');
+  if (wt !== (num(job.weight) ? job.weight : 1)) patch.weight = wt;
+  if (pr !== (num(job.priority) ? job.priority : 0)) patch.priority = pr;
   if (!Object.keys(patch).length) {
     text($('settings-done'), 'Nothing to change.');
     return;
@@ -635,7 +648,7 @@ async function applySettings(ev) {
   $('apply-settings').disabled = true;
   try {
     const updated = await api('PATCH', '/api/v1/jobs/' + encodeURIComponent(job.id), patch);
-    settingsDirty.lr = settingsDirty.max = settingsDirty.mode = false;
+    settingsDirty.lr = settingsDirty.max = settingsDirty.mode = settingsDirty.weight = settingsDirty.priority = false;
     if (updated) putJob(updated);
     text($('settings-done'), 'Applied: ' + Object.keys(patch).map((k) => k + ' ' + patch[k]).join(', ') + '.');
   } catch (e) {
@@ -649,7 +662,7 @@ async function applySettings(ev) {
 function settingsError(key, msg) {
   text($('settings-error'), msg);
   const el = key === 'lr' || /(^|\.)lr$/.test(key || '') ? $('lr') : key === 'max_staleness' ? $('max-staleness') :
-    key === 'mode' ? $('mode') : null;
+    key === 'mode' ? $('mode') : key === 'weight' ? $('weight') : key === 'priority' ? $('priority') : null;
   if (el) {
     el.classList.add('invalid');
     el.focus();
@@ -1134,6 +1147,12 @@ function init() {
     settingsDirty.max = true;
     $('max-staleness').classList.remove('invalid');
   });
+  for (const k of ['weight', 'priority']) {
+    $(k).addEventListener('input', () => {
+      settingsDirty[k] = true;
+      $(k).classList.remove('invalid');
+    });
+  }
   $('submit-form').addEventListener('submit', submitJob);
   $('submit-preset').addEventListener('change', labelSubmit);
   $('submit-file').addEventListener('change', loadFile);
