@@ -128,7 +128,13 @@ func (s *Server) route(ctx context.Context, wc *workerConn, n int) {
 		var leases []protocol.Lease
 		var why string
 		elsewhere := held.except(job) // every job's leases count against MaxLeases
+		joined := wc.given(job)
 		err := job.exec(ctx, func(st *jobState) {
+			if !joined {
+				// A member first: its volunteer, address and snapshot
+				// codec shape the grant (limits, spot checks, URLs).
+				job.join(wc.id, wc.member(job))
+			}
 			free := s.cfg.MaxLeases - elsewhere - job.heldBy(wc.id)
 			if share, lim := job.leaseShare(wc.id); share < free { // limits.go
 				free, why = share, lim
@@ -222,11 +228,7 @@ func (h *heldCounter) except(skip *Job) int {
 // and is told of it. It reports false when the message could not be
 // queued (the connection is going).
 func (s *Server) assign(wc *workerConn, job *Job) bool {
-	wc.jobsMu.Lock()
-	_, known := wc.jobs[job.ID]
-	wc.jobs[job.ID] = job
-	wc.jobsMu.Unlock()
-	if !known {
+	if !wc.given(job) {
 		_ = job.exec(context.Background(), func(*jobState) { job.join(wc.id, wc.member(job)) })
 	}
 	if l := job.maxMessageBytes(); l > wc.resultLimit.Load() {
@@ -239,6 +241,17 @@ func (s *Server) assign(wc *workerConn, job *Job) bool {
 		s.cfg.Logf("worker %s moves from job %s to job %s", wc.id, prev.ID, job.ID)
 	}
 	return s.enqueue(wc, &protocol.Assign{Job: info, Limits: limits})
+}
+
+// given records that job was given to wc (it is, or is about to be, a
+// member of the job: its leases there are released when it leaves), and
+// reports whether it was already.
+func (wc *workerConn) given(job *Job) bool {
+	wc.jobsMu.Lock()
+	defer wc.jobsMu.Unlock()
+	_, known := wc.jobs[job.ID]
+	wc.jobs[job.ID] = job
+	return known
 }
 
 // member is wc as a member of job.

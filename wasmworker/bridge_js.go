@@ -30,6 +30,7 @@ type control struct {
 	// memory the page lets a job use (hello's caps).
 	job      string
 	memoryMB int
+	data     []string // data sets whose shards the page's Cache Storage holds
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
 	batch, rounds int
@@ -52,6 +53,13 @@ func parseControl(v js.Value) control {
 	c.typ, c.coordinator, c.client = str("type"), str("coordinator"), str("client")
 	c.volunteerKey, c.name, c.token = str("volunteerKey"), str("name"), str("token")
 	c.job = str("job")
+	if d := v.Get("data"); d.Type() == js.TypeObject {
+		for i := range min(d.Length(), 64) {
+			if k := d.Index(i); k.Type() == js.TypeString && len(k.String()) <= 64 {
+				c.data = append(c.data, k.String())
+			}
+		}
+	}
 	if f := v.Get("memoryMB"); f.Type() == js.TypeNumber && f.Float() > 0 && f.Float() < 1<<30 {
 		c.memoryMB = int(f.Float())
 	}
@@ -193,7 +201,7 @@ func (b *bridge) handle(c control) bool {
 			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
 			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes, ShardCacheBytes: browserShardCacheBytes,
 			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
-			Job: c.job, Caps: &protocol.Caps{MemoryMB: c.memoryMB},
+			Job: c.job, Caps: &protocol.Caps{MemoryMB: c.memoryMB, Data: c.data},
 		})
 	case "identity":
 		// A new name or join token: reconnect with it at once. The

@@ -78,7 +78,7 @@ func TestServeOnAWildcardSaysHowToLetOthersIn(t *testing.T) {
 	if got := hostStatus(t, "127.0.0.1:"+port, "127.0.0.1:"+port); got != http.StatusOK {
 		t.Errorf("loopback on a wildcard address: %d", got)
 	}
-	srv.waitLine("joined job", 30*time.Second) // the local worker
+	srv.waitLine("joined (job", 30*time.Second) // the local worker
 	if got := hostStatus(t, "127.0.0.1:"+port, "0.0.0.0:"+port); got != http.StatusForbidden {
 		t.Errorf("Host 0.0.0.0: %d, want 403 (it is not a name of this coordinator)", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 )
@@ -54,9 +55,18 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("%s: %v (and it is not a built-in job: %v)", arg, err, coordinator.JobPresetNames())
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
-	var v coordinator.JobView
+	// A job or a sweep: a sweep's answer has kind "sweep" and its trials.
+	var v struct {
+		coordinator.JobView
+		Kind   string   `json:"kind"`
+		Trials []string `json:"trials"`
+	}
 	if err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &v); err != nil {
 		return badRequestIsUsage(err) // a 400: the spec is wrong, and the message names the key
+	}
+	if v.Kind == "sweep" {
+		fmt.Fprintf(stdout, "submitted sweep %s (%s): %s, %d trials: %s\n", v.ID, v.Name, v.State, len(v.Trials), strings.Join(v.Trials, ", "))
+		return nil
 	}
 	fmt.Fprintf(stdout, "submitted %s (%s): %s, %d parameters, %d shards\n", v.ID, v.Name, v.State, v.NumParams, v.Shards)
 	return nil

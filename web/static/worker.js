@@ -7,12 +7,15 @@
 
 importScripts('wasm_exec.js');
 
-// Shards are immutable per job (a job id is never reused), so a reload takes
-// them from Cache Storage instead of the network. Their URL names the shard
-// format (/shards/v2/N), so a cached shard of another format never matches.
+// Shards are immutable: a data set's URL (/api/v1/data/KEY/...) is named by
+// its contents, and a job id is never reused. So a reload takes them from
+// Cache Storage instead of the network, and jobs that cut the same data
+// (a sweep's trials) share them. Their URL names the shard format
+// (/shards/v2/N), so a cached shard of another format never matches.
 // Snapshots go through the browser's HTTP cache (they are served with
 // strong ETags).
-const SHARD_PATH = /^\/api\/v1\/jobs\/[^/]+\/shards\/v\d+\/\d+$/;
+const SHARD_PATH = /^\/api\/v1\/(jobs|data)\/[^/]+\/shards\/v\d+\/\d+$/;
+const DATA_KEY = /^\/api\/v1\/data\/([0-9a-f]+)\/shards\//;
 const SHARD_CACHE = 'crowdtrain-shards-v2';
 // The cache of format-1 shards is of no use any more.
 if (self.caches) caches.delete('crowdtrain-shards-v1').catch(() => {});
@@ -67,13 +70,39 @@ self.crowdtrainFetchBytes = async (url, signal, workerId) => {
 
 // Messages that arrive before Go is running wait here.
 const pending = [];
+// Messages are handled in order: a start waits for the cache's keys, and
+// what follows it must not overtake it.
+let inbox = Promise.resolve();
 self.onmessage = (e) => {
-  if (self.crowdtrainControl) {
-    self.crowdtrainControl(e.data);
-  } else {
-    pending.push(e.data);
-  }
+  inbox = inbox.then(() => handle(e.data)).catch(() => {});
 };
+
+async function handle(m) {
+  if (m && m.type === 'start') {
+    // The coordinator prefers jobs whose data the tab holds: tell it
+    // which data sets Cache Storage has shards of.
+    m.data = await cachedDataKeys();
+  }
+  if (self.crowdtrainControl) {
+    self.crowdtrainControl(m);
+  } else {
+    pending.push(m);
+  }
+}
+
+async function cachedDataKeys() {
+  const keys = new Set();
+  try {
+    if (self.caches) {
+      const store = await caches.open(SHARD_CACHE);
+      for (const req of await store.keys()) {
+        const m = DATA_KEY.exec(new URL(req.url).pathname);
+        if (m && keys.size < 64) keys.add(m[1]);
+      }
+    }
+  } catch (e) { /* no Cache Storage: nothing held */ }
+  return Array.from(keys);
+}
 
 // Called by Go once it has registered crowdtrainControl.
 self.crowdtrainReady = () => {
