@@ -18,8 +18,9 @@ import (
 // epoch, no target), then the same 8 trials (the same seed draws the same
 // values) with ASHA. It reports how far the trial ASHA picks is from the
 // best of the 8, each scored by its full-budget run, and the share of the
-// full runs' examples ASHA spent. SWEEP_OUT, if set, names a file for the
-// table (docs/BENCHMARKS.md, "Sweeps").
+// full runs' examples ASHA spent. SWEEP_RUNGS and SWEEP_REDUCTION set
+// ASHA's rungs ("8000, 30000") and reduction (3); SWEEP_OUT, if set, names
+// a file for the table (docs/BENCHMARKS.md, "Sweeps").
 func BenchmarkSweepASHA(b *testing.B) {
 	const space = `
 name: bench-sweep
@@ -44,7 +45,14 @@ sweep:
 			g.addWorker(1, nil)
 		}
 		full, fullTime := runSweep(b, g, space)
-		asha, ashaTime := runSweep(b, g, space+"  asha: {rungs: [6000, 18000], reduction: 3}\n")
+		rungs, reduction := os.Getenv("SWEEP_RUNGS"), os.Getenv("SWEEP_REDUCTION")
+		if rungs == "" {
+			rungs = "8000, 30000"
+		}
+		if reduction == "" {
+			reduction = "3"
+		}
+		asha, ashaTime := runSweep(b, g, space+"  asha: {rungs: ["+rungs+"], reduction: "+reduction+"}\n")
 
 		finals := map[string]float64{} // by the trial's values
 		bestFull := -1.0
@@ -84,8 +92,8 @@ sweep:
 			}
 			fmt.Fprintf(&tab, "| %s%s | %.4f | %s | %d | %s |\n", chosenLabel(d.Point), mark, finals[pointKey(d.Point)], d.State, d.ExamplesSeen, strings.Join(rungs, ", "))
 		}
-		fmt.Fprintf(&tab, "\nbest of the 8 at full budget %.4f; ASHA picked a trial at %.4f (%.2f points below), spending %d of %d examples (%.1f%%); wall %v against %v\n",
-			bestFull, picked, gap, asha.ExamplesSeen, total, 100*frac, ashaTime.Round(time.Second), fullTime.Round(time.Second))
+		fmt.Fprintf(&tab, "\nASHA rungs [%s], reduction %s: best of the 8 at full budget %.4f; ASHA picked a trial at %.4f (%.2f points below), spending %d of %d examples (%.1f%%); wall %v against %v\n",
+			rungs, reduction, bestFull, picked, gap, asha.ExamplesSeen, total, 100*frac, ashaTime.Round(time.Second), fullTime.Round(time.Second))
 		b.Log("\n" + tab.String())
 		if out := os.Getenv("SWEEP_OUT"); out != "" {
 			if err := os.WriteFile(out, []byte(tab.String()), 0o644); err != nil {

@@ -293,18 +293,7 @@ func (s *Server) session(wc *workerConn) {
 	}
 	// The welcome names the job the worker is placed on first, if any
 	// fits (route.go); later moves come as assigns.
-	welcome := &protocol.Welcome{WorkerID: wc.id}
-	wc.routeMu.Lock()
-	if order := s.order(wc); len(order) > 0 {
-		job := order[0]
-		wc.jobs[job.ID] = job
-		wc.cur.Store(job)
-		wc.curSince.Store(time.Now().UnixNano())
-		wc.resultLimit.Store(job.maxMessageBytes())
-		_ = job.exec(context.Background(), func(*jobState) { job.join(wc.id, wc.member(job)) })
-		welcome.Job, welcome.Limits = s.jobInfo(wc, job)
-	}
-	wc.routeMu.Unlock()
+	welcome := s.welcome(wc)
 	first := "no job yet"
 	if j := wc.cur.Load(); j != nil {
 		first = "job " + j.ID

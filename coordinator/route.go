@@ -254,6 +254,27 @@ func (wc *workerConn) given(job *Job) bool {
 	return known
 }
 
+// welcome is wc's welcome: it names the job wc is placed on first, when
+// one fits.
+func (s *Server) welcome(wc *workerConn) *protocol.Welcome {
+	w := &protocol.Welcome{WorkerID: wc.id}
+	wc.routeMu.Lock()
+	defer wc.routeMu.Unlock()
+	order := s.order(wc)
+	if len(order) == 0 {
+		return w
+	}
+	job := order[0]
+	if !wc.given(job) {
+		_ = job.exec(context.Background(), func(*jobState) { job.join(wc.id, wc.member(job)) })
+	}
+	wc.curSince.Store(time.Now().UnixNano())
+	wc.cur.Store(job)
+	wc.resultLimit.Store(job.maxMessageBytes())
+	w.Job, w.Limits = s.jobInfo(wc, job)
+	return w
+}
+
 // member is wc as a member of job.
 func (wc *workerConn) member(job *Job) member {
 	h := &wc.hello

@@ -28,9 +28,11 @@ import (
 // sweepEvery is how often a sweep's controller looks at its trials.
 const sweepEvery = 200 * time.Millisecond
 
-// trialRefusals is how many refused results (and 20 times its accepted
-// ones) end a trial that does not train.
-const trialRefusals = 200
+// trialRefusals is how many refused results (and 50 times its accepted
+// ones) end a trial that does not train. A high rate's first results are
+// often refused by the norm gate before it settles: at 200 refusals (20
+// times) a trial that reached 92% at its full budget was ended.
+const trialRefusals = 2000
 
 // Sweep is a running or finished hyperparameter sweep.
 type Sweep struct {
@@ -279,7 +281,7 @@ func (x *Sweep) step(ctx context.Context) bool {
 			}
 			t.State, t.Note, t.Complete = search.Ended, v.Reason, v.State == StateDone
 		case t.State == search.Waiting:
-		case v.State == StateRunning && v.UpdatesRejected >= trialRefusals && v.UpdatesRejected > 20*v.UpdatesApplied:
+		case v.State == StateRunning && v.UpdatesRejected >= trialRefusals && v.UpdatesRejected > 50*v.UpdatesApplied:
 			// Its model refuses nearly every result (a rate that blew it
 			// up short of non-finite values): it would never reach a rung.
 			note := fmt.Sprintf("stopped: %d of its %d results were refused (%v); its values do not train", v.UpdatesRejected,

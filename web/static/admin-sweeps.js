@@ -7,7 +7,7 @@
 'use strict';
 
 const SWEEPS_MS = 2000;
-const sw = { list: [], selected: '', timer: 0 };
+const sw = { list: [], selected: '', newest: '', timer: 0 };
 
 function sweepsStart() {
   if (sw.timer) return;
@@ -30,6 +30,12 @@ async function loadSweeps() {
     return;
   }
   if (!sw.list.some((x) => x.id === sw.selected)) sw.selected = sw.list.length ? sw.list[sw.list.length - 1].id : '';
+  // A newly submitted sweep is shown: the newest is selected once it appears.
+  const newest = sw.list.length ? sw.list[sw.list.length - 1].id : '';
+  if (newest && newest !== sw.newest) {
+    sw.selected = newest;
+    sw.newest = newest;
+  }
   renderSweeps();
 }
 

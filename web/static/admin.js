@@ -1038,7 +1038,12 @@ async function submitJob(ev) {
   $('submit').disabled = true;
   try {
     const job = await api('POST', '/api/v1/jobs', body);
-    if (job && job.id != null) {
+    if (job && job.kind === 'sweep') {
+      // A sweep's trials are jobs; the sweep itself shows under Sweeps.
+      text($('submit-done'), 'Submitted sweep ' + job.name + ' (' + job.id + '): ' + (job.trials || []).length + ' trials.');
+      if (typeof loadSweeps === 'function') loadSweeps(); // admin-sweeps.js
+      refresh();
+    } else if (job && job.id != null) {
       putJob(job);
       select(String(job.id), true);
       text($('submit-done'), 'Submitted job ' + jobName(job) + ' (' + job.id + ').');
