@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -88,13 +89,7 @@ func (s *session) addJob(info protocol.JobInfo, limits protocol.Limits) *jobCtx 
 }
 
 func removeString(list []string, v string) []string {
-	out := list[:0]
-	for _, x := range list {
-		if x != v {
-			out = append(out, x)
-		}
-	}
-	return out
+	return slices.DeleteFunc(list, func(x string) bool { return x == v })
 }
 
 // job returns the context of job id, or nil and why there is none.
@@ -135,7 +130,7 @@ func (w *Worker) heldData() []string {
 	defer w.shardMu.Unlock()
 	var keys []string
 	for _, ref := range w.shardOrder {
-		if k := dataKeyOf(ref); k != "" && !containsString(keys, k) && len(keys) < 64 {
+		if k := dataKeyOf(ref); k != "" && !slices.Contains(keys, k) && len(keys) < 64 {
 			keys = append(keys, k)
 		}
 	}
@@ -153,13 +148,4 @@ func dataKeyOf(ref string) string {
 		return ""
 	}
 	return key
-}
-
-func containsString(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
