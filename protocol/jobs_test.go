@@ -44,7 +44,9 @@ func mustEncode(t *testing.T, m Message) []byte {
 }
 
 func TestJobMessagesRefuseBadFields(t *testing.T) {
-	hello := func(c *Caps) *Hello { return &Hello{Protocol: Version, Kind: KindNative, Backend: "b", Threads: 1, Caps: c} }
+	hello := func(c *Caps) *Hello {
+		return &Hello{Protocol: Version, Kind: KindNative, Backend: "b", Threads: 1, Caps: c}
+	}
 	for _, c := range []struct {
 		m     Message
 		field string
