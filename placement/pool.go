@@ -35,12 +35,13 @@ type Pool struct {
 	used     map[string]decayed
 }
 
-// decayed is a sum that halves every HalfLife, and the weight its job
-// had when last ordered.
+// decayed is a sum that halves every HalfLife, the weight its job had
+// when last ordered, and when that was.
 type decayed struct {
 	v      float64
 	at     time.Time
 	weight float64
+	seen   time.Time // the last Order that had the job
 }
 
 func (p *Pool) halfLife() time.Duration {
@@ -88,21 +89,33 @@ func (p *Pool) Charge(id string, work float64, now time.Time) {
 	if _, ok := p.used[id]; !ok {
 		return // not ordered yet: join sets its start
 	}
-	p.used[id] = decayed{v: p.Used(id, now) + work, at: now, weight: p.used[id].weight}
+	d := p.used[id]
+	d.v, d.at = p.Used(id, now)+work, now
+	p.used[id] = d
 }
 
-// join starts each job the pool has not seen level with the neediest
-// job of its priority (use over weight), as a stride scheduler starts a
-// newcomer at the global pass: it is served at once, but does not take
-// the whole grid until it has caught up with the others' past.
+// rejoinAfter is how long a job may be missing from the orders (paused,
+// say) before it comes back as a newcomer.
+const rejoinAfter = 5 * time.Second
+
+// join starts each job the pool has not seen, or has not seen for
+// rejoinAfter, level with the neediest job of its priority (use over
+// weight), as a stride scheduler starts a newcomer at the global pass: it
+// is served at once, but does not take the whole grid until it has caught
+// up with a past it was not in. A returning job keeps its own use when
+// that is higher.
 func (p *Pool) join(jobs []*Job, now time.Time) {
+	if p.used == nil {
+		p.used = map[string]decayed{}
+	}
 	least := map[int]float64{}
 	var fresh []*Job
 	for _, j := range jobs {
 		if !(j.Weight > 0) {
 			continue
 		}
-		if _, ok := p.used[j.ID]; !ok {
+		d, ok := p.used[j.ID]
+		if !ok || now.Sub(d.seen) > rejoinAfter {
 			fresh = append(fresh, j)
 			continue
 		}
@@ -111,11 +124,15 @@ func (p *Pool) join(jobs []*Job, now time.Time) {
 			least[j.Priority] = n
 		}
 	}
-	if p.used == nil {
-		p.used = map[string]decayed{}
-	}
 	for _, j := range fresh {
-		p.used[j.ID] = decayed{v: least[j.Priority] * j.Weight, at: now, weight: j.Weight}
+		v := max(least[j.Priority]*j.Weight, p.Used(j.ID, now))
+		p.used[j.ID] = decayed{v: v, at: now, weight: j.Weight, seen: now}
+	}
+	for _, j := range jobs {
+		if d, ok := p.used[j.ID]; ok {
+			d.seen = now
+			p.used[j.ID] = d
+		}
 	}
 }
 

@@ -107,12 +107,15 @@ func TestChangedWeightTakesEffect(t *testing.T) {
 		g.mu.Lock()
 		a.Weight, b.Weight = 1, 3
 		g.mu.Unlock()
+		// A second for the workers to move (each stays 2 s on a job it
+		// moved to), then the next four seconds split about 1:3.
+		g.run(time.Second)
 		before := g.snapshot()
-		g.run(5 * time.Second)
+		g.run(4 * time.Second)
 		after := g.snapshot()
 		da, db := after["a"]-before["a"], after["b"]-before["b"]
 		if !(db > 2*da) {
-			t.Errorf("in the 5 s after weights 3:1 became 1:3, a computed %.0f and b %.0f: b should lead", da, db)
+			t.Errorf("in seconds 1 to 5 after weights 3:1 became 1:3, a computed %.0f and b %.0f: b should get over twice a's", da, db)
 		}
 		before = after
 		g.run(time.Minute)
@@ -177,6 +180,28 @@ func TestNewJobStartsLevel(t *testing.T) {
 	p.Charge("old", 1e11, now)
 	if got := p.Order(w, []*Job{old, fresh}, now); got[0] != fresh {
 		t.Fatalf("order %v: once the old job is ahead the new one is first", ids(got))
+	}
+}
+
+// A job back from a long pause comes back level with the others, not as
+// far behind as its decayed past says: it must not take the whole grid
+// while it catches up.
+func TestResumedJobRejoinsLevel(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var p Pool
+	a, b := &Job{ID: "a", Weight: 1}, &Job{ID: "b", Weight: 1}
+	w := &Worker{Kind: "native"}
+	p.Order(w, []*Job{a, b}, now)
+	p.Charge("a", 1e12, now)
+	p.Charge("b", 1e12, now)
+	for s := 1; s <= 60; s++ { // b paused: only a is ordered and charged
+		now = now.Add(time.Second)
+		p.Order(w, []*Job{a}, now)
+		p.Charge("a", 5e10, now)
+	}
+	p.Order(w, []*Job{a, b}, now)
+	if ua, ub := p.Used("a", now), p.Used("b", now); ub < ua*0.999 {
+		t.Fatalf("b back after a minute's pause at %.3g against a's %.3g: it would take the grid until level", ub, ua)
 	}
 }
 
