@@ -219,3 +219,29 @@ func TestJobsOnlyGetWorkersThatCanRunThem(t *testing.T) {
 		t.Errorf("warning %q once a worker can run it", v.Warning)
 	}
 }
+
+// A worker pinned to a job (crowdtrain work --job ID) computes only for
+// it; a pin to a job that is not running leaves it idle, saying why.
+func TestPinnedWorkerComputesOnlyForItsJob(t *testing.T) {
+	g := newTestGrid(t, endlessMLP(t, "first", 1))
+	second, err := g.srv.AddJob(endlessMLP(t, "second", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := g.addWorkerWith(1, nil, func(c *worker.Config) { c.Job = second.ID })
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Stats().Accepted < 20 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := w.Stats(); s.Accepted < 20 || s.JobID != second.ID {
+		t.Fatalf("pinned worker: %+v", s)
+	}
+	if v := g.jobView(); v.LeasesIssued != 0 {
+		t.Errorf("the job the worker is not pinned to leased it %d tasks", v.LeasesIssued)
+	}
+	idle := g.addWorkerWith(1, nil, func(c *worker.Config) { c.Job = "no-such-job" })
+	time.Sleep(time.Second)
+	if s := idle.Stats(); !s.Idle || s.Accepted != 0 || s.JobID != "" {
+		t.Errorf("a worker pinned to no job: %+v, want idle", s)
+	}
+}

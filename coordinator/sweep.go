@@ -480,9 +480,48 @@ func (s *Server) resumeSweep(id string, rec sweepRecord, jobs map[string]*Job) {
 			j.place.Store(j.placeInfo(j.Spec))
 		}
 	}
-	s.startSweep(x)
 	if rec.State == StateRunning {
+		x.reconcile(context.Background())
 		s.cfg.Logf("sweep %s (%q): resumed with %d trials", id, rec.Spec.Name, len(rec.Trials))
+	}
+	s.startSweep(x)
+}
+
+// reconcile makes each trial's job agree with the sweep's record after a
+// restart: the record is written after each pause, resume and stop, and
+// a kill between the two leaves the job's last durable state behind the
+// record's (a trial promoted in the record whose job is still paused
+// would wait for ever). A trial running in the record is resumed, one
+// waiting at a rung is paused, one the sweep stopped is stopped.
+func (x *Sweep) reconcile(ctx context.Context) {
+	for _, t := range x.rec.Trials {
+		j := x.jobs[t.ID]
+		if j == nil {
+			continue
+		}
+		v, err := x.s.jobViewOnly(ctx, j)
+		if err != nil || ended(v.State) {
+			continue
+		}
+		var what string
+		switch {
+		case t.State == search.Running && v.State == StatePaused:
+			_, err = x.s.ResumeJob(ctx, t.ID)
+			what = "resumed"
+		case t.State == search.Waiting && v.State == StateRunning:
+			_, err = x.s.PauseJob(ctx, t.ID)
+			what = "paused at its rung"
+		case t.State == search.Stopped || t.State == search.Ended:
+			_, err = x.s.StopJob(ctx, t.ID)
+			what = "stopped"
+		default:
+			continue
+		}
+		if err != nil {
+			x.s.cfg.Logf("sweep %s: trial %s: %v", x.ID, t.ID, err)
+			continue
+		}
+		x.s.cfg.Logf("sweep %s: trial %s %s, as the sweep's record says", x.ID, t.ID, what)
 	}
 }
 

@@ -1,13 +1,16 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/store"
 )
 
 const sweepSpec = `
@@ -121,5 +124,57 @@ func TestSweepBadInputNamesTheKey(t *testing.T) {
 	}
 	if code, body := g.call(http.MethodPatch, "/api/v1/jobs/"+g.job.ID, testAdminToken, map[string]any{"weight": -1}, nil); code != http.StatusBadRequest || !strings.Contains(string(body), "weight") {
 		t.Errorf("PATCH weight -1: %d %s", code, body)
+	}
+}
+
+// A restart makes each trial's job agree with the sweep's record: a kill
+// between a trial's resume and its checkpoint leaves the job paused while
+// the record says it runs, and without this the sweep would wait for it
+// for ever.
+func TestResumedSweepReconcilesItsTrials(t *testing.T) {
+	train, test := loadMNIST(t)
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cfg := coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db}
+	srv, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := coordinator.ParseJobSpec([]byte(sweepSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := srv.AddSweep(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trial := sw.View(context.Background()).Trials[0]
+	// The job paused behind the sweep's back (as a lost resume leaves it).
+	if _, err := srv.PauseJob(context.Background(), trial); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = coordinator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.ResumeJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v, ok, err := srv.JobView(context.Background(), trial)
+	if err != nil || !ok {
+		t.Fatalf("trial %s after the restart: %v %v", trial, ok, err)
+	}
+	if v.State != coordinator.StateRunning {
+		t.Errorf("trial %s is %s after the restart; the sweep's record says it runs", trial, v.State)
+	}
+	if list := srv.Sweeps(context.Background()); len(list) != 1 || list[0].ID != sw.ID || len(list[0].Trials) != 4 {
+		t.Errorf("sweeps after the restart: %+v", list)
 	}
 }
