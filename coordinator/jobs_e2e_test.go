@@ -82,13 +82,6 @@ func TestFairShareAcrossJobs(t *testing.T) {
 	if math.Abs(ratio-3)/3 > 0.10 {
 		t.Errorf("compute ratio %.3f over a minute, want 3 within 10%%", ratio)
 	}
-	onJob := map[string]int{}
-	for _, w := range g.workerViews() {
-		onJob[w.Job]++
-	}
-	if onJob[three.ID] < 3 || onJob[one.ID] < 1 {
-		t.Errorf("workers by job %v: both jobs should have workers", onJob)
-	}
 
 	// Reverse the weights: within 5 s the other job leads.
 	if code := g.adminJSON(http.MethodPatch, "/api/v1/jobs/"+one.ID, map[string]any{"weight": 3}, nil); code != http.StatusOK {
