@@ -224,13 +224,10 @@ func (h *heldCounter) except(skip *Job) int {
 	return n
 }
 
-// assign makes job the one wc computes for: it joins the job's members
-// and is told of it. It reports false when the message could not be
-// queued (the connection is going).
+// assign makes job the one wc computes for (route made it a member of
+// the job before its grant) and tells wc of it. It reports false when the
+// message could not be queued (the connection is going).
 func (s *Server) assign(wc *workerConn, job *Job) bool {
-	if !wc.given(job) {
-		_ = job.exec(context.Background(), func(*jobState) { job.join(wc.id, wc.member(job)) })
-	}
 	if l := job.maxMessageBytes(); l > wc.resultLimit.Load() {
 		wc.resultLimit.Store(l)
 	}
@@ -327,12 +324,14 @@ func (s *Server) noJobReason(wc *workerConn) string {
 		whys = append(whys, p.ID+": "+placement.Fit(w, p))
 	}
 	sort.Strings(whys)
-	return truncate("no running job fits this worker (" + strings.Join(whys, "; ") + ")")
+	return truncateText("no running job fits this worker ("+strings.Join(whys, "; ")+")", 1000)
 }
 
-func truncate(s string) string {
-	if len(s) > 1000 {
-		return s[:1000]
+// truncateText cuts s to at most n bytes, for messages that quote
+// what a worker or an operator chose.
+func truncateText(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
 	}
 	return s
 }
@@ -416,5 +415,5 @@ func (wc *workerConn) jobsNamed(id string) []*Job {
 func (s *Server) unknownJob(wc *workerConn, lease uint64, jobID string) {
 	wc.rejected.Add(1)
 	s.enqueue(wc, &protocol.Ack{LeaseID: lease, Reason: protocol.ReasonUnknownLease,
-		Detail: fmt.Sprintf("lease %d names job %q, which this coordinator did not give this worker", lease, truncate(jobID))})
+		Detail: fmt.Sprintf("lease %d names job %q, which this coordinator did not give this worker", lease, truncateText(jobID, 200))})
 }

@@ -178,7 +178,13 @@ func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
 		x.dirty = true
 		x.mu.Unlock()
 	}
-	s.startSweep(x)
+	// The trial list is durable before the sweep is reported started: a
+	// coordinator that dies after the answer resumes the whole sweep.
+	err := x.save(context.Background())
+	s.startSweep(x) // retries a failed save
+	if err != nil {
+		return x, fmt.Errorf("sweep %s started, but its trial list is not saved yet (retrying; a restart before it succeeds loses the sweep's link to its trials): %w", id, err)
+	}
 	s.cfg.Logf("sweep %s (%q): %d trials (%s over %d keys), ASHA %v", id, spec.Name, len(trials), sw.Method, len(sw.Space), sw.ASHA != nil)
 	return x, nil
 }
@@ -234,13 +240,13 @@ func (x *Sweep) control(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		finished := x.step(ctx)
-		x.save(ctx)
+		_ = x.save(ctx) // logged; retried at the next step
 		if finished {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			x.save(context.Background()) // the store outlives the loops
+			_ = x.save(context.Background()) // the store outlives the loops
 			return
 		case <-tick.C:
 		}
@@ -397,14 +403,14 @@ func (x *Sweep) best() *SweepBest {
 	return b
 }
 
-// save writes the sweep's record if it changed; a failed write is logged
-// and tried again at the next step.
-func (x *Sweep) save(ctx context.Context) {
+// save writes the sweep's record if it changed; a failed write is logged,
+// returned, and tried again at the next step.
+func (x *Sweep) save(ctx context.Context) error {
 	db := x.s.cfg.Store
 	x.mu.Lock()
 	if db == nil || !x.dirty {
 		x.mu.Unlock()
-		return
+		return nil
 	}
 	b, err := json.Marshal(x.rec)
 	state, doneAt := x.rec.State, x.rec.DoneAt
@@ -426,6 +432,7 @@ func (x *Sweep) save(ctx context.Context) {
 		x.dirty = true
 		x.mu.Unlock()
 	}
+	return err
 }
 
 // View is the sweep as the API shows it.
@@ -480,7 +487,13 @@ func (s *Server) resumeSweep(id string, rec sweepRecord, jobs map[string]*Job) {
 			j.place.Store(j.placeInfo(j.Spec))
 		}
 	}
-	if rec.State == StateRunning {
+	if rec.State == StateRunning && len(rec.Trials) == 0 {
+		// Killed after the record was made, before its trials were: the
+		// trials that started run on as jobs of their own.
+		x.rec.State, x.rec.DoneAt, x.dirty = StateFailed, time.Now().UTC(), true
+		s.cfg.Logf("sweep %s (%q): the coordinator stopped before its trials were recorded; marked failed (any trial that started runs on as a job of its own)", id, rec.Spec.Name)
+	}
+	if x.rec.State == StateRunning {
 		x.reconcile(context.Background())
 		s.cfg.Logf("sweep %s (%q): resumed with %d trials", id, rec.Spec.Name, len(rec.Trials))
 	}
