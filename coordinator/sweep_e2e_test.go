@@ -88,8 +88,11 @@ func TestSweepWithASHA(t *testing.T) {
 			}
 		}
 	}
-	if ended != 1 || stopped != 3 {
-		t.Errorf("%d trials ran to the end and %d stopped, want 1 and 3 (4 trials halved twice)", ended, stopped)
+	// Halving 4 trials twice leaves 1; ASHA's asynchronous promotions
+	// (a trial goes on as soon as it is in the best half of those that
+	// have arrived) may let a second through.
+	if ended < 1 || ended > 2 || ended+stopped != 4 {
+		t.Errorf("%d trials ran to the end and %d stopped, want 1 or 2 and the rest stopped", ended, stopped)
 	}
 	if v.Best == nil || !(v.Best.Metric > 0.8) {
 		t.Fatalf("best %+v", v.Best)
