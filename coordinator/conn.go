@@ -44,7 +44,7 @@ type workerConn struct {
 	// while none), the jobs it was given this session, and the largest
 	// result frame any of them allows. routeMu orders its placements.
 	cur         atomic.Pointer[Job]
-	curSince    atomic.Int64 // unix nanoseconds: when cur was set
+	curSince    atomic.Int64 // unix nanoseconds: when cur was chosen for it; 0: a fall-through (placement.Worker.Since)
 	jobsMu      sync.Mutex
 	jobs        map[string]*Job
 	resultLimit atomic.Int64

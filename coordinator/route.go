@@ -63,7 +63,10 @@ func (wc *workerConn) placeWorker() *placement.Worker {
 		w.MemoryMB, w.MaxParams, w.Layers, w.Data = c.MemoryMB, c.MaxParams, c.Layers, c.Data
 	}
 	if j := wc.cur.Load(); j != nil {
-		w.Current, w.Since = j.ID, time.Unix(0, wc.curSince.Load())
+		w.Current = j.ID
+		if since := wc.curSince.Load(); since != 0 {
+			w.Since = time.Unix(0, since)
+		}
 		// It has the shards of the job it computes for.
 		if j.shardSet != nil && !slices.Contains(w.Data, j.shardSet.key) {
 			w.Data = append(slices.Clip(w.Data), j.shardSet.key)
@@ -124,7 +127,7 @@ func (s *Server) route(ctx context.Context, wc *workerConn, n int) {
 	order := s.order(wc)
 	held := heldCounter{ctx: ctx, wc: wc}
 	var limited string
-	for _, job := range order {
+	for rank, job := range order {
 		var leases []protocol.Lease
 		var why string
 		elsewhere := held.except(job) // every job's leases count against MaxLeases
@@ -156,7 +159,7 @@ func (s *Server) route(ctx context.Context, wc *workerConn, n int) {
 			}
 			continue
 		}
-		if wc.cur.Load() != job && !s.assign(wc, job) {
+		if wc.cur.Load() != job && !s.assign(wc, job, rank == 0) {
 			// Not told of the job: the leases go back.
 			_ = job.exec(context.Background(), func(*jobState) {
 				ids := make([]uint64, len(leases))
@@ -225,13 +228,21 @@ func (h *heldCounter) except(skip *Job) int {
 }
 
 // assign makes job the one wc computes for (route made it a member of
-// the job before its grant) and tells wc of it. It reports false when the
-// message could not be queued (the connection is going).
-func (s *Server) assign(wc *workerConn, job *Job) bool {
+// the job before its grant) and tells wc of it. chosen is false when wc
+// lands on job only because the jobs ranked before it had nothing for it
+// (an epoch's tail, a round with all its leases out): it gets no stay
+// there and goes back as soon as they have work; a stay would hand the
+// job it fell to a share that fairness never takes back. It reports
+// false when the message could not be queued (the connection is going).
+func (s *Server) assign(wc *workerConn, job *Job, chosen bool) bool {
 	if l := job.maxMessageBytes(); l > wc.resultLimit.Load() {
 		wc.resultLimit.Store(l)
 	}
-	wc.curSince.Store(time.Now().UnixNano())
+	var since int64
+	if chosen {
+		since = time.Now().UnixNano()
+	}
+	wc.curSince.Store(since)
 	prev := wc.cur.Swap(job)
 	info, limits := s.jobInfo(wc, job)
 	if prev != nil {

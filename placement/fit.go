@@ -34,10 +34,14 @@ type Worker struct {
 	MemoryMB  int // 0: unknown
 	MaxParams int // 0: no limit of its own
 	Layers    []string
-	Pin       string    // a job or sweep id; "" any job
-	Current   string    // the job it computes for now, "" none
-	Since     time.Time // when it moved to Current (zero: long ago)
-	Data      []string
+	Pin       string // a job or sweep id; "" any job
+	Current   string // the job it computes for now, "" none
+	// Since is when it was moved to Current by this ranking; zero when
+	// long ago, or when it landed there only because the jobs ranked
+	// before had no task free for it: then it has no stay and goes back
+	// as soon as they have.
+	Since time.Time
+	Data  []string
 }
 
 // Fit returns "" if w can run j, else what is missing, in words for an

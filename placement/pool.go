@@ -10,9 +10,13 @@ import (
 // Defaults of a Pool.
 const (
 	// DefaultHalfLife is how fast past compute stops counting: long
-	// enough that a share is measured over many leases, short enough that
-	// a changed weight shows within seconds.
-	DefaultHalfLife = 20 * time.Second
+	// enough that what a job got past its share (the grants that fall to
+	// it at another job's epoch ends) is paid back rather than forgotten,
+	// short enough that a job kept from work a while does not then take
+	// the grid for minutes. At 20 s, weights 3:1 came out 2.67-2.88 over
+	// a minute in TestSharesTrackWeightsAcrossEpochEnds; at 60 s,
+	// 2.89-3.04. A changed weight shows at once either way (reweigh).
+	DefaultHalfLife = 60 * time.Second
 	// DefaultSlack is how far (relative) a worker's current job may be
 	// ahead of the neediest job before the worker moves: moving costs a
 	// snapshot download, staying costs a little fairness, bounded by the

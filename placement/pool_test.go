@@ -1,7 +1,9 @@
 package placement
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -9,55 +11,105 @@ import (
 	"time"
 )
 
-// grid simulates workers that each compute one lease at a time, asking the
-// pool which job to take next: leases of 1e9 FLOPs that take 100 ms on
-// every worker.
+// grid simulates workers that ask the pool which job to take next, as
+// the coordinator's route does: each holds up to prefetch leases of 1e9
+// FLOPs, asks for one more after each result, and falls through to the
+// next job in its order while a job has no task free. A job with an
+// epoch of n leases has none free at the end of each epoch until all its
+// leases are back (an epoch's tail). A lease takes 100 ms, or 100 to
+// 140 ms with jitter.
 type grid struct {
-	mu     sync.Mutex
-	pool   Pool
-	jobs   []*Job
-	done   map[string]float64 // FLOPs computed per job
-	moves  int
-	worker []*Worker
+	mu       sync.Mutex
+	pool     Pool
+	jobs     []*Job
+	done     map[string]float64 // FLOPs computed per job
+	moves    int
+	worker   []*Worker
+	prefetch int
+	jitter   *rand.Rand
+	epoch    map[string]int // leases per epoch; 0: endless
+	left     map[string]int // leases free in the epoch
+	out      map[string]int // leases out
 }
 
 const leaseFLOPs = 1e9
+
+// want places one lease for w, as route does; "" when no job has one.
+func (g *grid) want(w *Worker) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for rank, j := range g.pool.Order(w, g.jobs, time.Now()) {
+		if g.epoch[j.ID] > 0 && g.left[j.ID] == 0 {
+			continue // the epoch's tail: nothing free
+		}
+		g.left[j.ID]--
+		g.out[j.ID]++
+		g.pool.Charge(j.ID, leaseFLOPs, time.Now())
+		if w.Current != j.ID {
+			if w.Current != "" {
+				g.moves++
+			}
+			w.Since = time.Now()
+			if rank > 0 {
+				// Placed here only because the jobs before had
+				// nothing free: no stay (Worker.Since).
+				w.Since = time.Time{}
+			}
+		}
+		w.Current = j.ID
+		return j.ID
+	}
+	return ""
+}
 
 func (g *grid) run(d time.Duration) {
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
 	for _, w := range g.worker {
 		wg.Go(func() {
+			var held []string
 			for time.Now().Before(end) {
-				g.mu.Lock()
-				order := g.pool.Order(w, g.jobs, time.Now())
-				var j *Job
-				if len(order) > 0 {
-					j = order[0]
-					g.pool.Charge(j.ID, leaseFLOPs, time.Now())
-					if w.Current != j.ID {
-						if w.Current != "" {
-							g.moves++
-						}
-						w.Since = time.Now()
+				for len(held) < max(1, g.prefetch) {
+					j := g.want(w)
+					if j == "" {
+						break
 					}
-					w.Current = j.ID
+					held = append(held, j)
 				}
-				g.mu.Unlock()
-				time.Sleep(100 * time.Millisecond)
-				if j != nil {
+				took := 100 * time.Millisecond
+				if g.jitter != nil {
 					g.mu.Lock()
-					g.done[j.ID] += leaseFLOPs
+					took += time.Duration(g.jitter.IntN(40)) * time.Millisecond
 					g.mu.Unlock()
 				}
+				time.Sleep(took)
+				if len(held) == 0 {
+					continue
+				}
+				j := held[0]
+				held = held[1:]
+				g.mu.Lock()
+				g.done[j] += leaseFLOPs
+				g.out[j]--
+				if n := g.epoch[j]; n > 0 && g.left[j] == 0 && g.out[j] == 0 {
+					g.left[j] = n // the next epoch
+				}
+				g.mu.Unlock()
 			}
+			// Leases still held when the run ends are computed in the next.
+			g.mu.Lock()
+			for _, j := range held {
+				g.left[j]++
+				g.out[j]--
+			}
+			g.mu.Unlock()
 		})
 	}
 	wg.Wait()
 }
 
 func newGrid(workers int, jobs ...*Job) *grid {
-	g := &grid{jobs: jobs, done: map[string]float64{}}
+	g := &grid{jobs: jobs, done: map[string]float64{}, epoch: map[string]int{}, left: map[string]int{}, out: map[string]int{}}
 	for range workers {
 		g.worker = append(g.worker, &Worker{Kind: "native"})
 	}
@@ -97,6 +149,36 @@ func TestSharesTrackWeights(t *testing.T) {
 		}
 		t.Logf("ratio %.3f, %d moves", ratio, g.moves-moves)
 	})
+}
+
+// The same over the ends of epochs: a job whose epoch is ending has no
+// task free until its last leases are back, and its workers compute for
+// the other job meanwhile. Neither that tail nor the stay after a move
+// may cost it its share: a worker placed on a job only because the jobs
+// before it had nothing free goes back as soon as they have.
+func TestSharesTrackWeightsAcrossEpochEnds(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a, b := &Job{ID: "a", Weight: 3}, &Job{ID: "b", Weight: 1}
+				g := newGrid(6, a, b)
+				g.prefetch, g.jitter = 2, rand.New(rand.NewPCG(seed, 1))
+				// About 45 and 15 leases a second: an epoch of a ends
+				// every 7 s, one of b every 20 s.
+				g.epoch["a"], g.epoch["b"] = 300, 300
+				g.left["a"], g.left["b"] = 300, 300
+				g.run(10 * time.Second)
+				before := g.snapshot()
+				g.run(time.Minute)
+				after := g.snapshot()
+				ratio := (after["a"] - before["a"]) / (after["b"] - before["b"])
+				t.Logf("seed %d: ratio %.3f", seed, ratio)
+				if math.Abs(ratio-3)/3 > 0.05 {
+					t.Errorf("seed %d: compute ratio a:b over a minute %.3f, want 3 within 5%%", seed, ratio)
+				}
+			})
+		})
+	}
 }
 
 func TestChangedWeightTakesEffect(t *testing.T) {
