@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/crowdtrain
 MNIST_DIR := data/mnist
 # Packages the browser worker builds: vetted for GOOS=js GOARCH=wasm too.
-WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/... ./cmd/wasmworker/...
+WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/... ./wasmworker/... ./cmd/wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 

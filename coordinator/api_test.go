@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -140,7 +140,7 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 	}
 	srv1, hs1 := start(ln)
 
-	b, _ := nativeworker.New(1)
+	b, _ := cpubackend.New(1)
 	w, err := worker.New(worker.Config{Coordinator: "ws://" + addr + "/ws", Backend: b, Logf: t.Logf,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -134,7 +134,7 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 // Config (a volunteer key, a name).
 func (g *testGrid) addWorkerWith(threads int, wrap func(worker.Backend) worker.Backend, edit func(*worker.Config)) *worker.Worker {
 	g.t.Helper()
-	b, err := nativeworker.New(threads)
+	b, err := cpubackend.New(threads)
 	if err != nil {
 		g.t.Fatal(err)
 	}

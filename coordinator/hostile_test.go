@@ -12,8 +12,8 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -118,7 +118,7 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	if c.attackers > 0 {
 		cfg := attack.Config{
 			Coordinator: g.wsURL(), Kind: c.kind, N: c.attackers, JobID: g.job.ID,
-			NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
+			NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
 		}
 		if c.kind == attack.Sybil {
 			// One sybil is many identities from one address.

@@ -172,11 +172,6 @@ func TestHandOffWhenJobFinishes(t *testing.T) {
 	}
 }
 
-// browserBackend reports a native backend as a browser's.
-type browserBackend struct{ worker.Backend }
-
-func (browserBackend) Kind() string { return protocol.KindBrowser }
-
 // A job that needs more memory than a browser tab offers never leases to
 // it, waits with a warning, and the tab trains a job it can hold.
 func TestJobsOnlyGetWorkersThatCanRunThem(t *testing.T) {
@@ -185,8 +180,8 @@ func TestJobsOnlyGetWorkersThatCanRunThem(t *testing.T) {
 		s.Requires.MinMemoryMB = 4096
 	})
 	g := newTestGrid(t, big)
-	tab := g.addWorkerWith(1, func(b worker.Backend) worker.Backend { return browserBackend{b} }, func(c *worker.Config) {
-		c.Caps = &protocol.Caps{MemoryMB: 2048}
+	tab := g.addWorkerWith(1, nil, func(c *worker.Config) {
+		c.Kind, c.Caps = protocol.KindBrowser, &protocol.Caps{MemoryMB: 2048}
 	})
 	time.Sleep(3 * time.Second)
 	v := g.jobView()

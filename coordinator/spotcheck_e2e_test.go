@@ -7,7 +7,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -39,7 +39,7 @@ func TestSpotChecksBanAForger(t *testing.T) {
 	go func() {
 		r, err := attack.Run(actx, attack.Config{
 			Coordinator: g.wsURL(), Kind: attack.SignFlip, Fraction: 0.1, Bind: "127.0.0.2", JobID: g.job.ID,
-			NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) }, Logf: t.Logf,
+			NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) }, Logf: t.Logf,
 		})
 		if err != nil && actx.Err() == nil {
 			t.Errorf("attack: %v", err)

@@ -165,8 +165,6 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-func (b *Backend) Kind() string { return protocol.KindGPU }
-
 // Name is "cuda-" and the device's name, e.g. "cuda-NVIDIA H200".
 func (b *Backend) Name() string { return "cuda-" + b.info.Name }
 

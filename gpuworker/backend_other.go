@@ -7,7 +7,6 @@ import (
 	"runtime"
 
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -21,7 +20,6 @@ func Open(device int) (*Backend, error)         { return nil, errUnsupported }
 func (b *Backend) MemoryMB() int                { return 0 }
 func OpenWith(o Options) (*Backend, error)      { return nil, errUnsupported }
 func (b *Backend) Close() error                 { return nil }
-func (b *Backend) Kind() string                 { return protocol.KindGPU }
 func (b *Backend) Name() string                 { return "cuda" }
 func (b *Backend) Threads() int                 { return 1 }
 func (b *Backend) Describe() string             { return "unsupported" }

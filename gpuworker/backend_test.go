@@ -17,8 +17,8 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -294,7 +294,6 @@ type cpuBackend struct {
 	ws *nn.Workspace
 }
 
-func (c *cpuBackend) Kind() string { return "native" }
 func (c *cpuBackend) Name() string { return "cpu-reference" }
 func (c *cpuBackend) Threads() int { return 1 }
 func (c *cpuBackend) Prepare(m *nn.Model, maxBatch int) error {
@@ -444,7 +443,7 @@ func TestLeaseDropoutMatchesNative(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, threads := range []int{1, 4} {
-					cpu, err := nativeworker.New(threads)
+					cpu, err := cpubackend.New(threads)
 					if err != nil {
 						t.Fatal(err)
 					}

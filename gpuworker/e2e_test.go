@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -50,7 +51,7 @@ func TestGPUWorkerTrainsMLPTo97(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	w, err := worker.New(worker.Config{
-		Coordinator: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Backend: b, Client: "test", Logf: t.Logf,
+		Coordinator: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", Backend: b, Kind: protocol.KindGPU, Client: "test", Logf: t.Logf,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -1,7 +1,8 @@
-// Package nativeworker is the CPU backend for worker: nn's float32 layers
-// with GEMM through gonum's blas32, a batch split across goroutines for
-// --threads N.
+// Package nativeworker chooses the GEMM kernel a native CPU worker runs on
+// (--kernel: auto, one of nn's kernels, or the host's OpenBLAS, which
+// subpackage openblas loads at run time). The backend itself is package
+// cpubackend, which the browser worker shares.
 //
-// It imports worker and nn, never coordinator, store or another worker
+// It imports cpubackend and nn, never coordinator, store or another worker
 // kind.
 package nativeworker

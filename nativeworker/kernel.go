@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nativeworker/openblas"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
@@ -13,17 +13,13 @@ import (
 // KernelAuto asks UseKernel for the fastest kernel this machine has.
 const KernelAuto = "auto"
 
-// autoKernel is set while KernelAuto is in effect: Backends made by New
-// then measure the kernels on their model (autokernel.go).
-var autoKernel atomic.Bool
-
 // UseKernel chooses the GEMM kernel that CPU training in this process runs
 // on and returns a line saying which and why, for the log. name is
 // KernelAuto or one of nn's kernel names; "openblas" loads the host's
 // OpenBLAS (an error says where it looked when there is none). With
 // KernelAuto, $CROWDTRAIN_KERNEL, when set, wins; otherwise Backends made
-// by New afterwards time the model they are given on every kernel and take
-// the fastest (see autokernel.go).
+// by cpubackend.New afterwards time the model they are given on every kernel and take
+// the fastest (cpubackend/autokernel.go).
 func UseKernel(name string) (string, error) {
 	if name == KernelAuto {
 		if env := os.Getenv(nn.EnvKernel); env != "" {
@@ -44,7 +40,7 @@ func UseKernel(name string) (string, error) {
 		}
 	}
 	if name != KernelAuto {
-		autoKernel.Store(false)
+		cpubackend.SetAutoKernel(false)
 		if err := nn.UseKernel(name); err != nil {
 			return "", fmt.Errorf("--kernel %s: %w, or %s where it is installed", name, err, nn.KernelOpenBLAS)
 		}
@@ -54,7 +50,7 @@ func UseKernel(name string) (string, error) {
 		return "kernel " + name, nil
 	}
 	// A provisional kernel until a Backend measures them on its model
-	// (Backend.Prepare); the first of Kernels is our fastest guess.
+	// (cpubackend.Backend.Prepare); the first of Kernels is our fastest guess.
 	names := nn.Kernels()
 	if len(names) == 0 {
 		return "", fmt.Errorf("no GEMM kernel available")
@@ -62,6 +58,6 @@ func UseKernel(name string) (string, error) {
 	if err := nn.UseKernel(names[0]); err != nil {
 		return "", err
 	}
-	autoKernel.Store(true)
+	cpubackend.SetAutoKernel(true)
 	return fmt.Sprintf("kernel auto (of %s; %s): each job's model is timed on every kernel when it arrives", strings.Join(names, ", "), blasNote), nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nativeworker/openblas"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
@@ -19,7 +20,7 @@ func TestUseKernel(t *testing.T) {
 	if err != nil || nn.KernelName() != nn.KernelGonum || !strings.Contains(msg, "gonum") {
 		t.Fatalf("UseKernel(gonum) = %q, %v; kernel now %s", msg, err, nn.KernelName())
 	}
-	if b, _ := New(1); b.Name() != "cpu-gonum" {
+	if b, _ := cpubackend.New(1); b.Name() != "cpu-gonum" {
 		t.Errorf("backend name %q, want cpu-gonum", b.Name())
 	}
 	if _, err := UseKernel("no-such-kernel"); err == nil {
@@ -27,7 +28,7 @@ func TestUseKernel(t *testing.T) {
 	}
 
 	// auto: a provisional kernel of those present, and Backends made
-	// afterwards measure (autokernel_test.go).
+	// afterwards measure (cpubackend/autokernel_test.go).
 	msg, err = UseKernel(KernelAuto)
 	if err != nil {
 		t.Fatal(err)
@@ -35,13 +36,13 @@ func TestUseKernel(t *testing.T) {
 	if !slices.Contains(nn.Kernels(), nn.KernelName()) || !strings.Contains(msg, "kernel auto") {
 		t.Errorf("auto: kernel %s (%q), not one of %v", nn.KernelName(), msg, nn.Kernels())
 	}
-	if b, _ := New(1); b.tune == nil {
+	if b, _ := cpubackend.New(1); !b.Tunes() {
 		t.Error("a Backend made under auto does not measure the kernels")
 	}
 	if _, err := UseKernel(nn.KernelGonum); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := New(1); b.tune != nil {
+	if b, _ := cpubackend.New(1); b.Tunes() {
 		t.Error("a Backend made under a fixed kernel measures the kernels")
 	}
 

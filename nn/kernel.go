@@ -90,7 +90,7 @@ func findKernel(name string) *kernel {
 }
 
 // Kernels returns the names of the GEMM kernels usable in this process,
-// the default first (nativeworker's --kernel auto measures them instead).
+// the default first (cpubackend measures them instead under --kernel auto).
 func Kernels() []string {
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()

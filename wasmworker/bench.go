@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
+
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
-
-// The worker loop seeds each lease's dropout masks through Seeder.
-var _ worker.Seeder = (*Backend)(nil)
 
 // BenchResult is the training speed of the browser backend on one model.
 type BenchResult struct {
@@ -21,7 +20,7 @@ type BenchResult struct {
 }
 
 // Bench times training steps (forward, backward, SGD update) of the
-// browser backend, the work of one local step, and returns the examples/s
+// browser's CPU backend (package cpubackend on one thread), the work of one local step, and returns the examples/s
 // of rounds of about round each after a warm-up of about one round. It is
 // what the page's {type: "bench"} control runs, so that the worker can be
 // compared with other engines in the same browser.
@@ -41,7 +40,10 @@ func Bench(preset string, batch, rounds int, round time.Duration, x []float32, l
 	if err != nil {
 		return BenchResult{}, err
 	}
-	var b Backend
+	b, err := cpubackend.New(1)
+	if err != nil {
+		return BenchResult{}, err
+	}
 	if err := b.Prepare(model, batch); err != nil {
 		return BenchResult{}, err
 	}

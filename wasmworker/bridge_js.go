@@ -12,6 +12,8 @@ import (
 	"syscall/js"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
+
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -197,8 +199,13 @@ func (b *bridge) handle(c control) bool {
 			return true
 		}
 		b.paused = c.paused
+		backend, err := cpubackend.New(1)
+		if err != nil {
+			b.logf("%v", err)
+			return true
+		}
 		b.build(worker.Config{
-			Coordinator: c.coordinator, Backend: &Backend{}, Client: c.client,
+			Coordinator: c.coordinator, Backend: backend, Kind: protocol.KindBrowser, Client: c.client,
 			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes, ShardCacheBytes: browserShardCacheBytes,
 			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
 			Job: c.job, Caps: &protocol.Caps{MemoryMB: c.memoryMB, Data: c.data},

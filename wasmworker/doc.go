@@ -1,6 +1,7 @@
 // Package wasmworker is the browser worker: the shared worker loop of
-// package worker with a single-threaded CPU backend, driven from a Web
-// Worker (web/static/worker.js) through two JavaScript functions.
+// package worker with the shared CPU backend (package cpubackend) on one
+// thread, driven from a Web Worker (web/static/worker.js) through two
+// JavaScript functions.
 //
 // The page sends control messages ({type: "start" | "pause" | "resume" |
 // "duty" | "stop"}) that worker.js passes to crowdtrainControl; the worker
@@ -12,6 +13,6 @@
 // parameter, batch and gradient buffers, so the heap stays flat however long
 // the tab trains.
 //
-// Everything but Backend builds only for GOOS=js GOARCH=wasm. It must not
+// Everything but Bench builds only for GOOS=js GOARCH=wasm. It must not
 // import database/sql, SQLite or os/exec (internal/arch checks).
 package wasmworker

@@ -72,8 +72,8 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 			native := decode(t, run(t, nil, filepath.Join(bin, "probe"), args...))
 			wasm := decode(t, run(t, nil, node, append([]string{filepath.Join(goroot, "lib", "wasm", "wasm_exec_node.js"),
 				filepath.Join(bin, "probe.wasm")}, args...)...))
-			if !strings.HasPrefix(native.backend, "native/cpu-") || wasm.backend != "browser/wasm-go" {
-				t.Fatalf("backends %q and %q; want native/cpu-<kernel> and browser/wasm-go", native.backend, wasm.backend)
+			if !strings.HasPrefix(native.backend, "cpu-") || wasm.backend != "wasm-go" {
+				t.Fatalf("backends %q and %q; want cpu-<kernel> and wasm-go", native.backend, wasm.backend)
 			}
 			if native.correct != wasm.correct {
 				t.Errorf("correct predictions: native %d, wasm %d", native.correct, wasm.correct)

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -393,7 +393,7 @@ func writeArtifact(t *testing.T, name string, b []byte) {
 // startNativeWorker runs a native CPU worker in this process until stop.
 func startNativeWorker(t testing.TB, wsURL string, threads int) (stop func()) {
 	t.Helper()
-	b, err := nativeworker.New(threads)
+	b, err := cpubackend.New(threads)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,6 @@ import (
 // Backend computes gradients for one worker. The loop calls Prepare once
 // per job, then Gradient from a single goroutine.
 type Backend interface {
-	// Kind is the worker kind reported in hello: protocol.KindNative,
-	// KindBrowser or KindGPU.
-	Kind() string
 	// Name identifies the implementation, e.g. "cpu-gonum".
 	Name() string
 	// Threads is how many threads it computes with.

@@ -18,7 +18,6 @@ type refBackend struct {
 	ws    *nn.Workspace
 }
 
-func (b *refBackend) Kind() string { return protocol.KindNative }
 func (b *refBackend) Name() string { return "ref" }
 func (b *refBackend) Threads() int { return 1 }
 func (b *refBackend) Prepare(m *nn.Model, maxBatch int) error {

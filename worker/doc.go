@@ -5,8 +5,9 @@
 // Backend, push the update the lease asks for, and reconnect with backoff
 // when the connection drops. docs/PROTOCOL.md is the contract.
 //
-// A worker kind (nativeworker, gpuworker, the browser's wasmworker) plugs
-// in a Backend; none of them import each other. worker imports protocol,
+// A worker kind plugs in a Backend (cpubackend, shared by the native and
+// the browser worker; gpuworker) and says its kind in Config.Kind; none of
+// the kinds' packages import each other. worker imports protocol,
 // nn and dataset, never coordinator or store, and builds for js/wasm: the
 // browser worker runs this same loop.
 package worker

@@ -26,6 +26,11 @@ type Config struct {
 	// Coordinator is the websocket URL, e.g. ws://127.0.0.1:8080/ws.
 	Coordinator string
 	Backend     Backend
+	// Kind is the kind of worker it says it is in hello:
+	// protocol.KindNative (the default), KindBrowser or KindGPU. It is
+	// the worker's, not its backend's: a browser tab and a native daemon
+	// run the same CPU backend.
+	Kind string
 	// Client names this software and its version in hello.
 	Client string
 	// Token is the join token, for a coordinator that takes only
@@ -151,6 +156,13 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(30*time.Second, cfg.MinBackoff)
+	}
+	switch cfg.Kind {
+	case "":
+		cfg.Kind = protocol.KindNative
+	case protocol.KindNative, protocol.KindBrowser, protocol.KindGPU:
+	default:
+		return nil, fmt.Errorf("worker: kind %q; want %s, %s or %s", cfg.Kind, protocol.KindNative, protocol.KindBrowser, protocol.KindGPU)
 	}
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = 2
@@ -307,7 +319,7 @@ func (w *Worker) session(ctx context.Context) error {
 	}
 	caps.Data = append(slices.Clip(caps.Data), w.heldData()...)
 	if err := s.send(ctx, &protocol.Hello{
-		Protocol: protocol.Version, Kind: b.Kind(), Backend: b.Name(), Threads: b.Threads(),
+		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: b.Name(), Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 		SnapshotCodecs: []string{protocol.SnapshotF32, protocol.SnapshotF16},

@@ -8,7 +8,7 @@ import (
 	"log"
 
 	"github.com/crowdtrain/crowdtrain/attack"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -47,7 +47,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := attack.Config{
 		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Bind: *bind, JobID: *job, JoinToken: *joinToken,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
-		NewBackend: func() (worker.Backend, error) { return nativeworker.New(1) },
+		NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
 	}
 	if err := cfg.Check(); err != nil {
 		return usagef("%v", err)

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -29,7 +31,7 @@ func openBackend(kind string, device, threads int, kernel string, logf func(stri
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := nativeworker.New(threads)
+		b, err := cpubackend.New(threads)
 		if err != nil {
 			return nil, nil, usagef("%v", err)
 		}
@@ -56,6 +58,15 @@ func openBackend(kind string, device, threads int, kernel string, logf func(stri
 		return cpu()
 	}
 	return nil, nil, usagef("--backend %q: want auto, cpu or cuda", kind)
+}
+
+// workerKind is the kind a worker with backend b says it is in hello:
+// gpu on the CUDA backend, native on the CPU.
+func workerKind(b worker.Backend) string {
+	if _, ok := b.(*gpuworker.Backend); ok {
+		return protocol.KindGPU
+	}
+	return protocol.KindNative
 }
 
 // describeBackend is the start-up log line's backend part.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -50,7 +51,7 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d local steps per lease, backend %s\n", m.Model, m.NumParams, m.Batch, m.LocalSteps, g.Name())
 		rs, median = m.Rounds, m.Median
 	} else {
-		m, err := nativeworker.Measure(*model, *batch, *threads, *rounds, *round, logger.Printf)
+		m, err := cpubackend.Measure(*model, *batch, *threads, *rounds, *round, logger.Printf)
 		if err != nil {
 			return err
 		}

@@ -242,7 +242,6 @@ type nnBackend struct {
 	ws *nn.Workspace
 }
 
-func (b *nnBackend) Kind() string { return protocol.KindNative }
 func (b *nnBackend) Name() string { return "nn" }
 func (b *nnBackend) Threads() int { return 1 }
 func (b *nnBackend) Prepare(m *nn.Model, maxBatch int) error {

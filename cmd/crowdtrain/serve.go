@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -244,7 +244,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range *localWorkers {
-		b, err := nativeworker.New(*threads)
+		b, err := cpubackend.New(*threads)
 		if err != nil {
 			stopWorkers()
 			return err

@@ -50,7 +50,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer release()
 	w, err := worker.New(worker.Config{
-		Coordinator: *coord, Backend: b, Token: *joinToken, VolunteerKey: key, Name: *name,
+		Coordinator: *coord, Backend: b, Kind: workerKind(b), Token: *joinToken, VolunteerKey: key, Name: *name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
 		Job: *pin, Caps: workerCaps(b, *memoryMB),
 	})

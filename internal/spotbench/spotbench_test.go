@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/spotbench"
@@ -106,7 +107,7 @@ func TestHonestBackendsAgree(t *testing.T) {
 func runPlan(t *testing.T, model string, dropout float64, n int, data, node string, classes []string, pairs [][2]string) {
 	dir := t.TempDir()
 	plan := makePlan(t, dir, data, model, dropout, n)
-	native, err := nativeworker.New(1)
+	native, err := cpubackend.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func makePlan(t *testing.T, dir, data, model string, dropout float64, n int) *sp
 	if err := nn.UseKernel(nn.KernelGo); err != nil {
 		t.Fatal(err)
 	}
-	b, err := nativeworker.New(1)
+	b, err := cpubackend.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}

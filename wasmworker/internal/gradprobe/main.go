@@ -90,7 +90,7 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 			return err
 		}
 		return json.NewEncoder(os.Stdout).Encode(Output{
-			Backend: b.Kind() + "/" + b.Name(), LossSum: res.LossSum, Correct: res.Correct, Grad: protocol.EncodeFloats(res.Update),
+			Backend: b.Name(), LossSum: res.LossSum, Correct: res.Correct, Grad: protocol.EncodeFloats(res.Update),
 		})
 	}
 	if err := b.Prepare(model, batch); err != nil {
@@ -102,7 +102,7 @@ func run(data, preset string, batch int, lease *protocol.Lease) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(Output{
-		Backend: b.Kind() + "/" + b.Name(), LossSum: loss, Correct: correct, Grad: protocol.EncodeFloats(grad),
+		Backend: b.Name(), LossSum: loss, Correct: correct, Grad: protocol.EncodeFloats(grad),
 	})
 }
 

@@ -1,4 +1,4 @@
-package nativeworker
+package cpubackend
 
 import (
 	"fmt"
@@ -40,11 +40,8 @@ func (l *logLines) grep(s string) []string {
 // trains with it.
 func TestAutoKernelPicksAValidKernel(t *testing.T) {
 	old := nn.KernelName()
-	defer func() { UseKernel(old) }()
-	t.Setenv(nn.EnvKernel, "")
-	if _, err := UseKernel(KernelAuto); err != nil {
-		t.Fatal(err)
-	}
+	defer func() { nn.UseKernel(old); SetAutoKernel(false) }()
+	SetAutoKernel(true)
 	for _, preset := range []string{"mnist-mlp", "mnist-cnn"} {
 		spec, _ := nn.Preset(preset)
 		model, err := nn.NewModel(spec)
@@ -95,7 +92,7 @@ func TestAutoKernelRechecksOnTrainingBatches(t *testing.T) {
 
 func recheck(t *testing.T, per int) {
 	old := nn.KernelName()
-	defer func() { UseKernel(old) }()
+	defer func() { nn.UseKernel(old) }()
 	spec, _ := nn.Preset("mnist-mlp")
 	model, err := nn.NewModel(spec)
 	if err != nil {

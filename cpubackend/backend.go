@@ -1,13 +1,23 @@
-package nativeworker
+package cpubackend
 
 import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/protocol"
 )
+
+// autoKernel is set while the kernel is chosen by measurement (--kernel
+// auto): Backends made by New then time the kernels on their model
+// (autokernel.go).
+var autoKernel atomic.Bool
+
+// SetAutoKernel makes Backends made by New afterwards choose the GEMM
+// kernel by timing their model on each (on), or run the one in use (off).
+// nativeworker.UseKernel sets it for --kernel.
+func SetAutoKernel(on bool) { autoKernel.Store(on) }
 
 // Backend computes gradients on the CPU. With more than one thread, a batch
 // is split into contiguous parts, one goroutine per part, and the parts'
@@ -33,7 +43,7 @@ type part struct {
 }
 
 // New returns a CPU backend with the given number of threads; 0 means one
-// per CPU.
+// per CPU (one in a browser, where Go has no threads).
 func New(threads int) (*Backend, error) {
 	if threads < 0 {
 		return nil, fmt.Errorf("threads must be >= 0 (0 = one per CPU), got %d", threads)
@@ -56,11 +66,13 @@ func (b *Backend) SetLog(logf func(string, ...any)) {
 	}
 }
 
-func (b *Backend) Kind() string { return protocol.KindNative }
-
-// Name is "cpu-" and the GEMM kernel in use, e.g. "cpu-avx512".
-func (b *Backend) Name() string { return "cpu-" + nn.KernelName() }
+// Name is the platform's prefix and the GEMM kernel in use: "cpu-avx512"
+// natively, "wasm-go" in a browser (name_wasm.go).
+func (b *Backend) Name() string { return namePrefix + nn.KernelName() }
 func (b *Backend) Threads() int { return b.threads }
+
+// Tunes reports whether the backend chooses its kernel by measurement.
+func (b *Backend) Tunes() bool { return b.tune != nil }
 
 // Prepare allocates per-thread workspaces for batches of up to maxBatch;
 // the dropout seed starts again at 0.
@@ -101,7 +113,7 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 
 func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	if b.model == nil {
-		return 0, 0, fmt.Errorf("nativeworker: Gradient before Prepare")
+		return 0, 0, fmt.Errorf("cpubackend: Gradient before Prepare")
 	}
 	seed := b.seed
 	b.seed++

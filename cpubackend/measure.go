@@ -1,4 +1,4 @@
-package nativeworker
+package cpubackend
 
 import (
 	"fmt"
