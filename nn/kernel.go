@@ -42,12 +42,17 @@ type kernel struct {
 	// skipsZeros: the kernel does less work for zero entries of A (gonum),
 	// which makes the zero-skipping formulations in layers.go pay.
 	skipsZeros bool
-	// sparseA: run op(A) with many zeros through sparseGemm (the pure-Go
-	// kernel, for wasm).
-	sparseA bool
+	// sparseA: run op(A) through sparseGemm when at least this share of
+	// a sample of it is zero (0: never). The pure-Go kernel in wasm gains
+	// from a quarter of zeros on; a SIMD kernel, several times faster on
+	// dense operands, only from far more.
+	sparseA float64
 	// directConv: stride-1 conv2d layers take the direct convolution
 	// (conv_direct.go), whose kernels come with this one.
 	directConv bool
+	// block computes whole packed blocks (kernel_block.go), for kernels
+	// called across a boundary that costs too much per tile.
+	block *blockKernel
 }
 
 var (
@@ -58,7 +63,7 @@ var (
 
 func init() {
 	kernels = append(kernels, platformKernels()...)
-	goK := &kernel{name: KernelGo, micro: goMicro, sparseA: true}
+	goK := &kernel{name: KernelGo, micro: goMicro, sparseA: goSparseMinZeros}
 	gonumK := &kernel{name: KernelGonum, sgemm: gonumGemm, skipsZeros: true}
 	if goFirst {
 		kernels = append(kernels, goK, gonumK)
@@ -124,11 +129,16 @@ func RegisterKernel(name string, f SgemmFunc) {
 	if f == nil {
 		panic("nn: RegisterKernel: nil SgemmFunc")
 	}
+	register(&kernel{name: name, sgemm: f})
+}
+
+// register adds k before the built-in kernels, or in place of the kernel
+// of its name.
+func register(k *kernel) {
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()
-	k := &kernel{name: name, sgemm: f}
 	for i, old := range kernels {
-		if old.name == name {
+		if old.name == k.name {
 			kernels[i] = k
 			if active.Load() == old {
 				active.Store(k)
@@ -161,6 +171,7 @@ type gemmScratch struct {
 	a    []float32 // blockM × blockK
 	b    []float32 // blockK × blockN
 	tile []float32 // one mr×nr tile, for the edges of C
+	cblk []float32 // a block kernel's block of C (blockM × blockN), made at first use
 	// sparseGemm: the non-zeros of each row of a block of op(A).
 	spVal []float32 // blockM × blockK
 	spIdx []int32   // blockM × blockK
@@ -195,13 +206,17 @@ type microKernel struct {
 // step's kernel; s is the caller's Workspace scratch.
 func gemm(s *gemmScratch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	kn := s.kernel()
-	if kn.micro == nil {
-		kn.sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	if kn.sparseA && m > 0 && n > 0 && k > 0 && alpha != 0 && (sparseForce == 1 || sparseForce == 0 && mostlyZero(transA, m, k, a, lda)) {
+	if kn.sparseA > 0 && m > 0 && n > 0 && k > 0 && alpha != 0 && (sparseForce == 1 || sparseForce == 0 && mostlyZero(transA, m, k, a, lda, kn.sparseA)) {
 		scaleC(beta, m, n, c, ldc)
 		sparseGemm(s, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		return
+	}
+	if kn.block != nil {
+		blockGemm(kn.block, s, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if kn.micro == nil {
+		kn.sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	packedGemm(kn.micro, s, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

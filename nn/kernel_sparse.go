@@ -15,15 +15,15 @@ import "math"
 // next to the operands (Go's wasm backend has 16 float registers).
 const sparseNR = 8
 
-// sparseMinZeroQuarters: op(A) goes through sparseGemm when at least this
-// many quarters of a sample of it are zero. Measured in wasm (Node and
-// Chromium), the list kernel about matches the 4×4 kernel on dense data,
-// so it pays from about a quarter of zeros on.
-const sparseMinZeroQuarters = 1
+// goSparseMinZeros: with the pure-Go kernel op(A) goes through sparseGemm
+// when at least this share of a sample of it is zero. Measured in wasm
+// (Node and Chromium), the list kernel about matches the 4×4 kernel on
+// dense data, so it pays from about a quarter of zeros on.
+const goSparseMinZeros = 0.25
 
 // mostlyZero samples op(A) (m×k) at about 1024 evenly spread entries and
-// reports whether enough are zero for sparseGemm.
-func mostlyZero(transA bool, m, k int, a []float32, lda int) bool {
+// reports whether at least the share minZeros of them are zero.
+func mostlyZero(transA bool, m, k int, a []float32, lda int, minZeros float64) bool {
 	total := m * k
 	step := max(1, total/1024)
 	zeros, n := 0, 0
@@ -41,7 +41,7 @@ func mostlyZero(transA bool, m, k int, a []float32, lda int) bool {
 		zeros += int(1 - (x|-x)>>31)
 		n++
 	}
-	return zeros*4 >= sparseMinZeroQuarters*n
+	return float64(zeros) >= minZeros*float64(n)
 }
 
 // sparseGemm computes C += alpha*op(A)*op(B) (beta already applied),

@@ -75,3 +75,49 @@ func Bench(preset string, batch, rounds int, round time.Duration, x []float32, l
 	}
 	return r, nil
 }
+
+// GradientResult is one gradient the browser's backend computed.
+type GradientResult struct {
+	Backend string // the backend's name, e.g. wasm-simd
+	LossSum float64
+	Correct int
+	Grad    []float32
+}
+
+// Gradient computes one gradient of preset, its parameters initialised
+// from seed 1, on the batch x, labels (labels per example as the model
+// has), with the backend in use: what a test compares with a native
+// worker's numbers.
+func Gradient(preset string, x []float32, labels []int32) (GradientResult, error) {
+	spec, err := nn.Preset(preset)
+	if err != nil {
+		return GradientResult{}, err
+	}
+	model, err := nn.NewModel(spec)
+	if err != nil {
+		return GradientResult{}, err
+	}
+	lpe := model.LabelsPerExample
+	n := len(labels) / max(lpe, 1)
+	if n < 1 || len(labels) != n*lpe || len(x) != n*model.InputSize {
+		return GradientResult{}, fmt.Errorf("a batch of %s needs %d inputs and %d labels per example, got %d and %d in all",
+			preset, model.InputSize, lpe, len(x), len(labels))
+	}
+	for _, l := range labels {
+		if l < 0 || int(l) >= model.NumClasses {
+			return GradientResult{}, fmt.Errorf("label %d is not a class of %s", l, preset)
+		}
+	}
+	b, err := cpubackend.New(1)
+	if err != nil {
+		return GradientResult{}, err
+	}
+	if err := b.Prepare(model, n); err != nil {
+		return GradientResult{}, err
+	}
+	params := make([]float32, model.NumParams)
+	model.Init(params, 1)
+	r := GradientResult{Backend: b.Name(), Grad: make([]float32, model.NumParams)}
+	r.LossSum, r.Correct, err = b.Gradient(params, x, labels, r.Grad)
+	return r, err
+}

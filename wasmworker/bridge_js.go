@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/cpubackend"
-
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -32,7 +32,9 @@ type control struct {
 	// memory the page lets a job use (hello's caps).
 	job      string
 	memoryMB int
-	data     []string // data sets whose shards the page's Cache Storage holds
+	// backend is the CPU backend worker.js prepared (wasm-simd, wasm-go).
+	backend string
+	data    []string // data sets whose shards the page's Cache Storage holds
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
 	batch, rounds int
@@ -54,7 +56,7 @@ func parseControl(v js.Value) control {
 	}
 	c.typ, c.coordinator, c.client = str("type"), str("coordinator"), str("client")
 	c.volunteerKey, c.name, c.token = str("volunteerKey"), str("name"), str("token")
-	c.job = str("job")
+	c.job, c.backend = str("job"), str("backend")
 	if d := v.Get("data"); d.Type() == js.TypeObject {
 		for i := range min(d.Length(), 64) {
 			if k := d.Index(i); k.Type() == js.TypeString && len(k.String()) <= 64 {
@@ -199,6 +201,12 @@ func (b *bridge) handle(c control) bool {
 			return true
 		}
 		b.paused = c.paused
+		if c.backend != "" {
+			name, err := useBackend(c.backend)
+			if err != nil {
+				b.logf("backend %s: %v; training on %s", c.backend, err, name)
+			}
+		}
 		backend, err := cpubackend.New(1)
 		if err != nil {
 			b.logf("%v", err)
@@ -243,6 +251,8 @@ func (b *bridge) handle(c control) bool {
 		}
 	case "bench":
 		b.bench(c)
+	case "gradient":
+		b.gradient(c)
 	case "stop":
 		b.stop()
 		b.failed = ""
@@ -292,6 +302,12 @@ func (b *bridge) bench(c control) {
 		report(map[string]any{"type": "error", "message": "bench: the worker is training; pause it first"})
 		return
 	}
+	if c.backend != "" {
+		if name, err := useBackend(c.backend); err != nil {
+			report(map[string]any{"type": "error", "message": fmt.Sprintf("bench: backend %s: %v (%s is in use)", c.backend, err, name)})
+			return
+		}
+	}
 	r, err := Bench(c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": err.Error()})
@@ -305,6 +321,37 @@ func (b *bridge) bench(c control) {
 		"type": "bench", "model": r.Model, "batch": r.Batch, "kernel": r.Kernel,
 		"rounds": rounds, "median": r.Median,
 	})
+}
+
+// gradient computes one gradient of c.model (parameters from seed 1) on
+// the batch c.x, c.labels with the backend c.backend, and reports
+// {type: "gradient", backend, lossSum, correct, grad} with grad as
+// little-endian float32 bytes: the page's numbers, to be compared with a
+// native worker's (web's TestBrowserGradientMatchesNative).
+func (b *bridge) gradient(c control) {
+	fail := func(err error) { report(map[string]any{"type": "error", "message": "gradient: " + err.Error()}) }
+	if b.cancel != nil {
+		fail(errors.New("the worker is training; pause it first"))
+		return
+	}
+	if c.backend != "" {
+		if _, err := useBackend(c.backend); err != nil {
+			fail(err)
+			return
+		}
+	}
+	r, err := Gradient(c.model, c.x, c.labels)
+	if err != nil {
+		fail(err)
+		return
+	}
+	buf := make([]byte, 4*len(r.Grad))
+	for i, v := range r.Grad {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+	grad := js.Global().Get("Uint8Array").New(len(buf))
+	js.CopyBytesToJS(grad, buf)
+	report(map[string]any{"type": "gradient", "backend": r.Backend, "lossSum": r.LossSum, "correct": r.Correct, "grad": grad})
 }
 
 // start runs the worker loop unless it is running.
@@ -379,6 +426,7 @@ func (b *bridge) report() {
 		"workerId": s.WorkerID, "jobId": s.JobID, "jobName": s.JobName, "version": version,
 		"computed": s.Computed, "examples": s.Examples, "accepted": s.Accepted, "rejected": s.Rejected,
 		"lastReason": s.LastReason, "rate": b.rate, "banned": b.banned,
+		"backend": "wasm-" + nn.KernelName(),
 	})
 }
 

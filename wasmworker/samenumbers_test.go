@@ -59,46 +59,59 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 		tol         float64
 		lossTol     float64 // on the mean loss, absolute; 0: tol/10 relative to the sum
 	}{
-		{"mnist-mlp", "mnist-mlp", nil, 64, 1e-5, 0},
-		{"mnist-cnn", "mnist-cnn", nil, 64, 1e-5, 0},
+		{"mnist-mlp", "mnist-mlp", nil, 64, 1e-6, 0},
+		{"mnist-cnn", "mnist-cnn", nil, 64, 1e-6, 0},
 		{"charlm-tiny", "charlm-tiny", []string{"-batch", "32"}, 32 * 32, 1e-6, 1e-6},
 		{"charlm", "charlm", []string{"-batch", "4"}, 4 * 128, 1e-6, 1e-6},
 		{"mnist-mlp adamw delta 4 steps", "mnist-mlp", []string{"-inner", "adamw", "-steps", "4", "-update", "delta"}, 256, 1e-4, 0},
 		{"mnist-mlp sgd gradient 4 steps", "mnist-mlp", []string{"-inner", "sgd", "-steps", "4", "-update", "gradient"}, 256, 1e-4, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			model := tc.name
-			args := append([]string{"-data", dir, "-model", tc.model}, tc.args...)
-			native := decode(t, run(t, nil, filepath.Join(bin, "probe"), args...))
-			wasm := decode(t, run(t, nil, node, append([]string{filepath.Join(goroot, "lib", "wasm", "wasm_exec_node.js"),
-				filepath.Join(bin, "probe.wasm")}, args...)...))
-			if !strings.HasPrefix(native.backend, "cpu-") || wasm.backend != "wasm-go" {
-				t.Fatalf("backends %q and %q; want cpu-<kernel> and wasm-go", native.backend, wasm.backend)
-			}
-			if native.correct != wasm.correct {
-				t.Errorf("correct predictions: native %d, wasm %d", native.correct, wasm.correct)
-			}
-			if tc.lossTol > 0 {
-				if d := math.Abs(native.loss-wasm.loss) / float64(tc.examples); d > tc.lossTol {
-					t.Errorf("mean loss: native %v, wasm %v (difference %.2g)", native.loss/float64(tc.examples), wasm.loss/float64(tc.examples), d)
+		args := append([]string{"-data", dir, "-model", tc.model}, tc.args...)
+		native := decode(t, run(t, nil, filepath.Join(bin, "probe"), args...))
+		if !strings.HasPrefix(native.backend, "cpu-") {
+			t.Fatalf("native backend %q, want cpu-<kernel>", native.backend)
+		}
+		// The browser's two CPU backends: the pure-Go kernel, and the
+		// SIMD module loaded beside the Go module as worker.js loads it.
+		for _, backend := range []string{"wasm-go", "wasm-simd"} {
+			t.Run(tc.name+"/"+backend, func(t *testing.T) {
+				model := tc.name + " " + backend
+				var wasm probeResult
+				if backend == "wasm-go" {
+					wasm = decode(t, run(t, nil, node, append([]string{filepath.Join(goroot, "lib", "wasm", "wasm_exec_node.js"),
+						filepath.Join(bin, "probe.wasm")}, args...)...))
+				} else {
+					wasm = decode(t, run(t, nil, node, append([]string{"testdata/run_simd_node.js", filepath.Join(goroot, "lib", "wasm"),
+						"../web/static/simd.wasm", filepath.Join(bin, "probe.wasm"), "-kernel", "simd"}, args...)...))
 				}
-			} else if d := math.Abs(native.loss-wasm.loss) / native.loss; d > tc.tol/10 {
-				t.Errorf("loss sum: native %v, wasm %v (relative difference %.2g)", native.loss, wasm.loss, d)
-			}
-			var diff, norm, worst float64
-			for i, g := range native.grad {
-				d := float64(wasm.grad[i] - g)
-				diff += d * d
-				norm += float64(g) * float64(g)
-				worst = max(worst, math.Abs(d))
-			}
-			rel := math.Sqrt(diff / norm)
-			t.Logf("%s: %d parameters, mean loss %.6f (wasm %+.2g), update relative difference %.2g, largest %.2g", model, len(native.grad),
-				native.loss/float64(tc.examples), (wasm.loss-native.loss)/float64(tc.examples), rel, worst)
-			if norm == 0 || rel > tc.tol {
-				t.Errorf("updates differ: ‖wasm−native‖/‖native‖ = %.3g (norm %.3g), want ≤ %g", rel, math.Sqrt(norm), tc.tol)
-			}
-		})
+				if wasm.backend != backend {
+					t.Fatalf("wasm backend %q, want %s", wasm.backend, backend)
+				}
+				if native.correct != wasm.correct {
+					t.Errorf("correct predictions: native %d, wasm %d", native.correct, wasm.correct)
+				}
+				if tc.lossTol > 0 {
+					if d := math.Abs(native.loss-wasm.loss) / float64(tc.examples); d > tc.lossTol {
+						t.Errorf("mean loss: native %v, wasm %v (difference %.2g)", native.loss/float64(tc.examples), wasm.loss/float64(tc.examples), d)
+					}
+				} else if d := math.Abs(native.loss-wasm.loss) / native.loss; d > tc.tol/10 {
+					t.Errorf("loss sum: native %v, wasm %v (relative difference %.2g)", native.loss, wasm.loss, d)
+				}
+				var diff, norm, worst float64
+				for i, g := range native.grad {
+					d := float64(wasm.grad[i] - g)
+					diff += d * d
+					norm += float64(g) * float64(g)
+					worst = max(worst, math.Abs(d))
+				}
+				rel := math.Sqrt(diff / norm)
+				t.Logf("%s: %d parameters, mean loss %.6f (wasm %+.2g), update relative difference %.2g, largest %.2g", model, len(native.grad),
+					native.loss/float64(tc.examples), (wasm.loss-native.loss)/float64(tc.examples), rel, worst)
+				if norm == 0 || rel > tc.tol {
+					t.Errorf("updates differ: ‖wasm−native‖/‖native‖ = %.3g (norm %.3g), want ≤ %g", rel, math.Sqrt(norm), tc.tol)
+				}
+			})
+		}
 	}
 }
 

@@ -99,8 +99,8 @@ func BenchmarkBrowserVsTFJS(b *testing.B) {
 	b.Cleanup(srv.Close)
 	do(b, ctx, 30*time.Second, chromedp.Navigate(srv.URL+"/kbench/"))
 
-	run := func(b *testing.B, fn, model, data string) benchReport {
-		expr := fmt.Sprintf(`%s({model: %q, batch: %d, rounds: %d, seconds: %g, data: %q})`, fn, model, batch, rounds, seconds, data)
+	run := func(b *testing.B, fn, model, data, backend string) benchReport {
+		expr := fmt.Sprintf(`%s({model: %q, batch: %d, rounds: %d, seconds: %g, data: %q, backend: %q})`, fn, model, batch, rounds, seconds, data, backend)
 		tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 		out, err := chromedp.Run(tctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
@@ -126,21 +126,29 @@ func BenchmarkBrowserVsTFJS(b *testing.B) {
 		for _, data := range []string{"random", "mnist"} {
 			b.Run(model+"/"+data, func(b *testing.B) {
 				for range b.N {
-					ours := run(b, "runOurs", model, data)
-					tfjs := run(b, "runTFJS", model, data)
+					// Our two CPU backends, and TF.js, back to back.
+					scalar := run(b, "runOurs", model, data, "wasm-go")
+					ours := run(b, "runOurs", model, data, "wasm-simd")
+					tfjs := run(b, "runTFJS", model, data, "")
+					if ours.Kernel != "simd" || scalar.Kernel != "go" {
+						b.Fatalf("the backends ran kernels %q and %q, want simd and go", ours.Kernel, scalar.Kernel)
+					}
 					b.ReportMetric(ours.Median, "crowdtrain-examples/s")
+					b.ReportMetric(scalar.Median, "crowdtrain-go-examples/s")
+					b.ReportMetric(ours.Median/scalar.Median, "simd/go")
 					if tfjs.Unsupported != "" {
-						b.Logf("%s on %s inputs: crowdtrain (kernel %s) %.0f examples/s, rounds %.0f; TF.js cannot train it: %s",
-							model, data, ours.Kernel, ours.Median, ours.Rounds, tfjs.Unsupported)
+						b.Logf("%s on %s inputs: crowdtrain wasm-simd %.0f examples/s (rounds %.0f), wasm-go %.0f; TF.js cannot train it: %s",
+							model, data, ours.Median, ours.Rounds, scalar.Median, tfjs.Unsupported)
 						continue
 					}
 					if !tfjs.SIMD || tfjs.Threads != 1 {
 						b.Logf("note: TF.js ran with simd=%v on %d threads", tfjs.SIMD, tfjs.Threads)
 					}
-					b.Logf("%s on %s inputs: crowdtrain (kernel %s) %.0f examples/s, rounds %.0f; %s %.0f examples/s, rounds %.0f",
-						model, data, ours.Kernel, ours.Median, ours.Rounds, tfjs.Kernel, tfjs.Median, tfjs.Rounds)
+					b.Logf("%s on %s inputs: crowdtrain wasm-simd %.0f examples/s (rounds %.0f), wasm-go %.0f; %s %.0f examples/s, rounds %.0f",
+						model, data, ours.Median, ours.Rounds, scalar.Median, tfjs.Kernel, tfjs.Median, tfjs.Rounds)
 					b.ReportMetric(tfjs.Median, "tfjs-examples/s")
 					b.ReportMetric(ours.Median/tfjs.Median, "crowdtrain/tfjs")
+					b.ReportMetric(scalar.Median/tfjs.Median, "crowdtrain-go/tfjs")
 				}
 			})
 		}

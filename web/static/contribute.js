@@ -7,7 +7,7 @@
 const SETTINGS_KEY = 'crowdtrain.settings.v1';
 const $ = (id) => document.getElementById(id);
 
-const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false, job: '' }, load());
+const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false, job: '', backend: '' }, load());
 const workers = []; // { worker, stats }
 let running = false; // Contribute pressed and not stopped
 let userPaused = false; // Pause pressed
@@ -66,8 +66,12 @@ function spawn() {
     failure = 'worker script failed: ' + (e.message || 'unknown error');
     render();
   };
+  const b = requestedBackend();
   entry.worker.postMessage({
     type: 'start',
+    backend: b.want,
+    backendWhy: b.why,
+    simd: new URLSearchParams(location.search).get('simd') !== 'off',
     coordinator: wsURL(),
     duty: Number(settings.cpu),
     client: 'crowdtrain-browser (' + navigator.userAgent + ')',
@@ -77,6 +81,24 @@ function spawn() {
     ...who(),
   });
   workers.push(entry);
+}
+
+// The backends a tab may train on: ?backend= forces one (a forced one
+// that is not available falls back as the page would, and says why);
+// without it the page asks for the one it chose on an earlier visit, or
+// for the best there is, and remembers what the workers then use.
+const BACKENDS = ['wasm-go', 'wasm-simd', 'webgpu'];
+
+function requestedBackend() {
+  const forced = new URLSearchParams(location.search).get('backend');
+  if (forced !== null) {
+    if (BACKENDS.includes(forced)) return { want: forced, why: '?backend=' + forced + ' asked for it' };
+    return { want: '', why: '?backend=' + forced.slice(0, 40) + ' names no backend (' + BACKENDS.join(', ') + ')' };
+  }
+  if (BACKENDS.includes(settings.backend)) {
+    return { want: settings.backend, why: 'remembered from this browser\'s earlier choice' };
+  }
+  return { want: '', why: 'chosen automatically' };
 }
 
 // memoryMB is the memory a job may use in this tab, told to the
@@ -171,6 +193,16 @@ function render() {
     if (w.stats.lastReason) reason = w.stats.lastReason;
   }
   if (version >= 0) $('version').textContent = String(version);
+  const first = workers.find((w) => w.stats && w.stats.backend);
+  if (first) {
+    $('backend').textContent = first.stats.backend;
+    $('backend-reason').textContent = first.stats.backendReason || '';
+    // Remember the automatic choice; a forced one is the URL's to keep.
+    if (new URLSearchParams(location.search).get('backend') === null && settings.backend !== first.stats.backend) {
+      settings.backend = first.stats.backend;
+      save();
+    }
+  }
   $('last-reason').textContent = reason ? 'Last rejection: ' + reason : '';
   $('contribute').disabled = running || $('contribute').dataset.blocked === '1';
   $('pause').disabled = !running;

@@ -83,6 +83,10 @@ async function handle(m) {
     // which data sets Cache Storage has shards of.
     m.data = await cachedDataKeys();
   }
+  if (m && (m.type === 'start' || m.type === 'bench' || m.type === 'gradient')) {
+    backend = await chooseBackend(m.backend || '', m.simd !== false, m.backendWhy || '');
+    m.backend = backend.name;
+  }
   if (self.crowdtrainControl) {
     self.crowdtrainControl(m);
   } else {
@@ -110,6 +114,49 @@ self.crowdtrainReady = () => {
 };
 
 let wasmMemory = null; // the Go instance's linear memory, once it runs
+let memoryReady;
+const goMemory = new Promise((resolve) => { memoryReady = resolve; });
+
+// The CPU backends: wasm-simd, the GEMM in WebAssembly SIMD (simd.wasm,
+// written by package internal/wasmsimd), instantiated on the Go module's
+// memory so that it works on Go's slices in place; wasm-go, Go's own
+// scalar kernel, everywhere. backend is the one chosen, with why.
+let backend = { name: 'wasm-go', reason: '' };
+let simdLoad = null; // the SIMD module's load, once tried
+
+function loadSIMD() {
+  simdLoad ??= (async () => {
+    const resp = await netFetch('simd.wasm');
+    if (!resp.ok) throw new Error('simd.wasm: ' + resp.status);
+    const bytes = await resp.arrayBuffer();
+    if (!WebAssembly.validate(bytes)) throw new Error('this browser has no WebAssembly SIMD');
+    const mem = await goMemory;
+    const { instance } = await WebAssembly.instantiate(bytes, { env: { mem } });
+    self.crowdtrainSIMDBlock = instance.exports.block;
+  })();
+  return simdLoad;
+}
+
+// chooseBackend settles the backend for want ('' the best there is,
+// 'wasm-simd', 'wasm-go' or 'webgpu'); why says how want was chosen (the
+// page's ?backend=, a remembered choice). simd false stands in for a
+// browser without WebAssembly SIMD (?simd=off, for tests).
+async function chooseBackend(want, simd, why) {
+  if (want === 'wasm-go') {
+    return { name: 'wasm-go', reason: (why || 'asked for') + ': the scalar Go kernel' };
+  }
+  let prefix = why ? why + ': ' : '';
+  if (want === 'webgpu') {
+    prefix = (why || 'webgpu asked for') + ', but this version has no WebGPU backend: ';
+  }
+  try {
+    if (!simd) throw new Error('WebAssembly SIMD is turned off (?simd=off)');
+    await loadSIMD();
+    return { name: 'wasm-simd', reason: prefix + 'WebAssembly SIMD (f32x4) kernels, the fastest CPU backend this browser has' };
+  } catch (e) {
+    return { name: 'wasm-go', reason: prefix + 'wasm-simd is not available (' + e.message + '): the scalar Go kernel' };
+  }
+}
 
 // Called by Go with each report; cache counters and the size of Go's heap
 // (wasm memory only grows) are added here, where they are known.
@@ -117,6 +164,7 @@ self.crowdtrainReport = (m) => {
   m.cacheHits = cacheStats.hits;
   m.cacheMisses = cacheStats.misses;
   if (wasmMemory) m.memoryBytes = wasmMemory.buffer.byteLength;
+  if (m.type === 'stats' || m.type === 'bench' || m.type === 'gradient') m.backendReason = backend.reason;
   self.postMessage(m);
 };
 
@@ -134,6 +182,7 @@ async function load() {
     result = await WebAssembly.instantiate(await resp.arrayBuffer(), go.importObject);
   }
   wasmMemory = result.instance.exports.mem;
+  memoryReady(wasmMemory);
   await go.run(result.instance);
   self.postMessage({ type: 'exited' });
 }

@@ -8,6 +8,10 @@
 //
 //	gradprobe -data DIR -model mnist-mlp
 //
+// -kernel picks the GEMM kernel; under Node with testdata/run_simd_node.js
+// (which loads web/static/simd.wasm beside it) -kernel simd runs the
+// browser's wasm-simd backend.
+//
 // With -inner, it runs a whole lease through the worker's compute path
 // instead: -steps inner steps of -batch examples with that inner optimizer,
 // printing the update -update names (gradient or delta).
@@ -42,7 +46,14 @@ func main() {
 	inner := flag.String("inner", "", "run a lease with this inner optimizer (sgd or adamw) instead of one gradient")
 	steps := flag.Int("steps", 1, "inner steps of the lease (with -inner)")
 	update := flag.String("update", protocol.UpdateGradient, "update kind of the lease (with -inner): gradient or delta")
+	kernel := flag.String("kernel", "", "GEMM kernel (nn's names; simd, the wasm SIMD module, under GOOS=js GOARCH=wasm when the runner loaded it); empty: the default")
 	flag.Parse()
+	if *kernel != "" {
+		if err := useKernel(*kernel); err != nil {
+			fmt.Fprintln(os.Stderr, "gradprobe: -kernel:", err)
+			os.Exit(1)
+		}
+	}
 	var lease *protocol.Lease
 	if *inner != "" {
 		lease = &protocol.Lease{ID: 1, JobID: "probe", Count: *batch * *steps, BatchSize: *batch, LocalSteps: *steps,

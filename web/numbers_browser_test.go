@@ -1,0 +1,138 @@
+package web_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/web"
+)
+
+// The tab's backends compute the native worker's numbers in headless
+// Chromium too: one batch of every preset, parameters from seed 1, on
+// wasm-go and on wasm-simd, against the native CPU backend on the same
+// batch. The relative L2 distance of the gradients must be under 1e-6
+// (the kernels sum in other orders: float32 rounding). Under Node the
+// same check runs in package wasmworker.
+func TestBrowserGradientMatchesNative(t *testing.T) {
+	ctx := testbrowser.New(t)
+	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/static/", pages)
+	mux.HandleFunc("/numbers/", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, filepath.Join("testdata", "numbers.html"))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	do(t, ctx, 30*time.Second, chromedp.Navigate(srv.URL+"/numbers/"))
+
+	train, _ := loadMNIST(t)
+	for _, c := range []struct {
+		model string
+		batch int
+	}{{"mnist-mlp", 64}, {"mnist-cnn", 64}, {"charlm-tiny", 16}, {"charlm", 4}} {
+		spec, err := nn.Preset(c.model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model, err := nn.NewModel(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, c.batch*model.InputSize)
+		labels := make([]int32, c.batch*model.LabelsPerExample)
+		if model.LabelsPerExample > 1 {
+			// Windows of a text: each position's label is the next byte.
+			text := []byte("In the beginning God created the heaven and the earth. And the earth was without form, and void; ")
+			for i := range x {
+				x[i] = float32(text[i%len(text)])
+			}
+			for i := range labels {
+				labels[i] = int32(text[(i+1)%len(text)])
+			}
+		} else {
+			train.Fill(x, labels, 0, c.batch)
+		}
+		// The native CPU backend, one thread, on the same batch.
+		b, err := cpubackend.New(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Prepare(model, c.batch); err != nil {
+			t.Fatal(err)
+		}
+		params := make([]float32, model.NumParams)
+		model.Init(params, 1)
+		want := make([]float32, model.NumParams)
+		wantLoss, wantCorrect, err := b.Gradient(params, x, labels, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xb := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(xb[4*i:], math.Float32bits(v))
+		}
+		lb := make([]byte, len(labels))
+		for i, l := range labels {
+			lb[i] = byte(l)
+		}
+		for _, backend := range []string{"wasm-go", "wasm-simd"} {
+			expr := fmt.Sprintf(`gradient({model: %q, backend: %q, x: %q, labels: %q})`, c.model, backend,
+				base64.StdEncoding.EncodeToString(xb), base64.StdEncoding.EncodeToString(lb))
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			out, err := chromedp.Run(tctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+			cancel()
+			if err != nil {
+				t.Fatalf("%s on %s: %v", c.model, backend, err)
+			}
+			var r struct {
+				Backend, BackendReason string
+				LossSum                float64
+				Correct                int
+				Grad                   string
+			}
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Backend != backend {
+				t.Fatalf("%s: asked for %s, computed on %s (%s)", c.model, backend, r.Backend, r.BackendReason)
+			}
+			raw, err := base64.StdEncoding.DecodeString(r.Grad)
+			if err != nil || len(raw) != 4*len(want) {
+				t.Fatalf("%s on %s: %d gradient bytes (%v), want %d", c.model, backend, len(raw), err, 4*len(want))
+			}
+			var diff, norm float64
+			for i, w := range want {
+				d := float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))) - float64(w)
+				diff += d * d
+				norm += float64(w) * float64(w)
+			}
+			rel := math.Sqrt(diff / norm)
+			t.Logf("%s on %s in Chromium against native %s: relative L2 distance %.2g, loss sum %.6f against %.6f",
+				c.model, backend, b.Name(), rel, r.LossSum, wantLoss)
+			if !(rel < 1e-6) {
+				t.Errorf("%s on %s: gradient %.3g from the native one (relative L2), want under 1e-6", c.model, backend, rel)
+			}
+			if r.Correct != wantCorrect || math.Abs(r.LossSum-wantLoss) > 1e-5*math.Abs(wantLoss) {
+				t.Errorf("%s on %s: loss sum %v and %d correct, native %v and %d", c.model, backend, r.LossSum, r.Correct, wantLoss, wantCorrect)
+			}
+		}
+	}
+}
