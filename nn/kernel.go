@@ -175,7 +175,7 @@ type gemmScratch struct {
 	// sparseGemm: the non-zeros of each row of a block of op(A).
 	spVal []float32 // blockM × blockK
 	spIdx []int32   // blockM × blockK
-	spN   []int     // blockM
+	spN   []int32   // blockM
 	// dconv: the direct convolution's buffers (conv_direct.go).
 	dconv dconvScratch
 }
@@ -187,7 +187,7 @@ func newGemmScratch() *gemmScratch {
 		tile:  make([]float32, maxMR*maxNR),
 		spVal: make([]float32, blockM*blockK),
 		spIdx: make([]int32, blockM*blockK),
-		spN:   make([]int, blockM),
+		spN:   make([]int32, blockM),
 	}
 }
 
@@ -208,7 +208,11 @@ func gemm(s *gemmScratch, transA, transB bool, m, n, k int, alpha float32, a []f
 	kn := s.kernel()
 	if kn.sparseA > 0 && m > 0 && n > 0 && k > 0 && alpha != 0 && (sparseForce == 1 || sparseForce == 0 && mostlyZero(transA, m, k, a, lda, kn.sparseA)) {
 		scaleC(beta, m, n, c, ldc)
-		sparseGemm(s, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+		var sb SparseBlockFunc
+		if kn.block != nil {
+			sb = kn.block.sparse
+		}
+		sparseGemm(s, sb, transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
 	if kn.block != nil {

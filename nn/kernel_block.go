@@ -14,27 +14,52 @@ import "fmt"
 // browser's wasm SIMD module, called once per block rather than per tile.
 type BlockFunc func(kb, mt, nt int, a, b, c []float32)
 
-// blockKernel is a kernel that computes whole packed blocks (BlockFunc).
+// SparseBlockFunc computes one block of a GEMM whose op(A) is mostly
+// zeros, from its non-zeros alone: row i of the block (i < mb) has cnt[i]
+// of them, values vals[i*stride+t] at steps p = idx[i*stride+t], and for
+// each of nt panels of packed B (as BlockFunc's, nr = 8)
+//
+//	C[i][j*8+q] = Σ_{t<cnt[i]} vals[i*stride+t] · b[j*kb*8 + idx[i*stride+t]*8 + q]
+//
+// summed in order of t, written into c with a row stride of nt*8 (a row
+// with no non-zeros may be left as it was).
+type SparseBlockFunc func(mb, nt, kb, stride int, vals []float32, idx, cnt []int32, b, c []float32)
+
+// BlockKernel is a kernel that computes whole packed blocks: one call per
+// block, for kernels called across a boundary that costs too much per
+// tile (the browser's wasm SIMD module).
+type BlockKernel struct {
+	// MR×NR are the tiles of Dense: MR must divide 96 and NR 512 (the
+	// packing's block sizes), MR at most 8 and NR at most 32.
+	MR, NR int
+	Dense  BlockFunc
+	// SparseMinZeros is the share of zeros in a sample of op(A) from
+	// which a GEMM skips them (0: never), on Sparse, or on the pure-Go
+	// list kernel when Sparse is nil.
+	SparseMinZeros float64
+	Sparse         SparseBlockFunc
+}
+
+// blockKernel is a registered BlockKernel.
 type blockKernel struct {
 	mr, nr int
 	fn     BlockFunc
+	sparse SparseBlockFunc
 }
 
-// RegisterBlockKernel makes a block kernel of mr×nr tiles available under
-// name, placed before the others (as RegisterKernel); UseKernel switches to
-// it. mr must divide 96 and nr 512 (the packing's block sizes), mr at most
-// 8 and nr at most 32. A GEMM whose op(A) has at least the share
-// sparseMinZeros of zeros runs on the pure-Go list kernel instead, which
-// skips them (0: never). Registering a name again replaces it.
-func RegisterBlockKernel(name string, mr, nr int, sparseMinZeros float64, f BlockFunc) error {
-	if f == nil || mr < 1 || nr < 1 || mr > maxMR || nr > maxNR || blockM%mr != 0 || blockN%nr != 0 {
-		return fmt.Errorf("nn: block kernel %q: %d×%d tiles; want mr dividing %d (at most %d) and nr dividing %d (at most %d)",
+// RegisterBlockKernel makes k available under name, placed before the
+// others (as RegisterKernel); UseKernel switches to it. Registering a
+// name again replaces it.
+func RegisterBlockKernel(name string, k BlockKernel) error {
+	mr, nr := k.MR, k.NR
+	if k.Dense == nil || mr < 1 || nr < 1 || mr > maxMR || nr > maxNR || blockM%mr != 0 || blockN%nr != 0 {
+		return fmt.Errorf("nn: block kernel %q: %d×%d tiles; want a Dense function, mr dividing %d (at most %d) and nr dividing %d (at most %d)",
 			name, mr, nr, blockM, maxMR, blockN, maxNR)
 	}
-	if !(sparseMinZeros >= 0 && sparseMinZeros <= 1) {
-		return fmt.Errorf("nn: block kernel %q: sparseMinZeros %v is not a share in [0, 1]", name, sparseMinZeros)
+	if !(k.SparseMinZeros >= 0 && k.SparseMinZeros <= 1) {
+		return fmt.Errorf("nn: block kernel %q: SparseMinZeros %v is not a share in [0, 1]", name, k.SparseMinZeros)
 	}
-	register(&kernel{name: name, block: &blockKernel{mr: mr, nr: nr, fn: f}, sparseA: sparseMinZeros})
+	register(&kernel{name: name, block: &blockKernel{mr: mr, nr: nr, fn: k.Dense, sparse: k.Sparse}, sparseA: k.SparseMinZeros})
 	return nil
 }
 
@@ -55,9 +80,7 @@ func blockGemm(bk *blockKernel, s *gemmScratch, transA, transB bool, m, n, k int
 	if !setFirst {
 		scaleC(beta, m, n, c, ldc)
 	}
-	if s.cblk == nil {
-		s.cblk = make([]float32, blockM*blockN)
-	}
+	cblk := s.blockC()
 	mr, nr := bk.mr, bk.nr
 	for pc := 0; pc < k; pc += blockK {
 		kb := min(blockK, k-pc)
@@ -71,9 +94,9 @@ func blockGemm(bk *blockKernel, s *gemmScratch, transA, transB bool, m, n, k int
 				mb := min(blockM, m-ic)
 				mt := ceilDiv(mb, mr)
 				packA(s.a, transA, a, lda, ic, pc, mb, kb, mr, alpha)
-				bk.fn(kb, mt, nt, s.a[:mt*mr*kb], s.b[:nt*nr*kb], s.cblk[:mt*mr*ld])
+				bk.fn(kb, mt, nt, s.a[:mt*mr*kb], s.b[:nt*nr*kb], cblk[:mt*mr*ld])
 				for i := range mb {
-					src := s.cblk[i*ld : i*ld+nb]
+					src := cblk[i*ld : i*ld+nb]
 					dst := c[(ic+i)*ldc+jc : (ic+i)*ldc+jc+nb]
 					if first {
 						copy(dst, src)
@@ -82,6 +105,28 @@ func blockGemm(bk *blockKernel, s *gemmScratch, transA, transB bool, m, n, k int
 					}
 				}
 			}
+		}
+	}
+}
+
+// blockC is the scratch block of C of block kernels, made at first use.
+func (s *gemmScratch) blockC() []float32 {
+	if s.cblk == nil {
+		s.cblk = make([]float32, blockM*blockN)
+	}
+	return s.cblk
+}
+
+// GoSparseBlock is a SparseBlockFunc in Go with the summation order every
+// SparseBlockFunc must have (that of sparseRow8): the reference the wasm
+// SIMD module is tested against.
+func GoSparseBlock(mb, nt, kb, stride int, vals []float32, idx, cnt []int32, b, c []float32) {
+	ld := nt * sparseNR
+	for j := range nt {
+		bp := b[j*kb*sparseNR : (j+1)*kb*sparseNR]
+		for i := range mb {
+			n := int(cnt[i])
+			sparseRow8Set(vals[i*stride:i*stride+n], idx[i*stride:i*stride+n], bp, c[i*ld+j*sparseNR:i*ld+(j+1)*sparseNR])
 		}
 	}
 }

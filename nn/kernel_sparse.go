@@ -46,7 +46,10 @@ func mostlyZero(transA bool, m, k int, a []float32, lda int, minZeros float64) b
 
 // sparseGemm computes C += alpha*op(A)*op(B) (beta already applied),
 // skipping the zero entries of op(A).
-func sparseGemm(s *gemmScratch, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+//
+// With sb, each block's products come from sb (a block kernel's
+// SparseBlockFunc) instead of sparseRow8, with the same sums.
+func sparseGemm(s *gemmScratch, sb SparseBlockFunc, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	for pc := 0; pc < k; pc += blockK {
 		kb := min(blockK, k-pc)
 		for jc := 0; jc < n; jc += blockN {
@@ -76,13 +79,25 @@ func sparseGemm(s *gemmScratch, transA, transB bool, m, n, k int, alpha float32,
 							}
 						}
 					}
-					s.spN[i] = cnt
+					s.spN[i] = int32(cnt)
+				}
+				if sb != nil {
+					nt := ceilDiv(nb, sparseNR)
+					ld := nt * sparseNR
+					cblk := s.blockC()
+					sb(mb, nt, kb, blockK, s.spVal, s.spIdx, s.spN[:mb], s.b[:nt*sparseNR*kb], cblk[:mb*ld])
+					for i := range mb {
+						if s.spN[i] != 0 {
+							addTo(c[(ic+i)*ldc+jc:(ic+i)*ldc+jc+nb], cblk[i*ld:i*ld+nb])
+						}
+					}
+					continue
 				}
 				for jr := 0; jr < nb; jr += sparseNR {
 					bp := s.b[jr*kb : (jr+sparseNR)*kb]
 					nj := min(sparseNR, nb-jr)
 					for i := 0; i < mb; i++ {
-						cnt := s.spN[i]
+						cnt := int(s.spN[i])
 						if cnt == 0 {
 							continue
 						}
@@ -128,4 +143,12 @@ func sparseRow8(vals []float32, idx []int32, b, c []float32) {
 	c[5] += c5
 	c[6] += c6
 	c[7] += c7
+}
+
+// sparseRow8Set writes Σ_t vals[t] · b[idx[t]*8 : idx[t]*8+8] to c[0:8]:
+// sparseRow8's sums, stored.
+func sparseRow8Set(vals []float32, idx []int32, b, c []float32) {
+	c = c[:sparseNR]
+	clear(c)
+	sparseRow8(vals, idx, b, c)
 }

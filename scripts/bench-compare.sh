@@ -150,13 +150,16 @@ CROWDTRAIN_TFJS_DIR="$tf/node_modules" go test -run '^$' -bench BrowserVsTFJS -b
 grep -E '^Benchmark|kernelbench_test' "$work/browser.log" | sed 's/^ *//' >>"$work/browser.lines"
 for case in mnist-mlp/random mnist-mlp/mnist mnist-cnn/random mnist-cnn/mnist; do
 	model="${case%/*}"
-	ours="$(grep "^BenchmarkBrowserVsTFJS/$case" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="crowdtrain-examples/s") print $i}' | median)"
-	tfjs="$(grep "^BenchmarkBrowserVsTFJS/$case" "$work/browser.log" | awk '{for (i=1;i<NF;i++) if ($(i+1)=="tfjs-examples/s") print $i}' | median)"
+	metric() { grep "^BenchmarkBrowserVsTFJS/$case" "$work/browser.log" | awk -v m="$1" '{for (i=1;i<NF;i++) if ($(i+1)==m) print $i}' | median; }
+	ours="$(metric crowdtrain-examples/s)"
+	scalar="$(metric crowdtrain-go-examples/s)"
+	tfjs="$(metric tfjs-examples/s)"
 	why="$(grep -m1 "$model on .*TF.js cannot train it" "$work/browser.log" | sed 's/.*TF.js cannot train it: //')"
+	line="$(printf '%-17s wasm-simd %7.0f   wasm-go %7.0f (%.2fx)' "$case" "$ours" "$scalar" "$(awk -v a="$ours" -v b="$scalar" 'BEGIN {print a/b}')")"
 	if [ "$tfjs" = nan ]; then
-		say "$(printf '%-17s crowdtrain %7.0f   TF.js wasm: %s' "$case" "$ours" "${why:-no figure (see the log below)}")"
+		say "$line   TF.js wasm: ${why:-no figure (see the log below)}"
 	else
-		say "$(printf '%-17s crowdtrain %7.0f   TF.js wasm %7.0f   %.2fx' "$case" "$ours" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')")"
+		say "$(printf '%s   TF.js wasm %7.0f   simd %.2fx, go %.2fx of it' "$line" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')" "$(awk -v a="$scalar" -v b="$tfjs" 'BEGIN {print a/b}')")"
 	fi
 done
 say ""

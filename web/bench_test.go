@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkWorkerThroughput measures end-to-end examples/s of one browser
-// worker (one Web Worker in headless Chromium) and, in the same run against
+// worker (one Web Worker in headless Chromium; on wasm-go, then on
+// wasm-simd) and, in the same run against
 // the same coordinator, one native worker on one thread: accepted examples
 // over a fixed window after a warm-up, counted by the coordinator. It also
 // reports the size of the browser worker as downloaded, raw and gzipped.
@@ -26,17 +27,28 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 			ctx := testbrowser.New(b)
 			const window = 10 * time.Second
 			for range b.N {
-				s.contribute(b, ctx)
-				browser := measure(s, window, func() int64 { _, _, ex := s.browserWorkers(); return ex })
-				do(b, ctx, 10*time.Second, chromedp.Click("#stop"))
-				s.waitFor("the browser worker to leave", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 0 })
+				// The tab on each CPU backend: the scalar Go kernel (as
+				// before wasm SIMD) and the SIMD module.
+				rate := map[string]float64{}
+				for _, backend := range []string{"wasm-go", "wasm-simd"} {
+					do(b, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/?backend="+backend), chromedp.WaitVisible("#contribute"),
+						chromedp.Click("#contribute"))
+					rate[backend] = measure(s, window, func() int64 { _, _, ex := s.browserWorkers(); return ex })
+					if got := text(b, ctx, "#backend"); got != backend {
+						b.Fatalf("the tab trained on %s, asked for %s", got, backend)
+					}
+					do(b, ctx, 10*time.Second, chromedp.Click("#stop"))
+					s.waitFor("the browser worker to leave", 30*time.Second, func() bool { n, _, _ := s.browserWorkers(); return n == 0 })
+				}
 
 				stop := startNativeWorker(b, s.wsURL(), 1)
 				native := measure(s, window, func() int64 { return s.nativeExamples() })
 				stop()
-				b.ReportMetric(browser, "browser-examples/s")
+				b.ReportMetric(rate["wasm-simd"], "browser-examples/s")
+				b.ReportMetric(rate["wasm-go"], "browser-go-examples/s")
+				b.ReportMetric(rate["wasm-simd"]/rate["wasm-go"], "simd/go")
 				b.ReportMetric(native, "native-examples/s")
-				b.ReportMetric(browser/native, "browser/native")
+				b.ReportMetric(rate["wasm-simd"]/native, "browser/native")
 			}
 			pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(b)), Logf: b.Logf})
 			if err != nil {

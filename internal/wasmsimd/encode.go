@@ -54,6 +54,9 @@ func (c *code) eqz() *code           { return c.op(0x45) } // i32.eqz
 func (c *code) geU() *code           { return c.op(0x4f) } // i32.ge_u
 func (c *code) ltU() *code           { return c.op(0x49) } // i32.lt_u
 
+// i32load loads an i32 at the address on the stack plus offset.
+func (c *code) i32load(offset uint32) *code { return c.op(0x28).memarg(2, offset) }
+
 // simd emits a SIMD instruction (prefix 0xfd, LEB128 opcode).
 func (c *code) simd(opcode uint32) *code {
 	c.b = uleb(append(c.b, 0xfd), uint64(opcode))

@@ -112,5 +112,68 @@ func (c *code) advance(n int32) {
 	c.get(lP).i32c(n).sub().set(lP)
 }
 
-// Module is the SIMD module: it imports memory env.mem and exports block.
-func Module() []byte { return module([]function{block()}) }
+// Module is the SIMD module: it imports memory env.mem and exports block
+// and sparse.
+func Module() []byte { return module([]function{block(), sparse()}) }
+
+// Locals of sparse.
+const (
+	sMB, sNT, sKB, sStride, sVals, sIdx, sCnt, sB, sC = 0, 1, 2, 3, 4, 5, 6, 7, 8 // parameters (i32)
+	sJ, sI, sT, sVP, sIP, sBPanel, sLDC, sCP, sRow    = 9, 10, 11, 12, 13, 14, 15, 16, 17
+	sAcc0, sAcc1, sAV                                 = 18, 19, 20 // v128
+)
+
+// sparse is nn.SparseBlockFunc: sparse(mb, nt, kb, stride, vals, idx, cnt,
+// b, c), the last five byte addresses. For each panel j of B (kb×8 at
+// b + j*kb*32) and each row i < mb, the row's cnt[i] non-zeros (values at
+// vals + i*stride*4, their steps at idx + i*stride*4, int32) each scale
+// the 8 values of B's row at their step into two f32x4 accumulators, in
+// order; the 8 sums are stored at c + (i*nt*8 + j*8)*4. Work is in
+// proportion to the non-zeros: the left operand after a relu and a
+// max-pool is three quarters zeros or more.
+func sparse() function {
+	var c code
+	c.get(sNT).i32c(5).shl().set(sLDC)
+	c.i32c(0).set(sJ)
+	c.block().loop() // over the panels of B
+	{
+		c.get(sJ).get(sNT).geU().brIf(1)
+		c.get(sB).get(sJ).get(sKB).mul().i32c(5).shl().add().set(sBPanel)
+		c.i32c(0).set(sI)
+		c.block().loop() // over the rows
+		{
+			c.get(sI).get(sMB).geU().brIf(1)
+			c.get(sCnt).get(sI).i32c(2).shl().add().i32load(0).set(sT)
+			c.get(sI).get(sStride).mul().i32c(2).shl().set(sVP) // the row's offset in vals and idx
+			c.get(sVP).get(sIdx).add().set(sIP)
+			c.get(sVP).get(sVals).add().set(sVP)
+			c.zero().set(sAcc0)
+			c.zero().set(sAcc1)
+			c.block().loop() // over the row's non-zeros
+			{
+				c.get(sT).eqz().brIf(1)
+				c.get(sVP).loadSplat(0).set(sAV)
+				c.get(sBPanel).get(sIP).i32load(0).i32c(5).shl().add().set(sRow)
+				c.get(sAcc0).get(sAV).get(sRow).load(0).fmul().fadd().set(sAcc0)
+				c.get(sAcc1).get(sAV).get(sRow).load(16).fmul().fadd().set(sAcc1)
+				c.get(sVP).i32c(4).add().set(sVP)
+				c.get(sIP).i32c(4).add().set(sIP)
+				c.get(sT).i32c(1).sub().set(sT)
+				c.br(0)
+			}
+			c.end().end()
+			c.get(sC).get(sI).get(sLDC).mul().add().get(sJ).i32c(5).shl().add().set(sCP)
+			c.get(sCP).get(sAcc0).store(0)
+			c.get(sCP).get(sAcc1).store(16)
+			c.get(sI).i32c(1).add().set(sI)
+			c.br(0)
+		}
+		c.end().end()
+		c.get(sJ).i32c(1).add().set(sJ)
+		c.br(0)
+	}
+	c.end().end()
+	locals := []byte{i32, i32, i32, i32, i32, i32, i32, i32, i32, v128, v128, v128}
+	params := []byte{i32, i32, i32, i32, i32, i32, i32, i32, i32}
+	return function{name: "sparse", params: params, locals: locals, body: c}
+}

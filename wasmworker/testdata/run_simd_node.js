@@ -1,7 +1,8 @@
 // Runs a Go program built for GOOS=js GOARCH=wasm under Node, as Go's
 // wasm_exec_node.js does, with the browser worker's SIMD module
 // instantiated on the program's memory first, as web/static/worker.js
-// does: globalThis.crowdtrainSIMDBlock is its block.
+// does: globalThis.crowdtrainSIMDBlock and crowdtrainSIMDSparse are its
+// functions.
 //
 //	node run_simd_node.js GOROOT/lib/wasm simd.wasm prog.wasm [args...]
 "use strict";
@@ -23,6 +24,7 @@ go.exit = process.exit;
 WebAssembly.instantiate(fs.readFileSync(progPath), go.importObject).then(async (result) => {
 	const simd = await WebAssembly.instantiate(fs.readFileSync(simdPath), { env: { mem: result.instance.exports.mem } });
 	globalThis.crowdtrainSIMDBlock = simd.instance.exports.block;
+	globalThis.crowdtrainSIMDSparse = simd.instance.exports.sparse;
 	process.on("exit", (code) => {
 		if (code === 0 && !go.exited) {
 			go._pendingEvent = { id: 0 };

@@ -133,6 +133,7 @@ function loadSIMD() {
     const mem = await goMemory;
     const { instance } = await WebAssembly.instantiate(bytes, { env: { mem } });
     self.crowdtrainSIMDBlock = instance.exports.block;
+    self.crowdtrainSIMDSparse = instance.exports.sparse;
   })();
   return simdLoad;
 }

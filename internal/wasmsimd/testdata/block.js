@@ -1,21 +1,42 @@
-// Runs the SIMD module's block on the operands in a file and writes C.
-// node block.js simd.wasm in.bin out.bin; in.bin is int32 kb, mt, nt, then
-// the packed A and B as float32s (little-endian).
+// Runs one of the SIMD module's functions on the operands in a file and
+// writes C: node block.js simd.wasm in.bin out.bin. in.bin (little-endian)
+// is int32 mode, then
+//   mode 0 (block):  int32 kb, mt, nt; float32 A (kb*mt*4), B (kb*nt*8)
+//   mode 1 (sparse): int32 mb, nt, kb, stride; float32 vals (mb*stride),
+//                    int32 idx (mb*stride), int32 cnt (mb), float32 B (kb*nt*8)
 const fs = require("fs");
 const [wasmPath, inPath, outPath] = process.argv.slice(2);
 const input = fs.readFileSync(inPath);
-const hdr = new Int32Array(input.buffer, input.byteOffset, 3);
-const [kb, mt, nt] = hdr;
-const aLen = kb * mt * 4, bLen = kb * nt * 8, cLen = mt * 4 * nt * 8;
-const bytes = 4 * (aLen + bLen + cLen) + 3 * 64;
-const memory = new WebAssembly.Memory({ initial: Math.ceil(bytes / 65536) + 1 });
+const words = new Int32Array(input.buffer.slice(input.byteOffset, input.byteOffset + input.length));
 const mod = new WebAssembly.Module(fs.readFileSync(wasmPath));
+const memory = new WebAssembly.Memory({ initial: Math.ceil((3 * input.length) / 65536) + 16 });
 const inst = new WebAssembly.Instance(mod, { env: { mem: memory } });
-// Start A at 16 bytes, B and C 16-aligned after it: Go's slices are
-// 8-aligned at least, and the module must not need more.
-const aOff = 16, bOff = aOff + 4 * aLen + 8, cOff = bOff + 4 * bLen + 8;
-const f = new Float32Array(memory.buffer);
-f.set(new Float32Array(input.buffer.slice(input.byteOffset + 12, input.byteOffset + 12 + 4 * aLen)), aOff / 4);
-f.set(new Float32Array(input.buffer.slice(input.byteOffset + 12 + 4 * aLen, input.byteOffset + 12 + 4 * (aLen + bLen))), bOff / 4);
-inst.exports.block(kb, mt, nt, aOff, bOff, cOff);
+const heap = new Int32Array(memory.buffer);
+// Copies n words from the input at word w to a fresh 16-aligned place.
+let next = 64;
+function place(w, n) {
+  const at = next;
+  heap.set(words.subarray(w, w + n), at / 4);
+  next = at + 4 * n + 24; // 8-aligned, as Go's slices may be, not 16
+  return at;
+}
+let cLen, cOff;
+if (words[0] === 0) {
+  const [kb, mt, nt] = words.subarray(1, 4);
+  const a = place(4, kb * mt * 4);
+  const b = place(4 + kb * mt * 4, kb * nt * 8);
+  cLen = mt * 4 * nt * 8;
+  cOff = next;
+  inst.exports.block(kb, mt, nt, a, b, cOff);
+} else {
+  const [mb, nt, kb, stride] = words.subarray(1, 5);
+  let w = 5;
+  const vals = place(w, mb * stride); w += mb * stride;
+  const idx = place(w, mb * stride); w += mb * stride;
+  const cnt = place(w, mb); w += mb;
+  const b = place(w, kb * nt * 8);
+  cLen = mb * nt * 8;
+  cOff = next;
+  inst.exports.sparse(mb, nt, kb, stride, vals, idx, cnt, b, cOff);
+}
 fs.writeFileSync(outPath, Buffer.from(memory.buffer, cOff, 4 * cLen));
