@@ -13,9 +13,10 @@ const (
 	// enough that what a job got past its share (the grants that fall to
 	// it at another job's epoch ends) is paid back rather than forgotten,
 	// short enough that a job kept from work a while does not then take
-	// the grid for minutes. At 20 s, weights 3:1 came out 2.67-2.88 over
+	// the grid for minutes. At 20 s, weights 3:1 came out 2.79-2.87 over
 	// a minute in TestSharesTrackWeightsAcrossEpochEnds; at 60 s,
-	// 2.89-3.04. A changed weight shows at once either way (reweigh).
+	// 2.89-2.97, and 2.99-3.03 end to end. A changed weight shows at once
+	// either way (reweigh).
 	DefaultHalfLife = 60 * time.Second
 	// DefaultSlack is how far (relative) a worker's current job may be
 	// ahead of the neediest job before the worker moves: moving costs a
