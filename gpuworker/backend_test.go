@@ -20,6 +20,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -112,33 +113,7 @@ func openGPU(t testing.TB) *Backend {
 }
 
 func randomBatch(m *nn.Model, n int, seed uint64) ([]float32, []float32, []int32) {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	params := make([]float32, m.NumParams)
-	m.Init(params, int64(seed))
-	for _, t := range m.Layout { // non-zero biases, so their use is checked
-		if strings.HasSuffix(t.Name, ".bias") {
-			for i := range t.Size {
-				params[t.Offset+i] = 0.1 * float32(rng.NormFloat64())
-			}
-		}
-	}
-	x := make([]float32, n*m.InputSize)
-	vocab := 0 // a model on token ids gets ids
-	if p := m.Plan(); p[0].Type == nn.TypeEmbedding {
-		vocab = p[0].Vocab
-	}
-	for i := range x {
-		if vocab > 0 {
-			x[i] = float32(rng.IntN(vocab))
-		} else {
-			x[i] = rng.Float32()
-		}
-	}
-	labels := make([]int32, n*m.LabelsPerExample)
-	for i := range labels {
-		labels[i] = int32(rng.IntN(m.NumClasses))
-	}
-	return params, x, labels
+	return nntest.RandomBatch(m, n, seed)
 }
 
 // relDiff is ‖a−b‖/‖b‖.
@@ -179,64 +154,12 @@ func compareGradients(t *testing.T, m *nn.Model, got, want []float32, what strin
 	}
 }
 
-// Models that exercise each layer kind and option, including the input
-// gradient of every layer (a layer above another with parameters).
-var layerModels = map[string]nn.ModelSpec{
-	"dense": {Input: []int{1, 1, 12}, Layers: []nn.LayerSpec{{Type: "dense", Units: 7}, {Type: "dense", Units: 5}}},
-	"relu":  {Input: []int{2, 3, 3}, Layers: []nn.LayerSpec{{Type: "dense", Units: 16}, {Type: "relu"}, {Type: "dense", Units: 4}}},
-	"conv2d stride 2 padding 1": {Input: []int{3, 9, 8}, Layers: []nn.LayerSpec{
-		{Type: "conv2d", Filters: 4, Kernel: 3, Stride: 2, Padding: 1}, {Type: "conv2d", Filters: 5, Kernel: 3, Stride: 1, Padding: 2},
-		{Type: "flatten"}, {Type: "dense", Units: 3}}},
-	"conv2d 1x1": {Input: []int{3, 5, 5}, Layers: []nn.LayerSpec{
-		{Type: "conv2d", Filters: 4, Kernel: 1}, {Type: "conv2d", Filters: 2, Kernel: 1}, {Type: "flatten"}, {Type: "dense", Units: 3}}},
-	"maxpool2d": {Input: []int{2, 8, 8}, Layers: []nn.LayerSpec{
-		{Type: "conv2d", Filters: 3, Kernel: 3, Padding: 1}, {Type: "relu"}, {Type: "maxpool2d", Kernel: 2},
-		{Type: "conv2d", Filters: 4, Kernel: 2}, {Type: "maxpool2d", Kernel: 3, Stride: 2}, // overlapping windows
-		{Type: "flatten"}, {Type: "dense", Units: 6}, {Type: "relu"}, {Type: "dense", Units: 3}}},
-	"flatten then dense": {Input: []int{2, 4, 4}, Layers: []nn.LayerSpec{
-		{Type: "maxpool2d", Kernel: 2}, {Type: "flatten"}, {Type: "dense", Units: 5}, {Type: "relu"}, {Type: "dense", Units: 2}}},
-
-	// The sequence layers: an embedding makes a sequence [t,d] of token
-	// ids, and a dense layer per position gives the logits of each.
-	"embedding, dense per position": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 8}, {Type: "dense", Units: 4}, {Type: "relu"}, {Type: "dense", Units: 7}}},
-	"embedding without positions": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 9, Units: 4}, {Type: "dense", Units: 9}}},
-	"embedding, vocabulary scattered by atomics": {Input: []int{6}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 1500, Units: 3, Positions: 6}, {Type: "dense", Units: 5}}},
-	"layernorm": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 5}, {Type: "layernorm"}, {Type: "dense", Units: 7}}},
-	"layernorm eps 0.1 on a flat vector": {Input: []int{1, 1, 12}, Layers: []nn.LayerSpec{
-		{Type: "dense", Units: 9}, {Type: "layernorm", Eps: 0.1}, {Type: "dense", Units: 3}}},
-	"gelu": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 5}, {Type: "dense", Units: 8}, {Type: "gelu"}, {Type: "dense", Units: 7}}},
-	"attention, causal": {Input: []int{6}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 8, Positions: 6}, {Type: "attention", Heads: 2, Causal: true}, {Type: "dense", Units: 7}}},
-	"attention, one head, not causal": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 4, Positions: 5}, {Type: "attention", Heads: 1}, {Type: "dense", Units: 7}}},
-	"residual": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 5},
-		{Type: "residual", Layers: []nn.LayerSpec{{Type: "layernorm"}, {Type: "dense", Units: 6}}}, {Type: "dense", Units: 7}}},
-	"nested residual": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 5},
-		{Type: "residual", Layers: []nn.LayerSpec{
-			{Type: "residual", Layers: []nn.LayerSpec{{Type: "gelu"}, {Type: "dense", Units: 6}}},
-			{Type: "layernorm"}}},
-		{Type: "dense", Units: 7}}},
-	"dropout": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 7, Units: 6, Positions: 5}, {Type: "dropout", Rate: 0.3},
-		{Type: "residual", Layers: []nn.LayerSpec{{Type: "dense", Units: 6}, {Type: "dropout", Rate: 0.5}}},
-		{Type: "dense", Units: 7}}},
-	"dense tied to the embedding": {Input: []int{5}, Layers: []nn.LayerSpec{
-		{Type: "embedding", Vocab: 9, Units: 6, Positions: 5}, {Type: "layernorm"}, {Type: "dense", Tied: true}}},
-}
-
 func TestLayerGradientsMatchCPU(t *testing.T) {
 	for _, dev := range devices() {
 		t.Run(dev.name, func(t *testing.T) {
 			b := dev.open(t)
 			defer b.Close()
-			for name, spec := range layerModels {
+			for name, spec := range nntest.LayerModels {
 				m, err := nn.NewModel(spec)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
@@ -329,7 +252,7 @@ func TestStepsMatchCPU(t *testing.T) {
 			for _, mc := range []struct {
 				name string
 				spec nn.ModelSpec
-			}{{"mnist-cnn", cnn}, {"charlm-tiny", charlm}, {"dropout", layerModels["dropout"]}} {
+			}{{"mnist-cnn", cnn}, {"charlm-tiny", charlm}, {"dropout", nntest.LayerModels["dropout"]}} {
 				m, err := nn.NewModel(mc.spec)
 				if err != nil {
 					t.Fatal(err)
@@ -421,7 +344,7 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 // native worker draws for it with one thread or several, in one step or
 // several, and another lease draws others.
 func TestLeaseDropoutMatchesNative(t *testing.T) {
-	m, err := nn.NewModel(layerModels["dropout"])
+	m, err := nn.NewModel(nntest.LayerModels["dropout"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +470,7 @@ func TestBadInputIsAnError(t *testing.T) {
 	if _, _, err := b.Gradient(params, x, labels[:3], g); err == nil {
 		t.Error("3 labels for 4 examples were accepted")
 	}
-	lm, _ := nn.NewModel(layerModels["embedding without positions"])
+	lm, _ := nn.NewModel(nntest.LayerModels["embedding without positions"])
 	lp, lx, llabels := randomBatch(lm, 2, 1)
 	if err := b.Prepare(lm, 2); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package wasmworker
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,9 +13,9 @@ import (
 	"syscall/js"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/wasmworker/webgpu"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -32,15 +33,18 @@ type control struct {
 	// memory the page lets a job use (hello's caps).
 	job      string
 	memoryMB int
-	// backend is the CPU backend worker.js prepared (wasm-simd, wasm-go).
+	// backend is the backend worker.js prepared (webgpu, wasm-simd,
+	// wasm-go).
 	backend string
 	data    []string // data sets whose shards the page's Cache Storage holds
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
+	spec          string // gradient: a model spec in JSON instead of a preset
 	batch, rounds int
 	seconds       float64
 	x             []float32 // the batch to time, from xBytes (float32 LE); nil: random
 	labels        []int32   // from labelBytes (one byte each)
+	params        []float32 // gradient: from paramBytes (float32 LE); nil: nn's initialisation from seed 1
 }
 
 func parseControl(v js.Value) control {
@@ -73,7 +77,7 @@ func parseControl(v js.Value) control {
 		}
 	}
 	c.paused = v.Get("paused").Truthy()
-	c.model = str("model")
+	c.model, c.spec = str("model"), str("spec")
 	num := func(k string, def float64) float64 {
 		if f := v.Get(k); f.Type() == js.TypeNumber {
 			return f.Float()
@@ -89,6 +93,12 @@ func parseControl(v js.Value) control {
 		c.labels = make([]int32, len(lb))
 		for i, l := range lb {
 			c.labels[i] = int32(l)
+		}
+	}
+	if pb := bytesOf(v.Get("paramBytes")); pb != nil {
+		c.params = make([]float32, len(pb)/4)
+		for i := range c.params {
+			c.params[i] = math.Float32frombits(binary.LittleEndian.Uint32(pb[4*i:]))
 		}
 	}
 	return c
@@ -119,6 +129,10 @@ type bridge struct {
 	// nil when no retry is due.
 	retry <-chan time.Time
 	cfg   worker.Config // the running worker's, to rebuild it with a new identity
+	// backend is what the worker computes on; gpuFailed says when the
+	// GPU it uses fails, to move the tab to the CPU.
+	backend   computeBackend
+	gpuFailed chan error
 	// base holds the counters of workers replaced by an identity change,
 	// so the page's totals keep counting.
 	base worker.Stats
@@ -187,6 +201,9 @@ func (b *bridge) loop() {
 				b.start()
 			}
 			b.report()
+		case err := <-b.gpuFailed:
+			b.toCPU(err)
+			b.report()
 		case <-tick.C:
 			b.report()
 		}
@@ -201,19 +218,17 @@ func (b *bridge) handle(c control) bool {
 			return true
 		}
 		b.paused = c.paused
-		if c.backend != "" {
-			name, err := useBackend(c.backend)
-			if err != nil {
-				b.logf("backend %s: %v; training on %s", c.backend, err, name)
-			}
-		}
-		backend, err := cpubackend.New(1)
+		cb, err := openBackend(c.backend)
 		if err != nil {
 			b.logf("%v", err)
 			return true
 		}
+		if cb.reason != "" {
+			b.logf("backend %s: %s", c.backend, cb.reason)
+		}
+		b.backend = cb
 		b.build(worker.Config{
-			Coordinator: c.coordinator, Backend: backend, Kind: protocol.KindBrowser, Client: c.client,
+			Coordinator: c.coordinator, Backend: b.watch(cb), Kind: protocol.KindBrowser, Client: c.client,
 			Logf: b.logf, Duty: c.duty, Fetch: fetchBytes, ShardCacheBytes: browserShardCacheBytes,
 			VolunteerKey: c.volunteerKey, Name: c.name, Token: c.token,
 			Job: c.job, Caps: &protocol.Caps{MemoryMB: c.memoryMB, Data: c.data},
@@ -302,13 +317,13 @@ func (b *bridge) bench(c control) {
 		report(map[string]any{"type": "error", "message": "bench: the worker is training; pause it first"})
 		return
 	}
-	if c.backend != "" {
-		if name, err := useBackend(c.backend); err != nil {
-			report(map[string]any{"type": "error", "message": fmt.Sprintf("bench: backend %s: %v (%s is in use)", c.backend, err, name)})
-			return
-		}
+	cb, err := openBackend(c.backend)
+	if err != nil {
+		report(map[string]any{"type": "error", "message": "bench: " + err.Error()})
+		return
 	}
-	r, err := Bench(c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
+	defer closeBackend(cb)
+	r, err := Bench(cb.Backend, c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": err.Error()})
 		return
@@ -319,7 +334,7 @@ func (b *bridge) bench(c control) {
 	}
 	report(map[string]any{
 		"type": "bench", "model": r.Model, "batch": r.Batch, "kernel": r.Kernel,
-		"rounds": rounds, "median": r.Median,
+		"rounds": rounds, "median": r.Median, "backend": cb.name, "backendReason": cb.reason,
 	})
 }
 
@@ -334,24 +349,92 @@ func (b *bridge) gradient(c control) {
 		fail(errors.New("the worker is training; pause it first"))
 		return
 	}
-	if c.backend != "" {
-		if _, err := useBackend(c.backend); err != nil {
-			fail(err)
-			return
-		}
+	var spec nn.ModelSpec
+	var err error
+	if c.spec != "" {
+		err = json.Unmarshal([]byte(c.spec), &spec)
+	} else {
+		spec, err = nn.Preset(c.model)
 	}
-	r, err := Gradient(c.model, c.x, c.labels)
 	if err != nil {
 		fail(err)
 		return
 	}
-	buf := make([]byte, 4*len(r.Grad))
-	for i, v := range r.Grad {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	cb, err := openBackend(c.backend)
+	if err != nil {
+		fail(err)
+		return
 	}
-	grad := js.Global().Get("Uint8Array").New(len(buf))
-	js.CopyBytesToJS(grad, buf)
-	report(map[string]any{"type": "gradient", "backend": r.Backend, "lossSum": r.LossSum, "correct": r.Correct, "grad": grad})
+	defer closeBackend(cb)
+	r, err := Gradient(cb.Backend, spec, c.params, c.x, c.labels)
+	if err != nil {
+		fail(err)
+		return
+	}
+	m := map[string]any{"type": "gradient", "backend": cb.name, "lossSum": r.LossSum, "correct": r.Correct, "grad": floatsJS(r.Grad)}
+	if cb.reason != "" {
+		m["backendReason"] = cb.reason
+	}
+	if r.Output != nil {
+		m["output"] = floatsJS(r.Output)
+	}
+	report(m)
+}
+
+// floatsJS is v as little-endian float32 bytes in a Uint8Array.
+func floatsJS(v []float32) js.Value {
+	buf := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
+	}
+	a := js.Global().Get("Uint8Array").New(len(buf))
+	js.CopyBytesToJS(a, buf)
+	return a
+}
+
+// watch wraps a GPU backend so that its failure reaches the loop
+// (gpuFailed); a CPU backend is used as it is.
+func (b *bridge) watch(cb computeBackend) worker.Backend {
+	g, ok := cb.Backend.(*webgpu.Backend)
+	if !ok {
+		b.gpuFailed = nil
+		return cb.Backend
+	}
+	b.gpuFailed = make(chan error, 1)
+	return gpuWatch{Backend: g, failed: b.gpuFailed}
+}
+
+// toCPU moves the worker off a GPU that failed onto the best CPU backend,
+// saying why on the page.
+func (b *bridge) toCPU(err error) {
+	b.gpuFailed = nil
+	if b.w == nil || b.backend.name != BackendWebGPU {
+		return
+	}
+	running := b.cancel != nil
+	b.stop()
+	closeBackend(b.backend)
+	cb, cerr := openCPU(BackendSIMD)
+	if cerr != nil {
+		b.failed = cerr.Error()
+		return
+	}
+	cb.reason = fmt.Sprintf("the GPU failed while training (%v): training on %s instead", err, cb.name)
+	b.logf("%s", cb.reason)
+	b.backend = cb
+	cfg := b.cfg
+	cfg.Backend = cb.Backend
+	paused := b.paused
+	b.paused = paused || !running
+	b.build(cfg)
+	b.paused = paused
+}
+
+// closeBackend frees a GPU backend's memory.
+func closeBackend(cb computeBackend) {
+	if g, ok := cb.Backend.(*webgpu.Backend); ok {
+		g.Close()
+	}
 }
 
 // start runs the worker loop unless it is running.
@@ -426,8 +509,16 @@ func (b *bridge) report() {
 		"workerId": s.WorkerID, "jobId": s.JobID, "jobName": s.JobName, "version": version,
 		"computed": s.Computed, "examples": s.Examples, "accepted": s.Accepted, "rejected": s.Rejected,
 		"lastReason": s.LastReason, "rate": b.rate, "banned": b.banned,
-		"backend": "wasm-" + nn.KernelName(),
+		"backend": b.backendName(), "backendReason": b.backend.reason,
 	})
+}
+
+// backendName is the backend the worker computes on.
+func (b *bridge) backendName() string {
+	if b.backend.name != "" {
+		return b.backend.name
+	}
+	return "wasm-" + nn.KernelName()
 }
 
 func (b *bridge) logf(format string, args ...any) {

@@ -29,12 +29,20 @@ func TestBrowserBackends(t *testing.T) {
 		// A browser without WebAssembly SIMD (stood in for by ?simd=off)
 		// trains on the scalar kernel, saying why.
 		{"?backend=wasm-simd&simd=off", "wasm-go", []string{"wasm-simd is not available", "turned off"}},
-		// No WebGPU backend in this version: the best CPU one, saying so.
-		{"?backend=webgpu", "wasm-simd", []string{"no WebGPU backend"}},
-		{"?backend=webgpu&simd=off", "wasm-go", []string{"no WebGPU backend", "scalar Go kernel"}},
+		// WebGPU on SwiftShader's adapter, which the page names as a
+		// software one.
+		{"?backend=webgpu", "webgpu", []string{"?backend=webgpu", "WebGPU", "software adapter"}},
+		// A browser without WebGPU (stood in for by ?webgpu=off): the best
+		// CPU backend, saying why.
+		{"?backend=webgpu&webgpu=off", "wasm-simd", []string{"WebGPU is not available", "no WebGPU", "SIMD"}},
+		{"?backend=webgpu&webgpu=off&simd=off", "wasm-go", []string{"WebGPU is not available", "scalar Go kernel"}},
+		// A GPU whose device is lost at once (?webgpu=lost): Go's self-test
+		// finds it, and the tab trains on wasm-simd, saying why.
+		{"?backend=webgpu&webgpu=lost", "wasm-simd", []string{"the GPU failed", "wasm-simd"}},
 		{"?backend=nonsense", "wasm-simd", []string{"names no backend"}},
-		// Without the parameter: the best there is, remembered below.
-		{"", "wasm-simd", []string{"chosen automatically"}},
+		// Without the parameter: the best there is, remembered below. The
+		// only GPU here is a software one, slower than the CPU's SIMD.
+		{"", "wasm-simd", []string{"chosen automatically", "software one"}},
 	} {
 		t.Run(c.query, func(t *testing.T) {
 			do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"+c.query), chromedp.WaitVisible("#contribute"),
@@ -75,5 +83,19 @@ func TestBrowserBackends(t *testing.T) {
 	waitPage(t, ctx, "#backend", func() bool { return text(t, ctx, "#backend") != "–" })
 	if got, reason := text(t, ctx, "#backend"), text(t, ctx, "#backend-reason"); got != "wasm-simd" || !strings.Contains(reason, "remembered") {
 		t.Errorf("a later visit: #backend %q (%q), want wasm-simd, remembered", got, reason)
+	}
+	// "Use my GPU" turned off: the workers start again without the GPU,
+	// saying so, and the choice is remembered.
+	do(t, ctx, 10*time.Second, chromedp.Click("#use-gpu"))
+	waitPage(t, ctx, "#backend-reason to say the GPU is off", func() bool {
+		return strings.Contains(text(t, ctx, "#backend-reason"), `"use my GPU" is off`)
+	})
+	if got := text(t, ctx, "#backend"); got != "wasm-simd" {
+		t.Errorf("with the GPU off: #backend %q, want wasm-simd", got)
+	}
+	do(t, ctx, 10*time.Second, chromedp.Click("#stop"))
+	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#contribute"))
+	if on := get(t, ctx, chromedp.Evaluate[bool](`document.getElementById('use-gpu').checked`)); on {
+		t.Error(`"use my GPU" is checked again after a reload; it was turned off`)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -29,19 +28,7 @@ import (
 // (the kernels sum in other orders: float32 rounding). Under Node the
 // same check runs in package wasmworker.
 func TestBrowserGradientMatchesNative(t *testing.T) {
-	ctx := testbrowser.New(t)
-	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/static/", pages)
-	mux.HandleFunc("/numbers/", func(w http.ResponseWriter, r *http.Request) {
-		http.ServeFile(w, r, filepath.Join("testdata", "numbers.html"))
-	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	do(t, ctx, 30*time.Second, chromedp.Navigate(srv.URL+"/numbers/"))
+	ctx := numbersPage(t)
 
 	train, _ := loadMNIST(t)
 	for _, c := range []struct {
@@ -85,38 +72,19 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		xb := make([]byte, 4*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint32(xb[4*i:], math.Float32bits(v))
-		}
+		xb := floatBytes(x)
 		lb := make([]byte, len(labels))
 		for i, l := range labels {
 			lb[i] = byte(l)
 		}
 		for _, backend := range []string{"wasm-go", "wasm-simd"} {
-			expr := fmt.Sprintf(`gradient({model: %q, backend: %q, x: %q, labels: %q})`, c.model, backend,
-				base64.StdEncoding.EncodeToString(xb), base64.StdEncoding.EncodeToString(lb))
-			tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			out, err := chromedp.Run(tctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
-			cancel()
-			if err != nil {
-				t.Fatalf("%s on %s: %v", c.model, backend, err)
-			}
-			var r struct {
-				Backend, BackendReason string
-				LossSum                float64
-				Correct                int
-				Grad                   string
-			}
-			if err := json.Unmarshal([]byte(out), &r); err != nil {
-				t.Fatal(err)
-			}
+			r := pageGradient(t, ctx, gradientAsk{Model: c.model, Backend: backend, X: xb, Labels: lb})
 			if r.Backend != backend {
 				t.Fatalf("%s: asked for %s, computed on %s (%s)", c.model, backend, r.Backend, r.BackendReason)
 			}
-			raw, err := base64.StdEncoding.DecodeString(r.Grad)
-			if err != nil || len(raw) != 4*len(want) {
-				t.Fatalf("%s on %s: %d gradient bytes (%v), want %d", c.model, backend, len(raw), err, 4*len(want))
+			raw := r.Grad
+			if len(raw) != 4*len(want) {
+				t.Fatalf("%s on %s: %d gradient bytes, want %d", c.model, backend, len(raw), 4*len(want))
 			}
 			var diff, norm float64
 			for i, w := range want {
@@ -135,4 +103,94 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 			}
 		}
 	}
+}
+
+// numbersPage opens testdata/numbers.html, served with the browser
+// worker built from the working tree, in headless Chromium.
+func numbersPage(t *testing.T) context.Context {
+	t.Helper()
+	ctx := testbrowser.New(t)
+	pages, err := web.NewHandler(web.Options{Dist: os.DirFS(buildWorker(t)), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/static/", pages)
+	mux.HandleFunc("/numbers/", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, filepath.Join("testdata", "numbers.html"))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	do(t, ctx, 30*time.Second, chromedp.Navigate(srv.URL+"/numbers/"))
+	return ctx
+}
+
+// gradientAsk is a {type: "gradient"} control: a preset or a spec (JSON),
+// the backend, the batch as bytes (float32 LE inputs, a byte per label)
+// and the parameters (float32 LE; nil: nn's initialisation from seed 1).
+type gradientAsk struct {
+	Model, Spec, Backend, WebGPU string
+	X, Labels, Params            []byte
+}
+
+// pageGradient is a fresh browser worker's answer to ask.
+type pageGradientResult struct {
+	Backend, BackendReason string
+	LossSum                float64
+	Correct                int
+	Grad, Output           []byte
+}
+
+func pageGradient(t *testing.T, ctx context.Context, ask gradientAsk) pageGradientResult {
+	t.Helper()
+	enc := base64.StdEncoding.EncodeToString
+	msg := map[string]string{"model": ask.Model, "spec": ask.Spec, "backend": ask.Backend, "webgpu": ask.WebGPU,
+		"x": enc(ask.X), "labels": enc(ask.Labels)}
+	if ask.Params != nil {
+		msg["params"] = enc(ask.Params)
+	}
+	js, err := json.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	out, err := chromedp.Run(tctx, chromedp.Evaluate[string]("gradient("+string(js)+")", chromedp.EvalAwaitPromise))
+	cancel()
+	if err != nil {
+		t.Fatalf("%s%s on %s: %v", ask.Model, ask.Spec, ask.Backend, err)
+	}
+	var r struct {
+		Backend, BackendReason string
+		LossSum                float64
+		Correct                int
+		Grad, Output           string
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	res := pageGradientResult{Backend: r.Backend, BackendReason: r.BackendReason, LossSum: r.LossSum, Correct: r.Correct}
+	if res.Grad, err = base64.StdEncoding.DecodeString(r.Grad); err != nil {
+		t.Fatal(err)
+	}
+	if res.Output, err = base64.StdEncoding.DecodeString(r.Output); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// floatBytes is v as little-endian float32 bytes; floatsOf the reverse.
+func floatBytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return b
+}
+
+func floatsOf(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
 }

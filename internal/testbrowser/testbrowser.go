@@ -50,6 +50,11 @@ func New(t testing.TB) context.Context {
 		chromedp.NoSandbox,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
+		// WebGPU: headless Chromium then offers SwiftShader's adapter (a
+		// GPU emulated on the CPU), which the WebGPU backend's tests and
+		// benchmarks run on. It is a software adapter, so a page choosing
+		// automatically still trains on the CPU.
+		chromedp.Flag("enable-unsafe-webgpu", true),
 		chromedp.WindowSize(1000, 900),
 	)
 	// Chromium now and then exits at start on a loaded machine (its crash

@@ -7,7 +7,7 @@
 const SETTINGS_KEY = 'crowdtrain.settings.v1';
 const $ = (id) => document.getElementById(id);
 
-const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false, job: '', backend: '' }, load());
+const settings = Object.assign({ cpu: '1', workers: '1', pauseHidden: false, job: '', backend: '', useGPU: true }, load());
 const workers = []; // { worker, stats }
 let running = false; // Contribute pressed and not stopped
 let userPaused = false; // Pause pressed
@@ -71,7 +71,9 @@ function spawn() {
     type: 'start',
     backend: b.want,
     backendWhy: b.why,
+    gpu: !!settings.useGPU,
     simd: new URLSearchParams(location.search).get('simd') !== 'off',
+    webgpu: new URLSearchParams(location.search).get('webgpu') || '',
     coordinator: wsURL(),
     duty: Number(settings.cpu),
     client: 'crowdtrain-browser (' + navigator.userAgent + ')',
@@ -86,7 +88,10 @@ function spawn() {
 // The backends a tab may train on: ?backend= forces one (a forced one
 // that is not available falls back as the page would, and says why);
 // without it the page asks for the one it chose on an earlier visit, or
-// for the best there is, and remembers what the workers then use.
+// for the best there is, and remembers what the workers then use. The
+// GPU is used only while "use my GPU" is on (remembered too).
+// ?webgpu=off|lost stands in for a browser without WebGPU or with a GPU
+// that fails (for tests).
 const BACKENDS = ['wasm-go', 'wasm-simd', 'webgpu'];
 
 function requestedBackend() {
@@ -95,7 +100,7 @@ function requestedBackend() {
     if (BACKENDS.includes(forced)) return { want: forced, why: '?backend=' + forced + ' asked for it' };
     return { want: '', why: '?backend=' + forced.slice(0, 40) + ' names no backend (' + BACKENDS.join(', ') + ')' };
   }
-  if (BACKENDS.includes(settings.backend)) {
+  if (BACKENDS.includes(settings.backend) && (settings.backend !== 'webgpu' || settings.useGPU)) {
     return { want: settings.backend, why: 'remembered from this browser\'s earlier choice' };
   }
   return { want: '', why: 'chosen automatically' };
@@ -336,6 +341,7 @@ function init() {
   sel.disabled = cores === 1;
   $('cpu').value = ['0.25', '0.5', '1'].includes(settings.cpu) ? settings.cpu : '1';
   $('pause-hidden').checked = !!settings.pauseHidden;
+  $('use-gpu').checked = !!settings.useGPU;
 
   $('contribute').addEventListener('click', () => {
     running = true;
@@ -370,6 +376,19 @@ function init() {
     save();
     // The hello names the job: the running workers reconnect pinned to it.
     if (running) post({ type: 'job', job: settings.job });
+    render();
+  });
+  $('use-gpu').addEventListener('change', () => {
+    settings.useGPU = $('use-gpu').checked;
+    settings.backend = ''; // choose again, with or without the GPU
+    save();
+    // The workers start again on the backend the new setting gives.
+    if (running) {
+      running = false;
+      fit();
+      running = true;
+      fit();
+    }
     render();
   });
   $('pause-hidden').addEventListener('change', () => {

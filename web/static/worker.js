@@ -84,8 +84,9 @@ async function handle(m) {
     m.data = await cachedDataKeys();
   }
   if (m && (m.type === 'start' || m.type === 'bench' || m.type === 'gradient')) {
-    backend = await chooseBackend(m.backend || '', m.simd !== false, m.backendWhy || '');
+    backend = await chooseBackend(m);
     m.backend = backend.name;
+    m.backendReason = backend.reason;
   }
   if (self.crowdtrainControl) {
     self.crowdtrainControl(m);
@@ -117,10 +118,14 @@ let wasmMemory = null; // the Go instance's linear memory, once it runs
 let memoryReady;
 const goMemory = new Promise((resolve) => { memoryReady = resolve; });
 
-// The CPU backends: wasm-simd, the GEMM in WebAssembly SIMD (simd.wasm,
-// written by package internal/wasmsimd), instantiated on the Go module's
-// memory so that it works on Go's slices in place; wasm-go, Go's own
-// scalar kernel, everywhere. backend is the one chosen, with why.
+// The backends: webgpu, the kernels in WGSL on the GPU (package
+// wasmworker/webgpu, driven by Go on the device handed over here as
+// globalThis.crowdtrainGPU); wasm-simd, the GEMM in WebAssembly SIMD
+// (simd.wasm, written by package internal/wasmsimd), instantiated on the Go
+// module's memory so that it works on Go's slices in place; wasm-go, Go's
+// own scalar kernel, everywhere. backend is the one chosen, with why; Go
+// may still fall back from webgpu (its kernels fail to build, or its
+// self-test on the GPU fails) and then reports its own reason.
 let backend = { name: 'wasm-go', reason: '' };
 let simdLoad = null; // the SIMD module's load, once tried
 
@@ -138,25 +143,70 @@ function loadSIMD() {
   return simdLoad;
 }
 
-// chooseBackend settles the backend for want ('' the best there is,
-// 'wasm-simd', 'wasm-go' or 'webgpu'); why says how want was chosen (the
-// page's ?backend=, a remembered choice). simd false stands in for a
-// browser without WebAssembly SIMD (?simd=off, for tests).
-async function chooseBackend(want, simd, why) {
+// requestGPU asks the browser for a WebGPU adapter and device, with the
+// adapter's largest buffers. hook stands in for browsers the test machines
+// lack: 'off' a browser without WebGPU, 'lost' an adapter whose device
+// fails at once (?webgpu=off|lost).
+async function requestGPU(hook) {
+  if (hook === 'off' || !self.navigator || !navigator.gpu) throw new Error('this browser has no WebGPU');
+  const adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) throw new Error('the browser offers no WebGPU adapter');
+  const info = adapter.info || {};
+  const name = [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed GPU';
+  // A software adapter (SwiftShader, or the browser's fallback) runs the
+  // kernels on the CPU, slower than wasm-simd.
+  const software = !!(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader|llvmpipe|software/i.test(name);
+  const requiredLimits = {};
+  for (const k of ['maxStorageBufferBindingSize', 'maxBufferSize']) requiredLimits[k] = adapter.limits[k];
+  const device = await adapter.requestDevice({ requiredLimits });
+  if (hook === 'lost') device.destroy();
+  self.crowdtrainGPU = device;
+  self.crowdtrainGPUName = name + (software ? ' (software)' : '');
+  return { name, software };
+}
+
+// chooseBackend settles the backend for m.backend ('' the best there is,
+// 'wasm-simd', 'wasm-go' or 'webgpu'); m.backendWhy says how it was
+// chosen (the page's ?backend=, a remembered choice); m.gpu false is the
+// volunteer's "use my GPU" turned off; m.simd false stands in for a
+// browser without WebAssembly SIMD (?simd=off, for tests), m.webgpu for a
+// browser without WebGPU or with a failing one (requestGPU).
+async function chooseBackend(m) {
+  const want = m.backend || '', why = m.backendWhy || '', simd = m.simd !== false;
+  // The CPU backend is loaded in any case: Go falls back to it when the
+  // GPU fails.
+  const cpu = (async (prefix) => {
+    try {
+      if (!simd) throw new Error('WebAssembly SIMD is turned off (?simd=off)');
+      await loadSIMD();
+      return { name: 'wasm-simd', reason: prefix + 'WebAssembly SIMD (f32x4) kernels, the fastest CPU backend this browser has' };
+    } catch (e) {
+      return { name: 'wasm-go', reason: prefix + 'wasm-simd is not available (' + e.message + '): the scalar Go kernel' };
+    }
+  });
   if (want === 'wasm-go') {
     return { name: 'wasm-go', reason: (why || 'asked for') + ': the scalar Go kernel' };
   }
-  let prefix = why ? why + ': ' : '';
-  if (want === 'webgpu') {
-    prefix = (why || 'webgpu asked for') + ', but this version has no WebGPU backend: ';
+  if (want === 'wasm-simd') return cpu(why ? why + ': ' : '');
+  if (want === 'webgpu' || (want === '' && m.gpu !== false)) {
+    let gpu;
+    try {
+      gpu = await requestGPU(m.webgpu || '');
+    } catch (e) {
+      await cpu('');
+      return cpu((why || 'webgpu asked for') + ', but WebGPU is not available (' + e.message + '): ');
+    }
+    await cpu('');
+    if (want === 'webgpu') {
+      return { name: 'webgpu', reason: (why || 'asked for') + ': the GPU (' + gpu.name + ') through WebGPU' +
+        (gpu.software ? ', a software adapter that emulates a GPU on the CPU' : '') };
+    }
+    if (!gpu.software) {
+      return { name: 'webgpu', reason: (why || 'chosen automatically') + ': the GPU (' + gpu.name + ') through WebGPU' };
+    }
+    return cpu((why || 'chosen automatically') + ' (the only WebGPU adapter, ' + gpu.name + ', is a software one): ');
   }
-  try {
-    if (!simd) throw new Error('WebAssembly SIMD is turned off (?simd=off)');
-    await loadSIMD();
-    return { name: 'wasm-simd', reason: prefix + 'WebAssembly SIMD (f32x4) kernels, the fastest CPU backend this browser has' };
-  } catch (e) {
-    return { name: 'wasm-go', reason: prefix + 'wasm-simd is not available (' + e.message + '): the scalar Go kernel' };
-  }
+  return cpu(why ? why + (m.gpu === false ? ' ("use my GPU" is off)' : '') + ': ' : '');
 }
 
 // Called by Go with each report; cache counters and the size of Go's heap
@@ -165,7 +215,8 @@ self.crowdtrainReport = (m) => {
   m.cacheHits = cacheStats.hits;
   m.cacheMisses = cacheStats.misses;
   if (wasmMemory) m.memoryBytes = wasmMemory.buffer.byteLength;
-  if (m.type === 'stats' || m.type === 'bench' || m.type === 'gradient') m.backendReason = backend.reason;
+  // Go reports its own reason when it fell back from the one chosen here.
+  if ((m.type === 'stats' || m.type === 'bench' || m.type === 'gradient') && !m.backendReason) m.backendReason = backend.reason;
   self.postMessage(m);
 };
 
