@@ -8,16 +8,26 @@
 #           (the baselines' torch_step.py), for mnist-mlp and mnist-cnn at
 #           batch 64; then the charlm transformer at batch 32 (auto only)
 #           against the same model in PyTorch (scripts/torch_charlm_step.py);
-#   browser: our worker against TensorFlow.js 4.22's wasm backend, each in a
-#           Web Worker in the same headless Chromium (BenchmarkBrowserVsTFJS;
-#           TF.js comes from npm into a temporary folder).
+#   browser: our worker (wasm-simd, wasm-go) against TensorFlow.js 4.22's
+#           wasm backend (SIMD, one thread), each in a Web Worker in the same
+#           headless Chromium (BenchmarkBrowserVsTFJS; TF.js comes from npm
+#           into a temporary folder); then our worker's webgpu backend
+#           against TF.js's webgpu backend (@tensorflow/tfjs-backend-webgpu,
+#           the same models and SGD step), both on the adapter headless
+#           Chromium has: SwiftShader, a GPU emulated on the CPU, so their
+#           ratio is a relative figure only, nothing about a real GPU. Each
+#           WebGPU step waits for the GPU (TF.js reads its loss back), and
+#           their figures are medians of 3 rounds, not 5 (SwiftShader is
+#           slow: a minute or so per mnist-cnn run). A WebGPU backend that
+#           cannot run (ours, in a worker without one) is left out, the
+#           report saying why.
 #
 # Each repetition runs every variant back to back; a variant's figure is the
-# median over REPS repetitions (each itself the median of 5 rounds), and
-# ratios divide medians. PyTorch's step is bimodal on this machine kind (its
-# OpenBLAS runs some processes at a third of the speed of others), so the
-# best run of each side and their ratio are given too. Run from the
-# repository root:
+# median over REPS repetitions (each itself the median of 5 rounds, 3 for
+# the browser's WebGPU rows), and ratios divide medians. PyTorch's step is
+# bimodal on this machine kind (its OpenBLAS runs some processes at a third
+# of the speed of others), so the best run of each side and their ratio are
+# given too. Run from the repository root:
 #
 #   scripts/bench-compare.sh        (make bench-compare)
 #
@@ -146,7 +156,8 @@ if ! (cd "$tf" && npm install --no-audit --no-fund >"$work/npm.log" 2>&1); then
 	tail -5 "$work/npm.log" | tee -a "$report"
 	exit 0
 fi
-CROWDTRAIN_TFJS_DIR="$tf/node_modules" go test -run '^$' -bench BrowserVsTFJS -benchtime 1x -count "$REPS" ./web/ >"$work/browser.log" 2>&1
+# No time limit: the WebGPU rows on SwiftShader take minutes per repetition.
+CROWDTRAIN_TFJS_DIR="$tf/node_modules" go test -timeout 0 -run '^$' -bench BrowserVsTFJS -benchtime 1x -count "$REPS" ./web/ >"$work/browser.log" 2>&1
 grep -E '^Benchmark|kernelbench_test' "$work/browser.log" | sed 's/^ *//' >>"$work/browser.lines"
 for case in mnist-mlp/random mnist-mlp/mnist mnist-cnn/random mnist-cnn/mnist; do
 	model="${case%/*}"
@@ -161,7 +172,29 @@ for case in mnist-mlp/random mnist-mlp/mnist mnist-cnn/random mnist-cnn/mnist; d
 	else
 		say "$(printf '%s   TF.js wasm %7.0f   simd %.2fx, go %.2fx of it' "$line" "$tfjs" "$(awk -v a="$ours" -v b="$tfjs" 'BEGIN {print a/b}')" "$(awk -v a="$scalar" -v b="$tfjs" 'BEGIN {print a/b}')")"
 	fi
+	# The WebGPU rows, for the section below.
+	data="${case#*/}"
+	tgpu="$(metric tfjs-webgpu-examples/s)"
+	ogpu="$(metric crowdtrain-webgpu-examples/s)"
+	if [ "$tgpu" = nan ]; then
+		twhy="$(grep -m1 "$model on $data inputs, webgpu .*TF.js webgpu cannot run: " "$work/browser.log" | sed 's/.*TF.js webgpu cannot run: //')"
+		tcol="TF.js webgpu: ${twhy:-no figure (see the log below)}"
+	else
+		tcol="$(printf 'TF.js webgpu %7.1f' "$tgpu")"
+	fi
+	if [ "$ogpu" = nan ]; then
+		owhy="$(grep -m1 "$model on $data inputs, webgpu .*our webgpu backend is not available" "$work/browser.log" | sed 's/.*our webgpu backend is not available //')"
+		ocol="ours webgpu: not available ${owhy:-(no figure; see the log below)}"
+	elif [ "$tgpu" = nan ]; then
+		ocol="$(printf 'ours webgpu %7.1f' "$ogpu")"
+	else
+		ocol="$(printf 'ours webgpu %7.1f   ours/TF.js webgpu %.2fx (on SwiftShader: relative only)' "$ogpu" "$(awk -v a="$ogpu" -v b="$tgpu" 'BEGIN {print a/b}')")"
+	fi
+	printf '%-17s %s   %s\n' "$case" "$tcol" "$ocol" >>"$work/webgpu.lines"
 done
+say ""
+say "## browser WebGPU on SwiftShader (a GPU emulated on the CPU: relative figures only, nothing about a real GPU), batch 64: examples/s, median of $REPS (each of 3 rounds)"
+[ -s "$work/webgpu.lines" ] && tee -a "$report" <"$work/webgpu.lines"
 say ""
 say "browser runs:"
 grep -E 'kernelbench_test.go:[0-9]+: mnist' "$work/browser.log" | sed 's/^ *kernelbench_test.go:[0-9]*: //' | tee -a "$report"

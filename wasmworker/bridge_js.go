@@ -40,6 +40,7 @@ type control struct {
 	// bench: the model, batch, number of rounds and seconds per round.
 	model         string
 	spec          string // gradient: a model spec in JSON instead of a preset
+	lease         string // gradient: a lease in JSON to compute (worker.ComputeLease) instead of one gradient
 	batch, rounds int
 	seconds       float64
 	x             []float32 // the batch to time, from xBytes (float32 LE); nil: random
@@ -77,7 +78,7 @@ func parseControl(v js.Value) control {
 		}
 	}
 	c.paused = v.Get("paused").Truthy()
-	c.model, c.spec = str("model"), str("spec")
+	c.model, c.spec, c.lease = str("model"), str("spec"), str("lease")
 	num := func(k string, def float64) float64 {
 		if f := v.Get(k); f.Type() == js.TypeNumber {
 			return f.Float()
@@ -133,6 +134,7 @@ type bridge struct {
 	// GPU it uses fails, to move the tab to the CPU.
 	backend   computeBackend
 	gpuFailed chan error
+	toolGPU   *webgpu.Backend // the bench and gradient controls' GPU backend, once opened
 	// base holds the counters of workers replaced by an identity change,
 	// so the page's totals keep counting.
 	base worker.Stats
@@ -317,12 +319,11 @@ func (b *bridge) bench(c control) {
 		report(map[string]any{"type": "error", "message": "bench: the worker is training; pause it first"})
 		return
 	}
-	cb, err := openBackend(c.backend)
+	cb, err := b.openTool(c.backend)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": "bench: " + err.Error()})
 		return
 	}
-	defer closeBackend(cb)
 	r, err := Bench(cb.Backend, c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": err.Error()})
@@ -360,12 +361,15 @@ func (b *bridge) gradient(c control) {
 		fail(err)
 		return
 	}
-	cb, err := openBackend(c.backend)
+	cb, err := b.openTool(c.backend)
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer closeBackend(cb)
+	if c.lease != "" {
+		b.computeLease(cb, spec, c)
+		return
+	}
 	r, err := Gradient(cb.Backend, spec, c.params, c.x, c.labels)
 	if err != nil {
 		fail(err)
@@ -379,6 +383,33 @@ func (b *bridge) gradient(c control) {
 		m["output"] = floatsJS(r.Output)
 	}
 	report(m)
+}
+
+// computeLease runs the lease c.lease of spec at c.params on c.x, c.labels
+// with cb, as the worker would, and reports {type: "gradient", backend,
+// lossSum, correct, grad} with the update as grad.
+func (b *bridge) computeLease(cb computeBackend, spec nn.ModelSpec, c control) {
+	fail := func(err error) { report(map[string]any{"type": "error", "message": "lease: " + err.Error()}) }
+	var l protocol.Lease
+	if err := json.Unmarshal([]byte(c.lease), &l); err != nil {
+		fail(err)
+		return
+	}
+	model, err := nn.NewModel(spec)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if len(c.params) != model.NumParams {
+		fail(fmt.Errorf("%d parameters, the model has %d", len(c.params), model.NumParams))
+		return
+	}
+	res, err := worker.ComputeLease(cb.Backend, model, l, c.params, c.x, c.labels)
+	if err != nil {
+		fail(err)
+		return
+	}
+	report(map[string]any{"type": "gradient", "backend": cb.name, "lossSum": res.LossSum, "correct": res.Correct, "grad": floatsJS(res.Update)})
 }
 
 // floatsJS is v as little-endian float32 bytes in a Uint8Array.
@@ -428,6 +459,20 @@ func (b *bridge) toCPU(err error) {
 	b.paused = paused || !running
 	b.build(cfg)
 	b.paused = paused
+}
+
+// openTool is the backend for the bench and gradient controls: want's,
+// with the GPU's kept from one control to the next (compiling its kernels
+// takes seconds).
+func (b *bridge) openTool(want string) (computeBackend, error) {
+	if want == BackendWebGPU && b.toolGPU != nil {
+		return computeBackend{Backend: b.toolGPU, name: BackendWebGPU}, nil
+	}
+	cb, err := openBackend(want)
+	if g, ok := cb.Backend.(*webgpu.Backend); ok {
+		b.toolGPU = g
+	}
+	return cb, err
 }
 
 // closeBackend frees a GPU backend's memory.

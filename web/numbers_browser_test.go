@@ -130,7 +130,9 @@ func numbersPage(t *testing.T) context.Context {
 // and the parameters (float32 LE; nil: nn's initialisation from seed 1).
 type gradientAsk struct {
 	Model, Spec, Backend, WebGPU string
+	Lease                        string // a lease in JSON: its update comes back as Grad
 	X, Labels, Params            []byte
+	Reuse                        bool // keep the page's worker for the next ask with Reuse
 }
 
 // pageGradient is a fresh browser worker's answer to ask.
@@ -144,7 +146,7 @@ type pageGradientResult struct {
 func pageGradient(t *testing.T, ctx context.Context, ask gradientAsk) pageGradientResult {
 	t.Helper()
 	enc := base64.StdEncoding.EncodeToString
-	msg := map[string]string{"model": ask.Model, "spec": ask.Spec, "backend": ask.Backend, "webgpu": ask.WebGPU,
+	msg := map[string]any{"reuse": ask.Reuse, "model": ask.Model, "spec": ask.Spec, "backend": ask.Backend, "webgpu": ask.WebGPU, "lease": ask.Lease,
 		"x": enc(ask.X), "labels": enc(ask.Labels)}
 	if ask.Params != nil {
 		msg["params"] = enc(ask.Params)

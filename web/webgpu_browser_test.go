@@ -2,12 +2,16 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // webgpuTolerance is the relative L2 distance the WebGPU backend's outputs
@@ -64,7 +68,7 @@ func TestWebGPUMatchesCPU(t *testing.T) {
 		for i, l := range labels {
 			lb[i] = byte(l)
 		}
-		r := pageGradient(t, ctx, gradientAsk{Spec: string(spec), Backend: "webgpu", X: floatBytes(x), Labels: lb, Params: floatBytes(params)})
+		r := pageGradient(t, ctx, gradientAsk{Spec: string(spec), Backend: "webgpu", X: floatBytes(x), Labels: lb, Params: floatBytes(params), Reuse: true})
 		if r.Backend != "webgpu" {
 			t.Fatalf("%s: asked for webgpu, computed on %s (%s)", c.name, r.Backend, r.BackendReason)
 		}
@@ -106,4 +110,78 @@ func relL2(got, want []float32) float64 {
 		return math.Sqrt(d)
 	}
 	return math.Sqrt(d / n)
+}
+
+// A lease's inner steps on the GPU (SGD or AdamW, clipped or not, either
+// update kind, dropout drawn from the lease's seed) give the update the
+// CPU worker computes for the same lease: worker.ComputeLease on both, on
+// 21 examples in batches of 8 (a short last batch).
+func TestWebGPULeasesMatchCPU(t *testing.T) {
+	ctx := numbersPage(t)
+	sgd := protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.05}
+	adamw := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 1e-3, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8}
+	clipped := func(o protocol.InnerOptimizer) protocol.InnerOptimizer { o.ClipNorm = 1e-3; return o }
+	cnn, _ := nn.Preset("mnist-cnn")
+	for _, c := range []struct {
+		name  string
+		spec  nn.ModelSpec
+		inner protocol.InnerOptimizer
+		kind  string
+		steps int
+	}{
+		{"mnist-cnn", cnn, sgd, protocol.UpdateGradient, 1},
+		{"mnist-cnn", cnn, sgd, protocol.UpdateDelta, 3},
+		{"mnist-cnn", cnn, clipped(adamw), protocol.UpdateDelta, 3},
+		{"dropout", nntest.LayerModels["dropout"], clipped(sgd), protocol.UpdateGradient, 3},
+		{"dropout", nntest.LayerModels["dropout"], adamw, protocol.UpdateGradient, 3},
+	} {
+		what := fmt.Sprintf("%s: %s %s, %d steps, clip_norm %v", c.name, c.inner.Type, c.kind, c.steps, c.inner.ClipNorm)
+		m, err := nn.NewModel(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const batch, count = 8, 21
+		params, x, labels := nntest.RandomBatch(m, count, 5)
+		lease := protocol.Lease{ID: 7, JobID: "j", Count: count, BatchSize: batch, LocalSteps: c.steps,
+			Inner: c.inner, UpdateKind: c.kind, Snapshot: protocol.SnapshotGranted}
+		cpu, err := cpubackend.New(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := worker.ComputeLease(cpu, m, lease, params, x, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := json.Marshal(c.spec)
+		lj, _ := json.Marshal(lease)
+		lb := make([]byte, len(labels))
+		for i, l := range labels {
+			lb[i] = byte(l)
+		}
+		r := pageGradient(t, ctx, gradientAsk{Spec: string(spec), Lease: string(lj), Backend: "webgpu",
+			X: floatBytes(x), Labels: lb, Params: floatBytes(params), Reuse: true})
+		if r.Backend != "webgpu" {
+			t.Fatalf("%s: asked for webgpu, computed on %s (%s)", what, r.Backend, r.BackendReason)
+		}
+		got := floatsOf(r.Grad)
+		if len(got) != len(want.Update) {
+			t.Fatalf("%s: %d update values, want %d", what, len(got), len(want.Update))
+		}
+		d := relL2(got, want.Update)
+		t.Logf("%s: update within %.2g of the CPU's (relative L2; its norm %.3g)", what, d, l2(want.Update))
+		if !(d < webgpuTolerance) {
+			t.Errorf("%s: the update is %.3g from the CPU worker's (relative L2), want under %g", what, d, webgpuTolerance)
+		}
+		if r.Correct != want.Correct || math.Abs(r.LossSum-want.LossSum) > webgpuTolerance*math.Abs(want.LossSum) {
+			t.Errorf("%s: loss sum %v and %d correct, the CPU has %v and %d", what, r.LossSum, r.Correct, want.LossSum, want.Correct)
+		}
+	}
+}
+
+func l2(v []float32) float64 {
+	var s float64
+	for _, f := range v {
+		s += float64(f) * float64(f)
+	}
+	return math.Sqrt(s)
 }

@@ -128,6 +128,7 @@ const goMemory = new Promise((resolve) => { memoryReady = resolve; });
 // self-test on the GPU fails) and then reports its own reason.
 let backend = { name: 'wasm-go', reason: '' };
 let simdLoad = null; // the SIMD module's load, once tried
+let gpuLoad = null; // the GPU's request, once made (made again when its device is lost)
 
 function loadSIMD() {
   simdLoad ??= (async () => {
@@ -147,7 +148,13 @@ function loadSIMD() {
 // adapter's largest buffers. hook stands in for browsers the test machines
 // lack: 'off' a browser without WebGPU, 'lost' an adapter whose device
 // fails at once (?webgpu=off|lost).
-async function requestGPU(hook) {
+function requestGPU(hook) {
+  gpuLoad ??= openGPU(hook);
+  gpuLoad.catch(() => { gpuLoad = null; });
+  return gpuLoad;
+}
+
+async function openGPU(hook) {
   if (hook === 'off' || !self.navigator || !navigator.gpu) throw new Error('this browser has no WebGPU');
   const adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
   if (!adapter) throw new Error('the browser offers no WebGPU adapter');
@@ -159,6 +166,7 @@ async function requestGPU(hook) {
   const requiredLimits = {};
   for (const k of ['maxStorageBufferBindingSize', 'maxBufferSize']) requiredLimits[k] = adapter.limits[k];
   const device = await adapter.requestDevice({ requiredLimits });
+  device.lost.then(() => { gpuLoad = null; });
   if (hook === 'lost') device.destroy();
   self.crowdtrainGPU = device;
   self.crowdtrainGPUName = name + (software ? ' (software)' : '');
