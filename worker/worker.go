@@ -23,7 +23,10 @@ import (
 
 // Config configures a Worker. Coordinator and Backend are required.
 type Config struct {
-	// Coordinator is the websocket URL, e.g. ws://127.0.0.1:8080/ws.
+	// Coordinator is the websocket URL, e.g. ws://127.0.0.1:8080/ws, or
+	// a comma-separated list of them (a coordinator's relays): the
+	// worker connects to the first it reaches and moves to the next when
+	// the one it uses cannot be reached.
 	Coordinator string
 	Backend     Backend
 	// Kind is the kind of worker it says it is in hello:
@@ -100,8 +103,9 @@ type Stats struct {
 // Worker runs the shared worker loop. Run it once; Stats may be called
 // concurrently from any goroutine.
 type Worker struct {
-	cfg  Config
-	http *http.Client
+	cfg   Config
+	addrs []string // Coordinator's URLs
+	http  *http.Client
 
 	duty atomic.Uint64 // math.Float64bits of the duty cycle
 
@@ -136,9 +140,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Backend == nil {
 		return nil, errors.New("worker: Config.Backend is required")
 	}
-	u, err := url.Parse(cfg.Coordinator)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return nil, fmt.Errorf("worker: coordinator URL %q must look like ws://HOST:PORT/ws (or wss://)", cfg.Coordinator)
+	addrs, err := parseCoordinators(cfg.Coordinator)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = log.Printf
@@ -180,7 +184,7 @@ func New(cfg Config) (*Worker, error) {
 	if len(cfg.Job) > protocol.MaxShortText {
 		return nil, fmt.Errorf("worker: job id of %d bytes; ids are at most %d", len(cfg.Job), protocol.MaxShortText)
 	}
-	w := &Worker{cfg: cfg, http: cfg.HTTPClient, shards: map[string]cachedShard{}}
+	w := &Worker{cfg: cfg, addrs: addrs, http: cfg.HTTPClient, shards: map[string]cachedShard{}}
 	if w.http == nil {
 		w.http = http.DefaultClient
 	}
@@ -232,9 +236,14 @@ func (w *Worker) update(f func(*Stats)) {
 // again after it returns (a paused worker resuming); Stats keep counting.
 func (w *Worker) Run(ctx context.Context) error {
 	backoff := w.cfg.MinBackoff
+	// cur is the coordinator in use; unreached counts the ones that could
+	// not be reached since one last could: the worker moves on to the next
+	// at once, and waits only when none can be reached.
+	cur, unreached := 0, 0
 	for {
 		start := time.Now()
-		err := w.session(ctx)
+		addr := w.addrs[cur]
+		err := w.session(ctx, addr)
 		w.update(func(s *Stats) { s.Connected = false })
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -245,13 +254,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		if time.Since(start) > 10*time.Second {
 			backoff = w.cfg.MinBackoff // it worked for a while: start over
 		}
+		if errors.Is(err, errDial) {
+			unreached++
+		} else {
+			unreached = 0
+		}
+		if errors.Is(err, errDial) && len(w.addrs) > 1 {
+			cur = (cur + 1) % len(w.addrs)
+			if unreached < len(w.addrs) {
+				w.cfg.Logf("%v; trying %s", err, w.addrs[cur])
+				continue
+			}
+			unreached = 0
+		}
 		// Full jitter in [backoff/2, backoff) spreads a crowd of workers
 		// reconnecting to a restarted coordinator.
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if websocket.CloseStatus(err) == websocket.StatusGoingAway {
 			err = errors.New("the coordinator is shutting down or restarting")
 		}
-		w.cfg.Logf("disconnected: %v; reconnecting in %v", err, wait.Round(time.Millisecond))
+		w.cfg.Logf("disconnected: %v; reconnecting to %s in %v", err, w.addrs[cur], wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -259,6 +281,27 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, w.cfg.MaxBackoff)
 	}
+}
+
+// errDial marks a session that could not connect at all.
+var errDial = errors.New("unreachable")
+
+// parseCoordinators splits Config.Coordinator into its URLs and checks
+// each.
+func parseCoordinators(list string) ([]string, error) {
+	var addrs []string
+	for a := range strings.SplitSeq(list, ",") {
+		a = strings.TrimSpace(a)
+		u, err := url.Parse(a)
+		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			return nil, fmt.Errorf("worker: coordinator URL %q must look like ws://HOST:PORT/ws (or wss://); several are separated by commas", a)
+		}
+		if slices.Contains(addrs, a) {
+			return nil, fmt.Errorf("worker: coordinator URL %q is listed twice", a)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 // session is one connection, from dial to drop.
@@ -297,18 +340,18 @@ type session struct {
 	readerDone chan struct{}
 }
 
-func (w *Worker) session(ctx context.Context) error {
+func (w *Worker) session(ctx context.Context, addr string) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, batch, err := dial(dctx, w.cfg.Coordinator)
+	conn, batch, err := dial(dctx, addr)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("failed to dial %s: %w", w.cfg.Coordinator, err)
+		return fmt.Errorf("%w: failed to dial %s: %w", errDial, addr, err)
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 20)
 
 	s := &session{w: w, conn: conn, batch: batch, readerDone: make(chan struct{})}
-	s.base, _ = url.Parse(w.cfg.Coordinator)
+	s.base, _ = url.Parse(addr)
 	s.base.Scheme = map[string]string{"ws": "http", "wss": "https"}[s.base.Scheme]
 	s.base.Path, s.base.RawQuery = "", ""
 
