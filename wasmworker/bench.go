@@ -11,12 +11,13 @@ import (
 
 // BenchResult is the training speed of the browser backend on one model.
 type BenchResult struct {
-	Model   string
-	Batch   int
-	Backend string    // the backend's name
-	Kernel  string    // nn's GEMM kernel that ran (CPU backends)
-	Rounds  []float64 // examples/s of each timed round
-	Median  float64
+	Model      string
+	Batch      int
+	LocalSteps int       // steps per timed call (a GPU backend's lease)
+	Backend    string    // the backend's name
+	Kernel     string    // nn's GEMM kernel that ran (CPU backends)
+	Rounds     []float64 // examples/s of each timed round
+	Median     float64
 }
 
 // Bench times training steps (forward, backward, SGD update) of the
@@ -25,19 +26,21 @@ type BenchResult struct {
 // round. It is what the page's {type: "bench"} control runs, so that the
 // worker can be compared with other engines in the same browser. A
 // backend that runs inner steps itself (the GPU's, worker.Stepper) is
-// timed as the worker runs a lease of one step: the snapshot stays on the
-// device, and each step's update (all the parameters) comes back.
+// timed as the worker runs a lease of localSteps steps on the batch: the
+// snapshot stays on the device, and each lease's update (all the
+// parameters) comes back, so more steps share that download; a CPU
+// backend's steps are the same whatever localSteps is.
 //
 // The batch is x and labels when given (batch examples), else random
 // inputs in [0, 1) and random labels. The two differ in speed: the kernels
 // skip zero operands, and real images (MNIST is 81% zeros) have many.
-func Bench(b worker.Backend, preset string, batch, rounds int, round time.Duration, x []float32, labels []int32) (BenchResult, error) {
+func Bench(b worker.Backend, preset string, batch, localSteps, rounds int, round time.Duration, x []float32, labels []int32) (BenchResult, error) {
 	spec, err := nn.Preset(preset)
 	if err != nil {
 		return BenchResult{}, err
 	}
-	if batch < 1 || rounds < 1 || round <= 0 {
-		return BenchResult{}, fmt.Errorf("bench: batch, rounds and round must be positive, got %d, %d, %v", batch, rounds, round)
+	if batch < 1 || localSteps < 1 || rounds < 1 || round <= 0 {
+		return BenchResult{}, fmt.Errorf("bench: batch, local steps, rounds and round must be positive, got %d, %d, %d, %v", batch, localSteps, rounds, round)
 	}
 	model, err := nn.NewModel(spec)
 	if err != nil {
@@ -68,18 +71,24 @@ func Bench(b worker.Backend, preset string, batch, rounds int, round time.Durati
 		nn.SGDStep(params, grad, 0.01)
 		return nil
 	}
-	r := BenchResult{Model: preset, Batch: batch, Backend: b.Name()}
+	r := BenchResult{Model: preset, Batch: batch, LocalSteps: 1, Backend: b.Name()}
+	perCall := batch
 	if st, ok := b.(worker.Stepper); ok {
-		plan := worker.InnerSteps{BatchSize: batch, Steps: 1, UpdateKind: protocol.UpdateDelta,
+		plan := worker.InnerSteps{BatchSize: batch, Steps: localSteps, UpdateKind: protocol.UpdateDelta,
 			Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: 0.01}}
+		lx, llabels := x, labels
+		for range localSteps - 1 { // the same batch at each step
+			lx, llabels = append(lx, x...), append(llabels, labels...)
+		}
 		step = func() error {
-			_, _, err := st.Steps(1, params, x, labels, plan, grad)
+			_, _, err := st.Steps(1, params, lx, llabels, plan, grad)
 			return err
 		}
+		r.LocalSteps, perCall = localSteps, batch*localSteps
 	} else {
 		r.Kernel = nn.KernelName()
 	}
-	if r.Rounds, r.Median, err = worker.TimeRounds(step, batch, rounds, round, round); err != nil {
+	if r.Rounds, r.Median, err = worker.TimeRounds(step, perCall, rounds, round, round); err != nil {
 		return BenchResult{}, err
 	}
 	return r, nil

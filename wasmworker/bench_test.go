@@ -9,7 +9,7 @@ import (
 )
 
 func TestBenchReportsRounds(t *testing.T) {
-	r, err := Bench(newCPU(t), "mnist-mlp", 8, 3, 20*time.Millisecond, nil, nil)
+	r, err := Bench(newCPU(t), "mnist-mlp", 8, 1, 3, 20*time.Millisecond, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,22 +21,22 @@ func TestBenchReportsRounds(t *testing.T) {
 			t.Fatalf("round of %v examples/s", v)
 		}
 	}
-	if _, err := Bench(newCPU(t), "no-such-model", 8, 1, time.Millisecond, nil, nil); err == nil {
+	if _, err := Bench(newCPU(t), "no-such-model", 8, 1, 1, time.Millisecond, nil, nil); err == nil {
 		t.Error("Bench accepted an unknown model")
 	}
-	if _, err := Bench(newCPU(t), "mnist-mlp", 0, 1, time.Millisecond, nil, nil); err == nil {
+	if _, err := Bench(newCPU(t), "mnist-mlp", 0, 1, 1, time.Millisecond, nil, nil); err == nil {
 		t.Error("Bench accepted batch 0")
 	}
 	// A given batch: the right size is timed, a wrong one or a label
 	// outside the classes is refused.
 	x, labels := make([]float32, 2*784), []int32{3, 9}
-	if r, err := Bench(newCPU(t), "mnist-mlp", 2, 1, time.Millisecond, x, labels); err != nil || r.Median <= 0 {
+	if r, err := Bench(newCPU(t), "mnist-mlp", 2, 1, 1, time.Millisecond, x, labels); err != nil || r.Median <= 0 {
 		t.Errorf("Bench on a given batch = %+v, %v", r, err)
 	}
-	if _, err := Bench(newCPU(t), "mnist-mlp", 2, 1, time.Millisecond, x[:784], labels); err == nil {
+	if _, err := Bench(newCPU(t), "mnist-mlp", 2, 1, 1, time.Millisecond, x[:784], labels); err == nil {
 		t.Error("Bench accepted a batch of the wrong size")
 	}
-	if _, err := Bench(newCPU(t), "mnist-mlp", 2, 1, time.Millisecond, x, []int32{3, 10}); err == nil {
+	if _, err := Bench(newCPU(t), "mnist-mlp", 2, 1, 1, time.Millisecond, x, []int32{3, 10}); err == nil {
 		t.Error("Bench accepted label 10 of 10 classes")
 	}
 }

@@ -42,6 +42,7 @@ type control struct {
 	spec          string // gradient: a model spec in JSON instead of a preset
 	lease         string // gradient: a lease in JSON to compute (worker.ComputeLease) instead of one gradient
 	batch, rounds int
+	localSteps    int // bench: steps per timed lease on a GPU backend
 	seconds       float64
 	x             []float32 // the batch to time, from xBytes (float32 LE); nil: random
 	labels        []int32   // from labelBytes (one byte each)
@@ -86,6 +87,7 @@ func parseControl(v js.Value) control {
 		return def
 	}
 	c.batch, c.rounds, c.seconds = int(num("batch", 64)), int(num("rounds", 5)), num("seconds", 1)
+	c.localSteps = int(num("localSteps", 1))
 	if xb, lb := bytesOf(v.Get("xBytes")), bytesOf(v.Get("labelBytes")); xb != nil && lb != nil {
 		c.x = make([]float32, len(xb)/4)
 		for i := range c.x {
@@ -324,7 +326,7 @@ func (b *bridge) bench(c control) {
 		report(map[string]any{"type": "error", "message": "bench: " + err.Error()})
 		return
 	}
-	r, err := Bench(cb.Backend, c.model, c.batch, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
+	r, err := Bench(cb.Backend, c.model, c.batch, c.localSteps, c.rounds, time.Duration(c.seconds*float64(time.Second)), c.x, c.labels)
 	if err != nil {
 		report(map[string]any{"type": "error", "message": err.Error()})
 		return
@@ -335,7 +337,7 @@ func (b *bridge) bench(c control) {
 	}
 	report(map[string]any{
 		"type": "bench", "model": r.Model, "batch": r.Batch, "kernel": r.Kernel,
-		"rounds": rounds, "median": r.Median, "backend": cb.name, "backendReason": cb.reason,
+		"rounds": rounds, "median": r.Median, "localSteps": r.LocalSteps, "backend": cb.name, "backendReason": cb.reason,
 	})
 }
 

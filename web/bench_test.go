@@ -27,10 +27,13 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 			ctx := testbrowser.New(b)
 			const window = 10 * time.Second
 			for range b.N {
-				// The tab on each CPU backend: the scalar Go kernel (as
-				// before wasm SIMD) and the SIMD module.
+				// The tab on each backend: the scalar Go kernel (as
+				// before wasm SIMD), the SIMD module, and WebGPU on the
+				// adapter headless Chromium has (SwiftShader, a GPU
+				// emulated on the CPU: a figure about the path, not about
+				// a GPU).
 				rate := map[string]float64{}
-				for _, backend := range []string{"wasm-go", "wasm-simd"} {
+				for _, backend := range []string{"wasm-go", "wasm-simd", "webgpu"} {
 					do(b, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/?backend="+backend), chromedp.WaitVisible("#contribute"),
 						chromedp.Click("#contribute"))
 					rate[backend] = measure(s, window, func() int64 { _, _, ex := s.browserWorkers(); return ex })
@@ -47,6 +50,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 				b.ReportMetric(rate["wasm-simd"], "browser-examples/s")
 				b.ReportMetric(rate["wasm-go"], "browser-go-examples/s")
 				b.ReportMetric(rate["wasm-simd"]/rate["wasm-go"], "simd/go")
+				b.ReportMetric(rate["webgpu"], "browser-webgpu-swiftshader-examples/s")
 				b.ReportMetric(native, "native-examples/s")
 				b.ReportMetric(rate["wasm-simd"]/native, "browser/native")
 			}

@@ -973,18 +973,35 @@ fn copy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 
 // ---- gemm ----
 
-// Tiles of gemm: op(A)'s 64 rows × 16 k, op(B)'s 16 k × 64 columns, both
-// stored k-major ([k*64 + i] and [k*64 + j]).
-var<workgroup> tileA: array<f32, 1024>;
-var<workgroup> tileB: array<f32, 1024>;
+// Tiles of gemm, k-major: op(A)'s 64 rows × 16 k as tileA[k*16 + g], the
+// four rows 4g..4g+3 at k in one vec4, and op(B)'s 16 k × 64 columns as
+// tileB[k*16 + g], columns 4g..4g+3.
+var<workgroup> tileA: array<vec4<f32>, 256>;
+var<workgroup> tileB: array<vec4<f32>, 256>;
+
+// a_at and b_at read op(A)[i][k] and op(B)[k][j], 0 outside.
+fn a_at(A: u32, lda: u32, transA: bool, M: u32, K: u32, i: u32, k: u32) -> f32 {
+	if (i >= M || k >= K) { return 0.0f; }
+	if (transA) { return m[A + k * lda + i]; }
+	return m[A + i * lda + k];
+}
+
+fn b_at(B: u32, ldb: u32, transB: bool, K: u32, N: u32, k: u32, j: u32) -> f32 {
+	if (k >= K || j >= N) { return 0.0f; }
+	if (transB) { return m[B + j * ldb + k]; }
+	return m[B + k * ldb + j];
+}
 
 // gemm(transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB,
 // beta, C, ldc, strideC): row-major C = alpha*op(A)*op(B) + beta*C,
 // strided-batched over workgroup_id.z. op(A) is M×K (A[i*lda + k], or
 // A[k*lda + i] transposed), op(B) K×N (B[k*ldb + j], or B[j*ldb + k]).
 // A workgroup of 16×16 computes a 64×64 tile of C, each invocation the 4×4
-// entries (ty + 16a, tx + 16b); each entry is summed in increasing k in
-// f32. C is not read when beta is 0.
+// block at rows 4ty.., columns 4tx.., in four vec4 accumulators (registers:
+// no array indexed at run time). Each entry is summed in increasing k in
+// f32, a multiply then an add. C is not read when beta is 0. Each
+// invocation stages one vec4 of each tile per 16 k, reading along the
+// source's contiguous direction: neighbours read neighbouring floats.
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
 	let transA = arg_u(0u) != 0u;
@@ -1007,74 +1024,58 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 	let ty = lid.y;
 	let tid = ty * 16u + tx;
 
-	var acc: array<f32, 16>;
-	for (var q = 0u; q < 16u; q++) { acc[q] = 0.0f; }
+	// What this invocation stages: group ga of A at ka, gb of B at kb.
+	var ga = tid / 16u;
+	var ka = tid % 16u;
+	if (transA) {
+		ga = tid % 16u;
+		ka = tid / 16u;
+	}
+	var gb = tid % 16u;
+	var kb = tid / 16u;
+	if (transB) {
+		gb = tid / 16u;
+		kb = tid % 16u;
+	}
+	let ia = row0 + 4u * ga;
+	let jb = col0 + 4u * gb;
 
+	var acc0 = vec4<f32>(0.0f);
+	var acc1 = vec4<f32>(0.0f);
+	var acc2 = vec4<f32>(0.0f);
+	var acc3 = vec4<f32>(0.0f);
 	for (var k0 = 0u; k0 < K; k0 += 16u) {
-		// Stage the tiles: 1024 entries each, 4 per invocation, read along
-		// the source's contiguous direction.
-		for (var e = 0u; e < 4u; e++) {
-			let idx = tid + e * 256u;
-			var il: u32;
-			var kl: u32;
-			if (transA) {
-				il = idx % 64u;
-				kl = idx / 64u;
-			} else {
-				kl = idx % 16u;
-				il = idx / 16u;
-			}
-			let gi = row0 + il;
-			let gk = k0 + kl;
-			var v = 0.0f;
-			if (gi < M && gk < K) {
-				if (transA) { v = m[A + gk * lda + gi]; } else { v = m[A + gi * lda + gk]; }
-			}
-			tileA[kl * 64u + il] = v;
-
-			var jl: u32;
-			if (transB) {
-				kl = idx % 16u;
-				jl = idx / 16u;
-			} else {
-				jl = idx % 64u;
-				kl = idx / 64u;
-			}
-			let gj = col0 + jl;
-			let gk2 = k0 + kl;
-			var w = 0.0f;
-			if (gj < N && gk2 < K) {
-				if (transB) { w = m[B + gj * ldb + gk2]; } else { w = m[B + gk2 * ldb + gj]; }
-			}
-			tileB[kl * 64u + jl] = w;
-		}
+		let k = k0 + ka;
+		tileA[ka * 16u + ga] = vec4<f32>(a_at(A, lda, transA, M, K, ia, k), a_at(A, lda, transA, M, K, ia + 1u, k),
+			a_at(A, lda, transA, M, K, ia + 2u, k), a_at(A, lda, transA, M, K, ia + 3u, k));
+		let kk = k0 + kb;
+		tileB[kb * 16u + gb] = vec4<f32>(b_at(B, ldb, transB, K, N, kk, jb), b_at(B, ldb, transB, K, N, kk, jb + 1u),
+			b_at(B, ldb, transB, K, N, kk, jb + 2u), b_at(B, ldb, transB, K, N, kk, jb + 3u));
 		workgroupBarrier();
-		for (var kk = 0u; kk < 16u; kk++) {
-			var av: array<f32, 4>;
-			var bv: array<f32, 4>;
-			for (var q = 0u; q < 4u; q++) {
-				av[q] = tileA[kk * 64u + ty + 16u * q];
-				bv[q] = tileB[kk * 64u + tx + 16u * q];
-			}
-			for (var qa = 0u; qa < 4u; qa++) {
-				for (var qb = 0u; qb < 4u; qb++) {
-					acc[qa * 4u + qb] = acc[qa * 4u + qb] + av[qa] * bv[qb];
-				}
-			}
+		for (var q = 0u; q < 16u; q++) {
+			let av = tileA[q * 16u + ty];
+			let bv = tileB[q * 16u + tx];
+			acc0 = acc0 + av.x * bv;
+			acc1 = acc1 + av.y * bv;
+			acc2 = acc2 + av.z * bv;
+			acc3 = acc3 + av.w * bv;
 		}
 		workgroupBarrier();
 	}
+	gemm_store(C, ldc, M, N, alpha, beta, row0 + 4u * ty, col0 + 4u * tx, acc0);
+	gemm_store(C, ldc, M, N, alpha, beta, row0 + 4u * ty + 1u, col0 + 4u * tx, acc1);
+	gemm_store(C, ldc, M, N, alpha, beta, row0 + 4u * ty + 2u, col0 + 4u * tx, acc2);
+	gemm_store(C, ldc, M, N, alpha, beta, row0 + 4u * ty + 3u, col0 + 4u * tx, acc3);
+}
 
-	for (var qa = 0u; qa < 4u; qa++) {
-		let i = row0 + ty + 16u * qa;
-		if (i >= M) { continue; }
-		for (var qb = 0u; qb < 4u; qb++) {
-			let j = col0 + tx + 16u * qb;
-			if (j >= N) { continue; }
-			let o = C + i * ldc + j;
-			var v = alpha * acc[qa * 4u + qb];
-			if (beta != 0.0f) { v += beta * m[o]; }
-			m[o] = v;
-		}
+// gemm_store writes row i's four columns j.. of a gemm tile.
+fn gemm_store(C: u32, ldc: u32, M: u32, N: u32, alpha: f32, beta: f32, i: u32, j: u32, v: vec4<f32>) {
+	if (i >= M) { return; }
+	for (var c = 0u; c < 4u; c++) {
+		if (j + c >= N) { return; }
+		let o = C + i * ldc + j + c;
+		var x = alpha * v[c];
+		if (beta != 0.0f) { x += beta * m[o]; }
+		m[o] = x;
 	}
 }

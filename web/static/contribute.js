@@ -67,11 +67,18 @@ function spawn() {
     render();
   };
   const b = requestedBackend();
+  // One worker drives the GPU; the others train on the CPU's other cores
+  // (unless ?backend= forces a backend on all of them).
+  const gpuTaken = workers.length > 0 && !forcedBackend();
+  if (gpuTaken && b.want === 'webgpu') {
+    b.want = '';
+    b.why = 'the first worker has the GPU';
+  }
   entry.worker.postMessage({
     type: 'start',
     backend: b.want,
     backendWhy: b.why,
-    gpu: !!settings.useGPU,
+    gpu: !!settings.useGPU && !gpuTaken,
     simd: new URLSearchParams(location.search).get('simd') !== 'off',
     webgpu: new URLSearchParams(location.search).get('webgpu') || '',
     coordinator: wsURL(),
@@ -93,6 +100,10 @@ function spawn() {
 // ?webgpu=off|lost stands in for a browser without WebGPU or with a GPU
 // that fails (for tests).
 const BACKENDS = ['wasm-go', 'wasm-simd', 'webgpu'];
+
+function forcedBackend() {
+  return new URLSearchParams(location.search).get('backend') !== null;
+}
 
 function requestedBackend() {
   const forced = new URLSearchParams(location.search).get('backend');

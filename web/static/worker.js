@@ -214,7 +214,7 @@ async function chooseBackend(m) {
     }
     return cpu((why || 'chosen automatically') + ' (the only WebGPU adapter, ' + gpu.name + ', is a software one): ');
   }
-  return cpu(why ? why + (m.gpu === false ? ' ("use my GPU" is off)' : '') + ': ' : '');
+  return cpu(why ? why + (m.gpu === false && why === 'chosen automatically' ? ' ("use my GPU" is off)' : '') + ': ' : '');
 }
 
 // Called by Go with each report; cache counters and the size of Go's heap
