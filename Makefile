@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test bench bench-load bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -100,6 +100,12 @@ bench-hostile: data
 # example lands in test-artifacts/link.md. LINK_CONFIGS=async-fp32-H1,
 # diloco-H16-fp32 and LINK_NETS=link select a subset; LINK_DOWN_MBPS,
 # LINK_UP_MBPS and LINK_RTT_MS change the link, LINK_TIMEOUT (6m) caps each run.
+# A crowd on one coordinator: 10,000 idle and 1,000 active simulated
+# volunteers for 10 minutes (scripts/bench-load.sh; IDLE, ACTIVE, DURATION
+# override): memory and goroutines per connection, lease latency.
+bench-load: data
+	scripts/bench-load.sh
+
 bench-link: data
 	mkdir -p test-artifacts
 	LINK_OUT=$(CURDIR)/test-artifacts/link.md $(GO) test -run '^$$' -bench LinkTo97 -benchtime 1x -count 1 -timeout 300m ./coordinator/

@@ -246,4 +246,4 @@ func gpuRows(b *testing.B, run func(b *testing.B, fn, model, data, backend strin
 }
 
 // gpuLeaseSteps is the longer lease our webgpu backend is timed on.
-const gpuLeaseSteps = 8
+const gpuLeaseSteps = 4
