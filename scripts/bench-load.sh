@@ -63,13 +63,19 @@ conns = int(sys.argv[4]) + int(sys.argv[5])
 start = next((r["seconds"] for r in rows if r.get("all_connected")), None)
 if start is None:
     sys.exit("not every volunteer connected")
+# The idle connections' cost: the last report before any active one had
+# connected (the idle ones connect first).
+idle_only = [r for r in rows if r["active"] == 0 and r["idle"] > 0]
+if idle_only:
+    r = idle_only[-1]
+    print(f"idle connections alone: {r['idle']} of them, {(r['rss_bytes'] - base_rss) / r['idle'] / 1024:.1f} KB of RSS and {(r['goroutines'] - base_g) / r['idle']:.2f} goroutines each")
 loaded = [r for r in rows if r["seconds"] >= start]
 end = loaded[-1]
 half = [r for r in loaded if r["seconds"] >= end["seconds"] - 300]
 first = half[0]
 p99 = max(r["p99_ms"] for r in half)
 leases = sum(r["leases_in_window"] for r in half)
-print(f"per connection: {(end['rss_bytes'] - base_rss) / conns / 1024:.1f} KB of RSS, {(end['goroutines'] - base_g) / conns:.2f} goroutines")
+print(f"everything, per connection (the active ones' results and the job's snapshots included): {(end['rss_bytes'] - base_rss) / conns / 1024:.1f} KB of RSS, {(end['goroutines'] - base_g) / conns:.2f} goroutines")
 print(f"last 5 minutes: RSS {first['rss_bytes'] / 2**20:.0f} -> {end['rss_bytes'] / 2**20:.0f} MB, goroutines {first['goroutines']} -> {end['goroutines']}")
 print(f"lease latency over the last 5 minutes: worst interval's p99 {p99:.1f} ms ({leases} leases); results {end['results']}, accepted {end['accepted']}, rejected {end.get('rejected', {})}")
 PY

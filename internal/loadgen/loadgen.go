@@ -255,8 +255,9 @@ func (l *Load) activeLoop(ctx context.Context, s *session, w *protocol.Welcome, 
 		return err
 	}
 	type held struct {
-		lease *protocol.Lease
-		base  int64
+		lease   *protocol.Lease
+		base    int64
+		started bool // a lease on the latest snapshot: its base is fixed
 	}
 	due := map[uint64]*held{}
 	timer := time.NewTimer(time.Hour)
@@ -277,16 +278,20 @@ func (l *Load) activeLoop(ctx context.Context, s *session, w *protocol.Welcome, 
 			if h == nil {
 				continue
 			}
-			delete(due, next)
-			for i := range update {
-				update[i] = float32(rng.NormFloat64() * 1e-4)
+			if !h.started {
+				// A lease on the latest snapshot: start it now, at the end
+				// of the hold, so that its base is what a worker that had
+				// just computed would have (its staleness is what the
+				// coordinator applied meanwhile, not the whole hold).
+				if err := s.send(ctx, &protocol.Start{LeaseID: h.lease.ID, JobID: h.lease.JobID}); err != nil {
+					return err
+				}
+				continue
 			}
-			if err := s.send(ctx, &protocol.Result{LeaseID: h.lease.ID, JobID: h.lease.JobID, BaseVersion: h.base,
-				Codec: protocol.CodecF32, Update: update, Examples: h.lease.Count, LossSum: 2.3 * float64(h.lease.Count),
-				ComputeMs: float64(l.cfg.Every.Milliseconds())}); err != nil {
+			if err := l.sendResult(ctx, s, h.lease, h.base, update, rng); err != nil {
 				return err
 			}
-			l.results.Add(1)
+			delete(due, next)
 		case m := <-msgs:
 			switch m := m.(type) {
 			case *protocol.Lease:
@@ -294,18 +299,15 @@ func (l *Load) activeLoop(ctx context.Context, s *session, w *protocol.Welcome, 
 				l.mu.Lock()
 				l.latencies = append(l.latencies, time.Since(wantAt))
 				l.mu.Unlock()
-				h := &held{lease: m, base: m.BaseVersion}
-				if m.Snapshot == protocol.SnapshotLatest {
-					if err := s.send(ctx, &protocol.Start{LeaseID: m.ID, JobID: m.JobID}); err != nil {
-						return err
-					}
-				}
-				due[m.ID] = h
+				due[m.ID] = &held{lease: m, base: m.BaseVersion, started: m.Snapshot != protocol.SnapshotLatest}
 				next = m.ID
 				timer.Reset(l.cfg.Every)
 			case *protocol.Started:
-				if h := due[m.LeaseID]; h != nil {
-					h.base = m.BaseVersion
+				if h := due[m.LeaseID]; h != nil && !h.started {
+					if err := l.sendResult(ctx, s, h.lease, m.BaseVersion, update, rng); err != nil {
+						return err
+					}
+					delete(due, m.LeaseID)
 				}
 			case *protocol.Ack:
 				if m.Accepted {
@@ -333,4 +335,19 @@ func (l *Load) activeLoop(ctx context.Context, s *session, w *protocol.Welcome, 
 			}
 		}
 	}
+}
+
+// sendResult sends a result for lease on base: noise of the job's size,
+// so that no two results are alike.
+func (l *Load) sendResult(ctx context.Context, s *session, lease *protocol.Lease, base int64, update protocol.Floats, rng *rand.Rand) error {
+	for i := range update {
+		update[i] = float32(rng.NormFloat64() * 1e-4)
+	}
+	if err := s.send(ctx, &protocol.Result{LeaseID: lease.ID, JobID: lease.JobID, BaseVersion: base,
+		Codec: protocol.CodecF32, Update: update, Examples: lease.Count, LossSum: 2.3 * float64(lease.Count),
+		ComputeMs: float64(l.cfg.Every.Milliseconds())}); err != nil {
+		return err
+	}
+	l.results.Add(1)
+	return nil
 }
