@@ -89,22 +89,25 @@ func parseControl(v js.Value) control {
 	c.batch, c.rounds, c.seconds = int(num("batch", 64)), int(num("rounds", 5)), num("seconds", 1)
 	c.localSteps = int(num("localSteps", 1))
 	if xb, lb := bytesOf(v.Get("xBytes")), bytesOf(v.Get("labelBytes")); xb != nil && lb != nil {
-		c.x = make([]float32, len(xb)/4)
-		for i := range c.x {
-			c.x[i] = math.Float32frombits(binary.LittleEndian.Uint32(xb[4*i:]))
-		}
+		c.x = floatsLE(xb)
 		c.labels = make([]int32, len(lb))
 		for i, l := range lb {
 			c.labels[i] = int32(l)
 		}
 	}
 	if pb := bytesOf(v.Get("paramBytes")); pb != nil {
-		c.params = make([]float32, len(pb)/4)
-		for i := range c.params {
-			c.params[i] = math.Float32frombits(binary.LittleEndian.Uint32(pb[4*i:]))
-		}
+		c.params = floatsLE(pb)
 	}
 	return c
+}
+
+// floatsLE reads little-endian float32s.
+func floatsLE(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
 }
 
 // bytesOf copies a Uint8Array; nil for anything else.
