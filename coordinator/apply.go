@@ -181,6 +181,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.epochExamples += int64(res.Examples)
 	st.remaining -= int64(res.Examples)
 	j.spotSample(sub, l)
+	if j.mirror != nil {
+		j.mirrorAnswered(l, sub.volunteer, res)
+	}
 	// The aggregator keeps its own copy of what it holds; an asynchronous
 	// rule's step applies res.Update before this returns.
 	j.step(st.sched.Now())
@@ -197,6 +200,10 @@ func (j *Job) step(now time.Time) {
 	if st.state != StateRunning {
 		return
 	}
+	if j.mirror != nil {
+		j.mirrorStep(now) // a relay's model moves with its root's alone
+		return
+	}
 	s, ok := st.agg.Ready(now)
 	if r, rounds := st.agg.(*engine.Rounds); !ok && rounds && j.roundCannotGrow(r) {
 		s, ok = r.Flush()
@@ -205,6 +212,9 @@ func (j *Job) step(now time.Time) {
 		return
 	}
 	st.model.Apply(s)
+	if j.onVersion != nil {
+		j.onVersion(st.model.Version)
+	}
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		if s.Results < r.Size {
 			st.roundsShort++

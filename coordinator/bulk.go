@@ -26,7 +26,7 @@ const paceChunk = 256 << 10
 // answers 429 and returns false. Headers already set for the body are
 // dropped.
 func (s *Server) chargeBulk(w http.ResponseWriter, r *http.Request, n int) bool {
-	if n <= 0 {
+	if n <= 0 || s.fromRelay(r) {
 		return true
 	}
 	ok, wait := s.bulk.take(s.clientKey(r), float64(n), time.Now())

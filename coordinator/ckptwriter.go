@@ -116,6 +116,7 @@ func (j *Job) writeLoop(keep int, policy backoff, deadline func() time.Time) err
 	attempt := func() {
 		err := j.writeCheckpoint(ctx, pending, keep)
 		if err == nil {
+			runAcks(pending.acks)
 			j.putBuffers(pending.bufs)
 			pending, failures = nil, 0
 			retry.Stop()
@@ -141,6 +142,7 @@ func (j *Job) writeLoop(keep int, policy backoff, deadline func() time.Time) err
 			}
 			if pending != nil { // a newer state supersedes the failed one
 				j.putBuffers(pending.bufs)
+				op.acks = append(pending.acks, op.acks...)
 			}
 			pending = op
 			attempt()
@@ -164,6 +166,7 @@ func (j *Job) finalWrite(ctx context.Context, op *checkpointOp, keep int, policy
 	for failures := 1; ; failures++ {
 		err := j.writeCheckpoint(ctx, op, keep)
 		if err == nil {
+			runAcks(op.acks)
 			return nil
 		}
 		now := time.Now()

@@ -69,9 +69,11 @@ type Job struct {
 	// knows of it (its weight and priority change with its spec), for
 	// routing without a trip through the loop. onState hears every change
 	// of state, on the loop. parent is the sweep it is a trial of.
-	active    atomic.Bool
-	place     atomic.Pointer[placement.Job]
-	onState   func(state string)
+	active  atomic.Bool
+	place   atomic.Pointer[placement.Job]
+	onState func(state string)
+	// onVersion hears each new version, on the loop (relays are told).
+	onVersion func(version int64)
 	parent    string
 	epochSize int // examples per epoch
 	logf      func(format string, args ...any)
@@ -120,6 +122,10 @@ type Job struct {
 	// wire counts the bytes of its results and of what is served for it
 	// (wire.go); HTTP handlers add to it directly.
 	wire jobWire
+
+	// mirror is set on a relay's copy of its root's job (relaymirror.go);
+	// what it holds is the loop's.
+	mirror *mirror
 
 	// Loop-owned state below.
 	st jobState
@@ -182,6 +188,8 @@ type jobState struct {
 	nonFiniteEvalAt time.Time
 
 	abuse abuseState // hostages.go: lease caps, backups, the replay window
+
+	relay relayRootState // relayroot.go: relays' aggregates
 }
 
 // stalenessBuckets is the staleness histogram's size: 0..31 and 32+.
@@ -287,6 +295,7 @@ func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 			j.expireLeases()
 			j.step(now) // a round past its round_timeout
 			j.updateRates(now)
+			j.flushRelayAcks(now)
 		case <-ckpt:
 			if j.dirty() {
 				j.recordMetric(nil)

@@ -53,6 +53,9 @@ type progress struct {
 	// Wire is the job's wire counters (wire.go); older checkpoints have
 	// none and start them at 0.
 	Wire *wireProgress `json:"wire,omitempty"`
+	// RelayApplied are the ids of the relay aggregates applied lately
+	// (relayroot.go): a redelivery of one is acknowledged, not applied.
+	RelayApplied []string `json:"relay_applied,omitempty"`
 }
 
 // clipProgress is engine.ClipState in a checkpoint: the centre as
@@ -85,6 +88,9 @@ type checkpointOp struct {
 	pause  time.Duration
 	// roundResults is the partial round the checkpoint holds.
 	roundResults int
+	// acks acknowledge the relay aggregates whose effect the checkpoint
+	// holds: run once it is durable (relayroot.go).
+	acks []func()
 }
 
 // ckptBuffers hold a checkpoint's copies. They go back to the job's pool
@@ -129,9 +135,11 @@ func (j *Job) checkpoint(force bool) {
 	op := &checkpointOp{c: j.copyState(bufs), bufs: bufs, state: st.state, reason: st.reason, doneAt: st.doneAt,
 		roundResults: st.agg.Partial().Results}
 	op.pause = time.Since(start)
+	op.acks, st.relay.acks = st.relay.acks, nil
 	select { // latest wins
 	case old := <-j.ckptCh:
 		j.putBuffers(old.bufs)
+		op.acks = append(old.acks, op.acks...) // the newer holds the older's effect
 	default:
 	}
 	j.ckptCh <- op
@@ -153,7 +161,8 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum, StalenessHist: st.stalenessHist,
 		NormMean: st.normMean, NormCount: st.normCount, Clipped: st.clipped, LastEvalAt: st.lastEvalAt, Eval: st.eval,
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
-		Wire: j.wire.progress(),
+		Wire:         j.wire.progress(),
+		RelayApplied: st.relay.applied.list(),
 	}
 	// Leased tasks are not done: a resumed job hands them out again.
 	leases, queue := st.sched.Leases(), st.sched.Queue()
@@ -292,6 +301,8 @@ func (j *Job) restore(c store.Checkpoint) error {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
 	st.model.Version, st.epoch = c.Version, p.Epoch
+	st.relay.applied.restore(p.RelayApplied)
+	st.relay.resumedAt = c.Version
 	j.restoreClip(c.Version, p.Clip)
 	tasks := make([]engine.Task, 0, len(p.Tasks))
 	st.remaining = 0

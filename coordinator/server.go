@@ -81,6 +81,11 @@ type Server struct {
 	// while (hostages.go).
 	hellos, resultRate *rateLimiter
 	coolOff            coolOffs
+
+	// gate is set on a root that serves relays (relaygate.go); relay on
+	// a relay (relayserver.go).
+	gate  atomic.Pointer[relayGate]
+	relay *relayRuntime
 }
 
 // New returns a running server with no jobs.
@@ -183,6 +188,14 @@ func (s *Server) startJob(j *Job) {
 	j.onCheckpoint = func(d time.Duration) { s.metrics.checkpointSeconds.Observe(d.Seconds()) }
 	j.nonFiniteEvalEvery = s.cfg.NonFiniteEvalInterval
 	j.ledger = s.volunteers
+	if j.mirror != nil {
+		j.ledger = strikeTap{s.volunteers, j.mirror}
+	}
+	j.onVersion = func(v int64) {
+		if g := s.gate.Load(); g != nil {
+			g.announce(j.ID, v)
+		}
+	}
 	j.limits = s.jobLimits()
 	j.onState = func(state string) {
 		if state != StateRunning {
@@ -309,7 +322,13 @@ func (s *Server) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
+		if g := s.gate.Load(); g != nil {
+			g.stop()
+		}
 		s.cancel()
+		if s.relay != nil {
+			s.relay.stop()
+		}
 		s.conns.Wait()
 		s.mu.Lock()
 		jobs := slices.Clone(s.jobs)

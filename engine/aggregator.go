@@ -21,7 +21,15 @@ type Contribution struct {
 	// and keeps worker momentum per volunteer (per worker without one).
 	Worker    string
 	Volunteer string
+	// Results, when above 0, says Update is the sum of that many results
+	// pre-aggregated by a trusted relay, which applied the per-volunteer
+	// defences itself: it counts as that many results, and the
+	// asynchronous rule steps once on it, without its robust clip.
+	Results int
 }
+
+// count is how many results c holds.
+func (c Contribution) count() int { return max(1, c.Results) }
 
 // who is whose result c is: its volunteer, or its worker without one.
 func (c Contribution) who() string {
@@ -119,6 +127,7 @@ type Async struct {
 
 	pending   []float32
 	has       bool
+	results   int // results the pending step holds (0: one)
 	staleness int64
 	heldAt    time.Time
 	weight    float32 // the clip's rate scale for the pending step; 0 is 1
@@ -130,6 +139,11 @@ func (a *Async) Unlease(uint64)                 {}
 func (a *Async) Offer(c Contribution) Decision {
 	if c.Staleness > int64(a.MaxStaleness) {
 		return Decision{Reason: ReasonStale, Detail: fmt.Sprintf("staleness %d > max_staleness %d: fetch a newer snapshot", c.Staleness, a.MaxStaleness)}
+	}
+	if c.Results > 0 {
+		// A relay's sum: one step, applied as it is.
+		a.pending, a.has, a.staleness, a.results, a.weight = c.Update, true, c.Staleness, c.Results, 0
+		return Decision{Accepted: true}
 	}
 	if a.Clip != nil {
 		if !Finite(c.Update) {
@@ -266,7 +280,7 @@ func (a *refusals) record(who string, refused bool) {
 func (a *Async) SetNow(now time.Time) { a.heldAt = now }
 
 func (a *Async) Ready(now time.Time) (Step, bool) {
-	if a.Clip != nil && !a.Clip.Seeded() {
+	if a.Clip != nil && !a.Clip.Seeded() && a.results == 0 {
 		u, n, ok := a.Clip.warm(now)
 		if !ok {
 			return Step{}, false
@@ -276,7 +290,7 @@ func (a *Async) Ready(now time.Time) (Step, bool) {
 	if !a.has {
 		return Step{}, false
 	}
-	s := Step{Update: a.pending, Scale: 1, Results: 1}
+	s := Step{Update: a.pending, Scale: 1, Results: max(1, a.results)}
 	if a.InverseStaleness {
 		s.Scale = 1 / float32(1+a.staleness)
 	}
@@ -287,7 +301,7 @@ func (a *Async) Ready(now time.Time) (Step, bool) {
 			s.Update[i] *= a.weight
 		}
 	}
-	a.pending, a.has, a.weight = nil, false, 0
+	a.pending, a.has, a.weight, a.results = nil, false, 0, 0
 	return s, true
 }
 
@@ -367,6 +381,10 @@ func (r *Rounds) Offer(c Contribution) Decision {
 	if len(c.Update) != len(r.sum) {
 		panic(fmt.Sprintf("engine: Rounds.Offer: update has %d values, want %d", len(c.Update), len(r.sum)))
 	}
+	if c.Results > 0 {
+		r.offerSum(c)
+		return Decision{Accepted: true}
+	}
 	if r.robust() {
 		if !Finite(c.Update) {
 			return Decision{Reason: ReasonInvalid, Detail: ErrNonFinite.Error()}
@@ -393,6 +411,28 @@ func (r *Rounds) Offer(c Contribution) Decision {
 	}
 	r.results++
 	return Decision{Accepted: true}
+}
+
+// offerSum holds a relay's sum of c.Results results: a robust method
+// sees them as that many copies of their mean (the relay already bounded
+// each of its volunteers'), as a restored partial round does.
+func (r *Rounds) offerSum(c Contribution) {
+	if r.robust() {
+		inv := 1 / float32(c.Results)
+		for k := 0; k < c.Results; k++ {
+			if len(r.held) <= r.results+k {
+				r.held = append(r.held, make([]float32, len(r.sum)))
+			}
+			m := r.held[r.results+k][:len(r.sum)]
+			for i, v := range c.Update {
+				m[i] = v * inv
+			}
+		}
+	}
+	for i, v := range c.Update {
+		r.sum[i] += v
+	}
+	r.results += c.Results
 }
 
 func (r *Rounds) Ready(now time.Time) (Step, bool) {

@@ -84,6 +84,9 @@ type Scheduler struct {
 	// speed gives so that its time on the wire (ObserveComm) stays under
 	// this share of its time; 0 leaves H to the speed rule.
 	MaxCommFraction float64
+	// KeepTasks hands out the queued tasks as they are, never joined or
+	// split: a relay's tasks are its root's leases, answered one for one.
+	KeepTasks bool
 
 	queue   []Task // not leased yet this epoch; requeued ones go first
 	leases  map[uint64]*Lease
@@ -126,7 +129,7 @@ func (s *Scheduler) Leases() map[uint64]*Lease {
 // Requeue puts t at the front so a lost task is redone before new ones.
 // A task that continues the one at the front is joined to it again.
 func (s *Scheduler) Requeue(t Task) {
-	if len(s.queue) > 0 {
+	if len(s.queue) > 0 && !s.KeepTasks {
 		if f := s.queue[0]; f.Shard == t.Shard && t.Start+t.Count == f.Start {
 			s.queue[0] = Task{Shard: t.Shard, Start: t.Start, Count: t.Count + f.Count}
 			return
@@ -271,7 +274,7 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 	t := s.queue[i]
 	s.queue = slices.Delete(s.queue, i, i+1)
 	h := s.LocalStepsFor(worker)
-	if per := s.BatchSize * h; t.Count > per {
+	if per := s.BatchSize * h; t.Count > per && !s.KeepTasks {
 		s.Requeue(Task{Shard: t.Shard, Start: t.Start + per, Count: t.Count - per})
 		t.Count = per
 	}
@@ -486,4 +489,45 @@ func contains(ids []uint64, id uint64) bool {
 		}
 	}
 	return false
+}
+
+// TakeQueued removes the examples of t from the queue, splitting the
+// queued task that holds them, and reports whether one held them all. It
+// settles a result whose lease a restart forgot: its task was queued
+// again, and must not be computed twice.
+func (s *Scheduler) TakeQueued(t Task) bool {
+	i := slices.IndexFunc(s.queue, func(q Task) bool {
+		return q.Shard == t.Shard && q.Start <= t.Start && t.Start+t.Count <= q.Start+q.Count
+	})
+	if i < 0 || t.Count <= 0 {
+		return false
+	}
+	q := s.queue[i]
+	var rest []Task
+	if t.Start > q.Start {
+		rest = append(rest, Task{Shard: q.Shard, Start: q.Start, Count: t.Start - q.Start})
+	}
+	if end, qEnd := t.Start+t.Count, q.Start+q.Count; end < qEnd {
+		rest = append(rest, Task{Shard: q.Shard, Start: end, Count: qEnd - end})
+	}
+	s.queue = slices.Replace(s.queue, i, i+1, rest...)
+	return true
+}
+
+// Enqueue appends tasks to the queue (a relay's block from its root).
+func (s *Scheduler) Enqueue(tasks ...Task) { s.queue = append(s.queue, tasks...) }
+
+// Drop removes the queued tasks for which gone reports true, and the
+// leases of them, without requeueing (a relay's block handed back). It
+// returns the leases dropped.
+func (s *Scheduler) Drop(gone func(Task) bool) []*Lease {
+	s.queue = slices.DeleteFunc(s.queue, gone)
+	var out []*Lease
+	for id, l := range s.leases {
+		if gone(l.Task) {
+			delete(s.leases, id)
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -73,6 +73,7 @@ var keys = []key{
 	{name: "seed"},
 	{name: "eval_every"},
 	{name: "lease_timeout", decode: durationKey(func(s *Spec) *Duration { return &s.LeaseTimeout })},
+	{name: "relay_window", decode: durationKey(func(s *Spec) *Duration { return &s.RelayWindow }), live: true},
 	{name: "max_update_norm_ratio"},
 	{name: "checkpoint_every"},
 	{name: "robust", decode: decodeRobust},

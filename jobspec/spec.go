@@ -66,6 +66,10 @@ type Spec struct {
 	// times the running mean of accepted ones (0 turns the check off).
 	MaxUpdateNormRatio float64  `json:"max_update_norm_ratio" yaml:"max_update_norm_ratio"`
 	LeaseTimeout       Duration `json:"lease_timeout" yaml:"-"`
+	// RelayWindow is how long a relay sums its workers' results before
+	// it forwards them upstream in an asynchronous mode (round modes
+	// forward once per round); 0 is DefaultRelayWindow.
+	RelayWindow Duration `json:"relay_window,omitzero" yaml:"-"`
 	// Robust is how results are combined against hostile ones, in every
 	// mode (the `robust` key).
 	Robust Robust `json:"robust" yaml:"-"`
@@ -109,6 +113,17 @@ type Spec struct {
 type Requires struct {
 	Kind        []string `json:"kind,omitempty" yaml:"kind"`
 	MinMemoryMB int      `json:"min_memory_mb,omitempty" yaml:"min_memory_mb"`
+}
+
+// DefaultRelayWindow is relay_window when a spec leaves it out.
+const DefaultRelayWindow = time.Second
+
+// EffectiveRelayWindow is RelayWindow, or DefaultRelayWindow.
+func (s *Spec) EffectiveRelayWindow() time.Duration {
+	if s.RelayWindow.Duration > 0 {
+		return s.RelayWindow.Duration
+	}
+	return DefaultRelayWindow
 }
 
 // EffectiveWeight is Weight, or 1 for a spec stored before the key.

@@ -136,6 +136,8 @@ func (s Spec) validateTraining() error {
 		return Errorf("eval_every", "must be >= 1 update, got %d", s.EvalEvery)
 	case s.LeaseTimeout.Duration < 100*time.Millisecond:
 		return Errorf("lease_timeout", "must be at least 100ms, got %v", s.LeaseTimeout.Duration)
+	case s.RelayWindow.Duration < 0 || s.RelayWindow.Duration > 0 && s.RelayWindow.Duration < 10*time.Millisecond:
+		return Errorf("relay_window", "must be at least 10ms (or left out: %v), got %v", DefaultRelayWindow, s.RelayWindow.Duration)
 	}
 	return nil
 }

@@ -27,7 +27,9 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
-  crowdtrain work   --coordinator ws://HOST:PORT/ws [--backend auto|cpu|cuda] [--device N] [--threads N]
+                    [--nats-listen HOST:PORT | --nats URL]
+  crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--name NAME] [--data DIR]
+  crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
                     [--join-token T] [--name NAME] [--key-file FILE]
   crowdtrain status --coordinator http://HOST:PORT [--token T]
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stdout, stderr)
+	case "relay":
+		err = relay(ctx, args[1:], stdout, stderr)
 	case "work":
 		err = work(ctx, args[1:], stdout, stderr)
 	case "status":

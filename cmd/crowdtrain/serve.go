@@ -58,10 +58,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
 	var abuse abuseFlags // serveabuse.go: per-address and hostage limits
 	abuse.register(fs)
+	var relays relayFlags // relaycmd.go: NATS for relays
+	relays.register(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if err := abuse.check(); err != nil {
+		return err
+	}
+	if err := relays.check(*dbPath); err != nil {
 		return err
 	}
 	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 || *maxConnsPerAddr < 1 {
@@ -223,6 +228,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	base := "http://" + ln.Addr().String()
+	closeRelays, err := relays.serve(ctx, srv, base, cfg.PublicURLs, logger)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer closeRelays()
 	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator ws://%s/ws",
 		base, base, ln.Addr())
 	if msg := access.advice(*addr); msg != "" {

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+)
+
+// relayFlags are serve's flags for relays (docs/RELAYS.md).
+type relayFlags struct {
+	listen, url, creds string
+	dir                string // the embedded server's, beside --db
+}
+
+func (f *relayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "nats-listen", "", "`HOST:PORT` of an embedded NATS server with JetStream for relays (its data and the relays' credentials go beside --db)")
+	fs.StringVar(&f.url, "nats", "", "`URL` of an external NATS server with JetStream for relays, instead of --nats-listen")
+	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
+}
+
+func (f *relayFlags) check(db string) error {
+	f.dir = db + ".nats"
+	switch {
+	case f.listen != "" && f.url != "":
+		return usagef("--nats-listen runs a NATS server, --nats uses one: give one of them")
+	case f.listen != "" && db == "":
+		return usagef("--nats-listen keeps JetStream's data beside --db: give a --db")
+	case f.creds != "" && f.url == "":
+		return usagef("--nats-creds goes with --nats")
+	}
+	return nil
+}
+
+// serve starts the NATS side; the function it returns stops it (after
+// the server is closed: the last checkpoints acknowledge aggregates).
+func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base string, public []string, logger *log.Logger) (func(), error) {
+	if f.listen == "" && f.url == "" {
+		return func() {}, nil
+	}
+	var box *natsbox.Box
+	url, opts := f.url, []nats.Option{nats.Name("crowdtrain root"), nats.MaxReconnects(-1)}
+	if f.listen != "" {
+		var err error
+		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir}); err != nil {
+			return nil, err
+		}
+		url = box.URL
+		opts = append(opts, nats.UserInfo(box.Root.User, box.Root.Password))
+	} else if f.creds != "" {
+		c, err := natsbox.ReadCreds(f.creds)
+		if err != nil {
+			return nil, usagef("--nats-creds: %v", err)
+		}
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	stop := func() {
+		if box != nil {
+			box.Close()
+		}
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
+	}
+	rootURL := base
+	if len(public) > 0 {
+		rootURL = public[0]
+	}
+	if err := srv.ServeRelays(ctx, nc, coordinator.RelayGateOptions{RootURL: rootURL}); err != nil {
+		nc.Close()
+		stop()
+		return nil, err
+	}
+	if box != nil {
+		logger.Printf("relays: NATS with JetStream on %s; a relay joins with: crowdtrain relay --upstream %s --creds %s --addr HOST:PORT",
+			box.URL, box.URL, box.RelayCredsFile)
+	} else {
+		logger.Printf("relays: through NATS at %s", url)
+	}
+	return func() { nc.Close(); stop() }, nil
+}
+
+// relay runs `crowdtrain relay`.
+func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	up := fs.String("upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
+	addr := fs.String("addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
+	credsFile := fs.String("creds", "", "`FILE` with the relays' user:password (the root's relay.creds, beside its --db)")
+	name := fs.String("name", "", "this relay's `NAME` among the root's relays (default: relay-PORT)")
+	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
+	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if *up == "" {
+		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if *name == "" {
+		*name = "relay-" + port
+	}
+	if *publicURL == "" {
+		*publicURL = "ws://" + loopbackAddr(ln.Addr()) + "/ws"
+	}
+	logger := log.New(stderr, "", log.LstdFlags)
+	opts := []nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+		nats.RetryOnFailedConnect(true)}
+	if *credsFile != "" {
+		c, err := natsbox.ReadCreds(*credsFile)
+		if err != nil {
+			return usagef("--creds: %v", err)
+		}
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	nc, err := nats.Connect(*up, opts...)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", *up, err)
+	}
+	defer nc.Close()
+	srv, err := coordinator.New(coordinator.Config{
+		LoadData: func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
+			o.MNISTDir = *dataDir
+			if d.IsText() && *dataDir != "" {
+				d.Path = *dataDir
+			}
+			return dataset.Load(d, o)
+		},
+		Logf: logger.Printf, AdminToken: coordinator.NewAdminToken(), Join: coordinator.JoinOpen,
+		MaxConnsPerAddress: coordinator.DefaultMaxConnsPerAddress,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	// The root may not be up yet, or may be restarting: keep asking.
+	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: *name, URL: *publicURL, NATS: nc})
+		if err == nil {
+			break
+		}
+		if strings.Contains(err.Error(), "refused the join") || strings.Contains(err.Error(), "relay name") {
+			return usagef("%v", err)
+		}
+		logger.Printf("relay %s: %v; trying again in %v", *name, err, wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+	}
+	logger.Printf("relay %s: shutting down", *name)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	return srv.Close()
+}

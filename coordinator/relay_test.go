@@ -1,0 +1,326 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/store"
+	"github.com/crowdtrain/crowdtrain/upstream"
+)
+
+// startNATS runs the embedded NATS server with a 64 KiB payload limit, so
+// that every mnist-mlp aggregate (940 KB) travels in parts.
+func startNATS(t *testing.T) *natsbox.Box {
+	t.Helper()
+	box, err := natsbox.Start(natsbox.Options{Listen: "127.0.0.1:0", Dir: filepath.Join(t.TempDir(), "nats"), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(box.Close)
+	return box
+}
+
+func connectNATS(t *testing.T, url string, c natsbox.Creds) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.UserInfo(c.User, c.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// fakeRelay speaks the relay side of the protocol by hand: it sends
+// whatever aggregate a test makes, good or bad.
+type fakeRelay struct {
+	t    *testing.T
+	name string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	sent int
+}
+
+func newFakeRelay(t *testing.T, box *natsbox.Box, name string) *fakeRelay {
+	t.Helper()
+	c, err := natsbox.ReadCreds(box.RelayCredsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := connectNATS(t, box.URL, c)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeRelay{t: t, name: name, nc: nc, js: js}
+}
+
+func (f *fakeRelay) request(subject string, req, reply any) {
+	f.t.Helper()
+	b, _ := json.Marshal(req)
+	m, err := f.nc.Request(subject, b, 10*time.Second)
+	if err != nil {
+		f.t.Fatalf("%s: %v", subject, err)
+	}
+	if err := json.Unmarshal(m.Data, reply); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fakeRelay) join() upstream.JoinReply {
+	var r upstream.JoinReply
+	f.request(upstream.SubjectJoin, upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
+	return r
+}
+
+func (f *fakeRelay) lease(job string, want int) upstream.LeaseReply {
+	var r upstream.LeaseReply
+	f.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
+	if r.Error != "" {
+		f.t.Fatal(r.Error)
+	}
+	return r
+}
+
+// publish sends a to the stream in parts that fit the payload limit, as
+// a fresh message each time (a redelivery, to the root).
+func (f *fakeRelay) publish(a *upstream.Aggregate) {
+	f.t.Helper()
+	body, err := upstream.Encode(a)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.sent++
+	parts := upstream.Split(body, int(f.nc.MaxPayload())-4096)
+	for i, p := range parts {
+		msg := nats.NewMsg(upstream.AggregateSubject(f.name))
+		msg.Data = p
+		msg.Header.Set(upstream.HeaderAggregate, a.ID)
+		msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
+		if _, err := f.js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(f.sent)+"/"+strconv.Itoa(i))); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// aggregateOf answers leases with a sum of small values.
+func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, leases []upstream.Lease, n int) *upstream.Aggregate {
+	a := &upstream.Aggregate{ID: id, Relay: relay, Job: job, Run: r.Run, Base: r.Version, Round: r.Round, Results: len(leases), Sum: make([]float32, n)}
+	for _, l := range leases {
+		a.Leases = append(a.Leases, l.ID)
+		a.Tasks = append(a.Tasks, upstream.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
+		a.Examples += l.Count
+	}
+	for i := range a.Sum {
+		a.Sum[i] = 1e-3 * float32(len(leases)) * float32(i%7-3)
+	}
+	return a
+}
+
+func relayView(t *testing.T, srv *coordinator.Server, name string) coordinator.RelayView {
+	for _, r := range srv.Relays() {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("relay %s not listed: %+v", name, srv.Relays())
+	return coordinator.RelayView{}
+}
+
+// waitRelay waits until cond holds of the relay's record at the root.
+func waitRelay(t *testing.T, srv *coordinator.Server, name, what string, cond func(coordinator.RelayView) bool) coordinator.RelayView {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := relayView(t, srv, name)
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay %s: %s: not within 30s: %+v", name, what, v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitAcknowledged waits until the root's consumer has nothing pending:
+// every aggregate is acknowledged, so its checkpoint is durable.
+func waitAcknowledged(t *testing.T, box *natsbox.Box) {
+	t.Helper()
+	nc := connectNATS(t, box.URL, box.Root)
+	js, _ := jetstream.New(nc)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := js.Consumer(context.Background(), upstream.Stream, upstream.Consumer)
+		if err == nil {
+			info, err := c.Info(context.Background())
+			if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("aggregates still unacknowledged after 30s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func serveRelays(t *testing.T, g *testGrid, box *natsbox.Box) {
+	t.Helper()
+	if err := g.srv.ServeRelays(context.Background(), connectNATS(t, box.URL, box.Root), coordinator.RelayGateOptions{RootURL: g.http.URL}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A relay's aggregate is applied whole, once: bad ones are refused with
+// the model untouched, a second delivery of one is acknowledged and not
+// applied, also after the root restarts from its checkpoint, and one
+// published while the root was down is applied when it is back.
+func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
+	box := startNATS(t)
+	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs = 100 })
+	g := newStoredGrid(t, db, &spec)
+	serveRelays(t, g, box)
+	n := modelParams(t, spec)
+	relay := newFakeRelay(t, box, "r1")
+	if j := relay.join(); len(j.Jobs) != 1 || j.Jobs[0].ID != g.job.ID || j.RootURL != g.http.URL || j.Token == "" {
+		t.Fatalf("join: %+v", j)
+	}
+	r := relay.lease(g.job.ID, 6)
+	if len(r.Leases) != 6 || r.Version != 0 || r.Run != 1 {
+		t.Fatalf("lease: %+v", r)
+	}
+	// The relay fetches its snapshot with the token, past the anonymous share.
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, g.http.URL+r.SnapshotPath, nil)
+		req.Header.Set(upstream.HeaderRelayToken, relay.join().Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET snapshot: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+
+	good := aggregateOf("r1-a-1", "r1", g.job.ID, r, r.Leases[:2], n)
+	relay.publish(good)
+	waitRelay(t, g.srv, "r1", "first aggregate applied", func(v coordinator.RelayView) bool { return v.AggregatesApplied == 1 })
+	v := g.jobView()
+	if v.Version != 1 || v.UpdatesApplied != 2 || v.ExamplesSeen != int64(good.Examples) {
+		t.Fatalf("after one aggregate of 2 results: version %d, applied %d, examples %d", v.Version, v.UpdatesApplied, v.ExamplesSeen)
+	}
+
+	bad := map[string]func(a *upstream.Aggregate){
+		"lease never granted": func(a *upstream.Aggregate) { a.Leases[0] = 1 << 40 },
+		"lease answered":      func(a *upstream.Aggregate) { a.Leases, a.Tasks = good.Leases[:1], good.Tasks[:1] },
+		"wrong result count":  func(a *upstream.Aggregate) { a.Results = 2 },
+		"wrong examples":      func(a *upstream.Aggregate) { a.Examples++ },
+		"wrong task":          func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
+		"lease twice":         func(a *upstream.Aggregate) { a.Leases, a.Tasks = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]) },
+		"not finite":          func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
+		"future base":         func(a *upstream.Aggregate) { a.Base = 50 },
+		"short sum":           func(a *upstream.Aggregate) { a.Sum = a.Sum[:10] },
+		"other relay's name":  func(a *upstream.Aggregate) { a.Relay = "r2" },
+		"no such job":         func(a *upstream.Aggregate) { a.Job = "nope" },
+	}
+	refused := int64(0)
+	for what, spoil := range bad {
+		a := aggregateOf("r1-bad-"+strings.ReplaceAll(what, " ", "-"), "r1", g.job.ID, r, r.Leases[2:3], n)
+		spoil(a)
+		relay.publish(a)
+		if what != "other relay's name" { // refused before it is counted to a relay
+			refused++
+			waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
+		} else {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
+			t.Fatalf("%s: the model moved: version %d, applied %d", what, v.Version, v.UpdatesApplied)
+		}
+	}
+
+	relay.publish(good) // delivered again
+	waitRelay(t, g.srv, "r1", "redelivery seen", func(v coordinator.RelayView) bool { return v.AggregatesDuplicate == 1 })
+	if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
+		t.Fatalf("a redelivery moved the model: version %d, applied %d", v.Version, v.UpdatesApplied)
+	}
+	waitAcknowledged(t, box)
+
+	// The root goes away; meanwhile the relay sends an aggregate for the
+	// old run's leases, which the stream keeps.
+	g.close()
+	late := aggregateOf("r1-a-2", "r1", g.job.ID, r, r.Leases[3:5], n)
+	relay.publish(late)
+	g2 := newStoredGrid(t, db, nil)
+	if g2.job == nil || g2.job.ID != g.job.ID {
+		t.Fatal("the job did not resume")
+	}
+	serveRelays(t, g2, box)
+	relay.join()
+	waitRelay(t, g2.srv, "r1", "the aggregate sent while the root was down applied", func(v coordinator.RelayView) bool { return v.AggregatesApplied == 1 })
+	if v := g2.jobView(); v.Version != 2 || v.UpdatesApplied != 4 || v.Run != 2 {
+		t.Fatalf("after the restart: version %d, applied %d, run %d; want 2, 4, 2", v.Version, v.UpdatesApplied, v.Run)
+	}
+	for _, a := range []*upstream.Aggregate{good, late} {
+		relay.publish(a)
+	}
+	waitRelay(t, g2.srv, "r1", "both redeliveries seen", func(v coordinator.RelayView) bool { return v.AggregatesDuplicate == 2 })
+	if v := g2.jobView(); v.Version != 2 || v.UpdatesApplied != 4 {
+		t.Fatalf("a redelivery after the restart moved the model: version %d, applied %d", v.Version, v.UpdatesApplied)
+	}
+	// A new run's lease requests carry its run; the old leases are gone.
+	if r2 := relay.lease(g.job.ID, 1); r2.Run != 2 || r2.Version != 2 {
+		t.Fatalf("lease after restart: %+v", r2)
+	}
+}
+
+// Only relays with the credentials the root issued may publish, and only
+// under crowdtrain.up.
+func TestRelayCredentialsArePermissions(t *testing.T) {
+	box := startNATS(t)
+	if nc, err := nats.Connect(box.URL); err == nil {
+		nc.Close()
+		t.Fatal("a connection without credentials was accepted")
+	}
+	if nc, err := nats.Connect(box.URL, nats.UserInfo(upstream.RelayUser, "guess")); err == nil {
+		nc.Close()
+		t.Fatal("a wrong password was accepted")
+	}
+	c, err := natsbox.ReadCreds(box.RelayCredsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := make(chan string, 4)
+	nc, err := nats.Connect(box.URL, nats.UserInfo(c.User, c.Password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		denied <- err.Error()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Publish(upstream.VersionSubject("job"), []byte(`{"version":99}`))
+	nc.Flush()
+	select {
+	case e := <-denied:
+		if !strings.Contains(strings.ToLower(e), "permission") {
+			t.Fatalf("publishing a version announcement as a relay: %s", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a relay published a version announcement unrefused")
+	}
+}

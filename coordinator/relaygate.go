@@ -1,0 +1,393 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdtrain/crowdtrain/upstream"
+)
+
+// relayGate is the root's side of its relays over NATS (docs/RELAYS.md):
+// it answers joins and lease requests, takes aggregates from the
+// JetStream stream, announces versions, and keeps the topology the API
+// and the admin page show.
+type relayGate struct {
+	s       *Server
+	nc      *nats.Conn
+	rootURL string
+	token   string // relays' HTTP token (upstream.HeaderRelayToken)
+	cc      jetstream.ConsumeContext
+	subs    []*nats.Subscription
+
+	mu     sync.Mutex
+	relays map[string]*relayRecord
+	parts  map[string]*partialAggregate
+}
+
+// relayRecord is what the root knows of one relay.
+type relayRecord struct {
+	upstream.Status
+	LastSeen time.Time `json:"last_seen"`
+	// Applied, Refused and Duplicates count its aggregates here.
+	Applied    int64 `json:"aggregates_applied"`
+	Refused    int64 `json:"aggregates_refused"`
+	Duplicates int64 `json:"aggregates_duplicate"`
+	// BytesIn is the aggregate bytes the root took from it.
+	BytesIn int64 `json:"bytes_in"`
+}
+
+// partialAggregate gathers the parts of an aggregate split to fit the
+// payload limit.
+type partialAggregate struct {
+	parts [][]byte
+	msgs  []jetstream.Msg
+	got   int
+	first time.Time
+}
+
+// Limits on what parts may hold: a relay cannot make the root keep
+// unbounded partial aggregates.
+const (
+	maxPartialAggregates = 64
+	relayAckWait         = 10 * time.Second
+	relayLostAfter       = 15 * time.Second
+)
+
+// RelayGateOptions configure ServeRelays.
+type RelayGateOptions struct {
+	// RootURL is the root's public HTTP URL, from which relays fetch
+	// snapshots.
+	RootURL string
+}
+
+// ServeRelays lets relays connect through nc (a NATS connection with
+// JetStream and the root's permissions). It returns once the stream, the
+// consumer and the subscriptions are in place; Close stops them.
+func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOptions) error {
+	g := &relayGate{s: s, nc: nc, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
+		relays: map[string]*relayRecord{}, parts: map[string]*partialAggregate{}}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
+		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
+	}); err != nil {
+		return fmt.Errorf("relays: the aggregates stream: %w", err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{
+		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait, MaxAckPending: 4096,
+	})
+	if err != nil {
+		return fmt.Errorf("relays: the root's consumer: %w", err)
+	}
+	for subj, h := range map[string]nats.MsgHandler{
+		upstream.SubjectJoin: g.onJoin, upstream.SubjectLease: g.onLease, upstream.SubjectStatus: g.onStatus,
+		upstream.SubjectRelease: g.onRelease,
+	} {
+		sub, err := nc.Subscribe(subj, h)
+		if err != nil {
+			return err
+		}
+		g.subs = append(g.subs, sub)
+	}
+	if g.cc, err = cons.Consume(g.onAggregatePart); err != nil {
+		return fmt.Errorf("relays: consuming aggregates: %w", err)
+	}
+	s.gate.Store(g)
+	return nc.Flush()
+}
+
+// stop ends the subscriptions (Server.Close).
+func (g *relayGate) stop() {
+	g.cc.Stop()
+	for _, sub := range g.subs {
+		sub.Unsubscribe()
+	}
+}
+
+func (g *relayGate) reply(m *nats.Msg, v any) {
+	b, _ := json.Marshal(v)
+	if err := m.Respond(b); err != nil {
+		g.s.cfg.Logf("relays: answering on %s: %v", m.Subject, err)
+	}
+}
+
+func (g *relayGate) onJoin(m *nats.Msg) {
+	var req upstream.Join
+	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) {
+		g.reply(m, upstream.JoinReply{Error: "a join names the relay (letters, digits, - and _, up to 64)"})
+		return
+	}
+	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL})
+	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
+	g.s.mu.Lock()
+	jobs := slices.Clone(g.s.jobs)
+	g.s.mu.Unlock()
+	for _, j := range jobs {
+		var info upstream.JobInfo
+		err := j.exec(g.s.ctx, func(st *jobState) {
+			if st.state == StateRunning {
+				info.Spec, _ = json.Marshal(st.spec)
+				info.ID, info.Run, info.State = j.ID, j.run, st.state
+			}
+		})
+		if err == nil && info.ID != "" {
+			reply.Jobs = append(reply.Jobs, info)
+		}
+	}
+	g.reply(m, reply)
+}
+
+func (g *relayGate) onLease(m *nats.Msg) {
+	var req upstream.LeaseRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || req.Want < 1 {
+		g.reply(m, upstream.LeaseReply{Error: "a lease request names the relay, the job and want >= 1"})
+		return
+	}
+	j := g.s.job(req.Job)
+	if j == nil || j.mirror != nil {
+		g.reply(m, upstream.LeaseReply{Error: fmt.Sprintf("no job %q here", req.Job)})
+		return
+	}
+	var reply upstream.LeaseReply
+	if err := j.exec(g.s.ctx, func(*jobState) { reply = j.grantRelay(req) }); err != nil {
+		reply = upstream.LeaseReply{State: StateStopped, Wait: "the job's loop has stopped"}
+	}
+	g.reply(m, reply)
+}
+
+func (g *relayGate) onRelease(m *nats.Msg) {
+	var req upstream.Release
+	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || len(req.Leases) > 4*maxRelayBlock {
+		g.reply(m, upstream.Released{Error: "a release names the relay, the job and at most 1024 leases"})
+		return
+	}
+	j := g.s.job(req.Job)
+	if j == nil || j.mirror != nil {
+		g.reply(m, upstream.Released{Error: fmt.Sprintf("no job %q here", req.Job)})
+		return
+	}
+	var n int
+	_ = j.exec(g.s.ctx, func(st *jobState) {
+		before := st.leasesReleased
+		j.releaseLeases(relayWorker(req.Relay), req.Leases, "relay "+req.Relay+" gave them back")
+		n = int(st.leasesReleased - before)
+	})
+	g.reply(m, upstream.Released{Released: n})
+}
+
+func (g *relayGate) onStatus(m *nats.Msg) {
+	var st upstream.Status
+	if json.Unmarshal(m.Data, &st) == nil && upstream.ValidName(st.Relay) {
+		g.seen(st)
+	}
+}
+
+// seen records a relay's heartbeat.
+func (g *relayGate) seen(st upstream.Status) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.relays[st.Relay]
+	if r == nil {
+		if len(g.relays) >= 1024 {
+			return
+		}
+		r = &relayRecord{}
+		g.relays[st.Relay] = r
+	}
+	if st.URL == "" {
+		st.URL = r.URL
+	}
+	r.Status, r.LastSeen = st, time.Now()
+}
+
+// record counts an aggregate's verdict for its relay.
+func (g *relayGate) record(relay, verdict string, bytes int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.relays[relay]
+	if r == nil {
+		return
+	}
+	r.BytesIn += int64(bytes)
+	switch verdict {
+	case aggApplied:
+		r.Applied++
+	case aggDuplicate:
+		r.Duplicates++
+	default:
+		r.Refused++
+	}
+}
+
+// onAggregatePart takes one message of the stream: a whole aggregate, or
+// a part of one.
+func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
+	h := msg.Headers()
+	id := h.Get(upstream.HeaderAggregate)
+	i, n, err := upstream.ParsePart(h.Get(upstream.HeaderPart))
+	if id == "" || err != nil {
+		g.s.cfg.Logf("relays: a message on %s without a valid aggregate id and part (%v): dropped", msg.Subject(), err)
+		msg.Term()
+		return
+	}
+	if n == 1 {
+		g.apply(msg.Subject(), msg.Data(), []jetstream.Msg{msg})
+		return
+	}
+	g.mu.Lock()
+	p := g.parts[id]
+	if p != nil && len(p.parts) != n {
+		g.mu.Unlock()
+		g.s.cfg.Logf("relays: aggregate %s: part %d says %d parts, an earlier said %d: dropped", id, i, n, len(p.parts))
+		msg.Term()
+		return
+	}
+	if p == nil {
+		for k, old := range g.parts { // parts whose rest never came are redelivered anyway
+			if time.Since(old.first) > relayAckWait {
+				delete(g.parts, k)
+			}
+		}
+		if len(g.parts) >= maxPartialAggregates {
+			g.mu.Unlock()
+			msg.Nak() // later: the root is busy with others
+			return
+		}
+		p = &partialAggregate{parts: make([][]byte, n), msgs: make([]jetstream.Msg, n), first: time.Now()}
+		g.parts[id] = p
+	}
+	if p.parts[i] == nil {
+		p.got++
+	}
+	p.parts[i], p.msgs[i] = msg.Data(), msg
+	done := p.got == n
+	if done {
+		delete(g.parts, id)
+	}
+	g.mu.Unlock()
+	if done {
+		g.apply(msg.Subject(), bytes.Join(p.parts, nil), p.msgs)
+	}
+}
+
+// apply decodes an aggregate and hands it to its job.
+func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
+	term := func() {
+		for _, m := range msgs {
+			m.Term()
+		}
+	}
+	a, err := upstream.Decode(body)
+	if err != nil {
+		g.s.cfg.Logf("relays: on %s: %v: dropped", subject, err)
+		term()
+		return
+	}
+	if subject != upstream.AggregateSubject(a.Relay) {
+		g.s.cfg.Logf("relays: aggregate %s names relay %q but came on %s: refused", a.ID, a.Relay, subject)
+		term()
+		return
+	}
+	j := g.s.job(a.Job)
+	if j == nil || j.mirror != nil {
+		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: refused", a.ID, a.Relay, a.Job)
+		g.record(a.Relay, aggRefused, len(body))
+		term()
+		return
+	}
+	ack := func() {
+		for _, m := range msgs {
+			m.Ack()
+		}
+	}
+	var verdict, detail string
+	if err := j.exec(g.s.ctx, func(*jobState) { verdict, detail = j.applyAggregate(a, ack) }); err != nil {
+		return // shutting down: the stream delivers it again to the next run
+	}
+	g.record(a.Relay, verdict, len(body))
+	if verdict == aggRefused {
+		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail)
+		term()
+		return
+	}
+	if verdict == aggDuplicate || j.verbose {
+		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s %s: %s", a.ID, a.Relay, a.Job, verdict, detail)
+	}
+}
+
+// fromRelay reports whether r carries the relays' token.
+func (s *Server) fromRelay(r *http.Request) bool {
+	g := s.gate.Load()
+	t := r.Header.Get(upstream.HeaderRelayToken)
+	return g != nil && t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(g.token)) == 1
+}
+
+// announce tells the relays that job moved to version (on the job's loop:
+// the publish only buffers).
+func (g *relayGate) announce(job string, version int64) {
+	b, _ := json.Marshal(struct {
+		Version int64 `json:"version"`
+	}{version})
+	if err := g.nc.Publish(upstream.VersionSubject(job), b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		g.s.cfg.Logf("relays: announcing version %d of job %s: %v", version, job, err)
+	}
+}
+
+// RelayView is one relay as GET /api/v1/relays shows it.
+type RelayView struct {
+	Name    string `json:"name"`
+	URL     string `json:"url"`
+	Workers int    `json:"workers"`
+	// UpstreamBytes and Aggregates count what it published; the rest
+	// what the root made of it.
+	UpstreamBytes       int64     `json:"upstream_bytes"`
+	AggregatesPublished int64     `json:"aggregates_published"`
+	AggregatesApplied   int64     `json:"aggregates_applied"`
+	AggregatesRefused   int64     `json:"aggregates_refused"`
+	AggregatesDuplicate int64     `json:"aggregates_duplicate"`
+	LastSeen            time.Time `json:"last_seen"`
+}
+
+// Relays lists the relays heard from lately, by name.
+func (s *Server) Relays() []RelayView {
+	g := s.gate.Load()
+	if g == nil {
+		return []RelayView{}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := []RelayView{}
+	for name, r := range g.relays {
+		if time.Since(r.LastSeen) > relayLostAfter {
+			continue
+		}
+		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes,
+			AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
+			AggregatesDuplicate: r.Duplicates, LastSeen: r.LastSeen})
+	}
+	slices.SortFunc(out, func(a, b RelayView) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// handleRelays is GET /api/v1/relays: public, since workers pick a relay
+// from it.
+func (s *Server) handleRelays(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(map[string]any{"relays": s.Relays()})
+}

@@ -1,0 +1,316 @@
+package coordinator
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/upstream"
+)
+
+// The root's side of relays, on the job's loop: a relay holds leases
+// like a worker named relayWorker(name), and answers many of them with
+// one aggregate (docs/RELAYS.md). An aggregate is applied whole or not at
+// all; once applied its id is kept in the checkpoint, and its
+// acknowledgement waits for the checkpoint that holds its effect to be
+// durable, so that neither a crash nor a redelivery loses or repeats it.
+
+// relayWorker is the worker name a relay's leases are held under.
+func relayWorker(relay string) string { return "relay/" + relay }
+
+// relayAckDelay is the longest an applied aggregate waits for the
+// checkpoint that acknowledges it.
+const relayAckDelay = time.Second
+
+// maxRelayBlock is the most tasks one lease request is granted.
+const maxRelayBlock = 256
+
+// relayRootState is the loop's relay bookkeeping.
+type relayRootState struct {
+	applied recentIDs
+	// acks wait for the next checkpoint (persist.go).
+	acks []func()
+	// resumedAt is the version the job resumed from: an aggregate of an
+	// earlier run computed from a newer version saw parameters this run
+	// does not have.
+	resumedAt int64
+	// Counters for the API.
+	aggregates, duplicates, refused int64
+}
+
+// recentIDs is a bounded set of ids, oldest dropped first.
+type recentIDs struct {
+	set   map[string]bool
+	order []string
+}
+
+// maxRecentIDs is how many applied aggregate ids a job remembers: far
+// more than a stream holds unacknowledged.
+const maxRecentIDs = 8192
+
+func (r *recentIDs) has(id string) bool { return r.set[id] }
+
+func (r *recentIDs) add(id string) {
+	if r.set == nil {
+		r.set = map[string]bool{}
+	}
+	if r.set[id] {
+		return
+	}
+	r.set[id] = true
+	r.order = append(r.order, id)
+	if len(r.order) > maxRecentIDs {
+		delete(r.set, r.order[0])
+		r.order = slices.Delete(r.order, 0, 1)
+	}
+}
+
+func (r *recentIDs) list() []string { return slices.Clone(r.order) }
+
+func (r *recentIDs) restore(ids []string) {
+	r.set, r.order = nil, nil
+	for _, id := range ids {
+		r.add(id)
+	}
+}
+
+// grantRelay leases up to req.Want tasks to a relay, all from the newest
+// version, published for it to fetch.
+func (j *Job) grantRelay(req upstream.LeaseRequest) upstream.LeaseReply {
+	st := &j.st
+	reply := upstream.LeaseReply{Run: j.run, State: st.state, Version: st.model.Version}
+	if st.state != StateRunning {
+		reply.Wait = "job is " + st.state
+		return reply
+	}
+	if !j.publish() {
+		reply.State, reply.Wait = st.state, "job is "+st.state
+		return reply
+	}
+	reply.Version, reply.SnapshotPath = st.published, j.snapshotPath(st.published)
+	if r, ok := st.agg.(*engine.Rounds); ok && req.Answered != 0 && r.Round() <= req.Answered {
+		reply.Round, reply.Wait = r.Round(), fmt.Sprintf("this relay answered round %d already", r.Round())
+		return reply
+	}
+	worker := relayWorker(req.Relay)
+	now := st.sched.Now()
+	for n := min(req.Want, maxRelayBlock); n > 0; n-- {
+		round, ok := st.agg.Lease(now)
+		if !ok {
+			reply.Wait = fmt.Sprintf("round %d has all its leases out", round)
+			break
+		}
+		l, ok := st.sched.Grant(worker, st.published, round)
+		if !ok {
+			st.agg.Unlease(round)
+			reply.Wait = "no task is queued now (the epoch's last ones are out)"
+			break
+		}
+		if !l.Started() {
+			l.Base, l.Since = st.published, now // a relay starts what it leases
+		}
+		// A relay hands the task on and sums before it answers: twice
+		// a worker's time.
+		l.Deadline = now.Add(2 * st.sched.LeaseTimeout)
+		st.leasesIssued++
+		reply.Round = round
+		reply.Leases = append(reply.Leases, upstream.Lease{ID: l.ID, Shard: l.Task.Shard, Start: l.Task.Start, Count: l.Task.Count,
+			LocalSteps: l.LocalSteps, DeadlineUnixMs: l.Deadline.UnixMilli()})
+	}
+	return reply
+}
+
+// Verdicts of applyAggregate.
+const (
+	aggApplied   = "applied"
+	aggDuplicate = "duplicate"
+	aggRefused   = "refused"
+)
+
+// applyAggregate checks a relay's aggregate and applies it whole, or
+// refuses it (detail says why) with the model untouched. ack
+// acknowledges it on the stream: run once the checkpoint holding it is
+// durable (at once without a store), and never for a refusal, which the
+// caller terminates.
+func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail string) {
+	st := &j.st
+	refuse := func(format string, args ...any) (string, string) {
+		st.relay.refused++
+		return aggRefused, fmt.Sprintf(format, args...)
+	}
+	if st.relay.applied.has(a.ID) {
+		st.relay.duplicates++
+		j.relayAck(ack)
+		return aggDuplicate, "applied before; acknowledged again"
+	}
+	if st.state != StateRunning {
+		return refuse("job is %s", st.state)
+	}
+	if d := j.checkAggregate(a); d != "" {
+		return refuse("%s", d)
+	}
+	worker := relayWorker(a.Relay)
+	var leases []*engine.Lease
+	orphan := a.Run != j.run
+	if orphan {
+		// Sent to an earlier run of this job: the restart forgot the
+		// leases and queued their tasks again. It is applied if it
+		// computed from parameters this run has and its tasks are still
+		// queued, which are then taken out.
+		if a.Run > j.run {
+			return refuse("aggregate names run %d of the job, this is run %d", a.Run, j.run)
+		}
+		if a.Base > st.relay.resumedAt {
+			return refuse("aggregate of run %d computed from version %d, newer than the checkpoint this run resumed from (v%d): its base is lost", a.Run, a.Base, st.relay.resumedAt)
+		}
+		trial := engine.Scheduler{}
+		trial.SetQueue(st.sched.Queue())
+		for _, t := range a.Tasks {
+			if !trial.TakeQueued(engine.Task{Shard: t.Shard, Start: t.Start, Count: t.Count}) {
+				return refuse("aggregate of run %d covers shard %d examples %d..%d, which are no longer queued", a.Run, t.Shard, t.Start, t.Start+t.Count-1)
+			}
+		}
+	} else {
+		held := st.sched.Leases()
+		for i, id := range a.Leases {
+			l := held[id]
+			if l == nil || l.Worker != worker {
+				return refuse("lease %d is not held by relay %s (it expired, was answered, or was never granted)", id, a.Relay)
+			}
+			if t := a.Tasks[i]; l.Task != (engine.Task{Shard: t.Shard, Start: t.Start, Count: t.Count}) {
+				return refuse("lease %d is shard %d examples %d+%d, the aggregate says shard %d examples %d+%d",
+					id, l.Task.Shard, l.Task.Start, l.Task.Count, t.Shard, t.Start, t.Count)
+			}
+			if st.spec.Rounds() && l.Round != a.Round {
+				return refuse("lease %d is of round %d, the aggregate says round %d", id, l.Round, a.Round)
+			}
+			leases = append(leases, l)
+		}
+		for _, id := range a.Released {
+			if l := held[id]; l == nil || l.Worker != worker {
+				return refuse("released lease %d is not held by relay %s", id, a.Relay)
+			}
+		}
+	}
+	staleness := st.model.Version - a.Base
+	if staleness < 0 {
+		return refuse("aggregate computed from version %d, newer than the model's %d", a.Base, st.model.Version)
+	}
+	// From here on the aggregate is taken: its leases are settled.
+	for _, l := range leases {
+		st.sched.Take(worker, l.ID)
+	}
+	if orphan {
+		for _, t := range a.Tasks {
+			st.sched.TakeQueued(engine.Task{Shard: t.Shard, Start: t.Start, Count: t.Count})
+		}
+	}
+	j.releaseLeases(worker, a.Released, "relay "+a.Relay+" gave them back")
+	d := st.agg.Offer(engine.Contribution{Update: a.Sum, Round: a.Round, Staleness: staleness, Examples: a.Examples,
+		Worker: worker, Results: a.Results})
+	if !d.Accepted {
+		for _, l := range leases {
+			j.requeue(l)
+		}
+		if orphan {
+			for _, t := range a.Tasks {
+				st.sched.Requeue(engine.Task{Shard: t.Shard, Start: t.Start, Count: t.Count})
+			}
+		}
+		return refuse("%s: %s", d.Reason, d.Detail)
+	}
+	for _, c := range a.Credits {
+		if c.Volunteer == "" {
+			continue
+		}
+		j.ledger.Credit(c.Volunteer, j.ID, c.Examples, float64(c.Examples)*j.flopsPerExample)
+		for range min(c.Strikes, 100) {
+			j.ledger.Strike(c.Volunteer, j.ID, "refuted by a spot check at relay "+a.Relay)
+		}
+	}
+	st.relay.applied.add(a.ID)
+	st.relay.aggregates++
+	st.applied += int64(a.Results)
+	st.stalenessSum += staleness * int64(a.Results)
+	st.stalenessHist[min(staleness, stalenessBuckets-1)] += int64(a.Results)
+	st.examplesSeen += int64(a.Examples)
+	st.epochExamples += int64(a.Examples)
+	st.remaining -= int64(a.Examples)
+	// Stepped first: the checkpoint that acknowledges it must hold the
+	// step (an asynchronous rule applies it in step, not in Offer).
+	j.step(st.sched.Now())
+	if st.remaining <= 0 {
+		j.endEpoch()
+	}
+	j.relayAck(ack)
+	return aggApplied, fmt.Sprintf("%d results, %d examples at staleness %d: version %d", a.Results, a.Examples, staleness, st.model.Version)
+}
+
+// checkAggregate is why a is malformed for this job, or "".
+func (j *Job) checkAggregate(a *upstream.Aggregate) string {
+	examples := 0
+	seen := map[uint64]bool{}
+	for _, id := range slices.Concat(a.Leases, a.Released) {
+		if seen[id] {
+			return fmt.Sprintf("lease %d is named twice", id)
+		}
+		seen[id] = true
+	}
+	for _, t := range a.Tasks {
+		if t.Count < 1 || t.Start < 0 || t.Shard < 0 || t.Shard >= len(j.shards) || t.Start+t.Count > len(j.shards[t.Shard].Indices) {
+			return fmt.Sprintf("task %+v lies outside the job's shards", t)
+		}
+		examples += t.Count
+	}
+	switch {
+	case len(a.Leases) == 0:
+		return "aggregate answers no lease"
+	case len(a.Sum) != j.model.NumParams:
+		return fmt.Sprintf("sum has %d values, the model has %d parameters", len(a.Sum), j.model.NumParams)
+	case a.Results != len(a.Leases):
+		return fmt.Sprintf("aggregate says %d results for %d leases: a relay answers each lease with one result", a.Results, len(a.Leases))
+	case a.Examples != examples:
+		return fmt.Sprintf("aggregate says %d examples, its leases hold %d", a.Examples, examples)
+	case a.Correct < 0 || a.Correct > a.Examples*j.model.LabelsPerExample:
+		return fmt.Sprintf("aggregate says %d label positions were right, of %d examples", a.Correct, a.Examples)
+	case a.Base < 0:
+		return fmt.Sprintf("base version %d", a.Base)
+	}
+	if i := protocol.Floats(a.Sum).FirstNonFinite(); i >= 0 {
+		return fmt.Sprintf("sum value %d is %v", i, a.Sum[i])
+	}
+	return ""
+}
+
+// relayAck queues ack for the next durable checkpoint and has one taken
+// soon; without a store nothing becomes durable, and it runs at once.
+func (j *Job) relayAck(ack func()) {
+	if ack == nil {
+		return
+	}
+	if j.store == nil {
+		ack()
+		return
+	}
+	j.st.relay.acks = append(j.st.relay.acks, ack)
+	if time.Since(j.st.ckptAt) >= relayAckDelay {
+		j.checkpoint(true)
+	}
+}
+
+// flushRelayAcks checkpoints for acknowledgements that waited
+// relayAckDelay (the loop's tick).
+func (j *Job) flushRelayAcks(now time.Time) {
+	if len(j.st.relay.acks) > 0 && now.Sub(j.st.ckptAt) >= relayAckDelay && len(j.ckptCh) == 0 {
+		j.checkpoint(true)
+	}
+}
+
+// runAcks runs the acknowledgements a durable checkpoint holds.
+func runAcks(acks []func()) {
+	for _, a := range acks {
+		a()
+	}
+}

@@ -1,0 +1,272 @@
+package upstream
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Subjects. Relays publish under "crowdtrain.up." only (their NATS
+// permissions allow nothing else) and listen under "crowdtrain.down.".
+const (
+	SubjectJoin   = "crowdtrain.up.join"   // request: Join → JoinReply
+	SubjectLease  = "crowdtrain.up.lease"  // request: LeaseRequest → LeaseReply
+	SubjectStatus = "crowdtrain.up.status" // publish: Status, every few seconds
+	// SubjectRelease hands leases back undone: request Release → Released.
+	SubjectRelease = "crowdtrain.up.release"
+	// SubjectAggregates prefixes the stream's subjects: one per relay
+	// (SubjectAggregates + "." + relay name).
+	SubjectAggregates = "crowdtrain.up.agg"
+	// SubjectVersions prefixes the version announcements, one subject per
+	// job (VersionSubject).
+	SubjectVersions = "crowdtrain.down.version"
+
+	// Stream is the JetStream stream holding aggregates until the root
+	// acknowledges them; Consumer is the root's durable consumer of it.
+	Stream   = "CROWDTRAIN_AGGREGATES"
+	Consumer = "crowdtrain-root"
+
+	// RootUser and RelayUser are the NATS users of an embedded server.
+	RootUser  = "crowdtrain-root"
+	RelayUser = "crowdtrain-relay"
+)
+
+// VersionSubject is where job's new versions are announced.
+func VersionSubject(job string) string { return SubjectVersions + "." + job }
+
+// AggregateSubject is where relay publishes its aggregates.
+func AggregateSubject(relay string) string { return SubjectAggregates + "." + relay }
+
+// ValidName reports whether s may name a relay: it becomes a subject
+// token, so no dots, spaces or wildcards.
+func ValidName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Join is a relay's first request.
+type Join struct {
+	Relay string `json:"relay"`
+	// URL is the relay's public websocket URL, for GET /api/v1/relays.
+	URL string `json:"url"`
+}
+
+// JoinReply tells a relay what the root runs.
+type JoinReply struct {
+	// RootURL is the root's public HTTP URL: snapshots are fetched there.
+	RootURL string `json:"root_url"`
+	// Token goes with the relay's snapshot downloads (HeaderRelayToken):
+	// the root does not count them against an address's anonymous share.
+	Token string    `json:"token"`
+	Jobs  []JobInfo `json:"jobs"`
+	Error string    `json:"error,omitempty"`
+}
+
+// JobInfo is one running job: its spec as the root stores it.
+type JobInfo struct {
+	ID    string          `json:"id"`
+	Spec  json.RawMessage `json:"spec"`
+	Run   int64           `json:"run"`
+	State string          `json:"state"`
+}
+
+// LeaseRequest asks for up to Want tasks of Job.
+type LeaseRequest struct {
+	Relay string `json:"relay"`
+	Job   string `json:"job"`
+	Want  int    `json:"want"`
+	// Answered is the newest round the relay sent an aggregate for: a
+	// relay sends at most one per round, so it is given no more of it.
+	Answered uint64 `json:"answered,omitempty"`
+}
+
+// LeaseReply is a block of tasks, all from Version (whose snapshot is at
+// RootURL+SnapshotPath), in Round (0 outside round modes). An empty block
+// with Wait set says why (a round full, an epoch's end); State is the
+// job's state, and a relay ends its copy of a job that is no longer
+// running.
+type LeaseReply struct {
+	Run          int64   `json:"run"`
+	State        string  `json:"state"`
+	Version      int64   `json:"version"`
+	SnapshotPath string  `json:"snapshot_path"`
+	Round        uint64  `json:"round,omitempty"`
+	Leases       []Lease `json:"leases,omitempty"`
+	Wait         string  `json:"wait,omitempty"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// Release hands Leases of Job back undone.
+type Release struct {
+	Relay  string   `json:"relay"`
+	Job    string   `json:"job"`
+	Leases []uint64 `json:"leases"`
+}
+
+// Released answers a Release: how many of the leases the root still held.
+type Released struct {
+	Released int    `json:"released"`
+	Error    string `json:"error,omitempty"`
+}
+
+// HeaderRelayToken carries JoinReply.Token on a relay's HTTP requests.
+const HeaderRelayToken = "X-Crowdtrain-Relay-Token"
+
+// Lease is one task leased to a relay until DeadlineUnixMs.
+type Lease struct {
+	ID             uint64 `json:"id"`
+	Shard          int    `json:"shard"`
+	Start          int    `json:"start"`
+	Count          int    `json:"count"`
+	LocalSteps     int    `json:"local_steps"`
+	DeadlineUnixMs int64  `json:"deadline_unix_ms"`
+}
+
+// Status is a relay's heartbeat: what the admin page's topology shows.
+type Status struct {
+	Relay   string `json:"relay"`
+	URL     string `json:"url"`
+	Workers int    `json:"workers"`
+	// UpstreamBytes and Aggregates count what the relay has published.
+	UpstreamBytes int64 `json:"upstream_bytes"`
+	Aggregates    int64 `json:"aggregates"`
+}
+
+// Credit is what a relay's volunteer earned in an aggregate, and the
+// strikes the relay's spot checks gave it.
+type Credit struct {
+	Volunteer string `json:"volunteer"`
+	Examples  int64  `json:"examples"`
+	Strikes   int    `json:"strikes,omitempty"`
+}
+
+// Aggregate is a relay's sum of its workers' accepted results for leases
+// of one job: ID is unique per relay and is what the root checkpoints so
+// that a redelivery is never applied twice.
+type Aggregate struct {
+	ID    string `json:"id"`
+	Relay string `json:"relay"`
+	Job   string `json:"job"`
+	Run   int64  `json:"run"`
+	// Base is the oldest version the summed results computed from.
+	Base  int64  `json:"base"`
+	Round uint64 `json:"round,omitempty"`
+	// Leases are the leases the sum answers, each fully (Tasks their
+	// tasks, in the same order); Released are leases handed back undone.
+	Leases   []uint64 `json:"leases"`
+	Tasks    []Task   `json:"tasks"`
+	Released []uint64 `json:"released,omitempty"`
+	Results  int      `json:"results"`
+	Examples int      `json:"examples"`
+	Correct  int      `json:"correct"`
+	Loss     float64  `json:"loss"`
+	Credits  []Credit `json:"credits,omitempty"`
+	// Sum is the sum of the results' updates (not in the JSON header).
+	Sum []float32 `json:"-"`
+}
+
+// Task is a slice of a shard, as the lease gave it.
+type Task struct {
+	Shard int `json:"shard"`
+	Start int `json:"start"`
+	Count int `json:"count"`
+}
+
+// Headers of an aggregate's parts.
+const (
+	HeaderAggregate = "Crowdtrain-Aggregate" // the aggregate's ID
+	HeaderPart      = "Crowdtrain-Part"      // "i/n", from 0
+)
+
+// Encode is a's bytes: a 4-byte header length, the JSON header, then Sum
+// as little-endian float32s.
+func Encode(a *Aggregate) ([]byte, error) {
+	h, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 4, 4+len(h)+4*len(a.Sum))
+	binary.LittleEndian.PutUint32(out, uint32(len(h)))
+	out = append(out, h...)
+	for _, v := range a.Sum {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	return out, nil
+}
+
+// MaxHeader bounds an aggregate's JSON header.
+const MaxHeader = 16 << 20
+
+// Decode reads an aggregate Encode wrote. It checks the shape, not the
+// meaning: the root checks that against the job.
+func Decode(b []byte) (*Aggregate, error) {
+	if len(b) < 4 {
+		return nil, errors.New("aggregate: shorter than its header length")
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n > MaxHeader || int(n) > len(b)-4 {
+		return nil, fmt.Errorf("aggregate: header of %d bytes does not fit the %d-byte message", n, len(b))
+	}
+	var a Aggregate
+	if err := json.Unmarshal(b[4:4+n], &a); err != nil {
+		return nil, fmt.Errorf("aggregate: header: %w", err)
+	}
+	body := b[4+n:]
+	if len(body)%4 != 0 {
+		return nil, fmt.Errorf("aggregate: %d bytes of update are not whole float32s", len(body))
+	}
+	a.Sum = make([]float32, len(body)/4)
+	for i := range a.Sum {
+		a.Sum[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
+	}
+	if len(a.Leases) != len(a.Tasks) {
+		return nil, fmt.Errorf("aggregate %s: %d leases but %d tasks", a.ID, len(a.Leases), len(a.Tasks))
+	}
+	return &a, nil
+}
+
+// Split cuts b into parts of at most max bytes.
+func Split(b []byte, max int) [][]byte {
+	if max <= 0 || len(b) <= max {
+		return [][]byte{b}
+	}
+	var parts [][]byte
+	for len(b) > 0 {
+		n := min(max, len(b))
+		parts = append(parts, b[:n])
+		b = b[n:]
+	}
+	return parts
+}
+
+// PartHeader is the HeaderPart value of part i of n.
+func PartHeader(i, n int) string { return strconv.Itoa(i) + "/" + strconv.Itoa(n) }
+
+// ParsePart reads a HeaderPart value.
+func ParsePart(s string) (i, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	if ok {
+		i, err = strconv.Atoi(a)
+		if err == nil {
+			n, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || n < 1 || n > MaxParts || i < 0 || i >= n {
+		return 0, 0, fmt.Errorf("part %q: want i/n with 0 <= i < n <= %d", s, MaxParts)
+	}
+	return i, n, nil
+}
+
+// MaxParts bounds how many parts one aggregate may have.
+const MaxParts = 4096
