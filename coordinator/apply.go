@@ -237,9 +237,11 @@ func (j *Job) step(now time.Time) {
 // may lease none of the tasks queued, all of which it holds already (an
 // epoch of fewer tasks than a round's leases, engine.Scheduler.Exhausted):
 // it closes with the results it has instead of waiting for round_timeout.
+// So does a round every relay at work has answered (relayroot.go), which
+// no relay may lease more of.
 func (j *Job) roundCannotGrow(r *engine.Rounds) bool {
 	st := &j.st
-	if !st.sched.Exhausted(r.Round()) {
+	if r.Partial().Results == 0 || !st.sched.Exhausted(r.Round()) && !j.relaysAnswered(r.Round()) {
 		return false
 	}
 	for _, l := range st.sched.Leases() {

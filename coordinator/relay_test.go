@@ -231,12 +231,14 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		"wrong result count":  func(a *upstream.Aggregate) { a.Results = 2 },
 		"wrong examples":      func(a *upstream.Aggregate) { a.Examples++ },
 		"wrong task":          func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
-		"lease twice":         func(a *upstream.Aggregate) { a.Leases, a.Tasks = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]) },
-		"not finite":          func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
-		"future base":         func(a *upstream.Aggregate) { a.Base = 50 },
-		"short sum":           func(a *upstream.Aggregate) { a.Sum = a.Sum[:10] },
-		"other relay's name":  func(a *upstream.Aggregate) { a.Relay = "r2" },
-		"no such job":         func(a *upstream.Aggregate) { a.Job = "nope" },
+		"lease twice": func(a *upstream.Aggregate) {
+			a.Leases, a.Tasks = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0])
+		},
+		"not finite":         func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
+		"future base":        func(a *upstream.Aggregate) { a.Base = 50 },
+		"short sum":          func(a *upstream.Aggregate) { a.Sum = a.Sum[:10] },
+		"other relay's name": func(a *upstream.Aggregate) { a.Relay = "r2" },
+		"no such job":        func(a *upstream.Aggregate) { a.Job = "nope" },
 	}
 	refused := int64(0)
 	for what, spoil := range bad {

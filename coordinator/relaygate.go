@@ -46,6 +46,11 @@ type relayRecord struct {
 	Duplicates int64 `json:"aggregates_duplicate"`
 	// BytesIn is the aggregate bytes the root took from it.
 	BytesIn int64 `json:"bytes_in"`
+	// lastRound and inRound count the aggregates applied in the newest
+	// round it answered; MaxPerRound is the most in any round.
+	lastRound   uint64
+	inRound     int
+	MaxPerRound int `json:"max_aggregates_per_round"`
 }
 
 // partialAggregate gathers the parts of an aggregate split to fit the
@@ -216,7 +221,7 @@ func (g *relayGate) seen(st upstream.Status) {
 }
 
 // record counts an aggregate's verdict for its relay.
-func (g *relayGate) record(relay, verdict string, bytes int) {
+func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.relays[relay]
@@ -227,6 +232,13 @@ func (g *relayGate) record(relay, verdict string, bytes int) {
 	switch verdict {
 	case aggApplied:
 		r.Applied++
+		if round != 0 {
+			if round != r.lastRound {
+				r.lastRound, r.inRound = round, 0
+			}
+			r.inRound++
+			r.MaxPerRound = max(r.MaxPerRound, r.inRound)
+		}
 	case aggDuplicate:
 		r.Duplicates++
 	default:
@@ -306,7 +318,7 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 	j := g.s.job(a.Job)
 	if j == nil || j.mirror != nil {
 		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: refused", a.ID, a.Relay, a.Job)
-		g.record(a.Relay, aggRefused, len(body))
+		g.record(a.Relay, aggRefused, len(body), a.Round)
 		term()
 		return
 	}
@@ -319,7 +331,7 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 	if err := j.exec(g.s.ctx, func(*jobState) { verdict, detail = j.applyAggregate(a, ack) }); err != nil {
 		return // shutting down: the stream delivers it again to the next run
 	}
-	g.record(a.Relay, verdict, len(body))
+	g.record(a.Relay, verdict, len(body), a.Round)
 	if verdict == aggRefused {
 		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail)
 		term()
@@ -355,12 +367,15 @@ type RelayView struct {
 	Workers int    `json:"workers"`
 	// UpstreamBytes and Aggregates count what it published; the rest
 	// what the root made of it.
-	UpstreamBytes       int64     `json:"upstream_bytes"`
-	AggregatesPublished int64     `json:"aggregates_published"`
-	AggregatesApplied   int64     `json:"aggregates_applied"`
-	AggregatesRefused   int64     `json:"aggregates_refused"`
-	AggregatesDuplicate int64     `json:"aggregates_duplicate"`
-	LastSeen            time.Time `json:"last_seen"`
+	UpstreamBytes       int64 `json:"upstream_bytes"`
+	AggregatesPublished int64 `json:"aggregates_published"`
+	AggregatesApplied   int64 `json:"aggregates_applied"`
+	AggregatesRefused   int64 `json:"aggregates_refused"`
+	AggregatesDuplicate int64 `json:"aggregates_duplicate"`
+	// MaxAggregatesPerRound is the most aggregates of it applied in one
+	// round (round modes; a relay sends one per round).
+	MaxAggregatesPerRound int       `json:"max_aggregates_per_round"`
+	LastSeen              time.Time `json:"last_seen"`
 }
 
 // Relays lists the relays heard from lately, by name.
@@ -378,7 +393,7 @@ func (s *Server) Relays() []RelayView {
 		}
 		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes,
 			AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
-			AggregatesDuplicate: r.Duplicates, LastSeen: r.LastSeen})
+			AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen})
 	}
 	slices.SortFunc(out, func(a, b RelayView) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -35,7 +35,7 @@ type mirror struct {
 	round uint64 // the round of the held leases (round modes)
 	// answered is the newest round an aggregate was sent for.
 	answered uint64
-	ups   []*upLease
+	ups      []*upLease
 
 	// The sum being gathered.
 	sum                        []float32

@@ -38,6 +38,34 @@ type relayRootState struct {
 	resumedAt int64
 	// Counters for the API.
 	aggregates, duplicates, refused int64
+	// asked is when each relay last asked for work, and answered the
+	// round it asked again for after answering it (round modes).
+	asked    map[string]time.Time
+	answered map[string]uint64
+}
+
+// relayActive is how recently a relay must have asked for work to count
+// as at work.
+const relayActive = 10 * time.Second
+
+// relaysAnswered reports whether the round is answered by every relay at
+// work, and no worker is connected here: nobody could grow it.
+func (j *Job) relaysAnswered(round uint64) bool {
+	st := &j.st
+	if len(st.members) > 0 || len(st.relay.asked) == 0 {
+		return false
+	}
+	now := st.sched.Now()
+	for relay, at := range st.relay.asked {
+		if now.Sub(at) > relayActive {
+			delete(st.relay.asked, relay)
+			continue
+		}
+		if st.relay.answered[relay] != round {
+			return false
+		}
+	}
+	return len(st.relay.asked) > 0
 }
 
 // recentIDs is a bounded set of ids, oldest dropped first.
@@ -90,12 +118,23 @@ func (j *Job) grantRelay(req upstream.LeaseRequest) upstream.LeaseReply {
 		return reply
 	}
 	reply.Version, reply.SnapshotPath = st.published, j.snapshotPath(st.published)
+	now := st.sched.Now()
+	if st.relay.asked == nil {
+		st.relay.asked, st.relay.answered = map[string]time.Time{}, map[string]uint64{}
+	}
+	st.relay.asked[req.Relay] = now
 	if r, ok := st.agg.(*engine.Rounds); ok && req.Answered != 0 && r.Round() <= req.Answered {
-		reply.Round, reply.Wait = r.Round(), fmt.Sprintf("this relay answered round %d already", r.Round())
-		return reply
+		// A relay sends one aggregate a round: it waits for the next,
+		// which opens now if nobody else can grow this one.
+		st.relay.answered[req.Relay] = r.Round()
+		j.step(now)
+		if r.Round() <= req.Answered || !j.publish() {
+			reply.Round, reply.Wait = r.Round(), fmt.Sprintf("this relay answered round %d already", r.Round())
+			return reply
+		}
+		reply.Version, reply.SnapshotPath = st.published, j.snapshotPath(st.published)
 	}
 	worker := relayWorker(req.Relay)
-	now := st.sched.Now()
 	for n := min(req.Want, maxRelayBlock); n > 0; n-- {
 		round, ok := st.agg.Lease(now)
 		if !ok {

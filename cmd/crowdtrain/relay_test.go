@@ -1,0 +1,222 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+)
+
+// relayGrid is a root with an embedded NATS server, its relays and
+// workers, each a process of its own.
+type relayGrid struct {
+	t                  *testing.T
+	dir, spec          string
+	rootAddr, natsAddr string
+	root               *proc
+	rootArgs           []string
+	relays             map[string]*proc
+	relayAddrs         map[string]string
+}
+
+// relaySpec trains mnist-mlp in diloco, whose rounds a relay answers with
+// one aggregate each; a short lease_timeout closes a round that lost a
+// relay within seconds.
+const relaySpec = "name: relayed\nmodel: mnist-mlp\nmode: diloco\nlocal_steps: 16\nround_size: 4\neval_every: 200\nlease_timeout: 8s\n"
+
+func newRelayGrid(t *testing.T, rootArgs []string, relays ...string) *relayGrid {
+	if testing.Short() {
+		t.Skip("trains MNIST across processes; skipped with -short")
+	}
+	g := &relayGrid{t: t, dir: t.TempDir(), rootAddr: freeAddr(t), natsAddr: freeAddr(t),
+		relays: map[string]*proc{}, relayAddrs: map[string]string{}, rootArgs: rootArgs}
+	g.spec = filepath.Join(g.dir, "job.yaml")
+	if err := os.WriteFile(g.spec, []byte(relaySpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.startRoot()
+	for _, name := range relays {
+		g.relayAddrs[name] = freeAddr(t)
+		g.startRelay(name)
+	}
+	return g
+}
+
+func (g *relayGrid) startRoot() {
+	args := append([]string{"serve", "--addr", g.rootAddr, "--db", filepath.Join(g.dir, "root.db"), "--job", g.spec,
+		"--nats-listen", g.natsAddr, "--admin-token", modesAdminToken, "--progress", "2s"}, g.rootArgs...)
+	g.root = startProc(g.t, args...)
+	g.root.waitLine("coordinator listening", time.Minute)
+}
+
+func (g *relayGrid) startRelay(name string) {
+	p := startProc(g.t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "root.db.nats", "relay.creds"),
+		"--addr", g.relayAddrs[name], "--name", name)
+	p.waitLine("listening on", time.Minute)
+	g.relays[name] = p
+}
+
+// addWorker starts a worker that tries the relays in the order given.
+func (g *relayGrid) addWorker(order ...string) *proc {
+	var list string
+	for i, name := range order {
+		if i > 0 {
+			list += ","
+		}
+		list += "ws://" + g.relayAddrs[name] + "/ws"
+	}
+	return startProc(g.t, "work", "--coordinator", list, "--key-file", "")
+}
+
+func (g *relayGrid) relaysView() map[string]coordinator.RelayView {
+	resp, err := http.Get("http://" + g.rootAddr + "/api/v1/relays")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Relays []coordinator.RelayView `json:"relays"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil
+	}
+	out := map[string]coordinator.RelayView{}
+	for _, r := range body.Relays {
+		out[r.Name] = r
+	}
+	return out
+}
+
+func (g *relayGrid) waitRelays(what string, timeout time.Duration, cond func(map[string]coordinator.RelayView) bool) map[string]coordinator.RelayView {
+	g.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last map[string]coordinator.RelayView
+	for time.Now().Before(deadline) {
+		if last = g.relaysView(); last != nil && cond(last) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	g.t.Fatalf("relays: %s: not within %v: %+v\nroot log:\n%s", what, timeout, last, g.root.logText())
+	return nil
+}
+
+// epochsCountedOnce checks that every epoch the root completed counted
+// each of MNIST's 60,000 examples once.
+func epochsCountedOnce(t *testing.T, log string) int {
+	t.Helper()
+	n := 0
+	for _, m := range regexp.MustCompile(`epoch (\d+) complete: (\d+) examples`).FindAllStringSubmatch(log, -1) {
+		if ex, _ := strconv.Atoi(m[2]); ex != 60000 {
+			t.Errorf("epoch %s counted %d examples, want 60000", m[1], ex)
+		}
+		n++
+	}
+	return n
+}
+
+func waitDone97(t *testing.T, addr string, timeout time.Duration) coordinator.JobView {
+	t.Helper()
+	v := waitJob(t, addr, timeout, "the job to end", func(v coordinator.JobView) bool {
+		return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
+	})
+	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
+		t.Fatalf("job ended %s (%s), eval %+v; want done at >= 0.97", v.State, v.Reason, v.Eval)
+	}
+	return v
+}
+
+// A root and two relays train mnist-mlp to 97% with the workers split
+// across the relays; the root hears one aggregate per relay per round,
+// never each worker's result.
+func TestRelaysTrainMNIST(t *testing.T) {
+	g := newRelayGrid(t, nil, "ra", "rb")
+	g.addWorker("ra", "rb")
+	g.addWorker("ra", "rb")
+	g.addWorker("rb", "ra")
+	g.addWorker("rb", "ra")
+	g.waitRelays("two workers on each relay", time.Minute, func(m map[string]coordinator.RelayView) bool {
+		return m["ra"].Workers == 2 && m["rb"].Workers == 2
+	})
+	v := waitDone97(t, g.rootAddr, 4*time.Minute)
+	m := g.relaysView()
+	for _, name := range []string{"ra", "rb"} {
+		r := m[name]
+		if r.AggregatesApplied == 0 || r.MaxAggregatesPerRound != 1 || r.AggregatesRefused > 2 {
+			t.Errorf("relay %s: %+v; want aggregates applied, at most one per round, no more refused than the last round's", name, r)
+		}
+	}
+	if got := m["ra"].AggregatesApplied + m["rb"].AggregatesApplied; got > 2*v.Version || v.UpdatesApplied < 2*got {
+		t.Errorf("%d aggregates for %d rounds and %d worker results: want at most one per relay per round, each of several results", got, v.Version, v.UpdatesApplied)
+	}
+	if v.Workers != 0 {
+		t.Errorf("the root counts %d workers of its own; all are behind relays", v.Workers)
+	}
+	epochsCountedOnce(t, g.root.logText())
+	t.Logf("done at version %d, accuracy %.4f; relays %+v", v.Version, v.Eval.Accuracy, m)
+}
+
+// A relay killed mid-run: its workers move to the other relay and the
+// job finishes, every epoch counting each example once.
+func TestRelayKilledWorkersMove(t *testing.T) {
+	g := newRelayGrid(t, nil, "ra", "rb")
+	for range 2 {
+		g.addWorker("ra", "rb")
+	}
+	g.addWorker("rb", "ra")
+	g.waitRelays("ra applying aggregates", time.Minute, func(m map[string]coordinator.RelayView) bool {
+		return m["ra"].AggregatesApplied >= 3 && m["rb"].Workers == 1
+	})
+	g.relays["ra"].kill()
+	g.waitRelays("ra's workers on rb", time.Minute, func(m map[string]coordinator.RelayView) bool {
+		_, listed := m["ra"]
+		return m["rb"].Workers == 3 && (!listed || m["ra"].Workers == 2) // ra is listed until it is lost
+	})
+	v := waitDone97(t, g.rootAddr, 4*time.Minute)
+	epochsCountedOnce(t, g.root.logText())
+	t.Logf("done at version %d, accuracy %.4f", v.Version, v.Eval.Accuracy)
+}
+
+// The root killed mid-run and started again: the relays and workers
+// reconnect by themselves, what JetStream holds unacknowledged comes
+// again, no aggregate is applied twice, and the job finishes.
+func TestRootRestartWithRelays(t *testing.T) {
+	g := newRelayGrid(t, []string{"-v"}, "ra", "rb") // -v logs each aggregate applied
+	g.addWorker("ra", "rb")
+	g.addWorker("rb", "ra")
+	g.waitRelays("aggregates applied", time.Minute, func(m map[string]coordinator.RelayView) bool {
+		return m["ra"].AggregatesApplied >= 4 && m["rb"].AggregatesApplied >= 4
+	})
+	g.root.kill()
+	first := g.root.logText()
+	g.startRoot()
+	if !strings.Contains(g.root.logText(), "resumed at version") {
+		t.Fatalf("the root did not resume its job:\n%s", g.root.logText())
+	}
+	v := waitDone97(t, g.rootAddr, 4*time.Minute)
+	if v.Run != 2 {
+		t.Fatalf("run %d after one restart", v.Run)
+	}
+	second := g.root.logText()
+	// Within a run an aggregate id is applied once at most: a second
+	// delivery is logged as a duplicate and not applied.
+	applied := regexp.MustCompile(`aggregate (\S+) of relay \S+ for job \S+ applied`)
+	for _, log := range []string{first, second} {
+		seen := map[string]bool{}
+		for _, m := range applied.FindAllStringSubmatch(log, -1) {
+			if seen[m[1]] {
+				t.Errorf("aggregate %s applied twice in one run", m[1])
+			}
+			seen[m[1]] = true
+		}
+	}
+	epochsCountedOnce(t, first+"\n"+second)
+	t.Logf("done at version %d (run 2), accuracy %.4f; relays %+v", v.Version, v.Eval.Accuracy, g.relaysView())
+}
