@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +51,36 @@ type siteName struct{ scheme, host, port string }
 type hostPolicy struct {
 	names   []siteName
 	proxies trustedProxies
+	// pages are other sites whose pages may use this coordinator: a
+	// relay's root, whose contribute page connects its tabs here
+	// (AllowPages). Their scripts may also read the bulk data (CORS).
+	pages atomic.Pointer[[]siteName]
+}
+
+// allowPages lets pages at the URLs use the coordinator.
+func (p *hostPolicy) allowPages(urls ...string) {
+	var names []siteName
+	for _, raw := range urls {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			continue
+		}
+		names = append(names, siteName{u.Scheme, normalHost(u.Hostname()), portOr(u.Port(), u.Scheme)})
+	}
+	p.pages.Store(&names)
+}
+
+// pageAllowed reports whether origin is one of the pages allowed here.
+func (p *hostPolicy) pageAllowed(origin string) bool {
+	pages := p.pages.Load()
+	if pages == nil {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Hostname() == "" || u.Path != "" {
+		return false
+	}
+	return slices.Contains(*pages, siteName{u.Scheme, normalHost(u.Hostname()), portOr(u.Port(), u.Scheme)})
 }
 
 func newHostPolicy(publicURLs []string, proxies trustedProxies) (*hostPolicy, error) {
@@ -133,6 +165,9 @@ func (p *hostPolicy) originAllowed(r *http.Request, origin string) bool {
 		return false // "null" (sandboxed frames, file: pages) too
 	}
 	o := siteName{u.Scheme, normalHost(u.Hostname()), portOr(u.Port(), u.Scheme)}
+	if p.pageAllowed(origin) {
+		return true
+	}
 	// Loopback names are allowed on any port, so for them the page must
 	// come from this very scheme, host and port.
 	if host, port := splitHost(r.Host); isLoopbackName(host) {
@@ -168,9 +203,24 @@ func (s *Server) checkAccess(next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, "this coordinator does not answer to the host %q; if that is how volunteers reach it, its operator adds it with `crowdtrain serve --public-url http://%s`", r.Host, r.Host)
 			return
 		}
-		if origin := r.Header.Get("Origin"); origin != "" && !s.hosts.originAllowed(r, origin) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && !s.hosts.originAllowed(r, origin) {
 			writeError(w, http.StatusForbidden, "web pages at %q may not use this coordinator (only its own pages and its --public-url names may); if that is how volunteers reach it, its operator adds it with `crowdtrain serve --public-url %s`", origin, origin)
 			return
+		}
+		if origin != "" && s.hosts.pageAllowed(origin) && strings.HasPrefix(r.URL.Path, "/api/v1/") {
+			// A relay's root's page: its tabs' workers read snapshots
+			// and shards here, across origins.
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			if r.Method == http.MethodOptions {
+				h.Set("Access-Control-Allow-Methods", "GET, HEAD")
+				h.Set("Access-Control-Allow-Headers", "X-Crowdtrain-Worker, If-None-Match, Range")
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})

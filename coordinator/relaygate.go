@@ -50,7 +50,8 @@ type relayRecord struct {
 	// round it answered; MaxPerRound is the most in any round.
 	lastRound   uint64
 	inRound     int
-	MaxPerRound int `json:"max_aggregates_per_round"`
+	rate        float64 // upstream bytes per second, smoothed
+	MaxPerRound int     `json:"max_aggregates_per_round"`
 }
 
 // partialAggregate gathers the parts of an aggregate split to fit the
@@ -217,7 +218,15 @@ func (g *relayGate) seen(st upstream.Status) {
 	if st.URL == "" {
 		st.URL = r.URL
 	}
-	r.Status, r.LastSeen = st, time.Now()
+	now := time.Now()
+	if dt := now.Sub(r.LastSeen).Seconds(); !r.LastSeen.IsZero() && dt > 0.5 && st.UpstreamBytes >= r.UpstreamBytes && st.UpstreamBytes > 0 {
+		rate := float64(st.UpstreamBytes-r.UpstreamBytes) / dt
+		r.rate = 0.5*r.rate + 0.5*rate // about the last few heartbeats
+	}
+	if st.UpstreamBytes == 0 { // a join: not a heartbeat
+		st.UpstreamBytes, st.Aggregates, st.Workers = r.UpstreamBytes, r.Aggregates, r.Workers
+	}
+	r.Status, r.LastSeen = st, now
 }
 
 // record counts an aggregate's verdict for its relay.
@@ -367,11 +376,12 @@ type RelayView struct {
 	Workers int    `json:"workers"`
 	// UpstreamBytes and Aggregates count what it published; the rest
 	// what the root made of it.
-	UpstreamBytes       int64 `json:"upstream_bytes"`
-	AggregatesPublished int64 `json:"aggregates_published"`
-	AggregatesApplied   int64 `json:"aggregates_applied"`
-	AggregatesRefused   int64 `json:"aggregates_refused"`
-	AggregatesDuplicate int64 `json:"aggregates_duplicate"`
+	UpstreamBytes       int64   `json:"upstream_bytes"`
+	UpstreamBytesPerSec float64 `json:"upstream_bytes_per_sec"`
+	AggregatesPublished int64   `json:"aggregates_published"`
+	AggregatesApplied   int64   `json:"aggregates_applied"`
+	AggregatesRefused   int64   `json:"aggregates_refused"`
+	AggregatesDuplicate int64   `json:"aggregates_duplicate"`
 	// MaxAggregatesPerRound is the most aggregates of it applied in one
 	// round (round modes; a relay sends one per round).
 	MaxAggregatesPerRound int       `json:"max_aggregates_per_round"`
@@ -391,7 +401,7 @@ func (s *Server) Relays() []RelayView {
 		if time.Since(r.LastSeen) > relayLostAfter {
 			continue
 		}
-		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes,
+		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes, UpstreamBytesPerSec: r.rate,
 			AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
 			AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen})
 	}

@@ -166,6 +166,8 @@ func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
 	rt.mu.Lock()
 	rt.rootURL, rt.token = reply.RootURL, reply.Token
 	rt.mu.Unlock()
+	// The root's contribute page connects its tabs here.
+	s.hosts.allowPages(reply.RootURL)
 	for _, info := range reply.Jobs {
 		rt.mu.Lock()
 		_, known := rt.mirrors[info.ID]

@@ -240,10 +240,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// not be reached since one last could: the worker moves on to the next
 	// at once, and waits only when none can be reached.
 	cur, unreached := 0, 0
+	failed := "" // the relay last found unreachable
 	for {
 		start := time.Now()
-		addr := w.addrs[cur]
+		addr := w.dialTarget(ctx, w.addrs[cur], failed)
 		err := w.session(ctx, addr)
+		if failed = ""; errors.Is(err, errDial) {
+			failed = addr
+		}
 		w.update(func(s *Stats) { s.Connected = false })
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -293,8 +297,8 @@ func parseCoordinators(list string) ([]string, error) {
 	for a := range strings.SplitSeq(list, ",") {
 		a = strings.TrimSpace(a)
 		u, err := url.Parse(a)
-		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			return nil, fmt.Errorf("worker: coordinator URL %q must look like ws://HOST:PORT/ws (or wss://); several are separated by commas", a)
+		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("worker: coordinator URL %q must look like ws://HOST:PORT/ws (or wss://), or http://HOST:PORT for a coordinator whose relays to join; several are separated by commas", a)
 		}
 		if slices.Contains(addrs, a) {
 			return nil, fmt.Errorf("worker: coordinator URL %q is listed twice", a)

@@ -16,7 +16,7 @@ import (
 
 func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
-	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URLs`, comma-separated (a coordinator's relays): the worker moves to the next when the one in use cannot be reached")
+	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URLs`, comma-separated (a coordinator's relays): the worker moves to the next when the one in use cannot be reached; an http(s)://HOST:PORT entry is a coordinator whose relays (GET /api/v1/relays) the worker joins, the least busy first")
 	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	joinToken := fs.String("join-token", "", "join `TOKEN` from the coordinator's operator, for a coordinator run with --join token")
 	name := fs.String("name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")

@@ -13,6 +13,7 @@ const LIVE_POINTS = 3600; // throughput points kept from the live feed
 const state = {
   jobs: [], // JobView, in the coordinator's order
   workers: [],
+  relays: [],
   selected: '', // job id
   userSelected: false, // the operator clicked a job: keep it
   metrics: [], // rows of the selected job, oldest first
@@ -376,6 +377,13 @@ async function refresh() {
     text($('workers-error'), '');
   } catch (e) {
     if (e.status !== 401) text($('workers-error'), 'Reading workers: ' + e.message);
+  }
+  try {
+    const rs = await api('GET', '/api/v1/relays');
+    if (rs && Array.isArray(rs.relays)) setRelays(rs.relays);
+    text($('relays-error'), '');
+  } catch (e) {
+    if (e.status !== 401) text($('relays-error'), 'Reading relays: ' + e.message);
   }
 }
 
@@ -951,6 +959,41 @@ function renderWorkers() {
     tr.cells[15].title = when(w.last_seen) + (w.connected_at ? '; connected ' + when(w.connected_at) : '');
   });
   $('workers-empty').hidden = state.workers.length > 0;
+}
+
+// ---- topology: the root, its relays and their workers ----
+
+function setRelays(rs) {
+  state.relays = rs.filter((r) => r && r.name != null).map((r) => Object.assign({}, r, { id: String(r.name) }));
+  renderRelays();
+}
+
+function renderRelays() {
+  if (!state.signedIn) return;
+  const relays = state.relays || [];
+  const behind = relays.reduce((n, r) => n + (num(r.workers) ? r.workers : 0), 0);
+  text($('topology-root'), 'This coordinator: ' + fmtInt(state.workers.length) + ' workers connected here' +
+    (relays.length ? '; ' + fmtInt(relays.length) + ' relays with ' + fmtInt(behind) + ' workers behind them' : '') + '.');
+  const numeric = [false, false, true, true, true, true, false];
+  syncRows($('relays').tBodies[0], relays, 'relayName', (tr) => {
+    numeric.forEach((n) => {
+      const td = tr.insertCell();
+      if (n) td.className = 'num';
+    });
+  }, (tr, r) => {
+    const cells = [
+      r.name,
+      r.url || '–',
+      fmtInt(r.workers),
+      fmtBytes(Math.round(r.upstream_bytes_per_sec)) + '/s (' + fmtBytes(r.upstream_bytes) + ' in all)',
+      fmtInt(r.aggregates_applied) + ' / ' + fmtInt(r.aggregates_refused) + ' / ' + fmtInt(r.aggregates_duplicate),
+      r.max_aggregates_per_round ? fmtInt(r.max_aggregates_per_round) : '–',
+      ago(r.last_seen),
+    ];
+    cells.forEach((s, i) => text(tr.cells[i], s));
+    tr.cells[6].title = when(r.last_seen);
+  });
+  $('relays-empty').hidden = relays.length > 0;
 }
 
 async function disconnectWorker(id, btn) {

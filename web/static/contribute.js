@@ -33,6 +33,27 @@ function wsURL() {
   return (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws';
 }
 
+// coordinators is where the tab's workers connect: this coordinator's
+// relays, the least busy first, then this coordinator itself, which a
+// worker falls back to when no relay can be reached (findRelays).
+let coordinators = wsURL();
+
+// findRelays asks this coordinator for its relays (docs/RELAYS.md).
+async function findRelays() {
+  try {
+    const resp = await fetch('/api/v1/relays', { cache: 'no-store' });
+    if (!resp.ok) return;
+    const body = await resp.json();
+    const relays = (Array.isArray(body.relays) ? body.relays : [])
+      .filter((r) => r && typeof r.url === 'string' && /^wss?:\/\//.test(r.url))
+      .map((r) => ({ url: r.url, workers: Number(r.workers) || 0, tie: Math.random() }))
+      .sort((a, b) => a.workers - b.workers || a.tie - b.tie);
+    coordinators = relays.map((r) => r.url).concat([wsURL()]).join(',');
+    // A native worker given this coordinator's http URL joins its relays too.
+    if (relays.length) $('ws-url').textContent = location.origin;
+  } catch (e) { /* an older coordinator: connect to it */ }
+}
+
 function paused() {
   return userPaused || hiddenPaused;
 }
@@ -81,7 +102,7 @@ function spawn() {
     gpu: !!settings.useGPU && !gpuTaken,
     simd: new URLSearchParams(location.search).get('simd') !== 'off',
     webgpu: new URLSearchParams(location.search).get('webgpu') || '',
-    coordinator: wsURL(),
+    coordinator: coordinators,
     duty: Number(settings.cpu),
     client: 'crowdtrain-browser (' + navigator.userAgent + ')',
     paused: paused(),
@@ -338,6 +359,7 @@ function init() {
     $('contribute').dataset.blocked = '1';
   }
   $('ws-url').textContent = wsURL();
+  findRelays();
 
   const cores = Math.max(1, navigator.hardwareConcurrency || 1);
   const sel = $('workers');

@@ -1,0 +1,40 @@
+package web_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+)
+
+// The admin page's topology: this coordinator, a relay in front of it
+// (a real one, over the embedded NATS server) and the worker behind it.
+func TestAdminPageShowsRelays(t *testing.T) {
+	s := newSite(t, longSpec(t, "mnist-mlp"))
+	relayWS, _ := startRelay(t, s, "relay-one")
+	stop := startNativeWorker(t, relayWS, 1)
+	defer stop()
+
+	ctx := testbrowser.New(t)
+	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/admin"), chromedp.WaitVisible("#token"))
+	setInput(t, ctx, "#token", adminToken)
+	do(t, ctx, 10*time.Second, chromedp.Click("#signin"))
+	waitPage(t, ctx, "the relay and its worker on the page", func() bool {
+		cells := get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#relays tbody tr:first-child td')).map((td) => td.textContent)`))
+		return len(cells) == 7 && cells[0] == "relay-one" && cells[1] == relayWS && cells[2] == "1" &&
+			strings.Contains(text(t, ctx, "#topology-root"), "1 relays with 1 workers behind them")
+	})
+	// Its aggregates reach the root and move the model.
+	s.waitFor("the relay's aggregates applied", time.Minute, func() bool { return s.view().Version > 3 })
+	waitPage(t, ctx, "the relay's upstream rate and aggregates", func() bool {
+		cells := get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#relays tbody tr:first-child td')).map((td) => td.textContent)`))
+		return len(cells) == 7 && strings.Contains(cells[3], "/s") && !strings.HasPrefix(cells[4], "0 /")
+	})
+	if !strings.Contains(text(t, ctx, "#topology-root"), "0 workers connected here") {
+		t.Errorf("topology: %q", text(t, ctx, "#topology-root"))
+	}
+	writeArtifact(t, "admin-relays.png", get(t, ctx, chromedp.FullScreenshot(100)))
+}
