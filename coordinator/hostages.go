@@ -42,6 +42,9 @@ type abuseState struct {
 	reclaimed       int64 // leases of closed rounds taken back (stragglers.go)
 	dedup           dedupWindow
 	dupRun          int // duplicates since the last accepted result
+	// noStragglerBefore is when the oldest lease held last time a scan
+	// found no straggler becomes one (stragglers.go): no scan before.
+	noStragglerBefore time.Time
 }
 
 // AbuseView is what the job view shows of the hostage, straggler and

@@ -190,6 +190,7 @@ type jobState struct {
 	abuse abuseState // hostages.go: lease caps, backups, the replay window
 
 	relay relayRootState // relayroot.go: relays' aggregates
+	held  heldCounts     // limits.go: leases held per address and volunteer
 }
 
 // stalenessBuckets is the staleness histogram's size: 0..31 and 32+.
@@ -258,6 +259,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	model.Init(st.model.Params, spec.Seed)
 	st.sched.Now = time.Now
 	st.sched.NextID = func() uint64 { return leaseIDs.Add(1) }
+	st.sched.OnHeld = j.onHeld
 	if err := j.configure(spec); err != nil {
 		return nil, err
 	}
@@ -346,7 +348,7 @@ func (j *Job) finish(state, reason string) {
 	st.reason, st.doneAt = reason, time.Now()
 	j.setState(state)
 	st.sched.SetQueue(nil)
-	clear(st.sched.Leases())
+	st.sched.Clear()
 	j.logf("job %s: %s: %s", j.ID, state, reason)
 	j.checkpoint(true)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
 )
 
 // Per-address limits (docs/SECURITY.md, section Volunteers and abuse).
@@ -89,19 +91,7 @@ func (j *Job) leaseShare(worker string) (share int, why string) {
 	if !ok {
 		return math.MaxInt, "" // not joined (a test's direct grant): no share to apply
 	}
-	addrHeld, volHeld := 0, 0
-	for _, l := range st.sched.Leases() {
-		o, ok := st.members[l.Worker]
-		if !ok {
-			continue
-		}
-		if o.address == m.address {
-			addrHeld++
-		}
-		if o.volunteer == m.volunteer {
-			volHeld++
-		}
-	}
+	addrHeld, volHeld := st.held.addr[m.address], st.held.vol[m.volunteer]
 	share = lim.perAddress - addrHeld
 	why = fmt.Sprintf("this address holds %d leases, its share (max_leases_per_address %d); ask again when one is answered", addrHeld, lim.perAddress)
 	if c := st.abuse.caps[m.volunteer]; c != nil && c.cap-volHeld < share {
@@ -166,4 +156,44 @@ func (s *Server) pauseReading(d time.Duration) {
 func (s *Server) rateLimitedResult(retry time.Duration) string {
 	return fmt.Sprintf("this address sends results faster than %d bytes/s (result_bytes_rate) for longer than %v; the lease is queued again; slow down for %d s",
 		s.cfg.ResultBytesRate, s.cfg.MaxResultPause, retryAfterSeconds(retry))
+}
+
+// heldCounts counts the leases held per member address and volunteer, kept
+// as leases come and go (engine.Scheduler.OnHeld), so that a grant need
+// not scan every lease.
+type heldCounts struct {
+	addr, vol map[string]int
+	keys      map[uint64][2]string // a lease's address and volunteer, as granted
+}
+
+// onHeld is the scheduler's OnHeld: a lease counts for the member it was
+// granted to (a relay's or a test's direct lease counts for none).
+func (j *Job) onHeld(l *engine.Lease, delta int) {
+	h := &j.st.held
+	if h.keys == nil {
+		h.addr, h.vol, h.keys = map[string]int{}, map[string]int{}, map[uint64][2]string{}
+	}
+	if delta > 0 {
+		m, ok := j.st.members[l.Worker]
+		if !ok {
+			return
+		}
+		h.keys[l.ID] = [2]string{m.address, m.volunteer}
+		h.addr[m.address]++
+		h.vol[m.volunteer]++
+		return
+	}
+	k, ok := h.keys[l.ID]
+	if !ok {
+		return
+	}
+	delete(h.keys, l.ID)
+	for _, c := range []struct {
+		m   map[string]int
+		key string
+	}{{h.addr, k[0]}, {h.vol, k[1]}} {
+		if c.m[c.key]--; c.m[c.key] <= 0 {
+			delete(c.m, c.key)
+		}
+	}
 }

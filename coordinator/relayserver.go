@@ -137,7 +137,27 @@ func (s *Server) RunRelay(ctx context.Context, o RelayOptions) error {
 	return nil
 }
 
+// stop sends what the relay's copies summed so far, gives the outbox a
+// few seconds to reach JetStream, and stops.
 func (rt *relayRuntime) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rt.mu.Lock()
+	jobs := make([]*Job, 0, len(rt.mirrors))
+	for _, j := range rt.mirrors {
+		jobs = append(jobs, j)
+	}
+	rt.mu.Unlock()
+	for _, j := range jobs {
+		_ = j.exec(ctx, func(st *jobState) {
+			if st.state == StateRunning {
+				j.mirrorFlush()
+			}
+		})
+	}
+	for rt.out.peek() != nil && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
 	rt.cancel()
 	rt.wg.Wait()
 }

@@ -61,10 +61,30 @@ func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 	if rounds && j.reclaimClosed(now, open, after) {
 		return j.grant(worker, 1, baseURL)
 	}
+	if now.Before(st.abuse.noStragglerBefore) {
+		// A crowd larger than the queue asks again and again at an
+		// epoch's end: no lease can be straggling before then, so the
+		// leases are not scanned each time. (Leases granted since are
+		// younger; the threshold moves slowly, and a scan comes at
+		// least every quarter second.)
+		return nil
+	}
 	var oldest *engine.Lease
+	youngest := now // the oldest Since among leases not yet straggling
+	straggling := false
 	for _, l := range st.sched.Leases() {
 		// Only a started lease can be copied: its base is fixed.
-		if !l.Pending() || !l.Started() || l.Worker == worker || now.Sub(l.Since) < after || rounds && l.Round != open {
+		if !l.Pending() || !l.Started() || rounds && l.Round != open {
+			continue
+		}
+		if now.Sub(l.Since) < after {
+			if l.Since.Before(youngest) {
+				youngest = l.Since
+			}
+			continue
+		}
+		straggling = true
+		if l.Worker == worker {
 			continue
 		}
 		if o, ok := st.members[l.Worker]; !ok || o.volunteer == m.volunteer {
@@ -78,7 +98,13 @@ func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 		}
 		oldest = l
 	}
-	if oldest == nil || !j.publish() {
+	if oldest == nil {
+		if !straggling {
+			st.abuse.noStragglerBefore = minTime(youngest.Add(after), now.Add(250*time.Millisecond))
+		}
+		return nil
+	}
+	if !j.publish() {
 		return nil
 	}
 	b := st.sched.GrantBackup(worker, oldest)
@@ -144,4 +170,11 @@ func lostTo(l *engine.Lease) string {
 		return "its backup had answered"
 	}
 	return "a copy: its primary still answers for the task"
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

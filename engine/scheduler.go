@@ -88,8 +88,14 @@ type Scheduler struct {
 	// split: a relay's tasks are its root's leases, answered one for one.
 	KeepTasks bool
 
+	// OnHeld, when set, hears every lease that starts (+1) or stops (-1)
+	// being held, so that a caller can count leases by its own keys
+	// without scanning them all.
+	OnHeld func(l *Lease, delta int)
+
 	queue   []Task // not leased yet this epoch; requeued ones go first
 	leases  map[uint64]*Lease
+	held    map[string]int     // leases held per worker
 	speed   map[string]float64 // examples per second of compute, smoothed
 	comm    map[string]commTimes
 	backups map[uint64]uint64 // primary id → its backup's id
@@ -287,7 +293,7 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 		Deadline:   s.Now().Add(s.LeaseTimeout),
 		Since:      s.Now(),
 	}
-	s.Leases()[l.ID] = l
+	s.hold(l)
 	if round != 0 {
 		s.inRound = append(s.inRound, t)
 	}
@@ -330,7 +336,7 @@ func (s *Scheduler) GrantCopy(worker string, of *Lease) *Lease {
 		LocalSteps: of.LocalSteps, Deadline: s.Now().Add(s.LeaseTimeout), Since: s.Now(),
 		Primary: of.ID,
 	}
-	s.Leases()[l.ID] = l
+	s.hold(l)
 	return l
 }
 
@@ -424,7 +430,7 @@ func (s *Scheduler) Take(worker string, id uint64) *Lease {
 	if l == nil || l.Worker != worker {
 		return nil
 	}
-	delete(s.leases, id)
+	s.unhold(l)
 	return l
 }
 
@@ -432,9 +438,9 @@ func (s *Scheduler) Take(worker string, id uint64) *Lease {
 func (s *Scheduler) Expire() []*Lease {
 	now := s.Now()
 	var out []*Lease
-	for id, l := range s.leases {
+	for _, l := range s.leases {
 		if now.After(l.Deadline) {
-			delete(s.leases, id)
+			s.unhold(l)
 			s.Lost(l)
 			out = append(out, l)
 		}
@@ -453,7 +459,7 @@ func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
 		if ids != nil && !contains(ids, id) {
 			continue
 		}
-		delete(s.leases, id)
+		s.unhold(l)
 		s.Lost(l)
 		out = append(out, l)
 	}
@@ -463,8 +469,8 @@ func (s *Scheduler) Release(worker string, ids []uint64) []*Lease {
 // ReleaseAll settles (Lost) every lease (the job paused) and returns them.
 func (s *Scheduler) ReleaseAll() []*Lease {
 	var out []*Lease
-	for id, l := range s.leases {
-		delete(s.leases, id)
+	for _, l := range s.leases {
+		s.unhold(l)
 		s.Lost(l)
 		out = append(out, l)
 	}
@@ -472,14 +478,32 @@ func (s *Scheduler) ReleaseAll() []*Lease {
 }
 
 // HeldBy counts worker's leases.
-func (s *Scheduler) HeldBy(worker string) int {
-	n := 0
-	for _, l := range s.leases {
-		if l.Worker == worker {
-			n++
-		}
+func (s *Scheduler) HeldBy(worker string) int { return s.held[worker] }
+
+// hold adds l to the leases held.
+func (s *Scheduler) hold(l *Lease) {
+	s.Leases()[l.ID] = l
+	if s.held == nil {
+		s.held = map[string]int{}
 	}
-	return n
+	s.held[l.Worker]++
+	if s.OnHeld != nil {
+		s.OnHeld(l, 1)
+	}
+}
+
+// unhold takes l from the leases held.
+func (s *Scheduler) unhold(l *Lease) {
+	if s.leases[l.ID] != l {
+		return
+	}
+	delete(s.leases, l.ID)
+	if s.held[l.Worker]--; s.held[l.Worker] <= 0 {
+		delete(s.held, l.Worker)
+	}
+	if s.OnHeld != nil {
+		s.OnHeld(l, -1)
+	}
 }
 
 func contains(ids []uint64, id uint64) bool {
@@ -523,11 +547,18 @@ func (s *Scheduler) Enqueue(tasks ...Task) { s.queue = append(s.queue, tasks...)
 func (s *Scheduler) Drop(gone func(Task) bool) []*Lease {
 	s.queue = slices.DeleteFunc(s.queue, gone)
 	var out []*Lease
-	for id, l := range s.leases {
+	for _, l := range s.leases {
 		if gone(l.Task) {
-			delete(s.leases, id)
+			s.unhold(l)
 			out = append(out, l)
 		}
 	}
 	return out
+}
+
+// Clear drops every lease without settling it (a job that ended).
+func (s *Scheduler) Clear() {
+	for _, l := range s.leases {
+		s.unhold(l)
+	}
 }
