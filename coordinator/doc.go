@@ -11,6 +11,14 @@
 // the protocol's messages and the engine's plain values. See DESIGN.md
 // and docs/TRAINING.md.
 //
-// coordinator imports engine, jobspec, nn, dataset, protocol and store;
-// no worker package imports it.
+// The same Server is a root or a relay (docs/RELAYS.md). A root serves
+// its relays over NATS (relaygate.go): it grants them blocks of leases
+// and applies their aggregates whole or not at all, once, acknowledging
+// each when the checkpoint holding it is durable (relayroot.go). A relay
+// (relayserver.go) runs a copy of each of its root's jobs whose model is
+// the root's and whose Aggregator sums instead of stepping
+// (relaymirror.go); what the root says travels as package upstream.
+//
+// coordinator imports engine, jobspec, nn, dataset, protocol, store and
+// upstream; no worker package imports it.
 package coordinator

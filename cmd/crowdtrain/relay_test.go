@@ -160,7 +160,10 @@ func TestRelaysTrainMNIST(t *testing.T) {
 		t.Errorf("the root counts %d workers of its own; all are behind relays", v.Workers)
 	}
 	epochsCountedOnce(t, g.root.logText())
-	t.Logf("done at version %d, accuracy %.4f; relays %+v", v.Version, v.Eval.Accuracy, m)
+	up := m["ra"].UpstreamBytes + m["rb"].UpstreamBytes
+	direct := v.UpdatesApplied * int64(v.NumParams) * 4
+	t.Logf("done at version %d, accuracy %.4f: %d worker results in %d aggregates; the root took %.1f MB from its relays, %.1f MB as results sent to it directly (%.1fx)",
+		v.Version, v.Eval.Accuracy, v.UpdatesApplied, m["ra"].AggregatesApplied+m["rb"].AggregatesApplied, float64(up)/1e6, float64(direct)/1e6, float64(direct)/float64(up))
 }
 
 // A relay killed mid-run: its workers move to the other relay and the

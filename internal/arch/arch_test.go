@@ -73,6 +73,10 @@ func TestImportDirections(t *testing.T) {
 		"placement": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"search":    {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/placement"},
 		"jobspec":   {"/coordinator", "/store", "/protocol", "/worker", "/web"},
+		// What a relay and its root say over NATS is plain messages; the
+		// embedded NATS server knows only them.
+		"upstream":         {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
+		"internal/natsbox": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		// The pages are served by the coordinator and import nothing of ours.
 		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the
