@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -415,4 +416,24 @@ func (s *Server) handleRelays(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(map[string]any{"relays": s.Relays()})
+}
+
+// RelayOrigins are the http(s) origins of the relays heard from lately:
+// the pages' Content-Security-Policy lets tabs fetch their data there
+// (web.Handler.AllowConnect).
+func (s *Server) RelayOrigins() []string {
+	var out []string
+	for _, r := range s.Relays() {
+		u, err := url.Parse(r.URL)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		switch u.Scheme {
+		case "ws":
+			out = append(out, "http://"+u.Host)
+		case "wss":
+			out = append(out, "https://"+u.Host)
+		}
+	}
+	return out
 }

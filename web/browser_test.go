@@ -83,6 +83,7 @@ type site struct {
 	srv    *coordinator.Server
 	http   *httptest.Server
 	job    *coordinator.Job
+	pages  *web.Handler
 	mu     sync.Mutex
 	shards map[string]int // shard path → GETs that reached the coordinator
 }
@@ -114,7 +115,7 @@ func newSiteWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &site{t: t, srv: srv, job: job, shards: map[string]int{}}
+	s := &site{t: t, srv: srv, job: job, pages: pages, shards: map[string]int{}}
 	h := srv.Handler()
 	s.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/shards/") {

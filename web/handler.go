@@ -13,10 +13,12 @@ import (
 	"log"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Names of the browser worker's files in dist.
@@ -48,6 +50,36 @@ type Handler struct {
 	index   *template.Template
 	admin   *asset // the admin page: static HTML, its data comes from the API
 	missing string // why there is no browser worker; "" when there is one
+	// connect lists other origins the pages may fetch from: the
+	// coordinator's relays, which serve their tabs' snapshots and shards
+	// (AllowConnect).
+	connect atomic.Pointer[func() []string]
+}
+
+// AllowConnect lets the pages (and their workers) fetch from the origins
+// origins returns, asked on each page load: a coordinator's relays.
+func (h *Handler) AllowConnect(origins func() []string) { h.connect.Store(&origins) }
+
+// policy is the page's Content-Security-Policy: contentSecurityPolicy,
+// with the relays' origins (scheme://host:port, checked) in connect-src.
+func (h *Handler) policy() string {
+	f := h.connect.Load()
+	if f == nil {
+		return contentSecurityPolicy
+	}
+	var extra []string
+	for _, o := range (*f)() {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
+			strings.ContainsAny(u.Host, " ;,'\"") {
+			continue
+		}
+		extra = append(extra, u.Scheme+"://"+u.Host)
+	}
+	if len(extra) == 0 {
+		return contentSecurityPolicy
+	}
+	return strings.Replace(contentSecurityPolicy, "connect-src 'self' ws: wss:", "connect-src 'self' ws: wss: "+strings.Join(extra, " "), 1)
 }
 
 // asset is one file held in memory with its ETag and, made on first
@@ -159,7 +191,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
+	w.Header().Set("Content-Security-Policy", h.policy())
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY") // for browsers without frame-ancestors
 	w.Header().Set("Referrer-Policy", "same-origin")

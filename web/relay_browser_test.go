@@ -34,6 +34,7 @@ func startRelay(t *testing.T, s *site, name string) (string, *coordinator.Server
 	if err := s.srv.ServeRelays(context.Background(), rootNC, coordinator.RelayGateOptions{RootURL: s.http.URL}); err != nil {
 		t.Fatal(err)
 	}
+	s.pages.AllowConnect(s.srv.RelayOrigins) // as serve does
 	creds, err := natsbox.ReadCreds(box.RelayCredsFile)
 	if err != nil {
 		t.Fatal(err)

@@ -190,6 +190,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &usageError{err.Error()}
 	}
+	pages.AllowConnect(srv.RelayOrigins) // tabs fetch their data from a relay
 	defer srv.Close() // on early returns; the shutdown below closes it first
 	// Unfinished jobs in the database carry on; --job starts a new one
 	// only when there are none, so restarting never duplicates a job.

@@ -258,6 +258,7 @@ function signedIn() {
   refresh();
   connect();
   if (!state.ticker) state.ticker = setInterval(renderWorkers, 1000);
+  if (!state.relayTicker) state.relayTicker = setInterval(refreshRelays, 2000);
   if (typeof volunteersStart === 'function') volunteersStart(); // admin-volunteers.js
   if (typeof sweepsStart === 'function') sweepsStart(); // admin-sweeps.js
 }
@@ -378,6 +379,12 @@ async function refresh() {
   } catch (e) {
     if (e.status !== 401) text($('workers-error'), 'Reading workers: ' + e.message);
   }
+  await refreshRelays();
+}
+
+// refreshRelays reads the topology; the event stream does not carry it,
+// so it is polled every few seconds while signed in.
+async function refreshRelays() {
   try {
     const rs = await api('GET', '/api/v1/relays');
     if (rs && Array.isArray(rs.relays)) setRelays(rs.relays);
