@@ -276,8 +276,12 @@ func (c *Clipper) clip(u []float32) bool {
 	if c.weight == 0 {
 		c.weight = 1e-30
 	}
-	for i, v := range u {
-		c.out[i] = c.centre[i] + float32((float64(v)-float64(c.centre[i]))*w)
+	if clipped {
+		for i, v := range u {
+			c.out[i] = c.centre[i] + float32((float64(v)-float64(c.centre[i]))*w)
+		}
+	} else {
+		copy(c.out, u) // inside the radius: the update as it is
 	}
 	rec := min(d, r)
 	if r == 0 {

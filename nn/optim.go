@@ -316,13 +316,21 @@ func (o *adam) Step(params, g []float32, lrScale float32) {
 	g = g[:len(params)]
 	cs := ClipScale(g, o.clip)
 	decay := lr * o.wd
-	for i, gi := range g {
-		gi *= cs
+	k := adamConsts{cs, b1, a1, b2, a2, decay, lr, c1, c2, eps}
+	done := adamStepVector(params, g, m, v, &k)
+	for i := done; i < len(g); i++ {
+		gi := g[i] * cs
 		mi := b1*m[i] + a1*gi
 		vi := b2*v[i] + a2*gi*gi
 		m[i], v[i] = mi, vi
 		params[i] = params[i] - decay*params[i] - lr*(mi*c1)/(float32(math.Sqrt(float64(vi)))*c2+eps)
 	}
+}
+
+// adamConsts are one Adam step's scalars, in the order optim_amd64.s
+// reads them.
+type adamConsts struct {
+	cs, b1, a1, b2, a2, decay, lr, c1, c2, eps float32
 }
 
 func (o *adam) State() ([][]float32, int64) { return [][]float32{o.m, o.v}, o.steps }
