@@ -136,6 +136,11 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			return reject(protocol.ReasonDuplicate, "the update is bit-identical to one accepted before (a replay); the lease is queued again")
 		}
 	}
+	if j.mirror != nil && !j.mirrorHolds(l.Task) {
+		// A relay's task whose root lease was handed back: nothing
+		// upstream would take its result.
+		return reject(protocol.ReasonLate, "the coordinator this relay serves no longer holds this task for it (handed back near its deadline)")
+	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.SetNow(st.sched.Now())
 		if !a.Clip.Seeded() {

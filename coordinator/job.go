@@ -473,6 +473,12 @@ type JobView struct {
 	ShardBytesOut   int64   `json:"shard_bytes_out"`
 	BytesPerExample float64 `json:"bytes_per_example"`
 	Compression     float64 `json:"compression"`
+
+	// Relays' aggregates (docs/RELAYS.md): applied, refused, and
+	// delivered again after being applied (acknowledged, not applied).
+	RelayAggregates          int64 `json:"relay_aggregates,omitempty"`
+	RelayAggregatesRefused   int64 `json:"relay_aggregates_refused,omitempty"`
+	RelayAggregatesDuplicate int64 `json:"relay_aggregates_duplicate,omitempty"`
 }
 
 // view copies the loop's state; call it on the loop.
@@ -493,6 +499,7 @@ func (j *Job) view(st *jobState) JobView {
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	v.Clipped = st.clipped
+	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()
 	v.Abuse = j.abuseView()
 	j.wireView(&v)

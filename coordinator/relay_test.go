@@ -282,8 +282,9 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		relay.publish(a)
 	}
 	waitRelay(t, g2.srv, "r1", "both redeliveries seen", func(v coordinator.RelayView) bool { return v.AggregatesDuplicate == 2 })
-	if v := g2.jobView(); v.Version != 2 || v.UpdatesApplied != 4 {
-		t.Fatalf("a redelivery after the restart moved the model: version %d, applied %d", v.Version, v.UpdatesApplied)
+	if v := g2.jobView(); v.Version != 2 || v.UpdatesApplied != 4 || v.RelayAggregates != 1 || v.RelayAggregatesDuplicate != 2 {
+		t.Fatalf("a redelivery after the restart moved the model: version %d, applied %d, aggregates %d (duplicate %d)",
+			v.Version, v.UpdatesApplied, v.RelayAggregates, v.RelayAggregatesDuplicate)
 	}
 	// A new run's lease requests carry its run; the old leases are gone.
 	if r2 := relay.lease(g.job.ID, 1); r2.Run != 2 || r2.Version != 2 {

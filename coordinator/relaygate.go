@@ -51,8 +51,9 @@ type relayRecord struct {
 	// round it answered; MaxPerRound is the most in any round.
 	lastRound   uint64
 	inRound     int
-	rate        float64 // upstream bytes per second, smoothed
-	MaxPerRound int     `json:"max_aggregates_per_round"`
+	rate        float64   // upstream bytes per second, smoothed
+	statusAt    time.Time // the last heartbeat
+	MaxPerRound int       `json:"max_aggregates_per_round"`
 }
 
 // partialAggregate gathers the parts of an aggregate split to fit the
@@ -139,7 +140,7 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 		g.reply(m, upstream.JoinReply{Error: "a join names the relay (letters, digits, - and _, up to 64)"})
 		return
 	}
-	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL})
+	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL}, true)
 	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
 	g.s.mu.Lock()
 	jobs := slices.Clone(g.s.jobs)
@@ -200,12 +201,13 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 func (g *relayGate) onStatus(m *nats.Msg) {
 	var st upstream.Status
 	if json.Unmarshal(m.Data, &st) == nil && upstream.ValidName(st.Relay) {
-		g.seen(st)
+		g.seen(st, false)
 	}
 }
 
-// seen records a relay's heartbeat.
-func (g *relayGate) seen(st upstream.Status) {
+// seen records a relay's heartbeat, or its join (which says only its
+// name and URL).
+func (g *relayGate) seen(st upstream.Status, join bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.relays[st.Relay]
@@ -220,14 +222,15 @@ func (g *relayGate) seen(st upstream.Status) {
 		st.URL = r.URL
 	}
 	now := time.Now()
-	if dt := now.Sub(r.LastSeen).Seconds(); !r.LastSeen.IsZero() && dt > 0.5 && st.UpstreamBytes >= r.UpstreamBytes && st.UpstreamBytes > 0 {
+	if join {
+		r.URL, r.LastSeen = st.URL, now
+		return
+	}
+	if dt := now.Sub(r.statusAt).Seconds(); !r.statusAt.IsZero() && dt > 0.5 && st.UpstreamBytes >= r.UpstreamBytes {
 		rate := float64(st.UpstreamBytes-r.UpstreamBytes) / dt
 		r.rate = 0.5*r.rate + 0.5*rate // about the last few heartbeats
 	}
-	if st.UpstreamBytes == 0 { // a join: not a heartbeat
-		st.UpstreamBytes, st.Aggregates, st.Workers = r.UpstreamBytes, r.Aggregates, r.Workers
-	}
-	r.Status, r.LastSeen = st, now
+	r.Status, r.LastSeen, r.statusAt = st, now, now
 }
 
 // record counts an aggregate's verdict for its relay.

@@ -128,6 +128,12 @@ func (j *Job) makeMirror(relay string, out *relayOutbox, bootID string) *mirror 
 	return m
 }
 
+// mirrorHolds reports whether t is the task of a root lease held and not
+// yet answered.
+func (j *Job) mirrorHolds(t engine.Task) bool {
+	return slices.ContainsFunc(j.mirror.ups, func(u *upLease) bool { return !u.answered && u.task() == t })
+}
+
 // mirrorAnswered records an accepted result of lease l (apply).
 func (j *Job) mirrorAnswered(l *engine.Lease, volunteer string, res *protocol.Result) {
 	m := j.mirror
@@ -167,8 +173,9 @@ func (j *Job) mirrorStep(now time.Time) {
 	}
 	due := false
 	if st.spec.Rounds() {
-		// The round's block is settled: every lease answered or handed back.
-		due = len(m.released) > 0 || m.results > 0 && !slices.ContainsFunc(m.ups, func(u *upLease) bool { return !u.answered })
+		// The round's block is settled: every lease answered or handed
+		// back (mirrorDrop takes those out of ups). One aggregate a round.
+		due = (m.results > 0 || len(m.released) > 0) && !slices.ContainsFunc(m.ups, func(u *upLease) bool { return !u.answered })
 	} else {
 		due = len(m.released) > 0 || m.results > 0 && now.Sub(m.since) >= st.spec.EffectiveRelayWindow()
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/natsbox"
 )
 
 // relayGrid is a root with an embedded NATS server, its relays and
@@ -222,4 +223,40 @@ func TestRootRestartWithRelays(t *testing.T) {
 	}
 	epochsCountedOnce(t, first+"\n"+second)
 	t.Logf("done at version %d (run 2), accuracy %.4f; relays %+v", v.Version, v.Eval.Accuracy, g.relaysView())
+}
+
+// serve --nats uses an external NATS server (one the test runs) with the
+// root's credentials from --nats-creds; a worker given the root's http
+// URL finds the relay through GET /api/v1/relays and trains through it.
+func TestServeWithExternalNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes; skipped with -short")
+	}
+	dir := t.TempDir()
+	box, err := natsbox.Start(natsbox.Options{Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "nats")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	rootCreds, spec := filepath.Join(dir, "root.creds"), filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(rootCreds, []byte(box.Root.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, []byte(relaySpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rootAddr, relayAddr := freeAddr(t), freeAddr(t)
+	root := startProc(t, "serve", "--addr", rootAddr, "--db", filepath.Join(dir, "root.db"), "--job", spec,
+		"--nats", box.URL, "--nats-creds", rootCreds, "--admin-token", modesAdminToken)
+	root.waitLine("coordinator listening", time.Minute)
+	startProc(t, "relay", "--upstream", box.URL, "--creds", box.RelayCredsFile, "--addr", relayAddr, "--name", "ext").
+		waitLine("listening on", time.Minute)
+	g := &relayGrid{t: t, rootAddr: rootAddr, root: root}
+	g.waitRelays("the relay listed", time.Minute, func(m map[string]coordinator.RelayView) bool { _, ok := m["ext"]; return ok })
+	w := startProc(t, "work", "--coordinator", "http://"+rootAddr, "--key-file", "")
+	w.waitLine("joining ws://"+relayAddr+"/ws", time.Minute)
+	waitJob(t, rootAddr, 2*time.Minute, "rounds closed by the relay's aggregates", func(v coordinator.JobView) bool { return v.Version >= 3 })
+	if m := g.relaysView(); m["ext"].AggregatesApplied < 3 {
+		t.Fatalf("relays: %+v", m)
+	}
 }
