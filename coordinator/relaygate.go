@@ -119,12 +119,15 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 	return nc.Flush()
 }
 
-// stop ends the subscriptions (Server.Close).
+// stop ends the subscriptions (Server.Close), and waits until the NATS
+// server has them: a coordinator started next on the same connection's
+// server must not share this one's requests.
 func (g *relayGate) stop() {
 	g.cc.Stop()
 	for _, sub := range g.subs {
 		sub.Unsubscribe()
 	}
+	g.nc.FlushTimeout(5 * time.Second)
 }
 
 func (g *relayGate) reply(m *nats.Msg, v any) {
@@ -239,7 +242,13 @@ func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
 	defer g.mu.Unlock()
 	r := g.relays[relay]
 	if r == nil {
-		return
+		if len(g.relays) >= 1024 {
+			return
+		}
+		// Its aggregates may come before its join (a root that restarts
+		// takes what the stream kept first).
+		r = &relayRecord{LastSeen: time.Now()}
+		g.relays[relay] = r
 	}
 	r.BytesIn += int64(bytes)
 	switch verdict {
