@@ -190,7 +190,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	pages.AllowConnect(srv.RelayOrigins) // tabs fetch their data from a relay
+	// Tabs of the contribute page fetch their data from a relay.
+	pages.AllowConnect(srv.RelayOrigins)
 	defer srv.Close() // on early returns; the shutdown below closes it first
 	// Unfinished jobs in the database carry on; --job starts a new one
 	// only when there are none, so restarting never duplicates a job.
