@@ -98,8 +98,10 @@ sweep:
 	if lines := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#sweep-chart .trial-line').length`)); lines < 1 {
 		t.Errorf("the sweep chart draws %d trial lines", lines)
 	}
-	v := sw.View(ctx)
-	if v.Best == nil || !strings.Contains(text(t, ctx, "#sweeps"), v.Best.ID) {
-		t.Errorf("the sweeps table %q does not name the best trial %+v", text(t, ctx, "#sweeps"), v.Best)
-	}
+	// The page polls: a trial scored after its last refresh shows on
+	// the next.
+	waitPage(t, ctx, "the sweeps table naming the best trial", func() bool {
+		v := sw.View(ctx)
+		return v.Best != nil && strings.Contains(text(t, ctx, "#sweeps"), v.Best.ID)
+	})
 }

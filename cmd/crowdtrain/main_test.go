@@ -42,7 +42,7 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"serve", "--ping-misses", "0"}, []string{"--ping-misses"}},
 		{[]string{"serve", "--max-control-bytes", "10"}, []string{"--max-control-bytes", "1024"}},
 		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
-		{[]string{"work", "--coordinator", "http://x"}, []string{"ws://"}},
+		{[]string{"work", "--coordinator", "ftp://x"}, []string{"ws://"}},
 		{[]string{"frobnicate"}, []string{"unknown command"}},
 		{nil, []string{"Usage"}},
 	}
