@@ -35,6 +35,11 @@ type mirror struct {
 	round uint64 // the round of the held leases (round modes)
 	// answered is the newest round an aggregate was sent for.
 	answered uint64
+	// offset is the copy's version minus the root's: a root that restarts
+	// numbers its versions again from its checkpoint, with other
+	// contents, and the copy's snapshot URLs (by version) must never name
+	// two contents, so its versions keep rising.
+	offset int64
 	ups      []*upLease
 
 	// The sum being gathered.
@@ -239,7 +244,7 @@ func (j *Job) mirrorFlush() {
 	m.seq++
 	a := &upstream.Aggregate{
 		ID: m.relay + "-" + m.bootID + "-" + strconv.FormatUint(m.seq, 10), Relay: m.relay, Job: j.ID, Run: m.run,
-		Base: m.base, Round: m.round, Leases: m.leases, Tasks: m.tasks, Released: m.released,
+		Base: m.base - m.offset, Round: m.round, Leases: m.leases, Tasks: m.tasks, Released: m.released,
 		Results: m.results, Examples: m.examples, Correct: m.correct, Sum: slices.Clone(m.sum),
 	}
 	for v, n := range m.strikes {
@@ -270,18 +275,26 @@ func (j *Job) mirrorFlush() {
 // version, nil when the relay holds that version already).
 func (j *Job) mirrorBlock(r upstream.LeaseReply, params []float32, now time.Time) {
 	m, st := j.mirror, &j.st
+	if r.Run != m.run && m.run != 0 && st.model.Version >= 0 {
+		m.offset = st.model.Version + 1 - r.Version
+	}
 	if r.Run != m.run {
-		// The root restarted: the leases it gave before are forgotten.
+		// The root restarted: the leases it gave before are forgotten,
+		// and it computes its versions again from its checkpoint, so a
+		// task may come back at a version it was already computed from:
+		// the same update, bit for bit, is no replay now.
 		j.mirrorDrop(idsOf(m.ups))
 		m.released = nil
 		j.mirrorForget()
 		m.run, m.answered = r.Run, 0
+		j.st.abuse.dedup = dedupWindow{}
+		j.st.sched.ForgetRound() // round numbers come again, with the same tasks
 	}
-	if params != nil && r.Version != st.model.Version {
+	if params != nil && r.Version+m.offset != st.model.Version {
 		// The sum may hold results of older versions: its base is the
 		// oldest, and the root weighs its staleness from there.
 		copy(st.model.Params, params)
-		st.model.Version = r.Version
+		st.model.Version = r.Version + m.offset
 		if !j.publish() {
 			return
 		}

@@ -247,14 +247,14 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 		case <-time.After(250 * time.Millisecond):
 		}
 		var want int
-		var version int64
+		var version, run, offset int64
 		var answered uint64
 		var release []uint64
 		if err := j.exec(rt.ctx, func(st *jobState) {
 			if j.mirrorWantsWork() && !rt.out.full() {
 				want = j.mirrorWant()
 			}
-			version, answered = st.model.Version, m.answered
+			version, answered, run, offset = st.model.Version, m.answered, m.run, m.offset
 			release, m.toRelease = m.toRelease, nil
 		}); err != nil {
 			return
@@ -271,7 +271,7 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 			err = fmt.Errorf("%s", reply.Error)
 		}
 		var params []float32
-		if err == nil && reply.Version != version && reply.SnapshotPath != "" && reply.State == StateRunning {
+		if err == nil && (reply.Run != run || reply.Version+offset != version) && reply.SnapshotPath != "" && reply.State == StateRunning {
 			for try, wait := 0, 100*time.Millisecond; try < 5; try, wait = try+1, 2*wait {
 				if params, err = rt.fetchSnapshot(reply.SnapshotPath, j.model.NumParams); err == nil || rt.ctx.Err() != nil {
 					break

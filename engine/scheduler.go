@@ -562,3 +562,7 @@ func (s *Scheduler) Clear() {
 		s.unhold(l)
 	}
 }
+
+// ForgetRound forgets the tasks leased in the round (a relay whose root
+// restarted: the root numbers its rounds again, with the same tasks).
+func (s *Scheduler) ForgetRound() { s.round, s.inRound = 0, s.inRound[:0] }

@@ -111,9 +111,11 @@ func Start(o Options) (*Box, error) {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
 	srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
+	// JetStream recovers its store first: after a crash, under load,
+	// that takes a while.
+	if !srv.ReadyForConnections(time.Minute) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("nats server on %s did not start within 15s (is the port taken?)", o.Listen)
+		return nil, fmt.Errorf("nats server on %s did not start within a minute (is the port taken?)", o.Listen)
 	}
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
