@@ -40,7 +40,7 @@ type mirror struct {
 	// contents, and the copy's snapshot URLs (by version) must never name
 	// two contents, so its versions keep rising.
 	offset int64
-	ups      []*upLease
+	ups    []*upLease
 
 	// The sum being gathered.
 	sum                        []float32
