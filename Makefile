@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test bench bench-load bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -44,13 +44,23 @@ run-charlm: build
 		apt-get install -y bible-kjv bible-kjv-text || sudo apt-get install -y bible-kjv bible-kjv-text; fi
 	./$(BIN) serve --addr 127.0.0.1:8080 --job charlm --local-workers 2 $(if $(CHARLM_DATA),--data $(CHARLM_DATA))
 
-# go test runs every fuzz target's seed corpus as a plain test. Files that
-# tests keep for people to look at (the browser tests' screenshots) land in
-# test-artifacts/. The timeout is per package: on a slower 2-core machine
-# cmd/crowdtrain and coordinator each took about 20 minutes side by side.
+# Two test tiers (README, "Testing"). `make test` is the fast one: lint,
+# then `go test -short`: unit tests, every fuzz target's seed corpus, and
+# one quick integration test per mode and per worker kind; every test that
+# trains to a target, starts processes or a browser, or compares with
+# PyTorch calls testenv.Long and skips. `make test-e2e` runs every test,
+# those included, in shards side by side (scripts/test-e2e.sh; SHARDS=
+# and E2E_JOBS= select). `make check` is both, and what CI runs. Files that
+# tests keep for people to look at (the browser tests' screenshots) land
+# in test-artifacts/.
 test: data lint
 	mkdir -p test-artifacts
-	$(GO) test -count=1 -timeout 40m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
+	$(GO) test -short -count=1 -timeout 10m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
+
+test-e2e: data
+	scripts/test-e2e.sh
+
+check: test test-e2e
 
 # Speed figures for docs/BENCHMARKS.md; see that file for how to read them.
 bench: data
@@ -73,7 +83,8 @@ BASELINES ?= $(CURDIR)/../shared/baselines
 # Node) through the spot check comparator: 10,000 checked mnist-mlp tasks,
 # the largest relative difference per pair of backends and the false
 # strikes, then the work duplicated at each rate on the way to 97% with three
-# honest volunteers (docs/SPOTCHECKS.md). `make test` runs 300 of the tasks.
+# honest volunteers (docs/SPOTCHECKS.md). `make test-e2e` runs 300 of the
+# tasks, `make test` 40.
 SPOTCHECK_TASKS ?= 10000
 bench-spotcheck: data
 	CROWDTRAIN_SPOTBENCH_TASKS=$(SPOTCHECK_TASKS) $(GO) test -count=1 -run '^TestHonestBackendsAgree$$' -v -timeout 120m ./internal/spotbench/

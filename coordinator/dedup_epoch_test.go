@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -19,9 +20,7 @@ import (
 // the round's timeout closed it short. A round must never lease a task it
 // holds: no honest result is a duplicate, no round closes short.
 func TestDiLoCoEpochEndingMidRoundHasNoDuplicates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, modeSpec(t, "mode: diloco\nlocal_steps: 64\nround_size: 4\ninner_optimizer:\n  type: adamw\n"+
 		"batch_size: 64\nseed: 1\nmax_epochs: 3\ntarget_accuracy: 0.999\neval_every: 100000\n"))
 	start := time.Now()
@@ -50,9 +49,7 @@ func TestDiLoCoEpochEndingMidRoundHasNoDuplicates(t *testing.T) {
 // duplicates, and not leased the round could only wait for its timeout
 // (10 minutes here). It closes with its 2 results instead.
 func TestRoundLargerThanAnEpochClosesWithoutWaiting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains on MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains on MNIST end to end")
 	spec := modeSpec(t, "mode: diloco\nlocal_steps: 16\nround_size: 4\ninner_optimizer:\n  type: adamw\n"+
 		"batch_size: 64\nround_timeout: 10m\nmax_epochs: 6\ntarget_accuracy: 0.999\neval_every: 100000\n")
 	g := newTestGridWith(t, spec, func(c *coordinator.Config) {

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -169,9 +170,7 @@ func runDeltaWorker(ctx context.Context, g *testGrid) {
 // (runDeltaWorker), so the rules are checked end to end whichever
 // shipped workers run them yet.
 func TestDiLoCoTrainsWithProtocolWorkers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	for _, c := range []struct{ name, spec string }{
 		{"diloco", "mode: diloco\nlocal_steps: 16\nround_size: 2\neval_every: 200\n"},
 		// Latest snapshots: a delta 16 steps long computed from a base one

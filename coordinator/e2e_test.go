@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 func TestMLPReaches97WithTwoWorkers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", nil))
 	g.addWorker(1, nil)
 	g.addWorker(1, nil)
@@ -38,9 +37,7 @@ func TestMLPReaches97WithTwoWorkers(t *testing.T) {
 }
 
 func TestCNNReaches95WithTwoWorkers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, jobSpec(t, "mnist-cnn", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy = 0.95
 		s.MaxEpochs = 2
@@ -72,9 +69,7 @@ func (b *slowBackend) Gradient(params, x []float32, labels []int32, grad []float
 }
 
 func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.MaxStaleness = 2
 	}))
@@ -114,9 +109,7 @@ func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 // (w_base - w_after)/inner_lr; with an outer SGD at the inner rate this is
 // asynchronous local SGD.
 func TestLocalSGDReaches95(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 0.1}
 		s.InnerOptimizer.LR = 0.1

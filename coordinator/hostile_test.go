@@ -14,6 +14,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -257,9 +258,7 @@ func hostileTable(outs []hostileOutcome) string {
 // validation; one sign-flipping attacker of five in sync rounds; one IPM
 // attacker of five in DiLoCo; four IPM attackers of nine in async mode.
 func TestHostileRepresentative(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end five times; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end five times")
 	for _, c := range []hostileCell{
 		{mode: "async", kind: attack.Scale, honest: 2, attackers: 1, group: 3},
 		{mode: "async", kind: attack.Early, honest: 4, attackers: 1, group: 5},

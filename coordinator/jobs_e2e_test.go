@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -62,6 +63,8 @@ func (g *testGrid) share(d time.Duration) map[string]int64 {
 // 1.5, so one worker moves between them, and over a minute the shares
 // come out 3:1. A weight changed live shows within 5 s.
 func TestFairShareAcrossJobs(t *testing.T) {
+	testenv.Long(t, "measures the workers' shares over a minute")
+	t.Parallel()
 	g := newTestGrid(t, endlessMLP(t, "three", 3))
 	one, err := g.srv.AddJob(endlessMLP(t, "one", 1))
 	if err != nil {
@@ -112,6 +115,7 @@ func TestFairShareAcrossJobs(t *testing.T) {
 // When a job finishes, each of its workers computes for another job
 // within a second, on the same connection.
 func TestHandOffWhenJobFinishes(t *testing.T) {
+	testenv.Long(t, "trains a job through a full epoch of MNIST")
 	short := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.Name, s.TargetAccuracy, s.MaxEpochs, s.EvalEvery = "short", 0, 1, 1<<30
 	})

@@ -5,15 +5,14 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // A worker takes leases and vanishes without a word: after the deadline
 // its shards are leased again and the epoch completes with every example.
 func TestVanishedWorkersLeasesExpireAndTheEpochCompletes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a full MNIST epoch; skipped with -short")
-	}
+	testenv.Long(t, "runs a full MNIST epoch")
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy = 1 // never reached: the job ends at max_epochs
 		s.MaxEpochs = 1

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/internal/testlink"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -51,9 +52,7 @@ func (g *testGrid) workerView(id string) (coordinator.WorkerView, bool) {
 // coordinator shows it from the worker's own reports, is under
 // max_comm_fraction. The API shows what it measured of the link too.
 func TestSlowUplinkRaisesLocalSteps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains for up to a minute over a simulated link")
-	}
+	testenv.Long(t, "trains for up to a minute over a simulated link")
 	const maxComm = 0.1
 	// A one-layer model: 7850 parameters, 31 KB an update or snapshot,
 	// enough to measure a link with.

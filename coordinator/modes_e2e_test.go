@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -15,9 +16,7 @@ import (
 // late, rounds never wait for it (none closes short, by round_timeout),
 // and the job reaches 97%.
 func TestSyncWithBackupClosesRoundsWithoutTheSlowWorker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, modeSpec(t, "mode: sync\nround_size: 2\nbackup_workers: 1\nround_timeout: 2m\neval_every: 100\n"))
 	g.addWorker(1, nil)
 	g.addWorker(1, nil)
@@ -66,9 +65,7 @@ func skipUnlessWorkersRun(t *testing.T, g *testGrid, mode string) {
 // DiLoCo (H=16, inner AdamW, outer Nesterov 0.7/0.9 on rounds of 2) and
 // async DiLoCo (Delayed Nesterov) train mnist-mlp to 97% with two workers.
 func TestDiLoCoModesReachTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	for _, c := range []struct{ name, spec string }{
 		{"diloco", "mode: diloco\nlocal_steps: 16\nround_size: 2\neval_every: 200\n"},
 		{"async_diloco", "mode: diloco\nasync_diloco: true\nlocal_steps: 16\nround_size: 2\neval_every: 200\n"},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -96,6 +97,7 @@ func TestLatestLeaseStartsAtTheNewestVersion(t *testing.T) {
 // its checkpoint, and the resumed job closes it with those results: the
 // outer Nesterov step is on the mean of all of them.
 func TestPartialRoundSurvivesRestart(t *testing.T) {
+	testenv.Long(t, "trains DiLoCo rounds across a restart")
 	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
 	if err != nil {
 		t.Fatal(err)

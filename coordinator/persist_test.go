@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -125,6 +126,7 @@ func TestCloseCheckpointsAndResumeContinues(t *testing.T) {
 // A finished job stays finished: resumed, it is served as it ended and
 // hands out no work.
 func TestFinishedJobIsNotTrainedAgain(t *testing.T) {
+	testenv.Long(t, "trains a job to its end, then resumes it")
 	db, err := store.Open(filepath.Join(t.TempDir(), "ct.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -121,9 +122,7 @@ func (h *hostileEarly) run(ctx context.Context, rc *rawClient, n int, pace time.
 // (the lone first ones included) and the robust clip bounds any it lets
 // through. Without either the model was destroyed (accuracy 0.12).
 func TestAsyncEarlyHugeAttackerIsClipped(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	g := newTestGrid(t, modeSpec(t, "eval_every: 250\n"))
 	// The attacker takes leases first, and answers them the moment the
 	// honest workers hold theirs: its huge updates are the very first

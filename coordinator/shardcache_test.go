@@ -5,12 +5,14 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // A native worker keeps the data set's shards (MNIST's 47 MB fit in its
 // cache), so over a home link they come down once, not once an epoch:
 // into its second epoch the job has served each shard once.
 func TestWorkerDownloadsShardsOncePerJob(t *testing.T) {
+	testenv.Long(t, "trains MNIST into its second epoch")
 	g := newTestGrid(t, quietJob(t))
 	g.addWorker(2, nil)
 	// Ten shards into the second epoch: with a cache of a few shards

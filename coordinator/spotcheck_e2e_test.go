@@ -8,6 +8,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -18,9 +19,7 @@ import (
 // honest volunteer's credit equals the examples of its accepted results,
 // as GET /api/v1/volunteers/standing shows them.
 func TestSpotChecksBanAForger(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains mnist-mlp to its target")
-	}
+	testenv.Long(t, "trains mnist-mlp to its target")
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		// Every task 50 examples, so an ack count is an example count.
 		s.BatchSize, s.ShardSize = 50, 5000

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -40,6 +41,7 @@ func (g *testGrid) sweepView(id string) coordinator.SweepView {
 // A random search with ASHA: trials run as jobs on the grid, weak ones
 // stop at a rung, the sweep ends with its best trial exported.
 func TestSweepWithASHA(t *testing.T) {
+	testenv.Long(t, "trains the trials of a sweep")
 	g := newTestGrid(t, endlessMLP(t, "background", 1))
 	if _, err := g.srv.PauseJob(g.ctx, g.job.ID); err != nil {
 		t.Fatal(err)

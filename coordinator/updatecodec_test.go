@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -239,9 +240,7 @@ func TestWorkersTrainInEachUpdateCodec(t *testing.T) {
 // error: within the codec's slack, every honest pair agrees and no one is
 // struck.
 func TestInt8JobTrainsMNIST(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.UpdateCodec = jobspec.CodecInt8
 		s.TargetAccuracy = 0.9

@@ -108,9 +108,7 @@ func TestNPYSource(t *testing.T) {
 
 // Arrays that numpy.save itself wrote load to the values numpy holds.
 func TestNPYFromNumpySave(t *testing.T) {
-	if exec.Command("/usr/bin/python3", "-c", "import numpy").Run() != nil {
-		testenv.Missing(t, "/usr/bin/python3 has no numpy (apt-get install python3-numpy)")
-	}
+	testenv.NeedPython(t, "numpy")
 	dir := t.TempDir()
 	script := `
 import numpy as np, sys

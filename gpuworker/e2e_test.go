@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -22,9 +23,7 @@ import (
 // A real coordinator on loopback and one GPU worker train mnist-mlp on real
 // MNIST to the job's 97% target.
 func TestGPUWorkerTrainsMLPTo97(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains MNIST end to end; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST end to end")
 	b, err := gpuworker.Open(0)
 	if err != nil {
 		t.Skipf("no usable GPU: %v", err)

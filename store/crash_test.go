@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // The crash tests re-run this test binary as a child that writes to a
@@ -145,9 +147,7 @@ func runAndKill(t *testing.T, rng *rand.Rand, env string, min, max time.Duration
 }
 
 func TestCrashWhileWriting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills child processes")
-	}
+	testenv.Long(t, "starts and kills child processes")
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "crash.db")
 	s, err := Open(path)
@@ -209,9 +209,7 @@ func TestCrashWhileWriting(t *testing.T) {
 // so some kills land inside Open's initialisation: every file left behind
 // must open.
 func TestCrashWhileCreating(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills child processes")
-	}
+	testenv.Long(t, "starts and kills child processes")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for i := range 3 {
 		dir := filepath.Join(t.TempDir(), strconv.Itoa(i))

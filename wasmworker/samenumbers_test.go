@@ -30,11 +30,7 @@ type probeOutput struct {
 // it, the pure-Go one in wasm), so sums are ordered differently; float32
 // rounding allows ~1e-6.
 func TestBrowserGradientMatchesNative(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		msg := "node not found: install Node.js to run the wasm build outside a browser"
-		testenv.Missing(t, msg)
-	}
+	node := testenv.NeedNode(t, "the wasm build outside a browser")
 	dir, err := dataset.FindMNIST("")
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // The admin page's topology: this coordinator, a relay in front of it
 // (a real one, over the embedded NATS server) and the worker behind it.
 func TestAdminPageShowsRelays(t *testing.T) {
+	testenv.Long(t, "drives the admin page in Chromium beside a relay")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	relayWS, _ := startRelay(t, s, "relay-one")
 	stop := startNativeWorker(t, relayWS, 1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // waitAdmin polls a condition on the admin page for up to a minute.
@@ -70,6 +71,7 @@ func clickIn(t testing.TB, ctx context.Context, id, sel string) {
 // reason; Pardon lifts the ban and the tab trains again. The job shows
 // its results by every ack reason.
 func TestAdminBansAndPardonsVolunteer(t *testing.T) {
+	testenv.Long(t, "drives the admin page in Chromium")
 	// Hellos refused as banned, counted from the coordinator's log.
 	var refusals atomic.Int64
 	s := newSiteWith(t, longSpec(t, "mnist-mlp"), func(c *coordinator.Config) {
@@ -196,6 +198,7 @@ func TestAdminBansAndPardonsVolunteer(t *testing.T) {
 // coordinator's refusal; the issued one trains, as that token's volunteer;
 // a revoked one is refused again.
 func TestJoinTokenFromAdminToContribute(t *testing.T) {
+	testenv.Long(t, "drives the admin and contribute pages in Chromium")
 	s := newSiteWith(t, longSpec(t, "mnist-mlp"), func(c *coordinator.Config) { c.Join = coordinator.JoinToken })
 	tab := testbrowser.New(t)
 	admin := testbrowser.NewTab(t, tab)

@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -17,6 +18,7 @@ import (
 // remembers it. Each case trains until the coordinator accepts results
 // from the tab, and the coordinator's worker list names the same backend.
 func TestBrowserBackends(t *testing.T) {
+	testenv.Long(t, "trains in Chromium on every browser backend")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	ctx := testbrowser.New(t)
 	for _, c := range []struct {

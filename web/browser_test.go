@@ -21,6 +21,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -350,6 +351,7 @@ func TestContributeFromBrowser(t *testing.T) {
 // Closing the tab returns the browser worker's leases at once, not at their
 // deadline.
 func TestClosingTheTabReturnsLeases(t *testing.T) {
+	testenv.Long(t, "trains in Chromium")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	browser := testbrowser.New(t)
 	tab, closeTab := chromedp.NewContext(browser)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
@@ -13,6 +14,7 @@ import (
 // wire is a fraction of the fp32 bytes (int8 updates, f16 snapshots and
 // deltas from the snapshot the tab kept).
 func TestBrowserTrainsWithCompressedCodecs(t *testing.T) {
+	testenv.Long(t, "trains in Chromium in each update codec")
 	spec := longSpec(t, "mnist-mlp")
 	spec.UpdateCodec, spec.SnapshotCodec = jobspec.CodecInt8, jobspec.CodecFP16
 	if err := spec.Validate(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testdisk"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -18,6 +19,7 @@ import (
 // disk full, the admin page says which version is not written and why;
 // once space is back and the retry succeeds, the warning goes.
 func TestAdminPageShowsAFailingCheckpoint(t *testing.T) {
+	testenv.Long(t, "drives the admin page in Chromium")
 	testbrowser.Chromium(t)
 	disk := testdisk.Mount(t, 48)
 	db, err := store.Open(filepath.Join(disk, "ct.db"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -16,6 +17,7 @@ import (
 // trains that job (the tab reconnects pinned to it), and the page says
 // which job the tab helps.
 func TestContributePagePicksAJob(t *testing.T) {
+	testenv.Long(t, "trains in Chromium")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	second := longSpec(t, "mnist-mlp")
 	second.Name = "second-job"
@@ -58,6 +60,7 @@ func TestContributePagePicksAJob(t *testing.T) {
 // The admin page shows a sweep: a row with its best trial, a table of its
 // trials with their values and rung metrics, and a chart of them.
 func TestAdminPageShowsSweeps(t *testing.T) {
+	testenv.Long(t, "drives the admin page in Chromium through a sweep")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	if _, err := s.srv.PauseJob(t.Context(), s.job.ID); err != nil {
 		t.Fatal(err)

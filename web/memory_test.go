@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // A tab that trains for hours must not run out of memory: Go's js/wasm
@@ -15,6 +16,7 @@ import (
 // 180 MB within 200 leases. Measured here: 29 MB with the worker's reused
 // buffers, 42 MB when every fetch allocates a fresh body (the GC keeps up).
 func TestBrowserWorkerMemoryLevelsOff(t *testing.T) {
+	testenv.Long(t, "trains in Chromium for many leases")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	ctx := testbrowser.New(t)
 	s.contribute(t, ctx)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -17,6 +18,7 @@ import (
 // job reaches 97% and over half of the tab's results are accepted (with
 // fixed H and granted snapshots most were 20-45 versions stale).
 func TestMixedCrowdWithDynamicLocalSteps(t *testing.T) {
+	testenv.Long(t, "trains in Chromium beside a native worker")
 	spec, err := coordinator.ParseJobSpec([]byte("name: mixed\nmodel: mnist-mlp\ndynamic_local_steps: true\nsnapshot: latest\n"))
 	if err != nil {
 		t.Fatal(err)

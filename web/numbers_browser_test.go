@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/web"
 )
@@ -28,6 +29,7 @@ import (
 // (the kernels sum in other orders: float32 rounding). Under Node the
 // same check runs in package wasmworker.
 func TestBrowserGradientMatchesNative(t *testing.T) {
+	testenv.Long(t, "computes gradients in Chromium")
 	ctx := numbersPage(t)
 
 	train, _ := loadMNIST(t)

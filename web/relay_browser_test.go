@@ -14,6 +14,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -65,6 +66,7 @@ func startRelay(t *testing.T, s *site, name string) (string, *coordinator.Server
 // relay, which takes the root's page as an Origin and serves the tab its
 // snapshots and shards across origins; the root sees the relay only.
 func TestContributePageTrainsThroughARelay(t *testing.T) {
+	testenv.Long(t, "trains in Chromium through a relay")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	_, relay := startRelay(t, s, "relay-one")
 	ctx := testbrowser.New(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // standing is one row of GET /api/v1/volunteers/standing.
@@ -150,6 +151,7 @@ func localStorage(t testing.TB, ctx context.Context, key string) string {
 // a name as "anonymous"; a new name reconnects and the leaderboard follows
 // it.
 func TestLeaderboardShowsVolunteerName(t *testing.T) {
+	testenv.Long(t, "trains in Chromium")
 	s := newSite(t, longSpec(t, "mnist-mlp"))
 	ctx := testbrowser.New(t)
 	do(t, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+"/"), chromedp.WaitVisible("#volunteer-name"))

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -26,6 +27,7 @@ const webgpuTolerance = 1e-5
 // presets, forward (the model's output, without dropout) and backward
 // (the gradient of the mean loss, with dropout), against nn on the host.
 func TestWebGPUMatchesCPU(t *testing.T) {
+	testenv.Long(t, "runs every layer on WebGPU in Chromium")
 	ctx := numbersPage(t)
 	type check struct {
 		name string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // serveJob starts a coordinator process on a job spec written from yaml,
@@ -58,9 +59,7 @@ func ended(v coordinator.JobView) bool {
 // a row it is dropped and its reconnects are refused as rate_limited;
 // two honest workers complete the epoch with every example counted once.
 func TestHostageIsLimitedThenDropped(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator, worker and attack processes")
 	// Four epochs: time for the hostage's three expiries in a row.
 	addr, srv := serveJob(t, "name: hostage\nmodel: mnist-mlp\nmax_epochs: 4\ntarget_accuracy: 0.999\nlease_timeout: 2s\n")
 	h := startAttack(t, addr, attack.Hostage, "127.0.0.2", "--duration", "5m")
@@ -91,9 +90,7 @@ func TestHostageIsLimitedThenDropped(t *testing.T) {
 // in sync and DiLoCo, its lease of a round that closed is taken back and
 // its task leased again.
 func TestStragglerBackupsEndTheEpochUnderAHostage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator, worker and attack processes")
 	for i, c := range []struct {
 		mode, spec          string
 		answered, reclaimed int64 // at least
@@ -134,9 +131,7 @@ func TestStragglerBackupsEndTheEpochUnderAHostage(t *testing.T) {
 // 100 connections from one address hold no more leases at once than the
 // address's share (16 by default), whatever each connection may hold.
 func TestSybilConnectionsShareOneAddressesLeases(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and attack processes")
 	// No local workers: their allowance would raise every address's share.
 	addr, _ := serveJob(t, hostileJob, "--max-conns-per-address", "150")
 	a := startAttack(t, addr, attack.Sybil, "127.0.0.4", "--n", "100", "--duration", "10s")
@@ -157,9 +152,7 @@ func TestSybilConnectionsShareOneAddressesLeases(t *testing.T) {
 // A replayed result is never applied: under a new lease it is a duplicate
 // of the accepted update, under its own lease again the lease is gone.
 func TestReplaysAreNeverApplied(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and attack processes")
 	addr, _ := serveJob(t, hostileJob, "--local-workers", "1")
 	a := startAttack(t, addr, attack.Replay, "127.0.0.5", "--duration", "10s")
 	if err := a.waitExit(time.Minute); err != nil {

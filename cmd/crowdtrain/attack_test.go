@@ -13,6 +13,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 func TestAttackBadFlagsExitWithStatus2(t *testing.T) {
@@ -110,9 +111,7 @@ const hostileJob = "name: hostile\nmodel: mnist-mlp\nmax_epochs: 50\ntarget_accu
 // Every kind runs against a real coordinator, sends what it forges (or
 // holds its leases), and reports the coordinator's acks.
 func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and attack processes")
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte(hostileJob), 0o644)
@@ -203,9 +202,7 @@ func TestAttackEveryKindSendsAndReportsAcks(t *testing.T) {
 // passing once robust aggregation bounds the attacks (then they can assert
 // the target).
 func TestAttackOneOfThreeToday(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator, worker and attack processes")
 	for i, k := range []attack.Kind{attack.Early, attack.Scale, attack.Ratchet} {
 		t.Run(string(k), func(t *testing.T) { oneOfThree(t, k, fmt.Sprintf("127.0.0.%d", 40+i)) })
 	}

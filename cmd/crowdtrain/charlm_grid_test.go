@@ -62,9 +62,7 @@ const charlmTestTokens = 524288
 // Asynchronous modes would apply stale gradients and diloco local AdamW
 // steps: a different optimizer from the baseline.
 func TestCharLMGridMatchesPyTorch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains charlm on the grid and in PyTorch (minutes); skipped with -short")
-	}
+	testenv.Long(t, "trains charlm on the grid and in PyTorch (minutes)")
 	tokens := int64(charlmTestTokens)
 	if s := os.Getenv(CharLMTokensVar); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -38,9 +39,7 @@ func corpus(n int) string {
 // reports loss and bits per character on held-out windows, and its loss
 // falls far below chance (ln 256 = 5.55 nats).
 func TestTextSpecTrainsATransformer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a text job end to end")
-	}
+	testenv.Long(t, "trains a text job end to end")
 	dir := t.TempDir()
 	writeTestFile(t, filepath.Join(dir, "text", "a.txt"), []byte(corpus(60_000)))
 	writeTestFile(t, filepath.Join(dir, "text", "b.txt"), []byte(corpus(20_000)))
@@ -89,9 +88,7 @@ max_epochs: 20
 // `serve --job charlm --data FILE` trains the built-in transformer on that
 // file: the job names it, and the workers' results are accepted.
 func TestServeCharlmWithData(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the charlm job")
-	}
+	testenv.Long(t, "starts the charlm job")
 	dir := t.TempDir()
 	text := filepath.Join(dir, "corpus.txt")
 	writeTestFile(t, text, []byte(corpus(100_000)))

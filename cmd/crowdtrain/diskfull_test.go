@@ -15,14 +15,13 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testdisk"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // smallDisk is a tmpfs of mib MiB that the test can fill.
 func smallDisk(t *testing.T, mib int) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs coordinator processes on a tmpfs; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator processes on a tmpfs")
 	return testdisk.Mount(t, mib)
 }
 

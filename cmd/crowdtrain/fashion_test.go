@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/internal/testenv"
-
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // requireFashionMNIST skips the test when Debian's dataset-fashion-mnist is
@@ -31,9 +30,7 @@ func requireFashionMNIST(t *testing.T) {
 // local workers trains on Fashion-MNIST, not MNIST, and stops at 90% test
 // accuracy.
 func TestFashionCNNReachesNinetyPercent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains Fashion-MNIST to 90% (about a minute on 2 cores)")
-	}
+	testenv.Long(t, "trains Fashion-MNIST to 90% (about a minute on 2 cores)")
 	requireFashionMNIST(t)
 	addr := freeAddr(t)
 	start := time.Now()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // leftLine matches the coordinator's log line for a worker that left, with
@@ -31,9 +32,7 @@ var connectedAs = regexp.MustCompile(`connected as "([^"]+)"`)
 // its connection drops, so no round waits out its timeout and no lease its
 // deadline.
 func TestDiLoCoSurvivesAWorkerSIGKILLedEvery5s(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and worker processes")
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte("name: diloco-kill\nmodel: mnist-mlp\nmode: diloco\nlocal_steps: 16\nround_size: 2\n"+

@@ -10,6 +10,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/loadgen"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // The load generator of make bench-load, small: 200 idle and 20 active
@@ -17,9 +18,7 @@ import (
 // stay connected to a real coordinator, leases come, and results are
 // applied.
 func TestLoadGeneratorHoldsACrowd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a coordinator process; skipped with -short")
-	}
+	testenv.Long(t, "runs a coordinator process")
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte("name: load\nmodel: mnist-mlp\nspot_check: 0\nmax_epochs: 1000\n"), 0o644)

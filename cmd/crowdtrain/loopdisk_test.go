@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -30,9 +31,7 @@ type loopDisk struct {
 
 func newLoopDisk(t *testing.T, mib int) *loopDisk {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("mounts file systems and runs coordinator processes; skipped with -short")
-	}
+	testenv.Long(t, "mounts file systems and runs coordinator processes")
 	for _, tool := range []string{"mkfs.ext4", "e2fsck", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s: cannot build a loop-mounted ext4 to cut the power under (%v)", tool, err)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 func runCmd(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
@@ -88,9 +90,7 @@ func TestBenchPrintsExamplesPerSecondLast(t *testing.T) {
 // serve with local workers trains, status shows it, and cancelling (what
 // Ctrl-C does) stops it cleanly with exit status 0.
 func TestServeStatusAndCleanStop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a coordinator with workers; skipped with -short")
-	}
+	testenv.Long(t, "starts a coordinator with workers")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -51,9 +52,7 @@ func adminCall(t *testing.T, method, url string, body, v any) int {
 // its last checkpoint holds) intact, the switch is in the metrics
 // history, and the job reaches its target.
 func TestModeSwitchThenSIGKILLMidRoundResumesInDiLoCo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and worker processes")
 	dir := t.TempDir()
 	dbPath, spec := filepath.Join(dir, "ct.db"), filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte("name: switch\nmodel: mnist-mlp\ncheckpoint_every: 100\neval_every: 250\n"), 0o644)

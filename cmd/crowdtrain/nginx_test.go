@@ -24,14 +24,7 @@ const nginxConf = "../../docs/nginx/crowdtrain.conf"
 // a temporary folder; it returns the access log's path.
 func startNginx(t *testing.T, listen, upstream string) (accessLog string) {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, err = os.Stat("/usr/sbin/nginx"); err == nil {
-			bin = "/usr/sbin/nginx"
-		} else {
-			testenv.Missing(t, "no nginx (install Debian's nginx)")
-		}
-	}
+	bin := testenv.NeedNginx(t)
 	raw, err := os.ReadFile(nginxConf)
 	if err != nil {
 		t.Fatal(err)
@@ -101,9 +94,7 @@ func startNginx(t *testing.T, listen, upstream string) (accessLog string) {
 // steps of one example: seconds each here) and rounds of 40 results, so
 // that every worker's first lease is on version 0.
 func TestNginxServesASnapshotOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a coordinator, nginx and 20 worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs a coordinator, nginx and 20 worker processes")
 	const workers = 20
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")

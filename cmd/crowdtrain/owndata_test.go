@@ -18,6 +18,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/internal/testnpy"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -97,9 +98,7 @@ func trainOwnData(t *testing.T, spec string, timeout time.Duration) coordinator.
 // by a spec file with paths relative to it, train with no code change: the
 // model's input comes from the data.
 func TestOwnNPYDataTrainsFromASpecFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a job end to end")
-	}
+	testenv.Long(t, "trains a job end to end")
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(2026, 13))
 	const classes, dim = 8, 24
@@ -142,9 +141,7 @@ max_epochs: 30
 // transposed and relabelled, cut 8000/2000, training files gzipped) trains
 // from a spec file with no code change.
 func TestOwnIDXDataTrainsFromASpecFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a job end to end")
-	}
+	testenv.Long(t, "trains a job end to end")
 	mnist, err := dataset.FindMNIST("")
 	if err != nil {
 		t.Fatal(err)
@@ -254,9 +251,7 @@ func TestServeBadDataExits2AndChangesNothing(t *testing.T) {
 // A stored job whose data file has gone since: the next start exits 2
 // naming the key and file, and does not touch the job.
 func TestResumeWithMissingDataExits2(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a coordinator")
-	}
+	testenv.Long(t, "starts a coordinator")
 	dir := t.TempDir()
 	p := func(n string) string { return filepath.Join(dir, n) }
 	x, y := blobs(rand.New(rand.NewPCG(1, 1)), [][]float32{{1, 0}, {0, 1}}, 200, 0.1)

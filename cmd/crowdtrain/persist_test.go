@@ -13,6 +13,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
@@ -42,9 +43,7 @@ func openChecked(t *testing.T, path string) *store.Store {
 // database: it resumes from its latest checkpoint, the workers reconnect by
 // themselves, and the job reaches its target.
 func TestSIGKILLResumesFromTheLatestCheckpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and worker processes")
 	dir := t.TempDir()
 	dbPath, spec := filepath.Join(dir, "ct.db"), filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte(persistJob), 0o644)
@@ -161,9 +160,7 @@ func TestSIGKILLResumesFromTheLatestCheckpoint(t *testing.T) {
 // Five kills at random moments, one of them while a checkpoint is being
 // written, leave a sound database and the job, every time.
 func TestRandomKillsNeverCorruptOrLoseTheJob(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator processes")
 	dir := t.TempDir()
 	dbPath, spec := filepath.Join(dir, "ct.db"), filepath.Join(dir, "job.yaml")
 	os.WriteFile(spec, []byte(persistJob), 0o644)

@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/internal/testenv"
-
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -29,19 +28,7 @@ import (
 // when CROWDTRAIN_REQUIRE_BROWSER=1 says CI installed them).
 func pythonWithModules(t *testing.T) string {
 	t.Helper()
-	candidates := []string{"python3", "/usr/bin/python3"}
-	for _, c := range candidates {
-		path, err := exec.LookPath(c)
-		if err != nil {
-			continue
-		}
-		if exec.Command(path, "-c", "import numpy, websockets, msgpack").Run() == nil {
-			return path
-		}
-	}
-	msg := "no python3 with numpy, websockets and msgpack (apt-get install python3-numpy python3-websockets python3-msgpack)"
-	testenv.Missing(t, msg)
-	return ""
+	return testenv.NeedPython(t, "numpy", "websockets", "msgpack")
 }
 
 // scripts/pyworker.py, written from docs/PROTOCOL.md alone, trains
@@ -49,9 +36,7 @@ func pythonWithModules(t *testing.T) string {
 // accepted, none is rejected, and the job's evaluation after 300 of its
 // updates (the one at version 250) is well above chance.
 func TestPythonWorkerFromTheProtocolDoc(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a coordinator and a Python worker; skipped with -short")
-	}
+	testenv.Long(t, "starts a coordinator and a Python worker")
 	python := pythonWithModules(t)
 	const token = "pyworker-test-admin-token"
 	addr := freeAddr(t)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // relayGrid is a root with an embedded NATS server, its relays and
@@ -34,9 +35,7 @@ type relayGrid struct {
 const relaySpec = "name: relayed\nmodel: mnist-mlp\nmode: diloco\nlocal_steps: 16\nround_size: 4\neval_every: 200\nlease_timeout: 8s\nmax_epochs: 30\n"
 
 func newRelayGrid(t *testing.T, rootArgs []string, relays ...string) *relayGrid {
-	if testing.Short() {
-		t.Skip("trains MNIST across processes; skipped with -short")
-	}
+	testenv.Long(t, "trains MNIST across processes")
 	g := &relayGrid{t: t, dir: t.TempDir(), rootAddr: freeAddr(t), natsAddr: freeAddr(t),
 		relays: map[string]*proc{}, relayAddrs: map[string]string{}, rootArgs: rootArgs}
 	g.spec = filepath.Join(g.dir, "job.yaml")
@@ -243,9 +242,7 @@ func TestRootRestartWithRelays(t *testing.T) {
 // root's credentials from --nats-creds; a worker given the root's http
 // URL finds the relay through GET /api/v1/relays and trains through it.
 func TestServeWithExternalNATS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs processes; skipped with -short")
-	}
+	testenv.Long(t, "runs processes")
 	dir := t.TempDir()
 	box, err := natsbox.Start(natsbox.Options{Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "nats")})
 	if err != nil {

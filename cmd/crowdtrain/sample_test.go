@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // sampleCmd runs `crowdtrain sample` as a process and returns its exit
@@ -40,9 +41,7 @@ func sampleCmd(t *testing.T, args ...string) (int, string, string) {
 // says how to pass the token. A job that does not read text is refused
 // with a reason, exit status 2.
 func TestSampleNeedsTheAdminToken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a coordinator process; skipped with -short")
-	}
+	testenv.Long(t, "runs a coordinator process")
 	addr := freeAddr(t)
 	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", "mnist-mlp", "--admin-token", modesAdminToken)
 	defer srv.kill()
@@ -86,9 +85,7 @@ func TestSampleNeedsTheAdminToken(t *testing.T) {
 // at temperature 0 and for one seed, and the API refuses more than 2048
 // tokens.
 func TestSampleGeneratesTextFromATextJob(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and worker processes")
 	dir := t.TempDir()
 	corpus := strings.Repeat("In the beginning God created the heaven and the earth. And the earth was without form, and void. ", 200)
 	if err := os.WriteFile(filepath.Join(dir, "corpus.txt"), []byte(corpus), 0o644); err != nil {

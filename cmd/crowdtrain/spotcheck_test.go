@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // Spot checks with real processes: `serve`, three `crowdtrain work`
@@ -20,9 +21,7 @@ import (
 // refused), no honest volunteer is struck, and the job reaches 97% with
 // the duplicated work in its view.
 func TestSpotChecksWithRealProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator, worker and attack processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator, worker and attack processes")
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "job.yaml")
 	// spot_check 0.2: a newcomer's results are checked at 0.8, so the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -75,9 +76,7 @@ func trialHistory(t *testing.T, dbPath string, ids []string) map[string][]store.
 // the rungs it had recorded and every trial's history intact, and the
 // export of the sweep is its best trial.
 func TestSIGKILLMidSweepResumesTheSweep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "runs coordinator and worker processes")
 	dir := t.TempDir()
 	dbPath, spec := filepath.Join(dir, "ct.db"), filepath.Join(dir, "sweep.yaml")
 	os.WriteFile(spec, []byte(killedSweep), 0o644)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -29,11 +28,7 @@ const torchReference = "../../scripts/torch_reference.py"
 // python3-torch), or the test is skipped (failed in CI).
 func torchPython(t *testing.T) string {
 	t.Helper()
-	const py = "/usr/bin/python3"
-	if out, err := exec.Command(py, "-c", "import numpy, torch").CombinedOutput(); err != nil {
-		testenv.Missing(t, fmt.Sprintf("%s with torch and numpy is needed (apt-get install python3-torch): %v %s", py, err, out))
-	}
-	return py
+	return testenv.NeedTorch(t)
 }
 
 // exportModel stores a job of model spec ms with params as its checkpoint
@@ -237,9 +232,7 @@ func TestExportSamplesTheSameInPyTorch(t *testing.T) {
 // PyTorch with the job's optimizer (AdamW with clip_norm here) on a text,
 // learns it: the validation loss falls far under ln 256, where it starts.
 func TestTorchReferenceTrainsTheExportedModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a model in PyTorch for a few seconds; skipped with -short")
-	}
+	testenv.Long(t, "trains a model in PyTorch for a few seconds")
 	py := torchPython(t)
 	dir := t.TempDir()
 	ms, m := presetModel(t, "charlm-tiny")

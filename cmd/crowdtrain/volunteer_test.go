@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -79,9 +80,7 @@ func TestVolunteerKeyFile(t *testing.T) {
 // token (which stops, saying why), and a worker with a token issued over
 // the API trains and earns credit under its name.
 func TestJoinTokenWorkerTrains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a coordinator and worker processes; skipped with -short")
-	}
+	testenv.Long(t, "starts a coordinator and worker processes")
 	const admin = "admin-token-for-this-test-0123"
 	addr := freeAddr(t)
 	startProc(t, "serve", "--addr", addr, "--job", "mnist-mlp", "--db", "", "--join", "token", "--admin-token", admin)

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -171,9 +172,7 @@ func lastLines(s string, n int) string {
 // ("fatal error: stack overflow"). The process must live, answer /healthz
 // and close that connection with the documented code.
 func TestDeepFrameDoesNotKillTheCoordinator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a coordinator process; skipped with -short")
-	}
+	testenv.Long(t, "runs a coordinator process")
 	p, addr := startBigJob(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -246,9 +245,7 @@ const hostileRSSLimit = 1 << 30
 // length bombs and oversized frames. The coordinator's peak RSS stays
 // bounded, it stays healthy, and an honest worker can still join.
 func TestHostileFramesKeepMemoryBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a coordinator process for 10 s; skipped with -short")
-	}
+	testenv.Long(t, "runs a coordinator process for 10 s")
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("needs /proc to read the coordinator's RSS")
 	}

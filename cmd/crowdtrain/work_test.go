@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 func TestBackendFlagIsChecked(t *testing.T) {
@@ -44,9 +45,7 @@ func TestNoGPUIsExplained(t *testing.T) {
 // The daemon's contract with systemd: SIGTERM hands the work back (the
 // coordinator sees the worker leave at once) and exits 0.
 func TestWorkStopsCleanlyOnSIGTERM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a coordinator and a worker process; skipped with -short")
-	}
+	testenv.Long(t, "starts a coordinator and a worker process")
 	addr := freeAddr(t)
 	startProc(t, "serve", "--addr", addr, "--job", "mnist-mlp", "--db", "")
 	waitJob(t, addr, 30*time.Second, "the coordinator", func(coordinator.JobView) bool { return true })

@@ -25,8 +25,8 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
-// TasksVar sets how many checked tasks the test runs (default 300; `make
-// bench-spotcheck` runs 10,000).
+// TasksVar sets how many checked tasks the test runs (default 300, and 40
+// under -short; `make bench-spotcheck` runs 10,000).
 const TasksVar = "CROWDTRAIN_SPOTBENCH_TASKS"
 
 const wasmClass = "browser/wasm-go"
@@ -57,6 +57,9 @@ type pairStat struct {
 // with.
 func TestHonestBackendsAgree(t *testing.T) {
 	n := 300
+	if testing.Short() {
+		n = 40 // every backend pair and both models, on fewer snapshots
+	}
 	if v := os.Getenv(TasksVar); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
@@ -74,12 +77,8 @@ func TestHonestBackendsAgree(t *testing.T) {
 	for _, k := range nn.Kernels() {
 		classes = append(classes, "native/cpu-"+k)
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node not found: install Node.js to run the browser's wasm build outside a browser")
-	} else {
-		classes = append(classes, wasmClass)
-	}
+	node := testenv.NeedNode(t, "the browser's wasm build outside a browser")
+	classes = append(classes, wasmClass)
 	var pairs [][2]string
 	for i, a := range classes {
 		for _, b := range classes[i+1:] {

@@ -35,10 +35,7 @@ type nodeRunner struct {
 }
 
 func newNodeRunner(t *testing.T) *nodeRunner {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node not found: install Node.js to run the SIMD module outside a browser")
-	}
+	node := testenv.NeedNode(t, "the SIMD module outside a browser")
 	dir := t.TempDir()
 	wasm := filepath.Join(dir, "simd.wasm")
 	if err := os.WriteFile(wasm, Module(), 0o644); err != nil {
