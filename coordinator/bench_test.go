@@ -209,7 +209,15 @@ func BenchmarkTimeTo97(b *testing.B) {
 				start := time.Now()
 				g.addWorker(1, nil)
 				g.addWorker(1, nil)
-				v := g.waitDone(10 * time.Minute)
+				// The workers' utilisation while they train (a finished
+				// job has no workers computing for it).
+				var util float64
+				v := g.waitFor("the job to finish", 10*time.Minute, func(v coordinator.JobView) bool {
+					if v.WorkerUtilisation > 0 {
+						util = v.WorkerUtilisation
+					}
+					return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
+				})
 				elapsed := time.Since(start)
 				if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.97 {
 					b.Fatalf("job ended %s: %s", v.State, v.Reason)
@@ -217,6 +225,7 @@ func BenchmarkTimeTo97(b *testing.B) {
 				b.ReportMetric(elapsed.Seconds(), "s-to-97%")
 				b.ReportMetric(float64(v.ExamplesSeen), "examples")
 				b.ReportMetric(v.MeanStaleness, "mean-staleness")
+				b.ReportMetric(util, "utilisation")
 				g.close()
 			}
 		})

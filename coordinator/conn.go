@@ -95,6 +95,9 @@ type WorkerView struct {
 	Link         LinkView `json:"link"`
 	LocalSteps   int      `json:"local_steps"`
 	CommFraction float64  `json:"comm_fraction"`
+	// Utilisation is the smoothed share of its wall time spent computing:
+	// its results' compute_ms over the time between their arrivals.
+	Utilisation float64 `json:"utilisation"`
 }
 
 func (w *workerConn) view() WorkerView {

@@ -43,7 +43,7 @@ func (s *Server) control(ctx context.Context, id string, f func(j *Job, st *jobS
 	}); err != nil {
 		return JobView{}, fmt.Errorf("job %s: %w", id, err)
 	}
-	v.Workers = s.countWorkers(id)
+	v.Workers, v.WorkerUtilisation = s.countWorkers(id), s.meanUtilisation(id)
 	return v, ferr
 }
 

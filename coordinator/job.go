@@ -427,6 +427,10 @@ type JobView struct {
 	UpdatesPerSec      float64 `json:"updates_per_sec"`
 	LR                 float64 `json:"lr"` // the outer optimizer's rate now
 	Workers            int     `json:"workers"`
+	// WorkerUtilisation is the mean of its workers' utilisation (the
+	// share of their wall time spent computing), 0 before any has sent
+	// two results.
+	WorkerUtilisation float64 `json:"worker_utilisation"`
 	// Weight and Priority place the job among the others (route.go);
 	// Warning says why it waits when no connected worker can run it.
 	Weight         float64          `json:"weight"`

@@ -26,6 +26,8 @@ type promMetrics struct {
 	// The wire (wire.go), per job and per worker.
 	jobBytesIn, jobBytesOut, jobShardBytesOut, jobBytesPerExample, jobCompression                              *prometheus.Desc
 	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction *prometheus.Desc
+	// The share of the workers' time spent computing.
+	jobUtilisation, workerUtilisation *prometheus.Desc
 }
 
 func newPromMetrics(s *Server) *promMetrics {
@@ -58,6 +60,8 @@ func newPromMetrics(s *Server) *promMetrics {
 		workerRtt:          prometheus.NewDesc("crowdtrain_worker_link_rtt_seconds", "The worker's estimate of its round trip to the coordinator.", []string{"worker"}, nil),
 		workerLocalSteps:   prometheus.NewDesc("crowdtrain_worker_local_steps", "H of the worker's last lease.", []string{"worker"}, nil),
 		workerCommFraction: prometheus.NewDesc("crowdtrain_worker_comm_fraction", "Smoothed share of the worker's time spent communicating.", []string{"worker"}, nil),
+		jobUtilisation:     prometheus.NewDesc("crowdtrain_job_worker_utilisation", "Mean share of the wall time of the job's workers spent computing.", []string{"job"}, nil),
+		workerUtilisation:  prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
 	}
 	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -70,7 +74,8 @@ func (m *promMetrics) handler() http.Handler {
 func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers,
 		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression,
-		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction} {
+		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
+		m.jobUtilisation, m.workerUtilisation} {
 		ch <- d
 	}
 }
@@ -108,6 +113,7 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.jobShardBytesOut, prometheus.CounterValue, float64(j.ShardBytesOut), j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobBytesPerExample, prometheus.GaugeValue, j.BytesPerExample, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobCompression, prometheus.GaugeValue, j.Compression, j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobUtilisation, prometheus.GaugeValue, j.WorkerUtilisation, j.ID)
 	}
 	kinds := map[string]int{protocol.KindBrowser: 0, protocol.KindNative: 0, protocol.KindGPU: 0}
 	for _, w := range m.s.WorkerViews() {
@@ -119,6 +125,7 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.workerRtt, prometheus.GaugeValue, w.Link.RttMs/1000, w.ID)
 		ch <- prometheus.MustNewConstMetric(m.workerLocalSteps, prometheus.GaugeValue, float64(w.LocalSteps), w.ID)
 		ch <- prometheus.MustNewConstMetric(m.workerCommFraction, prometheus.GaugeValue, w.CommFraction, w.ID)
+		ch <- prometheus.MustNewConstMetric(m.workerUtilisation, prometheus.GaugeValue, w.Utilisation, w.ID)
 	}
 	for kind, n := range kinds {
 		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(n), kind)

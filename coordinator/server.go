@@ -406,7 +406,7 @@ func (s *Server) JobViews(ctx context.Context) ([]JobView, error) {
 func (s *Server) jobView(ctx context.Context, j *Job) (JobView, error) {
 	var v JobView
 	err := j.exec(ctx, func(st *jobState) { v = j.view(st) })
-	v.Workers = s.countWorkers(j.ID)
+	v.Workers, v.WorkerUtilisation = s.countWorkers(j.ID), s.meanUtilisation(j.ID)
 	v.Warning = s.placementWarning(j)
 	return v, err
 }
@@ -431,6 +431,33 @@ func (s *Server) countWorkers(jobID string) int {
 		}
 	}
 	return n
+}
+
+// meanUtilisation is the mean utilisation of the workers computing for
+// the job that have one yet.
+func (s *Server) meanUtilisation(jobID string) float64 {
+	s.mu.Lock()
+	ws := make([]*workerConn, 0, len(s.workers))
+	for _, w := range s.workers {
+		if j := w.cur.Load(); j != nil && j.ID == jobID {
+			ws = append(ws, w)
+		}
+	}
+	s.mu.Unlock()
+	sum, n := 0.0, 0
+	for _, w := range ws {
+		w.wire.mu.Lock()
+		u, ok := w.wire.util.share()
+		w.wire.mu.Unlock()
+		if ok {
+			sum += u
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 // WorkerViews returns the connected workers, oldest first.

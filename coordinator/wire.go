@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -46,6 +47,40 @@ type workerWire struct {
 	commFrac float64 // smoothed comm_ms/(comm_ms+compute_ms)
 	commSeen bool    // commFrac holds a result's
 	clamped  bool    // a clamp has been logged for this worker
+	util     utilisation
+}
+
+// utilisation is the share of a worker's wall time spent computing: the
+// compute_ms its results report over the time between their arrivals,
+// both smoothed alike. Where it is low the worker waits (for a lease, a
+// snapshot, the coordinator), which is the grid's overhead, not its
+// speed.
+type utilisation struct {
+	last             time.Time // the previous result's arrival
+	compute, elapsed float64   // smoothed milliseconds
+}
+
+// utilDecay is the weight the older results keep at each new one.
+const utilDecay = 0.9
+
+// observe adds a result of computeMs that arrived at now.
+func (u *utilisation) observe(now time.Time, computeMs float64) {
+	if !u.last.IsZero() {
+		dt := float64(now.Sub(u.last)) / float64(time.Millisecond)
+		if dt > 0 {
+			u.compute = utilDecay*u.compute + (1-utilDecay)*computeMs
+			u.elapsed = utilDecay*u.elapsed + (1-utilDecay)*dt
+		}
+	}
+	u.last = now
+}
+
+// share is the utilisation in [0, 1], and false before two results.
+func (u *utilisation) share() (float64, bool) {
+	if u.elapsed <= 0 {
+		return 0, false
+	}
+	return min(1, u.compute/u.elapsed), true
 }
 
 // jobWire is one job's counters; HTTP handlers and connections add to them
@@ -134,6 +169,9 @@ func (s *Server) observeResult(wc *workerConn, res *protocol.Result) {
 		w.link = c
 	}
 	comm, compute := res.CommMs, res.ComputeMs
+	if compute >= 0 && !math.IsInf(compute, 0) {
+		w.util.observe(time.Now(), compute)
+	}
 	if comm >= 0 && compute >= 0 && comm+compute > 0 && !math.IsInf(comm+compute, 0) {
 		f := comm / (comm + compute)
 		if !w.commSeen {
@@ -158,6 +196,7 @@ func (w *workerWire) view(v *WorkerView) {
 	w.mu.Lock()
 	v.Link = w.link
 	v.CommFraction = w.commFrac
+	v.Utilisation, _ = w.util.share()
 	w.mu.Unlock()
 }
 
