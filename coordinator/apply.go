@@ -181,6 +181,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.normRef.observe(sub.volunteer, norm)
 	st.applied++
 	st.stalenessSum += ack.Staleness
+	j.observeStaleness(ack.Staleness, 1)
 	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
 	st.examplesSeen += int64(res.Examples)
 	st.epochExamples += int64(res.Examples)

@@ -156,7 +156,7 @@ func (j *Job) publish() bool {
 			i, st.model.Params[i], st.model.Version))
 		return false
 	}
-	snap := &snapshot{version: st.model.Version, body: j.encodeSnapshot(st.model.Params)}
+	snap := &snapshot{version: st.model.Version, body: j.encodeSnapshot(j.snapshotParams())}
 	j.snapMu.Lock()
 	j.snapshots[st.model.Version] = snap
 	j.remember(snap) // deltas.go

@@ -273,6 +273,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 	st.relay.aggregates++
 	st.applied += int64(a.Results)
 	st.stalenessSum += staleness * int64(a.Results)
+	j.observeStaleness(staleness, a.Results)
 	st.stalenessHist[min(staleness, stalenessBuckets-1)] += int64(a.Results)
 	st.examplesSeen += int64(a.Examples)
 	st.epochExamples += int64(a.Examples)

@@ -1,0 +1,60 @@
+package coordinator
+
+import "github.com/crowdtrain/crowdtrain/jobspec"
+
+// Weight prediction for asynchronous jobs. A result computed from version
+// v is applied at v+s, s its staleness: with two workers nearly every
+// result has s = 1, and on a transformer under Adam that one step of
+// delay cost 1.5 to 2 times the updates to a given loss (docs/TRAINING.md,
+// "A second worker on the transformer"). The snapshot of version v
+// therefore holds the model where it will likely be when the result lands:
+//
+//	ŵ_v = w_v + ŝ · (w_v − w_p) / (v − p)
+//
+// with p the previously published version (so (w_v − w_p)/(v − p) is the
+// mean step since) and ŝ the smoothed staleness of the results applied
+// lately. Adam's steps follow their momentum, so the next ŝ steps are
+// close to ŝ times the last one (Chen et al. 2018, SpecTrain; Hakimi et
+// al. 2019, DANA). A crowd of one has ŝ = 0 and gets w_v itself.
+//
+// The prediction is made once, when the version is published, and is
+// the version's snapshot for everyone: a spot check's copy, a backup and
+// a delta between two versions all see the same bytes. The model, its
+// checkpoints, evaluations and the validation of results stay w_v.
+
+// predictDecay is the weight the older staleness keeps at each result.
+const predictDecay = 0.95
+
+// predicts reports whether the job's snapshots are predicted: async mode,
+// where results land stale; rounds compute and apply at one version.
+func (j *Job) predicts() bool { return j.st.spec.Mode == jobspec.ModeAsync }
+
+// observeStaleness adds an applied result's staleness to the smoothed
+// value the next predictions use.
+func (j *Job) observeStaleness(s int64, results int) {
+	st := &j.st
+	for range max(results, 1) {
+		st.predictStaleness = predictDecay*st.predictStaleness + (1-predictDecay)*float64(s)
+	}
+}
+
+// snapshotParams is what the current version's snapshot holds: the
+// model, or its prediction (above). It remembers the model for the next
+// version's step.
+func (j *Job) snapshotParams() []float32 {
+	st := &j.st
+	w := st.model.Params
+	from, fromVersion := st.predictFrom, st.predictFromVersion
+	s := st.predictStaleness
+	out := w
+	if j.predicts() && s >= 0.05 && len(from) == len(w) && fromVersion < st.model.Version {
+		k := float32(s / float64(st.model.Version-fromVersion))
+		out = make([]float32, len(w))
+		for i, v := range w {
+			out[i] = v + k*(v-from[i])
+		}
+	}
+	st.predictFrom = append(from[:0], w...) // after: from's storage is reused
+	st.predictFromVersion = st.model.Version
+	return out
+}
