@@ -1,6 +1,10 @@
 package coordinator
 
-import "github.com/crowdtrain/crowdtrain/jobspec"
+import (
+	"math"
+
+	"github.com/crowdtrain/crowdtrain/jobspec"
+)
 
 // Weight prediction for asynchronous jobs. A result computed from version
 // v is applied at v+s, s its staleness: with two workers nearly every
@@ -29,13 +33,12 @@ const predictDecay = 0.95
 // where results land stale; rounds compute and apply at one version.
 func (j *Job) predicts() bool { return j.st.spec.Mode == jobspec.ModeAsync }
 
-// observeStaleness adds an applied result's staleness to the smoothed
-// value the next predictions use.
+// observeStaleness adds an applied step of results results (a relay's
+// aggregate holds many), each at staleness s, to the smoothed value the
+// next predictions use.
 func (j *Job) observeStaleness(s int64, results int) {
-	st := &j.st
-	for range max(results, 1) {
-		st.predictStaleness = predictDecay*st.predictStaleness + (1-predictDecay)*float64(s)
-	}
+	keep := math.Pow(predictDecay, float64(max(results, 1)))
+	j.st.predictStaleness = keep*j.st.predictStaleness + (1-keep)*float64(s)
 }
 
 // snapshotParams is what the current version's snapshot holds: the
