@@ -157,31 +157,35 @@ type jobState struct {
 	clipped        int64 // results (or buckets) applied clipped by the robust rule
 	leasesIssued   int64
 	stalenessSum   int64
-	// Weight prediction (predict.go): the smoothed staleness of applied
-	// results, and the model as last published, with its version.
-	predictStaleness   float64
-	predictFrom        []float32
-	predictFromVersion int64
-	normMean           float64 // running mean of accepted update norms
-	normCount          int64
-	normRef            normRef // the gate's reference (normgate.go)
-	nonFiniteRun       int     // results with NaN/Inf since the last accepted one
-	evalRunning        bool
-	lastEvalAt         int64 // version of the last evaluation started
-	eval               *EvalResult
-	finalEvalAfter     bool // stop once the running evaluation finishes
-	startedAt          time.Time
-	doneAt             time.Time
-	reason             string // why the job is done or failed
-	ckptVersion        int64  // version of the newest checkpoint handed to the writer, which retries it until durable
-	ckptApplied        int64  // accepted results then: a partial round moves them, not the version
-	ckptAt             time.Time
-	metricAt           time.Time // when the last metrics row was taken, and the counters then
-	metricExamples     int64
-	metricApplied      int64
+	normMean       float64 // running mean of accepted update norms
+	normCount      int64
+	normRef        normRef // the gate's reference (normgate.go)
+	nonFiniteRun   int     // results with NaN/Inf since the last accepted one
+	evalRunning    bool
+	lastEvalAt     int64 // version of the last evaluation started
+	eval           *EvalResult
+	finalEvalAfter bool // stop once the running evaluation finishes
+	startedAt      time.Time
+	doneAt         time.Time
+	reason         string // why the job is done or failed
+	ckptVersion    int64  // version of the newest checkpoint handed to the writer, which retries it until durable
+	ckptApplied    int64  // accepted results then: a partial round moves them, not the version
+	ckptAt         time.Time
+	metricAt       time.Time // when the last metrics row was taken, and the counters then
+	metricExamples int64
+	metricApplied  int64
 	// stalenessHist[i] counts updates applied at staleness i; the last
 	// bucket holds every staleness at or above its index.
 	stalenessHist []int64
+
+	// Weight prediction (predict.go): the smoothed staleness of applied
+	// results, the model as last published with its version, and the
+	// buffer the prediction is made in.
+	predictStaleness   float64
+	predictFrom        []float32
+	predictFromVersion int64
+	predictOut         []float32
+
 	// Throughput, smoothed over the loop's ticks.
 	rateAt                    time.Time
 	rateExamples              int64

@@ -47,17 +47,24 @@ func (j *Job) observeStaleness(s int64, results int) {
 func (j *Job) snapshotParams() []float32 {
 	st := &j.st
 	w := st.model.Params
+	if !j.predicts() {
+		return w
+	}
 	from, fromVersion := st.predictFrom, st.predictFromVersion
-	s := st.predictStaleness
 	out := w
-	if j.predicts() && s >= 0.05 && len(from) == len(w) && fromVersion < st.model.Version {
+	if s := st.predictStaleness; s >= 0.05 && len(from) == len(w) && fromVersion < st.model.Version {
+		// encodeSnapshot copies what it is given: one buffer serves
+		// every version.
 		k := float32(s / float64(st.model.Version-fromVersion))
-		out = make([]float32, len(w))
+		if cap(st.predictOut) < len(w) {
+			st.predictOut = make([]float32, len(w))
+		}
+		out = st.predictOut[:len(w)]
 		for i, v := range w {
 			out[i] = v + k*(v-from[i])
 		}
 	}
-	st.predictFrom = append(from[:0], w...) // after: from's storage is reused
+	st.predictFrom = append(from[:0], w...)
 	st.predictFromVersion = st.model.Version
 	return out
 }
