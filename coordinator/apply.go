@@ -114,16 +114,30 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
 	// The reference is normgate.go's: no few clients can set it.
+	update, outlier := res.Update, false
 	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && sub.norm > st.spec.MaxUpdateNormRatio*ref {
-		j.requeue(l)
-		j.spotRefused(sub, l)
-		if st.normRef.refused(sub.volunteer) {
-			j.logf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
-				j.ID, normStaleRun, ref)
-			st.normMean, st.normCount = 0, 0
+		limit := st.spec.MaxUpdateNormRatio * ref
+		if sub.norm > outlierMaxOver*limit || !st.outliers.admit(l.Task, sub.worker, l.Base, sub.norm, res.Update) {
+			j.requeue(l)
+			j.spotRefused(sub, l)
+			if st.normRef.refused(sub.volunteer) {
+				j.logf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
+					j.ID, normStaleRun, ref)
+				st.normMean, st.normCount = 0, 0
+			}
+			return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
+				sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
 		}
-		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
-			sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
+		// A hard batch, from a worker with a clean record or computed
+		// alike twice (normoutliers.go).
+		update, outlier = scaledCopy(res.Update, limit/sub.norm), true
+		if k := st.outliers.kept; k == 1 || k%100 == 0 {
+			j.logf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
+				j.ID, sub.norm, sub.norm/ref, l.Task, limit, k)
+		}
+		sub.norm = limit
+	} else if st.spec.MaxUpdateNormRatio > 0 {
+		st.outliers.note(sub.worker, false)
 	}
 	if deduped(l) {
 		if sub.hash == 0 {
@@ -148,7 +162,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		}
 		a.Lone = !j.anotherVolunteerAtWork(sub.worker)
 	}
-	d := st.agg.Offer(engine.Contribution{Update: res.Update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
+	d := st.agg.Offer(engine.Contribution{Update: update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
 		Worker: sub.worker, Volunteer: sub.volunteer})
 	if !d.Accepted {
 		j.requeue(l)
@@ -162,6 +176,8 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		// Accepted and applied, bounded by the robust clip.
 		st.clipped++
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied clipped to the robust radius around the running centre"
+	} else if outlier {
+		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied scaled down to the norm gate's limit (a hard batch: this worker's record is clean, or another computed it alike)"
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))

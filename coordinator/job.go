@@ -159,8 +159,9 @@ type jobState struct {
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
 	normCount      int64
-	normRef        normRef // the gate's reference (normgate.go)
-	nonFiniteRun   int     // results with NaN/Inf since the last accepted one
+	normRef        normRef      // the gate's reference (normgate.go)
+	outliers       normOutliers // tasks the gate refused (normoutliers.go)
+	nonFiniteRun   int          // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	eval           *EvalResult
