@@ -264,6 +264,9 @@ func TestWorkerDownloadsDeltas(t *testing.T) {
 			defer counted.Close()
 			w := g.addWorkerWith(1, nil, func(c *worker.Config) {
 				c.Coordinator = "ws" + strings.TrimPrefix(counted.URL, "http") + "/ws"
+				// On loopback a full body is cheaper than a delta, and
+				// DeltasAuto would take it: this test is of deltas.
+				c.Deltas = worker.DeltasAlways
 			})
 			g.waitFor("10 accepted updates", 60*time.Second, func(v coordinator.JobView) bool { return v.UpdatesApplied >= 10 })
 			// The worker counts a download when it is done, the handler

@@ -295,23 +295,27 @@ func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 		maxBody = 2 * n
 	}
 	have := ok && c.holds(key, version, codec)
-	if d := c.deltaURL(key, version, codec); ok && !have && d != "" {
+	if d := c.deltaURL(key, version, codec); ok && !have && d != "" && c.cost.preferDelta(f.s.w.cfg.Deltas) {
+		start := time.Now()
 		delta, err := f.get(ctx, d)
 		if err == nil {
 			err = c.apply(delta, version, maxBody)
 		}
 		if err == nil {
 			have = true
+			c.cost.record(true, time.Since(start), len(c.body))
 		} else if ctx.Err() == nil {
 			f.s.w.cfg.Logf("snapshot delta %s: %v; fetching the full snapshot", d, err)
 		}
 	}
 	if !have {
+		start := time.Now()
 		body, err := f.get(ctx, ref)
 		if err != nil {
 			return err
 		}
 		c.store(key, version, codec, body)
+		c.cost.record(false, time.Since(start), len(body))
 	}
 	if err := decodeSnapshot(f.snap, codec, c.body); err != nil {
 		c.forget()

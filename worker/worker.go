@@ -48,6 +48,10 @@ type Config struct {
 	Name string
 	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// Deltas says how a new snapshot comes down once one is held:
+	// DeltasAuto (the zero value) measures both ways and takes the
+	// cheaper, DeltasAlways asks for a delta every time it can.
+	Deltas DeltaPolicy
 	// Fetch, when set, downloads snapshots and shards instead of
 	// HTTPClient: it GETs url and returns the body, reusing buf's storage
 	// where it can, or an error naming the status. The browser worker sets
