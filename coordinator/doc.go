@@ -8,8 +8,9 @@
 // jobspec) by configure.go. They belong to one goroutine, the job's loop
 // (Job.loop); connection goroutines decode and validate in parallel and
 // hand results to it through Job.exec. This package translates between
-// the protocol's messages and the engine's plain values. See DESIGN.md
-// and docs/TRAINING.md.
+// the protocol's messages and the engine's plain values. See
+// docs/ARCHITECTURE.md (the order of the checks a result goes through) and
+// docs/TRAINING.md.
 //
 // The same Server is a root or a relay (docs/RELAYS.md). A root serves
 // its relays over NATS (relaygate.go): it grants them blocks of leases

@@ -46,8 +46,9 @@ func TestEveryPackageHasADoc(t *testing.T) {
 	}
 }
 
-// Dependencies point one way (DESIGN.md): the libraries import nothing of
-// ours but each other, and no worker imports the coordinator or storage.
+// Dependencies point one way (docs/ARCHITECTURE.md, "Import rules"): the
+// libraries import nothing of ours but each other, and no worker imports
+// the coordinator or storage.
 func TestImportDirections(t *testing.T) {
 	forbidden := map[string][]string{
 		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
