@@ -1,17 +1,17 @@
-// Package dataset loads labelled image datasets (MNIST and Fashion-MNIST,
-// from IDX files) and cuts them into the shards the coordinator serves to
-// workers.
+// Package dataset loads labelled data sets and cuts them into the shards
+// the coordinator serves to workers: the built-in MNIST and Fashion-MNIST
+// (IDX files) and bible-kjv (text), and a job's own data as IDX, .npy or
+// UTF-8 text (docs/JOBS.md).
 //
-// The coordinator loads each built-in data set a job names once
-// (LoadBuiltin: LoadMNIST or LoadFashionMNIST, each from its own place),
-// fixes a seeded permutation of
+// The coordinator loads each data set a job names once (LoadBuiltin for
+// the built-in ones, each from its own place), fixes a seeded permutation of
 // the training examples (MakeShards) and serves each shard as an immutable
 // HTTP resource in a compact byte format (EncodeShard; the format is
 // documented there). Workers decode a shard (DecodeShard or ReadShard) and
 // turn it into float32 inputs only when they train (ShardData.Floats), so a
 // shard costs 1 byte per pixel on the wire and in memory, not 4.
 //
-// Everything that reads bytes from outside (IDX files, shard bodies) checks
+// Everything that reads bytes from outside (data files, shard bodies) checks
 // sizes before allocating and returns an error that says what was wrong and
 // what to do; no input makes a decoder panic.
 //

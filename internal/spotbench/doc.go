@@ -11,5 +11,6 @@
 // run. The probe command (./probe) computes a plan's tasks with the
 // backend of its build and writes each update to stdout.
 //
-// It imports the workers and the engine; nothing imports it.
+// It imports the worker, dataset, jobspec, nn and protocol packages (its
+// test also the engine); nothing imports it.
 package spotbench
