@@ -117,7 +117,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	update, outlier := res.Update, false
 	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && sub.norm > st.spec.MaxUpdateNormRatio*ref {
 		limit := st.spec.MaxUpdateNormRatio * ref
-		if sub.norm > outlierMaxOver*limit || !st.outliers.admit(l.Task, sub.worker, l.Base, sub.norm, res.Update) {
+		if sub.norm > outlierMaxOver*limit || !j.clipFollows() && !st.outliers.admit(l.Task, sub.worker, l.Base, sub.norm, res.Update) {
 			j.requeue(l)
 			j.spotRefused(sub, l)
 			if st.normRef.refused(sub.volunteer) {
@@ -128,12 +128,12 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
 				sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
 		}
-		// A hard batch, from a worker with a clean record or computed
-		// alike twice (normoutliers.go).
+		// A hard batch: the robust clip bounds it next, or its worker's
+		// record is clean, or two computed it alike (normoutliers.go).
 		update, outlier = scaledCopy(res.Update, limit/sub.norm), true
-		if k := st.outliers.kept; k == 1 || k%100 == 0 {
-			j.logf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
-				j.ID, sub.norm, sub.norm/ref, l.Task, limit, k)
+		if st.outliers.kept++; st.outliers.kept == 1 || st.outliers.kept%100 == 0 {
+			j.logf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (the robust clip bounds it, its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
+				j.ID, sub.norm, sub.norm/ref, l.Task, limit, st.outliers.kept)
 		}
 		sub.norm = limit
 	} else if st.spec.MaxUpdateNormRatio > 0 {
@@ -177,7 +177,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		st.clipped++
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied clipped to the robust radius around the running centre"
 	} else if outlier {
-		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied scaled down to the norm gate's limit (a hard batch: this worker's record is clean, or another computed it alike)"
+		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied scaled down to the norm gate's limit (a hard batch: the robust clip bounds it, this worker's record is clean, or another computed it alike)"
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
@@ -342,4 +342,11 @@ func (j *Job) activeWorkers(worker string) int {
 		}
 	}
 	return len(seen)
+}
+
+// clipFollows reports whether the robust clip bounds whatever update is
+// offered next: async mode with robust aggregation, past its warm-up.
+func (j *Job) clipFollows() bool {
+	a, ok := j.st.agg.(*engine.Async)
+	return ok && a.Clip != nil && a.Clip.Seeded()
 }

@@ -219,7 +219,6 @@ func (j *Job) join(worker string, m member) { j.st.members[worker] = m }
 func (j *Job) releaseWorker(worker string) int {
 	delete(j.st.members, worker)
 	j.st.sched.Forget(worker)
-	j.st.outliers.forget(worker)
 	if a, ok := j.st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.Clip.Forget(worker)
 	}

@@ -1,9 +1,6 @@
 package coordinator
 
-import (
-	"math"
-	"slices"
-)
+import "slices"
 
 // The max_update_norm_ratio gate refuses an update far larger than the
 // accepted ones. Its reference must not be one that a few clients can set:
@@ -11,22 +8,14 @@ import (
 // zeros accepted first, drove a plain running mean of accepted norms to a
 // twentieth of an honest norm, after which the gate refused every honest
 // update and a sync job stood still at version 7. So the reference is
-// the median over volunteers of each volunteer's root mean square of
-// accepted norms (one vote per volunteer, however many connections it
-// opens: a keyless one is its address), once normVoters volunteers have had
+// the median over volunteers of each volunteer's running mean of accepted
+// norms (one vote per volunteer, however many connections it opens: a
+// keyless one is its address), once normVoters volunteers have had
 // updates accepted. With fewer there is no majority to tell the broken
 // one from: the largest of their means is taken, so that a tiny liar
 // cannot shut the others out (a huge one cannot raise it either: its
 // first update is compared with the others' and refused, and the robust
 // rule and validation answer one that arrives first).
-//
-// A root mean square, not a mean: near convergence honest norms are
-// heavy-tailed (most batches' gradients are tiny, one with an example
-// the model still gets wrong is tens of times larger), and a plain mean
-// of the last twenty, most of them tiny, set a limit that refused the
-// hard batches, so that only the tiny were accepted and the reference
-// kept falling. The square weighs the tail as the optimizer's second
-// moment does.
 
 // normVoters is how many volunteers the median needs; normVolunteers how
 // many (the most recent) it keeps.
@@ -50,15 +39,15 @@ const normStaleRun = 8
 type normRef struct {
 	refusedRun  int                 // gate refusals since the last accepted update
 	refusedBy   map[string]struct{} // their volunteers
-	byVolunteer map[string]float64  // each volunteer's running mean of accepted squared norms
+	byVolunteer map[string]float64  // each volunteer's running mean of accepted norms
 	order       []string            // volunteers by first update, for eviction
 	count       map[string]int      // updates counted per volunteer, up to normVolunteerWindow
-	median      float64             // of byVolunteer, kept up to date (a square)
+	median      float64             // of byVolunteer, kept up to date
 	scratch     []float64
 }
 
 // normVolunteerWindow is the span of each volunteer's running mean.
-const normVolunteerWindow = 200
+const normVolunteerWindow = 20
 
 // observe records an accepted update's norm from volunteer.
 func (n *normRef) observe(volunteer string, norm float64) {
@@ -78,7 +67,7 @@ func (n *normRef) observe(volunteer string, norm float64) {
 	clear(n.refusedBy)
 	c := min(n.count[volunteer]+1, normVolunteerWindow)
 	n.count[volunteer] = c
-	n.byVolunteer[volunteer] += (norm*norm - n.byVolunteer[volunteer]) / float64(c)
+	n.byVolunteer[volunteer] += (norm - n.byVolunteer[volunteer]) / float64(c)
 	n.update()
 }
 
@@ -100,16 +89,15 @@ func (n *normRef) update() {
 	}
 }
 
-// reference is what the gate compares with: the root mean square of a
-// volunteer's accepted norms, the median over volunteers when enough
-// have voted, else the largest volunteer's, else (none yet, as after a
-// restart) mean, the running mean of every accepted norm.
+// reference is what the gate compares with: the median over volunteers
+// when enough have voted, else the largest volunteer's mean, else (none
+// yet, as after a restart) mean, the running mean of every accepted norm.
 func (n *normRef) reference(mean float64) float64 {
 	switch k := len(n.scratch); {
 	case k >= normVoters:
-		return math.Sqrt(n.median)
+		return n.median
 	case k > 0:
-		return math.Sqrt(n.scratch[k-1])
+		return n.scratch[k-1]
 	}
 	return mean
 }

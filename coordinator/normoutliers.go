@@ -8,7 +8,7 @@ import (
 
 // An honest update can be far above the typical norm. Near convergence
 // most batches' gradients are tiny, and a batch holding an example the
-// model still gets wrong gives one twenty to thirty times larger. The
+// model still gets wrong gives one 20 to 1,800 times the reference. The
 // norm gate refuses it and the task goes back to the queue, where every
 // worker that takes it computes the same large update again: in two
 // endless mnist-mlp jobs at their sixth epoch, 35 tasks were refused
@@ -16,7 +16,13 @@ import (
 // falling, since only the small updates were accepted.
 //
 // So an update over the gate's limit is applied, scaled down to the
-// limit, where the worker has earned it or a second computation agrees:
+// limit, where something else bounds it, the worker has earned it, or a
+// second computation agrees:
+//   - in async mode with robust aggregation past its warm-up, the clip
+//     that comes next bounds any update to the robust radius and has the
+//     ones it flags validated (engine.Clipper): the gate refusing more
+//     than it must only cost honest work, as the reference fell with
+//     the model's fit until most batches were over the limit;
 //   - a worker the gate seldom flags (under trustedRefusals of its
 //     tasks, smoothed, starting at untrustedStart: a few clean results
 //     earn it, in each job it computes for) is taken at its word, as
@@ -33,13 +39,13 @@ import (
 //     refused often takes it again at once. A broken worker, whose
 //     garbage is the same at every version, soon passes that share.
 //
-// Any worker could send an update just under the limit, so neither buys
-// more than that. Neither admits an update over outlierMaxOver times the
-// limit: the hard batches seen were up to 20 times over it, where a
+// Any worker could send an update just under the limit, so none of these
+// buys more than that. None admits an update over outlierMaxOver times
+// the limit: the hard batches seen were up to 90 times over it, where a
 // worker's broken arithmetic gives 1e30.
 const (
 	outlierTasks         = 256 // refused tasks remembered, the oldest forgotten first
-	outlierMaxOver       = 50
+	outlierMaxOver       = 1e4
 	corroborateCosine    = 0.8
 	corroborateNormRatio = 2.0
 	sketchBuckets        = 128
@@ -47,6 +53,7 @@ const (
 	brokenRefusals       = 0.4
 	refusalDecay         = 0.95 // the weight the older tasks keep
 	untrustedStart       = 0.3  // a new worker's share: four clean results bring it under trustedRefusals
+	trustWorkers         = 4096
 )
 
 // updateSketch is a count sketch of an update: each parameter adds its
@@ -98,9 +105,10 @@ type outlierWitness struct {
 type normOutliers struct {
 	byTask map[engine.Task]outlierWitness
 	order  []engine.Task // by first refusal, for eviction; may name forgotten tasks
-	kept   int64         // updates over the limit applied
-	// refusals is each connected worker's smoothed share of results
-	// the gate flagged.
+	kept   int64         // updates over the limit let through (counted by the caller)
+	// refusals is each worker's smoothed share of results the gate
+	// flagged, kept when it moves to another job and back (a worker id
+	// is one connection's), for trustWorkers workers at most.
 	refusals map[string]float64
 }
 
@@ -113,6 +121,12 @@ func (o *normOutliers) note(worker string, refused bool) {
 	r, ok := o.refusals[worker]
 	if !ok {
 		r = untrustedStart
+		for w := range o.refusals {
+			if len(o.refusals) < trustWorkers {
+				break
+			}
+			delete(o.refusals, w) // any one: a worker gone, most likely
+		}
 	}
 	x := 0.0
 	if refused {
@@ -127,32 +141,43 @@ func (o *normOutliers) trusted(worker string) bool {
 	return ok && r < trustedRefusals
 }
 
-// forget drops a worker that left.
-func (o *normOutliers) forget(worker string) { delete(o.refusals, worker) }
-
 // admit reports whether an update of norm above the gate's limit,
-// computed by worker for task from version base, is applied (scaled to the limit). If it
-// is not, it becomes the task's witness.
+// computed by worker for task from version base, is applied (scaled to
+// the limit). If it is not, it becomes the task's witness.
 func (o *normOutliers) admit(task engine.Task, worker string, base int64, norm float64, update []float32) bool {
 	if o.byTask == nil {
 		o.byTask = map[engine.Task]outlierWitness{}
 	}
 	w, seen := o.byTask[task]
-	trusted := o.trusted(worker)
-	independent := seen && (w.worker != worker || w.base != base && o.refusals[worker] < brokenRefusals)
-	if !seen || w.worker != worker {
-		// A worker that takes its own refused task again is flagged once
-		// for it, not at every turn, or an honest worker holding a hard
-		// batch at the front of the queue would soon look broken.
-		o.note(worker, true)
-	}
+	retake := seen && w.worker == worker
 	sk := sketchOf(update)
-	if trusted || independent && norm <= corroborateNormRatio*w.norm && w.norm <= corroborateNormRatio*norm &&
-		w.sketch.cosine(sk) >= corroborateCosine {
-		delete(o.byTask, task)
-		o.kept++
-		return true
+	agrees := seen && norm <= corroborateNormRatio*w.norm && w.norm <= corroborateNormRatio*norm &&
+		w.sketch.cosine(sk) >= corroborateCosine
+	switch {
+	case agrees && !retake:
+		// Another connection computed it alike: no mark against either.
+	case o.trusted(worker):
+		if !retake {
+			o.note(worker, true)
+		}
+	case agrees && w.base != base && o.refusals[worker] < brokenRefusals:
+		// Its own recomputation from another version; flagged already.
+	default:
+		if !retake {
+			// A worker that takes its own refused task again is flagged
+			// once for it, not at every turn, or an honest worker holding
+			// a hard batch at the front of the queue would soon look broken.
+			o.note(worker, true)
+		}
+		o.remember(task, outlierWitness{worker: worker, base: base, norm: norm, sketch: sk}, seen)
+		return false
 	}
+	delete(o.byTask, task)
+	return true
+}
+
+// remember makes w the task's witness; seen says it had one.
+func (o *normOutliers) remember(task engine.Task, w outlierWitness, seen bool) {
 	if !seen {
 		for len(o.byTask) >= outlierTasks {
 			delete(o.byTask, o.order[0])
@@ -169,8 +194,7 @@ func (o *normOutliers) admit(task engine.Task, worker string, base int64, norm f
 		}
 		o.order = append(o.order, task)
 	}
-	o.byTask[task] = outlierWitness{worker: worker, base: base, norm: norm, sketch: sk}
-	return false
+	o.byTask[task] = w
 }
 
 // scaledCopy returns u times k in a new slice: the result itself stays

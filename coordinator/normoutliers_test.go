@@ -94,13 +94,9 @@ func TestNormOutliersAdmitHardBatchesNotGarbage(t *testing.T) {
 	if admitted > 3 || o.trusted("stuck") {
 		t.Fatalf("a worker sending the same garbage for every task had %d of 50 admitted (trusted %v)", admitted, o.trusted("stuck"))
 	}
-	o.forget("stuck")
-	if _, ok := o.refusals["stuck"]; ok {
-		t.Fatal("a worker that left is remembered")
-	}
 }
 
-// The memory of refused tasks is bounded.
+// The memory of refused tasks and of workers' records is bounded.
 func TestNormOutliersBounded(t *testing.T) {
 	var o normOutliers
 	u := []float32{1, 2, 3}
@@ -109,5 +105,11 @@ func TestNormOutliersBounded(t *testing.T) {
 	}
 	if len(o.byTask) > outlierTasks || len(o.order) > 2*outlierTasks {
 		t.Fatalf("%d witnesses, %d names kept; want at most %d and %d", len(o.byTask), len(o.order), outlierTasks, 2*outlierTasks)
+	}
+	for i := range 2 * trustWorkers {
+		o.note(string(rune(i)), i%2 == 0)
+	}
+	if len(o.refusals) > trustWorkers {
+		t.Fatalf("%d workers' records kept, want at most %d", len(o.refusals), trustWorkers)
 	}
 }
