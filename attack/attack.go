@@ -39,6 +39,10 @@ type Config struct {
 	// instead of Bind: one loopback address per attacker, so that the
 	// coordinator sees each as its own volunteer.
 	Binds []string
+	// Keys, when > 0, gives the attackers that many volunteer keys of
+	// their own (attacker i presents key i % Keys), so that the
+	// coordinator counts them as separate volunteers even on one address.
+	Keys int
 	// JoinToken is the join token every attacker presents, for a
 	// coordinator run with --join token (issued on its admin page).
 	JoinToken string
@@ -260,6 +264,9 @@ func (cfg *Config) Check() error {
 			return fmt.Errorf("bind %q is not an IP address", b)
 		}
 	}
+	if cfg.Keys < 0 || cfg.Keys > cfg.N {
+		return fmt.Errorf("keys must be in 0..n (%d), got %d", cfg.N, cfg.Keys)
+	}
 	if cfg.computes() && cfg.NewBackend == nil {
 		return errors.New("attack: Config.NewBackend is required for kind " + string(cfg.Kind))
 	}
@@ -292,7 +299,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Kind != Scale {
 		r.Scale = cfg.Scale
 	}
-	shared := &shared{cfg: cfg, report: r, pool: newPool()}
+	shared := &shared{cfg: cfg, report: r, pool: newPool(), keys: newKeys(cfg.Keys)}
 	var wg sync.WaitGroup
 	for i := range cfg.N {
 		wg.Add(1)
@@ -324,6 +331,7 @@ type shared struct {
 	cfg    Config
 	report *Report
 	pool   *pool
+	keys   []string // the volunteer keys the attackers present (Config.Keys)
 
 	mu        sync.Mutex
 	gateRatio float64

@@ -126,7 +126,7 @@ func (c *conn) forge(ctx context.Context, l *protocol.Lease) (*protocol.Result, 
 			out[i] = float32(math.NaN())
 		}
 		return c.claimed(l, out), "forged", nil
-	case Sybil:
+	case Sybil, Zero:
 		return c.claimed(l, out), "forged", nil
 	case Noise:
 		if a.noiseNorm == 0 {

@@ -47,4 +47,7 @@
 //   - sybil: many identities at once (N defaults to 20 connections from
 //     one address), each taking every lease it is granted and answering
 //     with an all-zero update for the lease's examples, nothing computed.
+//   - zero: the same all-zero answers, from N attackers (default 1): put
+//     20 on one address to flood, or each on its own (Config.Binds,
+//     Config.Keys) to pose as separate volunteers.
 package attack

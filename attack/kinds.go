@@ -23,10 +23,13 @@ const (
 	Replay    Kind = "replay"
 	Hostage   Kind = "hostage"
 	Sybil     Kind = "sybil"
+	// Zero answers every task at once with an all-zero update, taking as
+	// many leases as it may: work that costs nothing to fake.
+	Zero Kind = "zero"
 )
 
 // Kinds lists every attack, in the order the docs give them.
-var Kinds = []Kind{SignFlip, Scale, Ratchet, Early, ALIE, IPM, LabelFlip, NaN, Noise, Mimic, Replay, Hostage, Sybil}
+var Kinds = []Kind{SignFlip, Scale, Ratchet, Early, ALIE, IPM, LabelFlip, NaN, Noise, Mimic, Replay, Hostage, Sybil, Zero}
 
 // ParseKind returns the attack s names, or an error listing them all.
 func ParseKind(s string) (Kind, error) {
@@ -70,7 +73,7 @@ func DefaultN(k Kind) int {
 // its result (hostage, nan and sybil never compute).
 func (k Kind) computes() bool {
 	switch k {
-	case Hostage, NaN, Sybil:
+	case Hostage, NaN, Sybil, Zero:
 		return false
 	}
 	return true

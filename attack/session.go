@@ -133,8 +133,12 @@ func (c *conn) read(ctx context.Context) (protocol.Message, error) {
 
 func (c *conn) run(ctx context.Context) error {
 	a, cfg := c.a, c.a.sh.cfg
-	if err := c.send(ctx, &protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative,
-		Backend: "attack-" + string(cfg.Kind), Threads: 1, Client: cfg.Client, Codecs: []string{protocol.CodecF32}, Token: cfg.JoinToken}); err != nil {
+	hello := &protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative,
+		Backend: "attack-" + string(cfg.Kind), Threads: 1, Client: cfg.Client, Codecs: []string{protocol.CodecF32}, Token: cfg.JoinToken}
+	if ks := a.sh.keys; len(ks) > 0 {
+		hello.VolunteerKey = ks[a.id%len(ks)]
+	}
+	if err := c.send(ctx, hello); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -161,7 +165,7 @@ func (c *conn) run(ctx context.Context) error {
 		return fmt.Errorf("%w: the coordinator assigned job %q, the attack is for job %q", ErrRefused, w.Job.ID, cfg.JobID)
 	}
 	c.welcome = w
-	if cfg.Kind.computes() || cfg.Kind == NaN || cfg.Kind == Sybil {
+	if cfg.Kind.computes() || cfg.Kind == NaN || cfg.Kind == Sybil || cfg.Kind == Zero {
 		model, err := nn.NewModel(w.Job.Model)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", w.Job.ID, err)
@@ -191,7 +195,7 @@ func (c *conn) run(ctx context.Context) error {
 		}
 	}()
 	want := 1
-	holding := cfg.Kind == Hostage || cfg.Kind == Sybil
+	holding := cfg.Kind == Hostage || cfg.Kind == Sybil || cfg.Kind == Zero
 	if holding {
 		want = min(w.Limits.MaxLeases, protocol.MaxWant)
 	}

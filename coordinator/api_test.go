@@ -196,7 +196,7 @@ func TestSnapshotsArePrunedWhenNoLeaseNeedsThem(t *testing.T) {
 			first = l
 		}
 		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
-			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+			Update: smallUpdate(rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
 		if a := rc.ack(l.ID); !a.Accepted {
 			t.Fatalf("result %d rejected: %+v", i, a)
 		}

@@ -108,6 +108,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l)
 		return reject(protocol.ReasonInvalid, invalid)
 	}
+	if a, refused := j.emptyUpdate(sub, l, reject); refused { // emptyupdates.go
+		return a
+	}
 	if a, held := j.spotHold(sub, l, reject); held {
 		return a
 	}
@@ -180,6 +183,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied scaled down to the norm gate's limit (a hard batch: the robust clip bounds it, this worker's record is clean, or another computed it alike)"
 	}
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
+	st.empty.accepted(sub.volunteer)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.sched.ObserveComm(sub.worker, res.CommMs, res.ComputeMs, l.LocalSteps)
 	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window

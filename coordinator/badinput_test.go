@@ -110,7 +110,7 @@ func TestBadResultsAreRejectedAndLeaveTheModelUntouched(t *testing.T) {
 	}
 
 	// A valid result is still accepted on the same connection.
-	rc.send(result(ls[1], make(protocol.Floats, n)))
+	rc.send(result(ls[1], smallUpdate(n)))
 	if a := rc.ack(ls[1].ID); !a.Accepted || a.Version != 1 {
 		t.Fatalf("valid result after bad ones: %+v", a)
 	}

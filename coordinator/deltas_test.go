@@ -159,7 +159,7 @@ func TestSnapshotDeltasOverHTTP(t *testing.T) {
 	// and the answer says to fetch the full snapshot.
 	coordinator.SetSnapshotHistoryBytes(g.job, 1)
 	rc.send(&protocol.Result{LeaseID: last.ID, JobID: last.JobID, BaseVersion: last.BaseVersion, Codec: protocol.CodecF32,
-		Update: make(protocol.Floats, n), Examples: last.Count, LossSum: 1})
+		Update: smallUpdate(n), Examples: last.Count, LossSum: 1})
 	if a := rc.ack(last.ID); !a.Accepted {
 		t.Fatalf("result rejected: %+v", a)
 	}
@@ -357,7 +357,7 @@ func TestAnonymousDeltaPaysFirst(t *testing.T) {
 	for range 2 {
 		l = rc.leases(1)[0]
 		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
-			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+			Update: smallUpdate(rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
 		if a := rc.ack(l.ID); !a.Accepted {
 			t.Fatalf("result rejected: %+v", a)
 		}
@@ -401,7 +401,7 @@ func TestLeaseHolderGetsFewFreeDeltas(t *testing.T) {
 	for range 8 {
 		l := rc.leases(1)[0]
 		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
-			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+			Update: smallUpdate(rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
 		if a := rc.ack(l.ID); !a.Accepted {
 			t.Fatalf("result rejected: %+v", a)
 		}

@@ -161,6 +161,8 @@ type jobState struct {
 	normCount      int64
 	normRef        normRef      // the gate's reference (normgate.go)
 	outliers       normOutliers // tasks the gate refused (normoutliers.go)
+	empty          emptyUpdates // updates that move nothing (emptyupdates.go)
+	grantShares    grantShares  // volunteers of the recent grants (volunteershare.go)
 	nonFiniteRun   int          // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
@@ -168,9 +170,10 @@ type jobState struct {
 	finalEvalAfter bool // stop once the running evaluation finishes
 	startedAt      time.Time
 	doneAt         time.Time
-	reason         string // why the job is done or failed
-	ckptVersion    int64  // version of the newest checkpoint handed to the writer, which retries it until durable
-	ckptApplied    int64  // accepted results then: a partial round moves them, not the version
+	reason         string              // why the job is done or failed
+	ckptVersion    int64               // version of the newest checkpoint handed to the writer, which retries it until durable
+	ckptApplied    int64               // accepted results then: a partial round moves them, not the version
+	ckptSpot       engine.SpotCounters // the spot checks' counters then
 	ckptAt         time.Time
 	metricAt       time.Time // when the last metrics row was taken, and the counters then
 	metricExamples int64

@@ -70,6 +70,9 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 			break
 		}
 		st.leasesIssued++
+		if m, ok := st.members[worker]; ok {
+			st.grantShares.add(m.volunteer)
+		}
 		out = append(out, j.leaseMessage(l, baseURL))
 	}
 	return out

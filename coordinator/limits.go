@@ -98,6 +98,9 @@ func (j *Job) leaseShare(worker string) (share int, why string) {
 		share = c.cap - volHeld
 		why = fmt.Sprintf("%d of this volunteer's leases expired without a result: it may hold %d until its results are accepted again", c.expired, c.cap)
 	}
+	if s, w := j.volunteerShare(m.volunteer); s < share { // volunteershare.go
+		share, why = s, w
+	}
 	return max(share, 0), why
 }
 

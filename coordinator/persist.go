@@ -144,12 +144,15 @@ func (j *Job) checkpoint(force bool) {
 	}
 	j.ckptCh <- op
 	st.ckptVersion, st.ckptApplied, st.ckptAt = st.model.Version, st.applied, time.Now()
+	st.ckptSpot = st.spot.Counters
 }
 
 // dirty reports whether the state moved since the last checkpoint: a new
-// version, or results accepted into a round that has not closed yet.
+// version, results accepted into a round that has not closed yet, or a
+// spot check decided (a strike must survive a restart though the model
+// did not move since).
 func (j *Job) dirty() bool {
-	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied
+	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied || j.st.spot.Counters != j.st.ckptSpot
 }
 
 // copyState snapshots everything a resumed job needs, into bufs.
@@ -328,7 +331,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 		st.startedAt = p.StartedAt
 	}
 	j.spotRestore(p.SpotChecks)
-	st.ckptVersion, st.ckptApplied = c.Version, st.applied
+	st.ckptVersion, st.ckptApplied, st.ckptSpot = c.Version, st.applied, st.spot.Counters
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.
 	if st.state == StateRunning && st.remaining == 0 && st.epoch >= st.spec.MaxEpochs {

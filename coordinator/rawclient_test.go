@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +163,19 @@ func (rc *rawClient) closeStatus() websocket.StatusCode {
 		}
 		return websocket.CloseStatus(err)
 	}
+}
+
+var smallUpdates atomic.Uint32
+
+// smallUpdate is an update of n values for a test where the values do not
+// matter: small, never all zeros (refused as a lie where the model does
+// not fit the task: emptyupdates.go), and each one different (the replay
+// window refuses bit-identical ones).
+func smallUpdate(n int) protocol.Floats {
+	u := make(protocol.Floats, n)
+	for i := range u {
+		u[i] = 1e-6
+	}
+	u[0] = 1e-6 * float32(2+smallUpdates.Add(1))
+	return u
 }

@@ -205,6 +205,12 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		st.spot.CopyGone(l.ID)
 		return reject(reason, invalid)
 	}
+	if sub.norm == 0 && allZero(res.Update) && !j.zeroFits(sub.volunteer, l.Task) {
+		// Evidence by itself (emptyupdates.go): no comparison needed.
+		st.spot.CopyGone(l.ID)
+		j.zeroEvidence(sub.volunteer, l.ID)
+		return reject(protocol.ReasonInvalid, "the copy's update is all zeros, but the model does not fit the task's examples, so their gradient is not zero")
+	}
 	st.spot.RefNorm = st.normRef.reference(st.normMean) // a typical accepted norm (normgate.go)
 	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples, Slack: slackOf(res)})
 	if !ok {
@@ -221,7 +227,6 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 
 // spotSettle credits, refutes, strikes and bans what a check decided.
 func (j *Job) spotSettle(o engine.Outcome) {
-	p := j.st.spot
 	for _, r := range o.Credit {
 		j.ledger.Credit(r.Volunteer, j.ID, int64(r.Examples), j.spotFLOPs(r.Examples))
 	}
@@ -230,14 +235,7 @@ func (j *Job) spotSettle(o engine.Outcome) {
 		j.logf("job %s: volunteer %s: an applied result of %d examples was refuted by a spot check; its credit is taken back", j.ID, r.Volunteer, r.Examples)
 	}
 	for _, v := range o.Struck {
-		j.st.normRef.forget(v) // a liar's norms are no reference (normgate.go)
-		total := j.ledger.Strike(v, j.ID, o.Detail)
-		j.logf("job %s: volunteer %s struck by a spot check (%d strikes of %d): %s", j.ID, v, total, p.Strikes, o.Detail)
-		if p.SyncStrikes(v, total) {
-			reason := fmt.Sprintf("%d spot check strikes: results that disagreed with the majority of three volunteers", total)
-			j.ledger.Ban(v, reason)
-			j.logf("job %s: volunteer %s banned: %s", j.ID, v, reason)
-		}
+		j.strike(v, "a spot check: "+o.Detail) // emptyupdates.go
 	}
 }
 

@@ -24,6 +24,9 @@ type validator struct {
 	y    []int32
 	n    int
 	ws   *nn.Workspace
+	// model and train: fits scores a task's own examples.
+	model *nn.Model
+	train *dataset.Set
 	// positions is the label positions the batch holds: the loss is their
 	// mean.
 	positions float64
@@ -42,7 +45,7 @@ func newValidator(m *nn.Model, train *dataset.Set, text bool) *validator {
 	}
 	idx := train.Spread(n)
 	es, lpe := train.ExampleSize(), train.LabelsPerExample()
-	v := &validator{x: make([]float32, len(idx)*es), y: make([]int32, len(idx)*lpe), n: len(idx)}
+	v := &validator{x: make([]float32, len(idx)*es), y: make([]int32, len(idx)*lpe), n: len(idx), model: m, train: train}
 	for k, i := range idx {
 		train.FillExample(v.x[k*es:(k+1)*es], v.y[k*lpe:(k+1)*lpe], i)
 	}
@@ -81,4 +84,20 @@ func (j *Job) validate(u []float32) string {
 		j.logf("job %s: quarantined an update: %s", j.ID, d)
 	}
 	return d
+}
+
+// fitLoss is the mean loss under which params fit examples exactly: the
+// softmax is one-hot to float32 precision, and every gradient is zero.
+const fitLoss = 1e-7
+
+// fits reports whether params fit the training examples idx exactly,
+// the one case where an honest gradient is all zeros.
+func (v *validator) fits(params []float32, idx []int) bool {
+	es, lpe := v.train.ExampleSize(), v.train.LabelsPerExample()
+	x, y := make([]float32, len(idx)*es), make([]int32, len(idx)*lpe)
+	for k, i := range idx {
+		v.train.FillExample(x[k*es:(k+1)*es], y[k*lpe:(k+1)*lpe], i)
+	}
+	loss, _ := v.model.Evaluate(v.ws, params, x, y)
+	return loss/float64(len(idx)*lpe) < fitLoss
 }

@@ -123,6 +123,7 @@ func TestEachMessageTypeHasItsOwnSizeLimit(t *testing.T) {
 	rc = g.joinRaw()
 	l := rc.leases(1)[0]
 	update := make([]byte, 4*rc.welcome.Job.NumParams)
+	update[3] = 0x30 // one small value: an all-zero update is refused (emptyupdates.go)
 	rc.sendBytes(padded("result", map[string]any{"lease_id": l.ID, "job_id": l.JobID, "base_version": l.BaseVersion,
 		"codec": protocol.CodecF32, "update": update, "examples": l.Count, "loss_sum": 1.0}))
 	if a := rc.ack(l.ID); !a.Accepted {

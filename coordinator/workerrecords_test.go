@@ -122,7 +122,7 @@ func TestBlockedStoreDelaysNeitherJoinNorShutdown(t *testing.T) {
 		// One accepted update, so shutdown has a final checkpoint to write.
 		l := rc.leases(1)[0]
 		rc.send(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Codec: protocol.CodecF32,
-			Update: make(protocol.Floats, rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
+			Update: smallUpdate(rc.welcome.Job.NumParams), Examples: l.Count, LossSum: 1})
 		if a := rc.ack(l.ID); !a.Accepted {
 			t.Fatalf("result: %+v", a)
 		}

@@ -194,6 +194,13 @@ func (p *SpotChecks) Quarantined(v string) bool {
 	return t != nil && t.Strikes > 0
 }
 
+// Vouched reports whether checks have vouched for v: it passed as many
+// as a newcomer must, and was never struck.
+func (p *SpotChecks) Vouched(v string) bool {
+	t := p.vols[v]
+	return t != nil && t.Passed >= newcomerChecks && t.Strikes == 0 && !t.Banned
+}
+
 // Banned reports whether v reached the strikes that ban.
 func (p *SpotChecks) Banned(v string) bool {
 	t := p.vols[v]

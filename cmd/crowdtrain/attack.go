@@ -16,11 +16,12 @@ import (
 func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
 	coord := fs.String("coordinator", "", "coordinator websocket `URL` (ws://HOST:PORT/ws)")
-	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage or sybil")
-	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil)")
+	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage, sybil or zero")
+	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil; with a --bind range, one per address)")
 	scale := fs.Float64("scale", 0, "the kind's scale S (0: its default; see docs/ATTACKS.md)")
 	fraction := fs.Float64("fraction", 1, "the share `F` of results that lie (0 < F <= 1); the rest are computed honestly")
-	bind := fs.String("bind", "", "local IP `ADDR` to connect from (e.g. 127.0.0.5)")
+	bind := fs.String("bind", "", "local IP `ADDRS` to connect from: one (127.0.0.5), a list (A,B,...) or a range (127.0.0.2-127.0.0.9); attacker i takes the i-th")
+	keys := fs.Int("keys", 0, "give the attackers `K` volunteer keys of their own (attacker i presents key i mod K): separate volunteers even on one address")
 	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
 	joinToken := fs.String("join-token", "", "join `TOKEN` every attacker presents, for a coordinator run with --join token")
 	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
@@ -43,9 +44,18 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *duration < 0 {
 		return usagef("--duration must be >= 0, got %v", *duration)
 	}
+	var binds []string
+	if *bind != "" {
+		if binds, err = attack.ParseBinds(*bind); err != nil {
+			return usagef("--bind: %v", err)
+		}
+	}
+	if *n == 0 && len(binds) > 1 {
+		*n = len(binds) // one attacker per address
+	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	cfg := attack.Config{
-		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Bind: *bind, JobID: *job, JoinToken: *joinToken,
+		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Binds: binds, Keys: *keys, JobID: *job, JoinToken: *joinToken,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
 		NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
 	}

@@ -1,0 +1,78 @@
+package coordinator
+
+import "fmt"
+
+// A volunteer's share of the tasks. Per-address limits bound the leases
+// one address holds at once, but not how fast it turns them over: twenty
+// connections that answer every task at once with garbage took 95% of the
+// tasks from two honest workers that compute theirs. Bounded here: over
+// the last shareWindow primary tasks granted, a volunteer (by key, else by
+// address, all its connections summed) takes at most shareSlack times its
+// share of the volunteers connected, until spot checks have vouched for it
+// (engine.SpotChecks.Vouched): a fast honest volunteer, a GPU beside CPUs,
+// earns its way past the bound by results that agree with others'.
+const (
+	shareWindow = 256
+	// shareSlack above the even share: volunteers differ in speed, and an
+	// honest one twice as fast as the rest still gets its work.
+	shareSlack = 1.5
+	// shareMinSamples: below this many grants in the window, no bound.
+	shareMinSamples = 32
+)
+
+// grantShares is the ring of the volunteers of the last shareWindow
+// primary grants.
+type grantShares struct {
+	ring  [shareWindow]string
+	n     int // grants in the ring
+	pos   int
+	count map[string]int
+}
+
+func (g *grantShares) add(v string) {
+	if g.count == nil {
+		g.count = map[string]int{}
+	}
+	if g.n == shareWindow {
+		old := g.ring[g.pos]
+		if g.count[old]--; g.count[old] <= 0 {
+			delete(g.count, old)
+		}
+	} else {
+		g.n++
+	}
+	g.ring[g.pos] = v
+	g.pos = (g.pos + 1) % shareWindow
+	g.count[v]++
+}
+
+// volunteerShare is how many more tasks volunteer v may take now under the
+// bound, and why when it binds (for the idle message). Call on the loop.
+func (j *Job) volunteerShare(v string) (int, string) {
+	st := &j.st
+	g := &st.grantShares
+	if g.n < shareMinSamples || st.spot.Vouched(v) {
+		return shareWindow, ""
+	}
+	// The limit is at least shareSlack·n over the members (connections):
+	// below that, no need to count the volunteers.
+	if len(st.members) > 0 && float64(g.count[v]) < shareSlack*float64(g.n)/float64(len(st.members)) {
+		return shareWindow, ""
+	}
+	vols := map[string]bool{}
+	for _, m := range st.members {
+		if !st.spot.Banned(m.volunteer) {
+			vols[m.volunteer] = true
+		}
+	}
+	if len(vols) < 2 {
+		return shareWindow, ""
+	}
+	limit := int(shareSlack*float64(g.n)/float64(len(vols)) + 0.5)
+	left := limit - g.count[v]
+	if left > 0 {
+		return left, ""
+	}
+	return 0, fmt.Sprintf("this volunteer took %d of the last %d tasks, more than its share among %d volunteers (%.1fx even); ask again when the others have had theirs (spot checks that agree with others lift this bound)",
+		g.count[v], g.n, len(vols), shareSlack)
+}
