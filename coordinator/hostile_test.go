@@ -294,7 +294,7 @@ func TestHostileRepresentative(t *testing.T) {
 // job reaches 97% within 1.3x the versions of the clean run. Before, 2,936
 // of 3,418 zeros were accepted, the attackers took 95% of the tasks, and
 // the job ended at 63%.
-func TestZeroFloodFromOneAddress(t *testing.T) {
+func TestHostileZeroFloodFromOneAddress(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end twice")
 	clean := runHostileCell(t, hostileCell{mode: "async", honest: 2, group: 3}, 5, 4*time.Minute)
 	if !clean.reached {
