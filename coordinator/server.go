@@ -205,6 +205,7 @@ func (s *Server) startJob(j *Job) {
 	j.active.Store(j.st.state == StateRunning)
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
+		j.credits = s.volunteers
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState
 		j.ckptCh = make(chan *checkpointOp, 1)
 		j.ckptPool = make(chan *ckptBuffers, 2)
