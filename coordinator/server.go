@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 		auth:   newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
-	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData)
+	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData, cfg.DataLoadTimeout)
 	s.volunteers = newVolunteerBook()
 	s.volunteers.onBan = s.closeVolunteer
 	if cfg.Store != nil {
