@@ -28,6 +28,11 @@ type Config struct {
 	// spec names to load (DefaultDataLoadTimeout when 0): a slower load is
 	// refused, and other submissions never wait behind it.
 	DataLoadTimeout time.Duration
+	// MaxParams is the largest model, in parameters, a job may have: a
+	// submitted (or sweep's) job over it is refused, naming both sizes.
+	// 0 takes any model; serve's default is DefaultMaxParams. Jobs
+	// resumed from the store are not checked again.
+	MaxParams int64
 	// Logf receives progress and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// IdleRetry is how soon a worker with nothing to do asks again.

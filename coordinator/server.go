@@ -157,6 +157,9 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := CheckData(&spec, train); err != nil {
 		return nil, err
 	}
+	if err := s.checkModelSize(spec); err != nil {
+		return nil, err
+	}
 	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
 	if err != nil {
 		return nil, err
