@@ -146,10 +146,14 @@ func TestMigrateToVolunteers(t *testing.T) {
 	if ws, err := s.Workers(ctx); err != nil || len(ws) != 1 {
 		t.Fatalf("workers after migrating: %v, %v", ws, err)
 	}
-	if err := s.SaveVolunteers(ctx, VolunteerBatch{Volunteers: []VolunteerRecord{{ID: "a-1", Examples: 5}}}); err != nil {
+	if err := s.SaveVolunteers(ctx, VolunteerBatch{Volunteers: []VolunteerRecord{{ID: "a-1", Name: "a"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if vs, err := s.Volunteers(ctx); err != nil || len(vs) != 1 || vs[0].Examples != 5 {
+	err = s.SaveCheckpoint(ctx, Checkpoint{JobID: "j1", Version: 1, Params: []byte{1}, Credits: []VolunteerCredit{{Volunteer: "a-1", Examples: 5}}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := s.Volunteers(ctx); err != nil || len(vs) != 1 || vs[0].Examples != 5 || vs[0].Name != "a" {
 		t.Fatalf("volunteers after migrating: %+v, %v", vs, err)
 	}
 }
