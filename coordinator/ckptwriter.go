@@ -143,6 +143,7 @@ func (j *Job) writeLoop(keep int, policy backoff, deadline func() time.Time) err
 			if pending != nil { // a newer state supersedes the failed one
 				j.putBuffers(pending.bufs)
 				op.acks = append(pending.acks, op.acks...)
+				op.c.Credits = mergeCredits(pending.c.Credits, op.c.Credits)
 			}
 			pending = op
 			attempt()

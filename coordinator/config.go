@@ -24,6 +24,15 @@ type Config struct {
 	// working directory. Specs given to AddJob directly (serve's --job)
 	// are not restricted.
 	DataRoot string
+	// DataLoadTimeout bounds how long a submission waits for the data its
+	// spec names to load (DefaultDataLoadTimeout when 0): a slower load is
+	// refused, and other submissions never wait behind it.
+	DataLoadTimeout time.Duration
+	// MaxParams is the largest model, in parameters, a job may have: a
+	// submitted (or sweep's) job over it is refused, naming both sizes.
+	// 0 takes any model; serve's default is DefaultMaxParams. Jobs
+	// resumed from the store are not checked again.
+	MaxParams int64
 	// Logf receives progress and problems; nil means log.Printf.
 	Logf func(format string, args ...any)
 	// IdleRetry is how soon a worker with nothing to do asks again.
@@ -183,6 +192,11 @@ const (
 // Config.MaxHTTPConnsPerAddress (docs/SECURITY.md, section HTTP access).
 const DefaultMaxHTTPConnsPerAddress = 64
 
+// DefaultDataLoadTimeout is how long a submission waits for its data by
+// default: Fashion-MNIST loads in about a second, a large .npy from a
+// local disk in tens of seconds.
+const DefaultDataLoadTimeout = 2 * time.Minute
+
 func (c *Config) setDefaults() {
 	if c.Logf == nil {
 		c.Logf = log.Printf
@@ -196,6 +210,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxLeases, DefaultMaxLeases)
 	orDefault(&c.CheckpointInterval, 10*time.Second)
 	orDefault(&c.KeepCheckpoints, 5)
+	orDefault(&c.DataLoadTimeout, DefaultDataLoadTimeout)
 	c.setAccessDefaults()
 	c.setDurabilityDefaults()
 	orDefault(&c.MaxControlBytes, DefaultMaxControlBytes)

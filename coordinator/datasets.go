@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
@@ -15,11 +16,26 @@ import (
 // specs name (and, for text, the context the windows are cut to). Each is
 // loaded at most once and shared: Fashion-MNIST is 55 MB of pixels, and
 // jobs never write to a Set. Safe for concurrent use.
+//
+// A load runs on a goroutine of its own, outside the lock, and a caller
+// waits for it at most timeout: one spec naming a slow or stuck file (a
+// network file system that hangs, say) cannot hold up the submission of
+// another. Callers asking for the same data share one load.
 type dataSets struct {
-	load LoadDataFunc
+	load    LoadDataFunc
+	timeout time.Duration
 
-	mu   sync.Mutex // held while loading, so a data set is loaded once
-	sets map[string]dataPair
+	mu      sync.Mutex
+	sets    map[string]dataPair
+	loading map[string]*dataLoad
+}
+
+// dataLoad is a load in flight; done closes when it ends.
+type dataLoad struct {
+	done        chan struct{}
+	train, test *dataset.Set
+	err         error
+	started     time.Time
 }
 
 type dataPair struct{ train, test *dataset.Set }
@@ -29,8 +45,8 @@ type LoadDataFunc func(d dataset.Spec, o dataset.Options) (train, test *dataset.
 
 // newDataSets returns the server's data sets: train and test, when both
 // are set, are `mnist`; load loads any other (nil: no other).
-func newDataSets(train, test *dataset.Set, load LoadDataFunc) *dataSets {
-	d := &dataSets{load: load, sets: map[string]dataPair{}}
+func newDataSets(train, test *dataset.Set, load LoadDataFunc, timeout time.Duration) *dataSets {
+	d := &dataSets{load: load, timeout: timeout, sets: map[string]dataPair{}, loading: map[string]*dataLoad{}}
 	if train != nil && test != nil {
 		d.sets[dataKey(dataset.Builtin(dataset.MNIST), 0)] = dataPair{train, test}
 	}
@@ -82,7 +98,8 @@ func CheckData(spec *JobSpec, train *dataset.Set) error {
 
 // get returns the data set spec names, loading it on first use. A failed
 // load is not remembered: installing the package or fixing the file and
-// submitting again works without a restart.
+// submitting again works without a restart. A load that takes longer than
+// the timeout is refused; it goes on, and a later call takes its result.
 func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
 	context, err := contextOf(spec)
 	if err != nil {
@@ -90,24 +107,63 @@ func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
 	}
 	key := dataKey(spec.Dataset, context)
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if p, ok := d.sets[key]; ok {
+		d.mu.Unlock()
 		return p.train, p.test, nil
 	}
 	if d.load == nil {
-		return nil, nil, specErr("dataset", "%s is not loaded on this coordinator (it has: %s)", spec.Dataset, d.namesLocked())
+		names := d.namesLocked()
+		d.mu.Unlock()
+		return nil, nil, specErr("dataset", "%s is not loaded on this coordinator (it has: %s)", spec.Dataset, names)
 	}
-	train, test, err = d.load(spec.Dataset, dataset.Options{Context: context})
-	if err != nil {
-		se := SpecError{Key: "dataset", Problem: err.Error()}
+	l := d.loading[key]
+	if l == nil {
+		l = &dataLoad{done: make(chan struct{}), started: time.Now()}
+		d.loading[key] = l
+		go d.run(key, l, spec.Dataset, dataset.Options{Context: context})
+	}
+	d.mu.Unlock()
+	var timeout <-chan time.Time
+	if d.timeout > 0 {
+		t := time.NewTimer(d.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-l.done:
+	case <-timeout:
+		return nil, nil, &SpecError{Key: "dataset", Problem: fmt.Sprintf(
+			"loading %s did not finish in %v (it has run for %v): a file that blocks or never ends (a named pipe, a device, "+
+				"a hung network file system) or a very large one; name regular files the coordinator can read quickly, "+
+				"or start it with a longer --data-load-timeout", spec.Dataset, d.timeout, time.Since(l.started).Round(time.Millisecond))}
+	}
+	if l.err != nil {
+		se := SpecError{Key: "dataset", Problem: l.err.Error()}
 		var ke *dataset.KeyError
-		if errors.As(err, &ke) {
+		if errors.As(l.err, &ke) {
 			se = SpecError{Key: ke.Key, Problem: ke.Problem}
 		}
-		return nil, nil, &dataLoadError{se, err}
+		return nil, nil, &dataLoadError{se, l.err}
 	}
-	d.sets[key] = dataPair{train, test}
-	return train, test, nil
+	return l.train, l.test, nil
+}
+
+// run loads one data set and files the result: the set when it loaded,
+// nothing when it failed (the next get tries again).
+func (d *dataSets) run(key string, l *dataLoad, spec dataset.Spec, o dataset.Options) {
+	defer close(l.done)
+	defer func() {
+		if r := recover(); r != nil { // a loader's bug fails this spec, not the coordinator
+			l.train, l.test, l.err = nil, nil, fmt.Errorf("loading %s failed: %v", spec, r)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.loading, key)
+		if l.err == nil {
+			d.sets[key] = dataPair{l.train, l.test}
+		}
+	}()
+	l.train, l.test, l.err = d.load(spec, o)
 }
 
 // dataLoadError is a spec's data set that cannot be loaded: a *SpecError

@@ -91,6 +91,9 @@ type Job struct {
 
 	// ledger hears each volunteer's credit and strikes (the server's).
 	ledger ledger
+	// credits hands over the credit the job's results earned since its
+	// last checkpoint (the server's book, with a store; nil without).
+	credits creditSource
 	// flopsPerExample is the model's training cost per example
 	// (nn.Model.FLOPsPerExample): each accepted example's compute credit.
 	flopsPerExample float64

@@ -140,6 +140,7 @@ func (j *Job) checkpoint(force bool) {
 	case old := <-j.ckptCh:
 		j.putBuffers(old.bufs)
 		op.acks = append(old.acks, op.acks...) // the newer holds the older's effect
+		op.c.Credits = mergeCredits(old.c.Credits, op.c.Credits)
 	default:
 	}
 	j.ckptCh <- op
@@ -148,11 +149,20 @@ func (j *Job) checkpoint(force bool) {
 }
 
 // dirty reports whether the state moved since the last checkpoint: a new
-// version, results accepted into a round that has not closed yet, or a
-// spot check decided (a strike must survive a restart though the model
-// did not move since).
+// version, results accepted into a round that has not closed yet, credit
+// not yet durable (a spot check's, settled after its results), or a spot
+// check decided (a strike must survive a restart though the model did not
+// move since).
 func (j *Job) dirty() bool {
-	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied || j.st.spot.Counters != j.st.ckptSpot
+	return j.st.model.Version != j.st.ckptVersion || j.st.applied != j.st.ckptApplied ||
+		j.st.spot.Counters != j.st.ckptSpot || j.credits != nil && j.credits.creditPending(j.ID)
+}
+
+// creditSource keeps a job's credit until a checkpoint takes it
+// (volunteerBook).
+type creditSource interface {
+	takeCredit(job string) []store.VolunteerCredit
+	creditPending(job string) bool
 }
 
 // copyState snapshots everything a resumed job needs, into bufs.
@@ -198,10 +208,16 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	}
 	bufs.params = protocol.AppendFloats(bufs.params[:0], st.model.Params)
 	bufs.opt = appendOptState(bufs.opt[:0], vectors, steps)
-	return store.Checkpoint{
+	c := store.Checkpoint{
 		JobID: j.ID, Version: st.model.Version, Epoch: st.epoch, CreatedAt: time.Now(),
 		Params: bufs.params, OptState: bufs.opt, Progress: prog,
 	}
+	// The credit of every result this state holds, and of no other: the
+	// ledger's durable credit moves only with the model (ledgerstore.go).
+	if j.credits != nil {
+		c.Credits = j.credits.takeCredit(j.ID)
+	}
+	return c
 }
 
 // appendOptState appends the optimizer's step count and vectors to b:

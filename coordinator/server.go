@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 		auth:   newAuth(cfg.AdminToken, fails), proxies: proxies, hosts: hosts,
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
-	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData)
+	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData, cfg.DataLoadTimeout)
 	s.volunteers = newVolunteerBook()
 	s.volunteers.onBan = s.closeVolunteer
 	if cfg.Store != nil {
@@ -155,6 +155,9 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 		return nil, err
 	}
 	if err := CheckData(&spec, train); err != nil {
+		return nil, err
+	}
+	if err := s.checkModelSize(spec); err != nil {
 		return nil, err
 	}
 	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
@@ -205,6 +208,7 @@ func (s *Server) startJob(j *Job) {
 	j.active.Store(j.st.state == StateRunning)
 	if s.cfg.Store != nil {
 		j.store, j.verbose = s.cfg.Store, s.cfg.Verbose
+		j.credits = s.volunteers
 		j.saveCheckpoint = s.cfg.Store.SaveCheckpointState
 		j.ckptCh = make(chan *checkpointOp, 1)
 		j.ckptPool = make(chan *ckptBuffers, 2)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -98,6 +99,11 @@ type volunteerBook struct {
 	now   func() time.Time
 
 	w *ledgerWriter // nil without a store
+	// pending is the credit each job's results earned since the job's
+	// last checkpoint, by job and volunteer (only with a store): it
+	// becomes durable with the checkpoint that holds those results
+	// (takeCredit), never before. The standings above show it at once.
+	pending map[string]map[string]*store.VolunteerCredit
 }
 
 // volunteerStanding is one volunteer's credit, strikes and ban.
@@ -134,16 +140,20 @@ func (b *volunteerBook) standing(v string) *volunteerStanding {
 	return s
 }
 
-func (b *volunteerBook) Credit(v, _ string, examples int64, flops float64) {
+func (b *volunteerBook) Credit(v, job string, examples int64, flops float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.standing(v)
 	s.Examples += examples
 	s.FLOPs += flops
+	if c := b.pendingFor(job, v); c != nil {
+		c.Examples += examples
+		c.FLOPs += flops
+	}
 	b.dirty(v)
 }
 
-func (b *volunteerBook) Refute(v, _ string, examples int64, flops float64) {
+func (b *volunteerBook) Refute(v, job string, examples int64, flops float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.standing(v)
@@ -151,7 +161,86 @@ func (b *volunteerBook) Refute(v, _ string, examples int64, flops float64) {
 	s.FLOPs -= flops
 	s.RefutedExamples += examples
 	s.RefutedFLOPs += flops
+	if c := b.pendingFor(job, v); c != nil {
+		c.Examples -= examples
+		c.FLOPs -= flops
+		c.RefutedExamples += examples
+		c.RefutedFLOPs += flops
+	}
 	b.dirty(v)
+}
+
+// pendingFor is v's credit in job not yet checkpointed, made if new; nil
+// without a store. mu is held.
+func (b *volunteerBook) pendingFor(job, v string) *store.VolunteerCredit {
+	if b.w == nil || v == "" {
+		return nil
+	}
+	if b.pending == nil {
+		b.pending = map[string]map[string]*store.VolunteerCredit{}
+	}
+	byVol := b.pending[job]
+	if byVol == nil {
+		byVol = map[string]*store.VolunteerCredit{}
+		b.pending[job] = byVol
+	}
+	c := byVol[v]
+	if c == nil {
+		c = &store.VolunteerCredit{Volunteer: v}
+		byVol[v] = c
+	}
+	return c
+}
+
+// takeCredit hands over job's credit not yet checkpointed, by volunteer
+// id, and forgets it: the job's loop calls it as it copies the state the
+// credit was earned for, and the checkpoint writes both in one
+// transaction (persist.go).
+func (b *volunteerBook) takeCredit(job string) []store.VolunteerCredit {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	byVol := b.pending[job]
+	delete(b.pending, job)
+	out := make([]store.VolunteerCredit, 0, len(byVol))
+	for _, v := range slices.Sorted(maps.Keys(byVol)) {
+		out = append(out, *byVol[v])
+	}
+	return out
+}
+
+// creditPending reports whether job has credit not yet checkpointed.
+func (b *volunteerBook) creditPending(job string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending[job]) > 0
+}
+
+// mergeCredits adds newer's credit to older's, by volunteer: the credit
+// of a checkpoint that was superseded before it was written goes with the
+// one that replaces it.
+func mergeCredits(older, newer []store.VolunteerCredit) []store.VolunteerCredit {
+	if len(older) == 0 {
+		return newer
+	}
+	byVol := make(map[string]*store.VolunteerCredit, len(older)+len(newer))
+	for _, list := range [][]store.VolunteerCredit{older, newer} {
+		for _, c := range list {
+			m := byVol[c.Volunteer]
+			if m == nil {
+				byVol[c.Volunteer] = &store.VolunteerCredit{Volunteer: c.Volunteer}
+				m = byVol[c.Volunteer]
+			}
+			m.Examples += c.Examples
+			m.FLOPs += c.FLOPs
+			m.RefutedExamples += c.RefutedExamples
+			m.RefutedFLOPs += c.RefutedFLOPs
+		}
+	}
+	out := make([]store.VolunteerCredit, 0, len(byVol))
+	for _, v := range slices.Sorted(maps.Keys(byVol)) {
+		out = append(out, *byVol[v])
+	}
+	return out
 }
 
 func (b *volunteerBook) Strike(v, _, _ string) int {

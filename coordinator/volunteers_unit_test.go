@@ -113,7 +113,7 @@ func TestRefuteMovesCredit(t *testing.T) {
 }
 
 // A book with a store writes behind; a new book on the reopened file has
-// the credit, the ban and the address bans. Names that fail
+// the ban and the address bans, and the credit a checkpoint took. Names that fail
 // CheckVolunteerName are never stored, and a reason's control characters
 // are not kept.
 func TestLedgerSurvivesReopen(t *testing.T) {
@@ -135,6 +135,13 @@ func TestLedgerSurvivesReopen(t *testing.T) {
 	}
 	book.Credit("k-a", "j", 640, 6.4e8)
 	book.Ban("k-b", "strikes\x1b[2J")
+	// Credit is durable with the checkpoint that holds the work.
+	if err := db.CreateJob(ctx, store.JobRecord{ID: "j", State: StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveCheckpoint(ctx, store.Checkpoint{JobID: "j", Version: 1, Params: []byte{0}, Credits: book.takeCredit("j")}, 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := book.close(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}

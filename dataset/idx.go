@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 )
 
@@ -213,7 +212,7 @@ func readUpTo(r io.Reader, n int) ([]byte, int, error) {
 // ReadIDXFile reads an IDX file (raw or gzip) with a 1 GiB data limit.
 // Errors include the path.
 func ReadIDXFile(path string) (*IDX, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %w", err) // *PathError names the path
 	}

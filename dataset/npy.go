@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -322,7 +321,7 @@ func ReadNPY(r io.Reader, maxBytes int64) (*NPY, error) {
 
 // ReadNPYFile reads a .npy file with NPYFileMaxBytes as the limit.
 func ReadNPYFile(path string) (*NPY, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}

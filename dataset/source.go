@@ -135,7 +135,7 @@ func loadIDXPair(name, imgKey, imgPath, labKey, labPath string) (*Set, error) {
 }
 
 func readIDXPath(path string) (*IDX, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +216,9 @@ func ReadText(path string) ([]byte, error) {
 		return nil, fileError("path", path, err, "name a UTF-8 text file or a directory of them")
 	}
 	files := []string{path}
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil, fileError("path", path, &NotRegularError{Path: path, Mode: fi.Mode()}, "name a UTF-8 text file or a directory of them")
+	}
 	if fi.IsDir() {
 		ents, err := os.ReadDir(path)
 		if err != nil {
@@ -238,7 +241,7 @@ func ReadText(path string) ([]byte, error) {
 	}
 	var text []byte
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := readRegular(f)
 		if err != nil {
 			return nil, fileError("path", f, err, "")
 		}

@@ -181,9 +181,12 @@ func (e *KeyError) Unwrap() error { return e.Err }
 // fileError names the key and file of a data file that cannot be used.
 func fileError(key, path string, err error, fix string) error {
 	var problem string
+	var nr *NotRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		problem = fmt.Sprintf("%s does not exist", path)
+	case errors.As(err, &nr):
+		problem = nr.Error()
 	default:
 		var pe *fs.PathError
 		if errors.As(err, &pe) && pe.Path == path {
@@ -215,7 +218,8 @@ func (s *Spec) Resolve(dir string) {
 // does for a spec submitted over its API: a relative path is joined to
 // root, and every path must name an existing file (or, for text, a
 // directory) inside root once symlinks are followed, so a submitted spec
-// cannot read other files of the coordinator's machine. Paths become
+// cannot read other files of the coordinator's machine, and a regular one
+// (not a FIFO or a device, which could block a load or never end it). Paths become
 // absolute and symlink-free.
 func (s *Spec) ResolveUnder(root string) error {
 	if s.Name != "" {
@@ -248,6 +252,11 @@ func (s *Spec) ResolveUnder(root string) error {
 		}
 		if !within(realRoot, real) {
 			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("%s leads (through a symlink) to %s, outside the coordinator's data root %s", *f.Path, real, absRoot)}
+		}
+		// A FIFO, a device or a socket could block the load for ever or
+		// never end: refused here, before anything opens it.
+		if err := CheckRegular(real, s.Type == TypeText && f.Key == "path"); err != nil {
+			return fileError(f.Key, *f.Path, err, "name a regular file under the coordinator's data root "+absRoot)
 		}
 		*f.Path = real
 	}

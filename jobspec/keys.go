@@ -300,8 +300,8 @@ func decodeWeight(val *yaml.Node, s *Spec, _ given) error {
 	if err := decodeScalar(val, &w); err != nil {
 		return Errorf("weight", "%v", cleanYAMLError(err))
 	}
-	if !(w > 0) || w > 1e6 {
-		return Errorf("weight", "must be a number above 0 (and at most 1e6), got %v: a job's share of the grid is its weight over the running jobs' sum", w)
+	if !(w > 0) || w > MaxWeight {
+		return Errorf("weight", "must be a number above 0 and at most %g, got %v: a job's share of the grid is its weight over the running jobs' sum", float64(MaxWeight), w)
 	}
 	s.Weight = w
 	return nil
@@ -312,8 +312,8 @@ func decodePriority(val *yaml.Node, s *Spec, _ given) error {
 	if err := decodeScalar(val, &p); err != nil {
 		return Errorf("priority", "%v", cleanYAMLError(err))
 	}
-	if p < -1000 || p > 1000 {
-		return Errorf("priority", "must be a whole number in -1000..1000, got %d", p)
+	if p < -MaxPriority || p > MaxPriority {
+		return Errorf("priority", "must be a whole number in -%d..%d, got %d", MaxPriority, MaxPriority, p)
 	}
 	s.Priority = p
 	return nil

@@ -98,6 +98,8 @@ func (s Spec) validateTraining() error {
 		return Errorf("local_steps", "must be in 1..1000, got %d", s.LocalSteps)
 	case s.MaxStaleness < 0:
 		return Errorf("max_staleness", "must be >= 0, got %d", s.MaxStaleness)
+	case s.MaxStaleness > MaxMaxStaleness:
+		return Errorf("max_staleness", "must be at most %d versions, got %d: lower it (8 is the async default; a result that stale is noise)", MaxMaxStaleness, s.MaxStaleness)
 	case s.StalenessLR != StalenessLRNone && s.StalenessLR != StalenessLRInverse:
 		return Errorf("staleness_lr", "%q is not a rule (want none or inverse)", s.StalenessLR)
 	case s.ShardSize < 1 || s.ShardSize > 100000:
@@ -108,10 +110,12 @@ func (s Spec) validateTraining() error {
 		return Errorf("target_accuracy", "must be in [0, 1] (0: no accuracy target), got %v", s.TargetAccuracy)
 	case !(s.TargetLoss >= 0) || math.IsInf(s.TargetLoss, 0):
 		return Errorf("target_loss", "must be a finite number of nats >= 0 (0: no loss target), got %v", s.TargetLoss)
-	case s.MaxEpochs < 1:
-		return Errorf("max_epochs", "must be >= 1, got %d", s.MaxEpochs)
-	case s.MaxUpdateNormRatio < 0 || math.IsNaN(s.MaxUpdateNormRatio) || math.IsInf(s.MaxUpdateNormRatio, 0):
-		return Errorf("max_update_norm_ratio", "must be a finite number >= 0 (0 turns the check off), got %v", s.MaxUpdateNormRatio)
+	case s.TargetLoss > MaxTargetLoss:
+		return Errorf("target_loss", "must be at most %g nats, got %v: any model starts below it; give a loss the job should reach", float64(MaxTargetLoss), s.TargetLoss)
+	case s.MaxEpochs < 1 || s.MaxEpochs > MaxMaxEpochs:
+		return Errorf("max_epochs", "must be in 1..%d, got %d: give a target instead of a run that never ends", MaxMaxEpochs, s.MaxEpochs)
+	case !(s.MaxUpdateNormRatio >= 0 && s.MaxUpdateNormRatio <= MaxNormRatio):
+		return Errorf("max_update_norm_ratio", "must be a number in [0, %d] (0 turns the check off), got %v", MaxNormRatio, s.MaxUpdateNormRatio)
 	case s.Robust.Engine().Check() != nil:
 		return Errorf("robust", "%v", s.Robust.Engine().Check())
 	case !(s.SpotCheck >= 0 && s.SpotCheck <= 1):
@@ -130,14 +134,18 @@ func (s Spec) validateTraining() error {
 		return Errorf("snapshot_codec", "%q is not a snapshot codec (want fp32 or fp16)", s.SnapshotCodec)
 	case !(s.MaxCommFraction > 0 && s.MaxCommFraction < 1):
 		return Errorf("max_comm_fraction", "must be a fraction in (0, 1) of a worker's time spent communicating, got %v", s.MaxCommFraction)
-	case s.CheckpointEvery < 1:
-		return Errorf("checkpoint_every", "must be >= 1 update, got %d", s.CheckpointEvery)
-	case s.EvalEvery < 1:
-		return Errorf("eval_every", "must be >= 1 update, got %d", s.EvalEvery)
-	case s.LeaseTimeout.Duration < 100*time.Millisecond:
-		return Errorf("lease_timeout", "must be at least 100ms, got %v", s.LeaseTimeout.Duration)
-	case s.RelayWindow.Duration < 0 || s.RelayWindow.Duration > 0 && s.RelayWindow.Duration < 10*time.Millisecond:
-		return Errorf("relay_window", "must be at least 10ms (or left out: %v), got %v", DefaultRelayWindow, s.RelayWindow.Duration)
+	case s.CheckpointEvery < 1 || s.CheckpointEvery > MaxCheckpointEvery:
+		return Errorf("checkpoint_every", "must be in 1..%d updates, got %d (the coordinator also checkpoints every --checkpoint-interval)", MaxCheckpointEvery, s.CheckpointEvery)
+	case s.EvalEvery < 1 || s.EvalEvery > MaxEvalEvery:
+		return Errorf("eval_every", "must be in 1..%d updates, got %d", MaxEvalEvery, s.EvalEvery)
+	case s.LeaseTimeout.Duration < 100*time.Millisecond || s.LeaseTimeout.Duration > MaxLeaseTimeout:
+		return Errorf("lease_timeout", "must be in 100ms..%v, got %v: a lease held longer keeps its task from everyone else", MaxLeaseTimeout, s.LeaseTimeout.Duration)
+	case s.RelayWindow.Duration < 0 || s.RelayWindow.Duration > 0 && s.RelayWindow.Duration < 10*time.Millisecond || s.RelayWindow.Duration > MaxRelayWindow:
+		return Errorf("relay_window", "must be in 10ms..%v (or left out: %v), got %v", MaxRelayWindow, DefaultRelayWindow, s.RelayWindow.Duration)
+	case !(s.Weight >= 0 && s.Weight <= MaxWeight):
+		return Errorf("weight", "must be a number above 0 and at most %g (left out: 1), got %v: a job's share of the grid is its weight over the running jobs' sum", float64(MaxWeight), s.Weight)
+	case s.Priority < -MaxPriority || s.Priority > MaxPriority:
+		return Errorf("priority", "must be a whole number in -%d..%d, got %d", MaxPriority, MaxPriority, s.Priority)
 	}
 	return nil
 }
@@ -170,8 +178,8 @@ func (s Spec) validateMode() error {
 		return Errorf("round_size", "must be in 1..1024, got %d", s.RoundSize)
 	case s.BackupWorkers < 0 || s.BackupWorkers > 1024:
 		return Errorf("backup_workers", "must be in 0..1024, got %d", s.BackupWorkers)
-	case s.Rounds() && s.RoundTimeout.Duration < 100*time.Millisecond:
-		return Errorf("round_timeout", "must be at least 100ms, got %v", s.RoundTimeout.Duration)
+	case s.Rounds() && (s.RoundTimeout.Duration < 100*time.Millisecond || s.RoundTimeout.Duration > MaxRoundTimeout):
+		return Errorf("round_timeout", "must be in 100ms..%v, got %v: a round waits that long for its last result", MaxRoundTimeout, s.RoundTimeout.Duration)
 	case s.AsyncDiLoCo && s.Mode != ModeDiLoCo:
 		return Errorf("async_diloco", "applies to mode diloco, not %s", s.Mode)
 	case s.Snapshot != SnapshotLatest && s.Snapshot != SnapshotGranted:

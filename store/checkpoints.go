@@ -20,6 +20,11 @@ type Checkpoint struct {
 	Params    []byte // little-endian float32s, opaque to store
 	OptState  []byte // opaque
 	Progress  []byte // opaque (JSON)
+	// Credits is the volunteers' credit for the results applied since the
+	// job's previous checkpoint: the save adds it to their rows in the
+	// same transaction, so a volunteer's credit is never durable before
+	// the model that holds the work. Written only; readers leave it nil.
+	Credits []VolunteerCredit
 }
 
 // CheckpointInfo describes a checkpoint without its data.
@@ -94,6 +99,10 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 		if _, err := tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE job_id = ? AND version > ?`, c.JobID, c.Version); err != nil {
 			return s.wrap(doing+": dropping newer checkpoints", err)
 		}
+	}
+	// Credit first: whatever fails after it takes it back with the rest.
+	if err := addCredits(ctx, tx, c.Credits, created); err != nil {
+		return s.wrap(doing+": adding the volunteers' credit", err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints (job_id, version, epoch, created_at, crc32c, params, opt_state, progress)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)

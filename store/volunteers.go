@@ -13,6 +13,10 @@ import (
 // VolunteerRecord is one volunteer's standing: the credit of its accepted
 // results, what was refuted of it, its strikes and its ban. Times come
 // back in UTC.
+//
+// The credit fields (Examples, FLOPs, RefutedExamples, RefutedFLOPs) are
+// read back but never written by SaveVolunteers: credit changes only with
+// the checkpoints that hold the work it pays for (Checkpoint.Credits).
 type VolunteerRecord struct {
 	ID      string // "k-", "a-" or "t-" and a hash or token id (coordinator/volunteers.go)
 	Name    string // display name, already checked by protocol.CheckVolunteerName
@@ -55,7 +59,43 @@ type VolunteerBatch struct {
 	Bans       []AddressBan
 }
 
-// SaveVolunteers writes b in one transaction (one fsync).
+// VolunteerCredit is credit one volunteer earned in a job since its last
+// checkpoint, added to the volunteer's row: examples and FLOPs of accepted
+// results (a refutation takes them off again and adds them to the refuted
+// counts, so any field may be negative).
+type VolunteerCredit struct {
+	Volunteer       string
+	Examples        int64
+	FLOPs           float64
+	RefutedExamples int64
+	RefutedFLOPs    float64
+}
+
+// addCredits adds credits to the volunteers' rows in tx, making a row for
+// a volunteer not written yet (its name and standing follow with the
+// next SaveVolunteers). at is first and last seen for such a row.
+func addCredits(ctx context.Context, tx *sql.Tx, credits []VolunteerCredit, at int64) error {
+	for _, c := range credits {
+		if c.Volunteer == "" {
+			return errors.New("store: a credit without a volunteer ID: set VolunteerCredit.Volunteer")
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO volunteers
+			(id, name, token_id, examples, flops, refuted_examples, refuted_flops, strikes, banned, ban_reason, first_seen, last_seen)
+			VALUES (?, '', '', ?, ?, ?, ?, 0, 0, '', ?, ?)
+			ON CONFLICT (id) DO UPDATE SET examples = examples + excluded.examples, flops = flops + excluded.flops,
+				refuted_examples = refuted_examples + excluded.refuted_examples,
+				refuted_flops = refuted_flops + excluded.refuted_flops`,
+			c.Volunteer, c.Examples, c.FLOPs, c.RefutedExamples, c.RefutedFLOPs, at, at)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SaveVolunteers writes b in one transaction (one fsync). It leaves the
+// rows' credit as it is (a new row starts with none): credit is written
+// by SaveCheckpoint, with the model (Checkpoint.Credits).
 func (s *Store) SaveVolunteers(ctx context.Context, b VolunteerBatch) error {
 	if len(b.Volunteers) == 0 && len(b.LiftBansOf) == 0 && len(b.Bans) == 0 {
 		return nil
@@ -84,12 +124,11 @@ func (s *Store) SaveVolunteers(ctx context.Context, b VolunteerBatch) error {
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO volunteers
 			(id, name, token_id, examples, flops, refuted_examples, refuted_flops, strikes, banned, ban_reason, first_seen, last_seen)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, 0, 0, 0, 0, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET name = excluded.name, token_id = excluded.token_id,
-				examples = excluded.examples, flops = excluded.flops, refuted_examples = excluded.refuted_examples,
-				refuted_flops = excluded.refuted_flops, strikes = excluded.strikes, banned = excluded.banned,
-				ban_reason = excluded.ban_reason, last_seen = excluded.last_seen`,
-			v.ID, v.Name, v.TokenID, v.Examples, v.FLOPs, v.RefutedExamples, v.RefutedFLOPs, v.Strikes, v.Banned, v.BanReason, first, last)
+				strikes = excluded.strikes, banned = excluded.banned, ban_reason = excluded.ban_reason,
+				first_seen = min(first_seen, excluded.first_seen), last_seen = excluded.last_seen`,
+			v.ID, v.Name, v.TokenID, v.Strikes, v.Banned, v.BanReason, first, last)
 		if err != nil {
 			return s.wrap(doing, err)
 		}

@@ -33,6 +33,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints); "+
 		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
 	dataRoot := fs.String("data-root", ".", "`DIR` whose files job specs submitted over the API may name (their relative paths are relative to it)")
+	dataLoadTimeout := fs.Duration("data-load-timeout", coordinator.DefaultDataLoadTimeout, "longest a submitted job waits for its data to load; a slower load (a file that blocks) is refused and holds up no other submission")
+	maxParams := fs.Int64("max-params", coordinator.DefaultMaxParams(), fmt.Sprintf("largest model in `PARAMETERS` a job may have (the coordinator holds about %d bytes a parameter: weights, optimizer moments, snapshots, checkpoint copies); default: what fits in a quarter of this machine's memory; 0 takes any", coordinator.BytesPerParamHeld))
 	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
 	dbPath := fs.String("db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
 	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
@@ -172,7 +174,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return loadData(d, o)
 		},
-		Logf: logger.Printf, Store: db, DataRoot: *dataRoot,
+		Logf: logger.Printf, Store: db, DataRoot: *dataRoot, DataLoadTimeout: *dataLoadTimeout, MaxParams: *maxParams,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token, Join: *join,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
