@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -40,9 +41,13 @@ func NeedQEMU(t testing.TB, goarch string) string {
 // runs those that run (a -test.run pattern) matches with -test.short under
 // qemu-user, in the package's directory, and returns their -test.v
 // output. It fails t, with that output, when they fail or when none ran.
+// On a linux/goarch host they run natively.
 func RunTestsUnderQEMU(t testing.TB, goarch, pkg, run string) string {
 	t.Helper()
-	emu := NeedQEMU(t, goarch)
+	emu := "" // none on a linux/goarch host
+	if runtime.GOOS != "linux" || runtime.GOARCH != goarch {
+		emu = NeedQEMU(t, goarch)
+	}
 	bin := filepath.Join(t.TempDir(), "pkg-"+goarch+".test")
 	build := exec.Command("go", "test", "-c", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+goarch, "CGO_ENABLED=0")
@@ -53,17 +58,21 @@ func RunTestsUnderQEMU(t testing.TB, goarch, pkg, run string) string {
 	if err != nil {
 		t.Fatalf("go list %s: %v", pkg, err)
 	}
-	cmd := exec.Command(emu, bin, "-test.short", "-test.v", "-test.count=1", "-test.run", run)
+	args := []string{"-test.short", "-test.v", "-test.count=1", "-test.run", run}
+	cmd, how := exec.Command(bin, args...), "natively"
+	if emu != "" {
+		cmd, how = exec.Command(emu, append([]string{bin}, args...)...), "under "+filepath.Base(emu)
+	}
 	cmd.Dir = strings.TrimSpace(string(dir))
 	// The kernel the tests start on is theirs to choose: a host's
 	// CROWDTRAIN_KERNEL=avx2 names no kernel on arm64.
 	cmd.Env = append(os.Environ(), "CROWDTRAIN_KERNEL=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s under %s: %v\n%s", pkg, filepath.Base(emu), err, out)
+		t.Fatalf("%s for linux/%s, run %s: %v\n%s", pkg, goarch, how, err, out)
 	}
 	if !strings.Contains(string(out), "--- PASS") {
-		t.Fatalf("%s under %s: no test matched %q\n%s", pkg, filepath.Base(emu), run, out)
+		t.Fatalf("%s for linux/%s, run %s: no test matched %q\n%s", pkg, goarch, how, run, out)
 	}
 	return string(out)
 }
