@@ -16,7 +16,7 @@ import (
 // against one on another. An async lease and a DiLoCo lease (the preset's
 // local steps) of each model, from the same parameters and examples. On
 // arm64 this is the NEON kernel against pure Go (run under qemu-aarch64 by
-// TestKernelTestsUnderQEMU in CI); on amd64, AVX2 and AVX-512.
+// TestArm64BackendUnderQEMU in CI); on amd64, AVX2 and AVX-512.
 func TestKernelsAgreeWithinSpotCheckTolerance(t *testing.T) {
 	old := nn.KernelName()
 	defer nn.UseKernel(old)
