@@ -169,6 +169,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=js GOARCH=wasm $(GO) vet $(WASM_PKGS)
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
 
 clean:
 	rm -rf bin data web/dist/crowdtrain.wasm web/dist/wasm_exec.js

@@ -65,6 +65,7 @@ func TestAutoKernelPicksAValidKernel(t *testing.T) {
 		if len(lines) != 1 {
 			t.Fatalf("%s: log %q, want one line saying it took %s", preset, log.lines, got)
 		}
+		t.Logf("%s: %s", preset, lines[0])
 		for _, k := range nn.Kernels() {
 			if !strings.Contains(lines[0], k+" ") {
 				t.Errorf("%s: the log line does not give %s's figure: %q", preset, k, lines[0])

@@ -21,6 +21,7 @@ type SgemmFunc func(transA, transB bool, m, n, k int, alpha float32, a []float32
 const (
 	KernelAVX512   = "avx512"   // amd64: 8×32 AVX-512F micro-kernel, packed operands
 	KernelAVX2     = "avx2"     // amd64: 6×16 AVX2+FMA micro-kernel, packed operands
+	KernelNEON     = "neon"     // arm64: 8×8 NEON (AdvSIMD) micro-kernel, packed operands
 	KernelGo       = "go"       // pure Go: 4×4 register tiles, packed operands (what wasm runs)
 	KernelGonum    = "gonum"    // gonum blas32 in serial tiles, skipping zero operands
 	KernelOpenBLAS = "openblas" // the host's OpenBLAS, one thread

@@ -1,7 +1,7 @@
-//go:build !amd64 || purego
+//go:build !(amd64 || arm64) || purego
 
 package nn
 
-// platformKernels: no assembly kernels in this build (not amd64, or built
-// with -tags purego).
+// platformKernels: no assembly kernels in this build (neither amd64 nor
+// arm64, or built with -tags purego).
 func platformKernels() []*kernel { return nil }

@@ -24,7 +24,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminToken := fs.String("token", "", "not a work flag: the join token is --join-token")
 	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
 	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
-	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, openblas, gonum, go)")
+	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	pin := fs.String("job", "", "compute only for job `ID` (or a sweep's trials); default: any job the coordinator places this worker on")
 	memoryMB := fs.Int("memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
 	if err := parseFlags(fs, args, stderr); err != nil {
