@@ -182,6 +182,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	} else if outlier {
 		ack.Reason, ack.Detail = protocol.ReasonClipped, "applied scaled down to the norm gate's limit (a hard batch: the robust clip bounds it, this worker's record is clean, or another computed it alike)"
 	}
+	j.observeValidation(update) // validate.go: the validation's noise floor
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.empty.accepted(sub.volunteer)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))

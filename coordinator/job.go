@@ -166,6 +166,7 @@ type jobState struct {
 	outliers       normOutliers // tasks the gate refused (normoutliers.go)
 	empty          emptyUpdates // updates that move nothing (emptyupdates.go)
 	grantShares    grantShares  // volunteers of the recent grants (volunteershare.go)
+	validationSeen int64        // accepted updates, for observeValidation's sample
 	nonFiniteRun   int          // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started

@@ -358,3 +358,59 @@ func TestRoundsValidateFlaggedResults(t *testing.T) {
 		t.Fatalf("%d validated, %d held; want 2 and 1", len(asked), r.results)
 	}
 }
+
+// The noise floor follows the spread of the observed scores: none before
+// zenoMinSamples, then the median less zenoSpread robust deviations,
+// never below −zenoMaxRise, and a hostile quarter of the sample barely
+// moves it.
+func TestZenoFloorFollowsHonestSpread(t *testing.T) {
+	z := &Zeno{Margin: DefaultZenoMargin}
+	record := func(rel float64) {
+		z.honest[z.pos] = rel
+		z.pos = (z.pos + 1) % zenoWindow
+		z.nHonest = min(z.nHonest+1, zenoWindow)
+	}
+	for i := range zenoMinSamples - 1 {
+		record(float64(i%5-2) * 0.05) // −0.1 .. 0.1
+	}
+	if f := z.Floor(); f != -DefaultZenoMargin {
+		t.Fatalf("floor %v before %d samples, want the margin", f, zenoMinSamples)
+	}
+	for i := range zenoWindow {
+		record(float64(i%5-2) * 0.05)
+	}
+	// Median 0, MAD 0.05: 0 − 6 × 1.4826 × 0.05.
+	want := -zenoSpread * 1.4826 * 0.05
+	if f := z.Floor(); math.Abs(f-want) > 1e-9 {
+		t.Fatalf("floor %v, want %v", f, want)
+	}
+	// A tenth of the window hostile (scores of −50, had they been
+	// accepted) moves the floor by less than a tenth; a quarter, to no
+	// further than −zenoMaxRise.
+	for range zenoWindow / 10 {
+		record(-50)
+	}
+	if f := z.Floor(); f < want-0.1 {
+		t.Fatalf("a hostile tenth moved the floor to %v (from %v)", f, want)
+	}
+	for range zenoWindow/4 - zenoWindow/10 {
+		record(-50)
+	}
+	if f := z.Floor(); f < -zenoMaxRise {
+		t.Fatalf("a hostile quarter moved the floor to %v, past the cap", f)
+	}
+	// Honest steps that all climb wildly: the floor stops at −zenoMaxRise.
+	for i := range zenoWindow {
+		record(float64(i%5-2) * 2)
+	}
+	if f := z.Floor(); f != -zenoMaxRise {
+		t.Fatalf("floor %v for a wild spread, want %v", f, -zenoMaxRise)
+	}
+	// Tight honest scores: the margin still holds.
+	for range zenoWindow {
+		record(0.01)
+	}
+	if f := z.Floor(); f != -DefaultZenoMargin {
+		t.Fatalf("floor %v for tight scores, want the margin %v", f, -DefaultZenoMargin)
+	}
+}
