@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -93,6 +93,13 @@ bench-spotcheck: data
 # Each mode to 97% on mnist-mlp with two local workers (docs/BENCHMARKS.md).
 bench-modes: data
 	$(GO) test -run '^$$' -bench ModesTo97 -benchtime 1x -count 3 -timeout 60m ./coordinator/
+
+# The crowd's speed-up (docs/BENCHMARKS.md): each preset in each mode with
+# 1, 2 (and 4, with the cores) native workers of one thread, to its
+# target; the table lands in test-artifacts/crowd.md. CROWD_PRESETS,
+# CROWD_MODES, CROWD_WORKERS select a subset, CROWD_TIMEOUT a run's limit.
+bench-crowd: data
+	CROWD_OUT=$(CURDIR)/test-artifacts/crowd.md $(GO) test -run '^$$' -bench '^BenchmarkCrowd$$' -benchtime 1x -count 1 -timeout 600m ./coordinator/
 
 # The attack matrix (docs/BENCHMARKS.md): mnist-mlp in async, sync and
 # DiLoCo mode, clean and under each `crowdtrain attack` kind, to 97% or an

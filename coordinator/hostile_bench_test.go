@@ -33,12 +33,22 @@ func hostileMatrix(modes []string, kinds []attack.Kind, cleanRuns int) []hostile
 				setups = append(setups, setup{h, a})
 			}
 		}
-		for _, k := range attack.Kinds {
-			add(k, 4, 1)
-		}
-		add(attack.IPM, 5, 4)
-		for _, k := range []attack.Kind{attack.Scale, attack.Ratchet, attack.Early} {
-			add(k, 2, 1)
+		if os.Getenv("HOSTILE_SETUPS") == "volunteers" {
+			// Attackers as separate volunteers (each on its own address):
+			// 1 of 4, 2 of 5 and 4 of 9.
+			for _, k := range []attack.Kind{attack.ALIE, attack.IPM, attack.SignFlip, attack.LabelFlip, attack.Scale, attack.Mimic, attack.Zero} {
+				add(k, 3, 1)
+				add(k, 3, 2)
+				add(k, 5, 4)
+			}
+		} else {
+			for _, k := range attack.Kinds {
+				add(k, 4, 1)
+			}
+			add(attack.IPM, 5, 4)
+			for _, k := range []attack.Kind{attack.Scale, attack.Ratchet, attack.Early} {
+				add(k, 2, 1)
+			}
 		}
 		// The clean runs of a mode, cleanRuns of each setup, round robin:
 		// the overheads are against their median (wall times on a shared
@@ -90,7 +100,10 @@ func envInt(b *testing.B, name string, def, least int, what string) int {
 // select a subset; HOSTILE_EPOCHS is the epoch cap (default 10: the 9-connection DiLoCo setup steps half as often per epoch, and its clean run missed 97% within 5) and
 // HOSTILE_TIMEOUT a cell's limit (default 4m); HOSTILE_CLEAN is how many
 // clean runs of each setup the overheads are measured against, by their
-// median (default 3; 0 leaves them out). Run it with -benchtime 1x.
+// median (default 3; 0 leaves them out). HOSTILE_SETUPS=volunteers runs
+// the attackers as 1 of 4, 2 of 5 and 4 of 9 separate volunteers for
+// alie, ipm, signflip, labelflip, scale, mimic and zero instead of the
+// default setups. Run it with -benchtime 1x.
 func BenchmarkHostileMatrix(b *testing.B) {
 	modes := envList("HOSTILE_MODES", []string{"async", "sync", "diloco"})
 	var kinds []attack.Kind

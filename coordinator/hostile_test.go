@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -83,6 +84,35 @@ func (o hostileOutcome) accuracy() float64 {
 		return 0
 	}
 	return o.view.Eval.Accuracy
+}
+
+// honestLost is what the defences cost the honest workers: their results
+// refused for a reason other than late, stale or not_running (the job's
+// refusals less the attackers'), of all their results answered.
+func (o hostileOutcome) honestLost() (refused, answered int64) {
+	var rejected int64
+	for reason, n := range o.view.Rejections {
+		rejected += n
+		switch reason {
+		case protocol.ReasonLate, protocol.ReasonStale, protocol.ReasonNotRunning:
+		default:
+			refused += n
+		}
+	}
+	answered = o.view.UpdatesApplied + rejected
+	if o.report != nil {
+		for _, c := range o.report.Variants {
+			answered -= int64(c.Accepted + c.Rejected)
+			for reason, n := range c.Reasons {
+				switch reason {
+				case protocol.ReasonLate, protocol.ReasonStale, protocol.ReasonNotRunning:
+				default:
+					refused -= int64(n)
+				}
+			}
+		}
+	}
+	return max(refused, 0), max(answered, 0)
 }
 
 // forged sums the attack report's variants other than honest ones.
@@ -193,16 +223,23 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 // volunteers spot checks banned.
 func hostileTable(outs []hostileOutcome) string {
 	var b strings.Builder
-	b.WriteString("| mode | attack | attackers | final accuracy | time to 97% | overhead | forged sent | applied (clipped) | rejected | bans |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| mode | attack | attackers | final accuracy | time to 97% | overhead | versions (vs clean) | honest lost | forged sent | applied (clipped) | rejected | bans |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	// The reference of each setup is the median of its clean runs that
 	// reached the target.
 	runs := map[string][]time.Duration{}
+	versions := map[string][]int64{}
 	for _, o := range outs {
 		if o.cell.kind == "" && o.reached {
 			k := fmt.Sprintf("%s/%d/%d", o.cell.mode, o.cell.honest, o.cell.group)
 			runs[k] = append(runs[k], o.elapsed)
+			versions[k] = append(versions[k], o.view.Version)
 		}
+	}
+	cleanVersions := map[string]int64{}
+	for k, vs := range versions {
+		slices.Sort(vs)
+		cleanVersions[k] = vs[len(vs)/2]
 	}
 	clean := map[string]time.Duration{}
 	for k, ts := range runs {
@@ -220,12 +257,19 @@ func hostileTable(outs []hostileOutcome) string {
 		} else if c.kind == attack.Sybil {
 			who = fmt.Sprintf("%d of %d (%d connections)", c.attackers, c.honest+c.attackers, attack.DefaultN(attack.Sybil)*c.attackers)
 		}
-		tt, over := "—", "—"
+		tt, over, vers := "—", "—", "—"
 		if o.reached {
 			tt = fmt.Sprintf("%.1f s", o.elapsed.Seconds())
-			if ref, ok := clean[fmt.Sprintf("%s/%d/%d", c.mode, c.honest, c.group)]; ok && c.kind != "" {
+			vers = fmt.Sprint(o.view.Version)
+			setup := fmt.Sprintf("%s/%d/%d", c.mode, c.honest, c.group)
+			if ref, ok := clean[setup]; ok && c.kind != "" {
 				over = fmt.Sprintf("%.2fx", o.elapsed.Seconds()/ref.Seconds())
+				vers += fmt.Sprintf(" (%.2fx)", float64(o.view.Version)/float64(cleanVersions[setup]))
 			}
+		}
+		lost := "—"
+		if refused, answered := o.honestLost(); answered > 0 {
+			lost = fmt.Sprintf("%.1f%% (%d of %d)", 100*float64(refused)/float64(answered), refused, answered)
 		}
 		acc := fmt.Sprintf("%.4f", o.accuracy())
 		if o.err != "" {
@@ -251,7 +295,7 @@ func hostileTable(outs []hostileOutcome) string {
 		if sc := o.view.SpotChecks; sc != nil && (c.kind != "" || sc.Bans > 0) {
 			bans = fmt.Sprint(sc.Bans)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.mode, kind, who, acc, tt, over, sent, applied, rejected, bans)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.mode, kind, who, acc, tt, over, vers, lost, sent, applied, rejected, bans)
 	}
 	return b.String()
 }
