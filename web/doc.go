@@ -35,7 +35,8 @@
 // /downloads/ (http.ServeContent: validators, ranges; a name that is a
 // path, a dot file, a symbolic link or a folder is refused), and the
 // installers /install.sh and /install.ps1 (install/), rendered with the
-// URL the coordinator was reached by (docs/DIST.md).
+// URL the coordinator was reached by (docs/DIST.md). The contribute page's
+// downloads.js offers the archive for the visitor's OS and architecture.
 //
 // web imports nothing of ours: the coordinator mounts its Handler.
 package web
