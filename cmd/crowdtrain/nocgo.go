@@ -14,7 +14,7 @@ import (
 // noDatabase is the answer of serve, relay and export in this build.
 func noDatabase(cmd string) error {
 	return usagef("this build cannot hold a database (built without cgo), so it has no %s: "+
-		"build crowdtrain from source with CGO_ENABLED=1 and a C compiler (README, \"Build from source\"); "+
+		"build crowdtrain from source with CGO_ENABLED=1 and a C compiler (README, \"Contribute with a native worker\"); "+
 		"this binary runs work, bench, status, submit, sample and version", cmd)
 }
 
