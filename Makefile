@@ -7,12 +7,22 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
 build: data wasm
 	$(GO) build -o $(BIN) ./cmd/crowdtrain
+
+# The release archives (docs/DIST.md): the worker build (CGO_ENABLED=0,
+# reproducible) for linux, darwin and windows on amd64 and arm64, as
+# dist/crowdtrain_<version>_<os>_<arch>.tar.gz (.zip for windows), and
+# dist/SHA256SUMS. DIST_TARGETS=linux/amd64,darwin/arm64 builds only those;
+# DIST_VERSION= replaces `git describe --tags --always --dirty`.
+DIST_TARGETS ?=
+DIST_VERSION ?=
+dist:
+	$(GO) run ./cmd/crowdtrain-dist --out dist $(if $(DIST_VERSION),--version $(DIST_VERSION)) $(if $(DIST_TARGETS),--targets $(DIST_TARGETS))
 
 # The browser worker, with the wasm_exec.js of the same toolchain (the two
 # must match); package web embeds both into the binary. go build decides
@@ -179,4 +189,4 @@ lint:
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
 
 clean:
-	rm -rf bin data web/dist/crowdtrain.wasm web/dist/wasm_exec.js
+	rm -rf bin data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js

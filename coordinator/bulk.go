@@ -125,7 +125,9 @@ func (b *budgetWriter) WriteHeader(code int) {
 		return
 	}
 	b.wroteHeader = true
-	if code == http.StatusOK && b.r.Method == http.MethodGet {
+	// A range of a download (206) is charged as well: ranges must not
+	// fetch what a whole response would be refused.
+	if (code == http.StatusOK || code == http.StatusPartialContent) && b.r.Method == http.MethodGet {
 		n, _ := strconv.Atoi(b.Header().Get("Content-Length"))
 		if !b.s.chargeBulk(b.ResponseWriter, b.r, n) {
 			b.refused = true

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,5 +202,39 @@ func TestPageFilesCountTowardTheBudget(t *testing.T) {
 	}
 	if resp, _ := g.send(clientFrom(t, "127.0.0.3"), http.MethodGet, "/static/"+web.WasmFile, nil, gz); resp.StatusCode != http.StatusOK {
 		t.Errorf("another visitor: %d, want 200", resp.StatusCode)
+	}
+}
+
+// The worker's release archives (serve --downloads) are bulk data too, and
+// a range of one is charged like the whole: ranges do not get round the
+// budget.
+func TestDownloadRangesCountTowardTheBudget(t *testing.T) {
+	dir := t.TempDir()
+	archive := make([]byte, 5<<20)
+	_, _ = rand.NewChaCha8([32]byte{2}).Read(archive)
+	for name, b := range map[string][]byte{"crowdtrain_v1_linux_amd64.tar.gz": archive, web.SumsFile: []byte("x")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages, err := web.NewHandler(web.Options{Dist: fstest.MapFS{}, Logf: t.Logf, Downloads: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.Pages, c.AnonBulkBurst, c.AnonBulkRate = pages, 8<<20, 1
+	})
+	visitor := clientFrom(t, "127.0.0.2")
+	const path = "/downloads/crowdtrain_v1_linux_amd64.tar.gz"
+	resp, body := g.send(visitor, http.MethodGet, path, nil, nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, archive) {
+		t.Fatalf("the archive: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	rng := map[string]string{"Range": "bytes=0-4194303"} // 4 MiB: past the 3 MiB left
+	if resp, body = g.send(visitor, http.MethodGet, path, nil, rng); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a 4 MiB range past the budget: %d, %d bytes; want 429", resp.StatusCode, len(body))
+	}
+	if resp, body = g.send(clientFrom(t, "127.0.0.3"), http.MethodGet, path, nil, rng); resp.StatusCode != http.StatusPartialContent || len(body) != 4<<20 {
+		t.Errorf("another visitor's range: %d, %d bytes; want 206 with 4 MiB", resp.StatusCode, len(body))
 	}
 }

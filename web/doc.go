@@ -30,5 +30,13 @@
 // allows only the pages' own scripts and styles, so the pages have no
 // inline code or style attributes.
 //
+// With Options.Downloads (serve --downloads DIR, the folder make dist
+// writes) it also serves the worker's release archives and SHA256SUMS under
+// /downloads/ (http.ServeContent: validators, ranges; a name that is a
+// path, a dot file, a symbolic link or a folder is refused), and the
+// installers /install.sh and /install.ps1 (install/), rendered with the
+// URL the coordinator was reached by (docs/DIST.md). The contribute page's
+// downloads.js offers the archive for the visitor's OS and architecture.
+//
 // web imports nothing of ours: the coordinator mounts its Handler.
 package web

@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -41,6 +42,13 @@ type Options struct {
 	// Logf receives a warning when the browser worker is missing; nil
 	// means log.Printf.
 	Logf func(format string, args ...any)
+	// Downloads is the folder of the worker's release archives and their
+	// SHA256SUMS (what `make dist` writes), served under /downloads/ with
+	// /install.sh and /install.ps1; "" serves none.
+	Downloads string
+	// PublicURLs are the coordinator's public URLs (serve --public-url):
+	// the installers take their scheme for the host they were fetched from.
+	PublicURLs []string
 }
 
 // Handler serves the contribute page at /, the admin page at /admin, and
@@ -54,6 +62,10 @@ type Handler struct {
 	// coordinator's relays, which serve their tabs' snapshots and shards
 	// (AllowConnect).
 	connect atomic.Pointer[func() []string]
+
+	downloads  *os.Root // Options.Downloads; nil without
+	publicURLs []string
+	installers *textTemplate // install.sh and install.ps1
 }
 
 // AllowConnect lets the pages (and their workers) fetch from the origins
@@ -109,7 +121,15 @@ func NewHandler(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{assets: map[string]*asset{}}
+	h := &Handler{assets: map[string]*asset{}, publicURLs: opts.PublicURLs}
+	if opts.Downloads != "" {
+		if h.downloads, err = openDownloads(opts.Downloads); err != nil {
+			return nil, err
+		}
+	}
+	if h.installers, err = loadInstallers(); err != nil {
+		return nil, err
+	}
 	var indexSrc []byte
 	err = fs.WalkDir(static, ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -200,6 +220,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveIndex(w, r)
 	case r.URL.Path == "/admin" || r.URL.Path == "/admin/":
 		h.admin.serve(w, r)
+	case strings.HasPrefix(r.URL.Path, "/downloads/"):
+		h.serveDownload(w, r)
+	case r.URL.Path == "/install.sh" || r.URL.Path == "/install.ps1":
+		h.serveInstaller(w, r, strings.TrimPrefix(r.URL.Path, "/"))
 	case strings.HasPrefix(r.URL.Path, "/static/"):
 		name := strings.TrimPrefix(r.URL.Path, "/static/")
 		a := h.assets[name]

@@ -13,9 +13,6 @@ import (
 	"syscall"
 )
 
-// version is the client version workers report in hello.
-const version = "0.1.0"
-
 // usageError marks bad command-line input: exit status 2.
 type usageError struct{ msg string }
 
@@ -37,6 +34,7 @@ Usage:
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
   crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID]
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--token T]
+  crowdtrain version                   (or --version): version, commit, platform, cgo, GEMM kernels
 
 Run 'crowdtrain COMMAND -h' for a command's flags.
 `
@@ -76,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = sample(ctx, args[1:], stdout, stderr)
 	case "attack":
 		err = attackCmd(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		err = versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package main
 
 import (
@@ -57,6 +59,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
 	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
 	webDist := fs.String("web-dist", "", "`DIR` holding the browser worker ("+web.WasmFile+" and "+web.WasmExecFile+") to serve instead of the build embedded in this binary (`make wasm` writes it to web/dist)")
+	downloads := fs.String("downloads", "", "`DIR` of the worker's release archives and SHA256SUMS (what make dist writes to dist/), served under /downloads/ with the installers /install.sh and /install.ps1 and offered on the contribute page")
 	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
 	var abuse abuseFlags // serveabuse.go: per-address and hostage limits
 	abuse.register(fs)
@@ -154,7 +157,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	webOpts := web.Options{Logf: logger.Printf}
+	webOpts := web.Options{Logf: logger.Printf, Downloads: *downloads, PublicURLs: access.publicURLs}
 	if *webDist != "" {
 		for _, f := range []string{web.WasmFile, web.WasmExecFile} {
 			if _, err := os.Stat(filepath.Join(*webDist, f)); err != nil {
@@ -165,6 +168,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	pages, err := web.NewHandler(webOpts)
 	if err != nil {
+		if *downloads != "" {
+			return usagef("--downloads: %v", err)
+		}
 		return err
 	}
 	cfg := coordinator.Config{
@@ -245,6 +251,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if pages.HasWorker() {
 		logger.Printf("contribute from a browser: open %s/ and press Contribute", base)
+	}
+	if *downloads != "" {
+		logger.Printf("worker downloads from %s: %s/downloads/SHA256SUMS; install with: curl -fsSL %s/install.sh | sh (Windows: irm %s/install.ps1 | iex)",
+			*downloads, base, base, base)
 	}
 	if generated {
 		logger.Printf("admin page %s/admin; admin token (random, this run only; set --admin-token or $%s to keep one): %s", base, adminTokenEnv, token)

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/crowdtrain/crowdtrain/coordinator"
 )
 
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,11 +22,11 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
-	var jobs []coordinator.JobView
+	var jobs []jobView
 	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs", nil, &jobs); err != nil {
 		return err
 	}
-	var workers []coordinator.WorkerView
+	var workers []workerView
 	workersErr := error(nil)
 	if c.token == "" {
 		workersErr = errors.New("workers are shown to the operator only: pass --token or set $" + adminTokenEnv)

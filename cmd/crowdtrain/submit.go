@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // submit sends a job spec (a file, or a built-in job's name) to a running
@@ -20,7 +20,7 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	coord, token := apiFlags(fs, "")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", coordinator.JobPresetNames())
+		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", jobspec.PresetNames())
 		fs.PrintDefaults()
 	}
 	// SPEC may come before or after the flags.
@@ -40,24 +40,24 @@ func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		args = fs.Args()[1:]
 	}
 	if len(rest) != 1 {
-		return usagef("give one SPEC: a job spec file or a built-in job (%v)", coordinator.JobPresetNames())
+		return usagef("give one SPEC: a job spec file or a built-in job (%v)", jobspec.PresetNames())
 	}
 	if *token == "" {
 		return needsToken("submitting")
 	}
 	arg := rest[0]
-	var req coordinator.SubmitRequest
+	var req submitRequest
 	if data, err := os.ReadFile(arg); err == nil {
 		req.Spec = string(data)
-	} else if slices.Contains(coordinator.JobPresetNames(), arg) {
+	} else if slices.Contains(jobspec.PresetNames(), arg) {
 		req.Preset = arg
 	} else {
-		return usagef("%s: %v (and it is not a built-in job: %v)", arg, err, coordinator.JobPresetNames())
+		return usagef("%s: %v (and it is not a built-in job: %v)", arg, err, jobspec.PresetNames())
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
 	// A job or a sweep: a sweep's answer has kind "sweep" and its trials.
 	var v struct {
-		coordinator.JobView
+		jobView
 		Kind   string   `json:"kind"`
 		Trials []string `json:"trials"`
 	}

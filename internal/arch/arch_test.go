@@ -154,3 +154,22 @@ func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
 		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)
 	}
 }
+
+// The worker build (CGO_ENABLED=0, every release target) links no SQLite:
+// neither the store nor the coordinator and the NATS server around it.
+// cmd/crowdtrain's serve, relay and export are left out of it by build tags.
+func TestWorkerBuildHasNoDatabase(t *testing.T) {
+	for _, target := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64", "windows/amd64", "windows/arm64"} {
+		goos, goarch, _ := strings.Cut(target, "/")
+		env := []string{"CGO_ENABLED=0", "GOOS=" + goos, "GOARCH=" + goarch}
+		for _, d := range list(t, env, "-deps", module+"/cmd/crowdtrain") {
+			switch {
+			case d.ImportPath == module+"/store", d.ImportPath == module+"/coordinator",
+				d.ImportPath == module+"/internal/natsbox", d.ImportPath == "runtime/cgo",
+				strings.HasPrefix(d.ImportPath, "github.com/mattn/go-sqlite3"),
+				strings.HasPrefix(d.ImportPath, "github.com/nats-io/nats-server"):
+				t.Errorf("%s: the worker build of cmd/crowdtrain pulls in %s", target, d.ImportPath)
+			}
+		}
+	}
+}
