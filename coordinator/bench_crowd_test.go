@@ -192,7 +192,8 @@ func runCrowd(b *testing.B, preset, mode string, n int, timeout time.Duration) c
 	if v.Eval != nil {
 		r.versions = v.Eval.Version
 	}
-	b.Logf("%s/%s, %d workers: %s in %.1fs, version %d, %d examples, reached %v (eval %+v); rejections %v",
+	// To stderr: a benchmark's log is cut short.
+	fmt.Fprintf(os.Stderr, "crowd: %s/%s, %d workers: %s in %.1fs, version %d, %d examples, reached %v (eval %+v); rejections %v\n",
 		preset, mode, n, v.State, r.elapsed.Seconds(), r.versions, r.examples, r.reached, v.Eval, v.Rejections)
 	return r
 }
