@@ -166,8 +166,17 @@ func BenchmarkCrowd(b *testing.B) {
 }
 
 // runCrowd trains preset in mode with n workers to its target.
-func runCrowd(b *testing.B, preset, mode string, n int, timeout time.Duration) crowdRun {
+func runCrowd(b testing.TB, preset, mode string, n int, timeout time.Duration) crowdRun {
 	spec, edit := crowdSpec(b, preset, mode, n)
+	if os.Getenv("CROWD_VERBOSE") != "" {
+		edit0 := edit
+		edit = func(cfg *coordinator.Config) {
+			if edit0 != nil {
+				edit0(cfg)
+			}
+			cfg.Verbose = true
+		}
+	}
 	g := newTestGridWith(b, spec, edit)
 	defer g.close()
 	start := time.Now()

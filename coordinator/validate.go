@@ -102,16 +102,16 @@ func (v *validator) fits(params []float32, idx []int) bool {
 	return loss/float64(len(idx)*lpe) < fitLoss
 }
 
-// observeValidation scores one in engine.ZenoSampleEvery accepted updates
-// for the validation's noise floor (engine.Zeno.Floor), where the job
-// validates at all (a robust method). It runs on the loop, before the
-// update is applied.
+// observeValidation scores a sample of the accepted updates (one in
+// engine.Zeno.SampleEvery) for the validation's noise floor
+// (engine.Zeno.Floor), where the job validates at all (a robust method).
+// It runs on the loop, before the update is applied.
 func (j *Job) observeValidation(u []float32) {
 	v := j.validator
 	if v == nil || j.st.spec.Robust.Method == engine.RobustNone {
 		return
 	}
-	if j.st.validationSeen++; j.st.validationSeen%engine.ZenoSampleEvery != 0 {
+	if j.st.validationSeen++; j.st.validationSeen%v.zeno.SampleEvery() != 0 {
 		return
 	}
 	v.zeno.Gamma = zenoGamma(&j.st.spec)
