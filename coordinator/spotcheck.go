@@ -217,6 +217,9 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")
 	}
 	j.spotSettle(o)
+	if !o.Done {
+		j.spotReferee() // a mismatch: with no third volunteer at hand, the coordinator decides
+	}
 	ack.Staleness = 0
 	if o.Agreed {
 		ack.Accepted, ack.Detail = true, o.Detail
@@ -266,11 +269,14 @@ type SpotCheckView struct {
 	// copies computed again: duplicated / (examples_seen + duplicated).
 	DuplicatedFraction float64 `json:"duplicated_fraction"`
 	Rate               float64 `json:"rate"`
+	// RecomputeSeconds is the time the coordinator spent computing the
+	// third results of disputed checks (spotreferee.go).
+	RecomputeSeconds float64 `json:"recompute_seconds"`
 }
 
 func (j *Job) spotView() *SpotCheckView {
 	st := &j.st
-	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate}
+	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate, RecomputeSeconds: st.referee.seconds}
 	if d := v.DuplicatedExamples; d > 0 {
 		v.DuplicatedFraction = float64(d) / float64(st.examplesSeen+d)
 	}

@@ -179,7 +179,7 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	a, b, t := c.Results[0], c.Results[1], c.Results[2]
 	third, second := "a third volunteer", "the second copy"
 	if t.Referee {
-		third = "the coordinator's recomputation"
+		third, second = "the coordinator's recomputation", "the copy"
 	}
 	credit := func(o *Outcome, r SpotResult) {
 		if !r.Referee {
