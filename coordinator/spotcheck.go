@@ -17,7 +17,9 @@ import (
 // same dropout masks (protocol.Lease.CopyOf). A copy comes in f32, or
 // f16 in an f16 job; a primary in a lossy error-feedback codec (i8) is
 // compared with the slack its codec allows (slackOf). A copy's result is
-// compared, never applied, and takes no place in a round. Credit, refutations, strikes and bans go to the ledger.
+// compared, never applied, and takes no place in a round. A mismatch no
+// third volunteer takes is recomputed by the coordinator (spotreferee.go).
+// Credit, refutations, strikes and bans go to the ledger.
 
 // spotSeed is where a job's spot check draws come from: a secret
 // seed, so that no volunteer can tell from the job spec which of its

@@ -9,7 +9,8 @@ import (
 
 // Spot checks: a sample of tasks is computed again by another volunteer
 // and the two results compared (BOINC's replication, BTARD's random
-// recomputation). A mismatch sends the task to a third volunteer; the one
+// recomputation). A mismatch sends the task to a third volunteer, or,
+// when none is at hand, to the coordinator (spotreferee.go); the one
 // that disagrees with the majority gets a strike, and enough strikes ban
 // it. SpotChecks is the policy and its memory; the job's loop owns it and
 // grants, applies and credits what it decides.
