@@ -142,6 +142,7 @@ type jobState struct {
 	spec           JobSpec
 	members        map[string]member  // connected workers by id
 	spot           *engine.SpotChecks // spotcheck.go
+	referee        refereeState       // spotreferee.go: the coordinator's recomputations
 	model          engine.Model
 	sched          engine.Scheduler
 	agg            engine.Aggregator

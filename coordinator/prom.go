@@ -28,6 +28,8 @@ type promMetrics struct {
 	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction *prometheus.Desc
 	// The share of the workers' time spent computing.
 	jobUtilisation, workerUtilisation *prometheus.Desc
+	// Disputed spot checks the coordinator recomputed (spotreferee.go).
+	spotRecomputes, spotRecomputeSeconds *prometheus.Desc
 }
 
 func newPromMetrics(s *Server) *promMetrics {
@@ -62,6 +64,9 @@ func newPromMetrics(s *Server) *promMetrics {
 		workerCommFraction: prometheus.NewDesc("crowdtrain_worker_comm_fraction", "Smoothed share of the worker's time spent communicating.", []string{"worker"}, nil),
 		jobUtilisation:     prometheus.NewDesc("crowdtrain_job_worker_utilisation", "Mean share of the wall time of the job's workers spent computing.", []string{"job"}, nil),
 		workerUtilisation:  prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
+		spotRecomputes: prometheus.NewDesc("crowdtrain_spot_recomputes_total",
+			"Disputed spot checks the coordinator computed the third result of itself, by outcome: decided (the result entered the check), dropped (the base snapshot was gone), deferred (the check waited for the recomputations' rate bound).", []string{"job", "outcome"}, nil),
+		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks.", []string{"job"}, nil),
 	}
 	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -75,7 +80,7 @@ func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers,
 		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression,
 		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
-		m.jobUtilisation, m.workerUtilisation} {
+		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds} {
 		ch <- d
 	}
 }
@@ -114,6 +119,12 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.jobBytesPerExample, prometheus.GaugeValue, j.BytesPerExample, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobCompression, prometheus.GaugeValue, j.Compression, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobUtilisation, prometheus.GaugeValue, j.WorkerUtilisation, j.ID)
+		if sc := j.SpotChecks; sc != nil {
+			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.Recomputed), j.ID, "decided")
+			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDropped), j.ID, "dropped")
+			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDeferred), j.ID, "deferred")
+			ch <- prometheus.MustNewConstMetric(m.spotRecomputeSeconds, prometheus.CounterValue, sc.RecomputeSeconds, j.ID)
+		}
 	}
 	kinds := map[string]int{protocol.KindBrowser: 0, protocol.KindNative: 0, protocol.KindGPU: 0}
 	for _, w := range m.s.WorkerViews() {

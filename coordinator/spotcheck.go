@@ -17,7 +17,9 @@ import (
 // same dropout masks (protocol.Lease.CopyOf). A copy comes in f32, or
 // f16 in an f16 job; a primary in a lossy error-feedback codec (i8) is
 // compared with the slack its codec allows (slackOf). A copy's result is
-// compared, never applied, and takes no place in a round. Credit, refutations, strikes and bans go to the ledger.
+// compared, never applied, and takes no place in a round. A mismatch no
+// third volunteer takes is recomputed by the coordinator (spotreferee.go).
+// Credit, refutations, strikes and bans go to the ledger.
 
 // spotSeed is where a job's spot check draws come from: a secret
 // seed, so that no volunteer can tell from the job spec which of its
@@ -217,6 +219,9 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")
 	}
 	j.spotSettle(o)
+	if !o.Done {
+		j.spotReferee() // a mismatch: with no third volunteer at hand, the coordinator decides
+	}
 	ack.Staleness = 0
 	if o.Agreed {
 		ack.Accepted, ack.Detail = true, o.Detail
@@ -266,11 +271,14 @@ type SpotCheckView struct {
 	// copies computed again: duplicated / (examples_seen + duplicated).
 	DuplicatedFraction float64 `json:"duplicated_fraction"`
 	Rate               float64 `json:"rate"`
+	// RecomputeSeconds is the time the coordinator spent computing the
+	// third results of disputed checks (spotreferee.go).
+	RecomputeSeconds float64 `json:"recompute_seconds"`
 }
 
 func (j *Job) spotView() *SpotCheckView {
 	st := &j.st
-	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate}
+	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate, RecomputeSeconds: st.referee.seconds}
 	if d := v.DuplicatedExamples; d > 0 {
 		v.DuplicatedFraction = float64(d) / float64(st.examplesSeen+d)
 	}

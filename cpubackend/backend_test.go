@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -139,4 +140,62 @@ func relDiff(a, b []float32) float64 {
 		n += float64(b[i]) * float64(b[i])
 	}
 	return math.Sqrt(d / n)
+}
+
+// The coordinator's pinned backend (compute.Reference) computes what a
+// one-thread CPU worker on the pure-Go kernel computes, bit for bit: a
+// disputed lease recomputed there is the lease an honest browser worker
+// (which runs that kernel) sends. Checked with local AdamW steps and
+// dropout, and with the process on another kernel where there is one.
+func TestReferenceIsTheOneThreadGoKernel(t *testing.T) {
+	m, err := nn.NewModel(dropoutModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 5)
+	const batch, steps = 7, 3
+	n := batch * steps
+	x := make([]float32, n*m.InputSize)
+	for i := range x {
+		x[i] = float32(rng.IntN(11))
+	}
+	labels := make([]int32, n*m.LabelsPerExample)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(11))
+	}
+	lease := protocol.Lease{ID: 9, JobID: "j", ShardID: 1, Start: 70, Count: n, BatchSize: batch, LocalSteps: steps,
+		Inner:      protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.01, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8, WeightDecay: 0.1, ClipNorm: 1},
+		UpdateKind: protocol.UpdateDelta, Snapshot: protocol.SnapshotGranted}
+	old := nn.KernelName()
+	defer nn.UseKernel(old)
+	if err := nn.UseKernel(nn.KernelGo); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := worker.ComputeLease(b, m, lease, params, x, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range nn.Kernels() {
+		if err := nn.UseKernel(k); err != nil {
+			t.Fatal(err)
+		}
+		got, err := compute.Lease(&compute.Reference{}, m, lease, params, x, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.LossSum != want.LossSum || got.Correct != want.Correct {
+			t.Errorf("process kernel %s: loss %v, correct %d; the go worker's %v, %d", k, got.LossSum, got.Correct, want.LossSum, want.Correct)
+		}
+		for i := range want.Update {
+			if math.Float32bits(got.Update[i]) != math.Float32bits(want.Update[i]) {
+				t.Fatalf("process kernel %s: update[%d] = %v, the go worker's %v", k, i, got.Update[i], want.Update[i])
+			}
+		}
+	}
 }

@@ -9,7 +9,8 @@ import (
 
 // Spot checks: a sample of tasks is computed again by another volunteer
 // and the two results compared (BOINC's replication, BTARD's random
-// recomputation). A mismatch sends the task to a third volunteer; the one
+// recomputation). A mismatch sends the task to a third volunteer, or,
+// when none is at hand, to the coordinator (spotreferee.go); the one
 // that disagrees with the majority gets a strike, and enough strikes ban
 // it. SpotChecks is the policy and its memory; the job's loop owns it and
 // grants, applies and credits what it decides.
@@ -25,7 +26,19 @@ const (
 	// DefaultSpotCheckPending is how many checks may wait for their copies
 	// at once: each holds one or two updates.
 	DefaultSpotCheckPending = 4
+	// DefaultRefereeWait is how long a mismatched check waits for a third
+	// volunteer to take its copy, while one is connected, before the
+	// coordinator computes the third result itself: a connected volunteer
+	// asks for work again within a task's time (an mnist-mlp task takes
+	// well under a second, a charlm one a few), so 5 s without a taker
+	// means none is coming soon, and a dispute still settles in a few
+	// seconds, long before the check's Timeout (at least 10 s).
+	DefaultRefereeWait = 5 * time.Second
 )
+
+// Referee is the volunteer id of the coordinator's own result in a check
+// (Resolve): never struck, credited, nor put in a class.
+const Referee = "coordinator"
 
 // strikeFactor: the one struck must be more than this many tolerances
 // from the third result.
@@ -56,7 +69,10 @@ type SpotChecks struct {
 	// Timeout is how long a check may wait for its copies before it is
 	// dropped undecided.
 	Timeout time.Duration
-	Now     func() time.Time
+	// RefereeWait is how long a mismatched check waits for a third
+	// volunteer before Unresolved hands it to the coordinator.
+	RefereeWait time.Duration
+	Now         func() time.Time
 
 	rng    *rand.Rand
 	vols   map[string]*Trust
@@ -110,6 +126,14 @@ type SpotCounters struct {
 	// RefusedChecked counts checks of results the coordinator refused
 	// (SelectRefused): evidence only, never applied nor credited.
 	RefusedChecked int64 `json:"refused_checked"`
+	// Recomputed counts mismatched checks whose third result the
+	// coordinator computed itself (Resolve); RecomputeDropped, those it
+	// could not (the base snapshot was gone), dropped undecided;
+	// RecomputeDeferred, checks that waited for the recomputations' rate
+	// bound (each counted once).
+	Recomputed        int64 `json:"recomputed"`
+	RecomputeDropped  int64 `json:"recompute_dropped"`
+	RecomputeDeferred int64 `json:"recompute_deferred"`
 }
 
 // SpotResult is one volunteer's result of a checked task.
@@ -128,6 +152,8 @@ type SpotResult struct {
 	// check agrees with it. Neither: the coordinator refused it, and the
 	// check only decides whether its volunteer lied.
 	Applied, Held bool
+	// Referee: the coordinator computed it (Resolve).
+	Referee bool
 }
 
 // Check is one task being checked.
@@ -139,6 +165,11 @@ type Check struct {
 	copies map[uint64]string // lease id → volunteer
 	want   int
 	opened time.Time
+	// mismatched is when the first two results disagreed; refereeing is
+	// set while the coordinator computes the third (no copy is leased
+	// then); deferred once the check waited for the recomputations' bound.
+	mismatched           time.Time
+	refereeing, deferred bool
 }
 
 // Outcome is what a copy's result decided.
@@ -165,7 +196,7 @@ func NewSpotChecks(seed uint64, rate float64, strikes int, tolerance float64, no
 	}
 	return &SpotChecks{
 		Rate: rate, Strikes: strikes, Tolerance: tolerance, MaxPending: DefaultSpotCheckPending,
-		Timeout: time.Minute, Now: now,
+		Timeout: time.Minute, RefereeWait: DefaultRefereeWait, Now: now,
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		vols: map[string]*Trust{}, checks: map[uint64]*Check{}, byCopy: map[uint64]*Check{},
 	}
@@ -360,7 +391,13 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 
 // wanted is how many more copies c needs leased: its copies' results
 // (all but the primary's) and the copies out fall short of want by it.
-func (c *Check) wanted() int { return max(0, c.want-(len(c.Results)-1)-len(c.copies)) }
+// None while the coordinator computes the third result.
+func (c *Check) wanted() int {
+	if c.refereeing {
+		return 0
+	}
+	return max(0, c.want-(len(c.Results)-1)-len(c.copies))
+}
 
 // has reports whether v computed or holds a copy of c's task.
 func (c *Check) has(v string) bool {

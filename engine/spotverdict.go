@@ -97,7 +97,9 @@ func (p *SpotChecks) agree(a, b SpotResult) (bool, string) {
 	}
 	if rel <= p.Tolerance {
 		if exact {
-			p.joinClass(a.Volunteer, b.Volunteer)
+			if !a.Referee && !b.Referee {
+				p.joinClass(a.Volunteer, b.Volunteer)
+			}
 			return true, "bit for bit"
 		}
 		return true, fmt.Sprintf("%s (relative difference %.3g <= %g)", how, rel, p.Tolerance)
@@ -161,17 +163,34 @@ func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 		p.Counters.Mismatched++
 		c.Results[1].Update = slices.Clone(r.Update)
 		c.want++
-		return Outcome{Detail: "spot check: " + how + "; a third volunteer decides"}, true
+		c.mismatched = p.Now()
+		return Outcome{Detail: "spot check: " + how + "; a third volunteer, or the coordinator's own recomputation, decides"}, true
 	default:
 		return p.decide(c), true
 	}
 }
 
-// decide settles a check of three results by majority.
+// decide settles a check of three results by majority. The third may be
+// the coordinator's own (Referee): it decides as a volunteer's would, but
+// is neither passed nor credited.
 func (p *SpotChecks) decide(c *Check) Outcome {
 	p.drop(c)
 	p.Counters.Checked++
 	a, b, t := c.Results[0], c.Results[1], c.Results[2]
+	third, second := "a third volunteer", "the second copy"
+	if t.Referee {
+		third, second = "the coordinator's recomputation", "the copy"
+	}
+	credit := func(o *Outcome, r SpotResult) {
+		if !r.Referee {
+			o.Credit = append(o.Credit, r)
+		}
+	}
+	pass := func(r SpotResult) {
+		if !r.Referee {
+			p.pass(r.Volunteer)
+		}
+	}
 	okA, _ := p.agree(a, t)
 	okB, _ := p.agree(b, t)
 	// A strike needs a clear disagreement: an honest pair's rare outlier
@@ -186,41 +205,41 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	switch {
 	case okA != okB && near:
 		p.Counters.Undecided++
-		o.Credit = append(o.Credit, t)
+		credit(&o, t)
 		o.Agreed = true
 		o.Detail = fmt.Sprintf("spot check: the disagreement (%.3g) was too small to strike anyone; undecided", far)
 	case okA && !okB:
-		p.pass(a.Volunteer)
-		p.pass(t.Volunteer)
-		o = p.strike(b, "its copy disagreed with two others")
-		o.Credit = append(o.Credit, t)
+		pass(a)
+		pass(t)
+		o = p.strike(b)
+		credit(&o, t)
 		if a.Held {
 			o.Credit = append(o.Credit, a)
 			p.Counters.HeldCreditedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
-		o.Detail = "spot check: agreed with the primary; the second copy was wrong"
+		o.Detail = fmt.Sprintf("spot check: %s agreed with the primary; %s was wrong", third, second)
 	case okB && !okA:
-		p.pass(b.Volunteer)
-		p.pass(t.Volunteer)
-		o = p.strike(a, "its result disagreed with two copies")
+		pass(b)
+		pass(t)
+		o = p.strike(a)
 		// The second copy was answered "quarantined" while the third
 		// decided: credit follows the acks, so only the third earns it.
-		o.Credit = append(o.Credit, t)
+		credit(&o, t)
 		if a.Applied {
 			o.Refute = append(o.Refute, a)
 			p.Counters.Refuted++
 			p.Counters.RefutedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
-		o.Detail = "spot check: agreed with the second copy; the primary was wrong"
+		o.Detail = fmt.Sprintf("spot check: %s agreed with %s; the primary was wrong", third, second)
 	default:
 		// The third agrees with both (the first two sat at the edge of
 		// the tolerance) or with neither: no majority, no strike.
 		p.Counters.Undecided++
-		o.Detail = "spot check: no majority among three results; undecided"
+		o.Detail = fmt.Sprintf("spot check: no majority among the two results and %s; undecided", third)
 		if okA && okB {
-			o.Credit = append(o.Credit, t)
+			credit(&o, t)
 			o.Agreed = true
 		}
 	}
@@ -231,7 +250,7 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 func (p *SpotChecks) pass(v string) { p.trust(v).Passed++ }
 
 // strike gives r's volunteer a strike, and the ban at Strikes.
-func (p *SpotChecks) strike(r SpotResult, why string) Outcome {
+func (p *SpotChecks) strike(r SpotResult) Outcome {
 	t := p.trust(r.Volunteer)
 	t.Strikes++
 	p.Counters.Strikes++

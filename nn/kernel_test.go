@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -220,4 +221,54 @@ func relDiff(a, b []float32) float64 {
 		den += float64(b[i]) * float64(b[i])
 	}
 	return math.Sqrt(num / den)
+}
+
+// A workspace pinned to a kernel computes on it whatever the process's
+// kernel is: bit for bit what that kernel gives when it is the process's,
+// and unmoved by UseKernel. An unknown name is an error naming the kernels.
+func TestPinKernel(t *testing.T) {
+	old := KernelName()
+	defer UseKernel(old)
+	spec, _ := Preset("mnist-cnn")
+	m, err := NewModel(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(*seed, 12))
+	params := make([]float32, m.NumParams)
+	m.Init(params, 3)
+	x, labels := randomData(r, m, 9)
+	if err := UseKernel(KernelGo); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, m.NumParams)
+	m.Gradient(m.NewWorkspace(9), params, x, labels, want)
+	pinned := m.NewWorkspace(9)
+	if err := pinned.PinKernel(KernelGo); err != nil {
+		t.Fatal(err)
+	}
+	var other bool
+	for _, name := range Kernels() {
+		if err := UseKernel(name); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, m.NumParams)
+		m.Gradient(pinned, params, x, labels, got)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("pinned to go while %s is in use: gradient[%d] = %v, the go kernel's %v", name, i, got[i], want[i])
+			}
+		}
+		if name != KernelGo {
+			free := make([]float32, m.NumParams)
+			m.Gradient(m.NewWorkspace(9), params, x, labels, free)
+			other = other || relDiff(free, want) > 0
+		}
+	}
+	if !other {
+		t.Log("no kernel here rounds differently from go: the pin was not put to the test")
+	}
+	if err := pinned.PinKernel("no-such-kernel"); err == nil || !strings.Contains(err.Error(), KernelGo) {
+		t.Errorf("PinKernel of an unknown name: %v, want an error listing the kernels", err)
+	}
 }

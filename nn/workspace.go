@@ -1,6 +1,9 @@
 package nn
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Workspace holds every buffer needed for batches of up to maxBatch examples.
 // Not safe for concurrent use; one per goroutine.
@@ -14,6 +17,9 @@ type Workspace struct {
 	// allDIn makes backward compute every input gradient, down to the
 	// model's input (used by tests to check input gradients).
 	allDIn bool
+	// pinned is the kernel PinKernel fixed for this workspace (nil: the
+	// process's kernel in use).
+	pinned *kernel
 }
 
 // NewWorkspace allocates the buffers for batches of up to maxBatch examples.
@@ -39,6 +45,22 @@ func (m *Model) newWorkspace(maxBatch int, allDIn bool) *Workspace {
 // Gradient call then moves it on by one, so consecutive steps draw new
 // masks. Two workspaces with the same seed draw the same masks.
 func (ws *Workspace) SetSeed(seed uint64) { ws.ctx.seed = seed }
+
+// PinKernel makes every later computation in ws run on the named GEMM
+// kernel, whatever kernel the process uses (UseKernel): a computation
+// that must give the same figures on every machine (the coordinator's
+// recomputation of a disputed result) pins KernelGo, which every
+// platform has.
+func (ws *Workspace) PinKernel(name string) error {
+	kernelsMu.Lock()
+	k := findKernel(name)
+	kernelsMu.Unlock()
+	if k == nil {
+		return fmt.Errorf("nn: no GEMM kernel %q here; available: %s", name, strings.Join(Kernels(), ", "))
+	}
+	ws.pinned = k
+	return nil
+}
 
 // Seed returns the dropout seed the next Gradient call will use.
 func (ws *Workspace) Seed() uint64 { return ws.ctx.seed }
@@ -101,6 +123,9 @@ func (m *Model) CheckLabels(labels []int32) error {
 // (n×LabelsPerExample×NumClasses, owned by ws).
 func (m *Model) forward(ws *Workspace, params, x []float32, n int, train bool) []float32 {
 	ws.ctx.gemm.k = active.Load() // this step's kernel, for backward too
+	if ws.pinned != nil {
+		ws.ctx.gemm.k = ws.pinned
+	}
 	ws.ctx.train = train
 	return m.top.forward(&ws.ctx, ws.st, params, x[:n*m.InputSize], n)
 }

@@ -7,7 +7,9 @@
 //
 // A worker kind plugs in a Backend (cpubackend, shared by the native and
 // the browser worker; gpuworker) and says its kind in Config.Kind; none of
-// the kinds' packages import each other. worker imports protocol,
-// nn and dataset, never coordinator or store, and builds for js/wasm: the
-// browser worker runs this same loop.
+// the kinds' packages import each other. The computation of a lease is
+// package compute's, whose types worker names as its own (Backend,
+// Stepper, ...). worker imports compute, protocol, nn and dataset, never
+// coordinator or store, and builds for js/wasm: the browser worker runs
+// this same loop.
 package worker

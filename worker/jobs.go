@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -21,7 +22,7 @@ type jobCtx struct {
 	limits protocol.Limits
 	model  *nn.Model
 	enc    *encoder
-	comp   *computer
+	comp   *compute.Computer
 	// broken says why leases of the job cannot be computed here (a model
 	// this worker cannot build): they are given back with it.
 	broken string
@@ -65,8 +66,8 @@ func (s *session) addJob(info protocol.JobInfo, limits protocol.Limits) *jobCtx 
 		if jc.enc, warn = newEncoder(info); warn != "" {
 			s.w.cfg.Logf("%s", warn)
 		}
-		jc.comp = newComputer(s.w.cfg.Backend, model)
-		jc.comp.bs = &s.backend
+		jc.comp = compute.NewComputer(s.w.cfg.Backend, model)
+		jc.comp.Share(&s.backend)
 	}
 	if jc.broken != "" {
 		s.w.cfg.Logf("%s", jc.broken)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -326,7 +327,7 @@ type session struct {
 	order   []string
 	current *jobCtx
 	revoked sync.Map
-	backend backendState // what the backend is prepared for
+	backend compute.Prepared // what the backend is prepared for
 
 	sendMu  sync.Mutex
 	sendBuf []byte
@@ -583,7 +584,7 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 		}
 	}
 	if err == nil {
-		res, err = jc.comp.compute(t)
+		res, err = jc.compute(t)
 	}
 	s.held.Add(-1)
 	if err != nil {

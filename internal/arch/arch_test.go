@@ -74,6 +74,10 @@ func TestImportDirections(t *testing.T) {
 		"placement": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"search":    {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/placement"},
 		"jobspec":   {"/coordinator", "/store", "/protocol", "/worker", "/web"},
+		// The pinned computation of a lease: what every worker kind runs
+		// and what the coordinator recomputes disputes with, so it knows
+		// neither; it builds on nn, protocol and dataset only.
+		"compute": {"/coordinator", "/store", "/worker", "/cpubackend", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/placement", "/search", "/upstream", "/internal", "/attack", "/cmd"},
 		// What a relay and its root say over NATS is plain messages; the
 		// embedded NATS server knows only them.
 		"upstream":         {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
@@ -134,7 +138,7 @@ func TestRulesApplyToSubpackages(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "worker", "cpubackend", "wasmworker", "cmd/wasmworker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "cpubackend", "wasmworker", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",

@@ -1,4 +1,4 @@
-package worker
+package compute
 
 import (
 	"errors"
@@ -38,21 +38,21 @@ func smallModel(t *testing.T) *nn.Model {
 	return m
 }
 
-func randomTask(m *nn.Model, count, batch, steps int, lr float32) *task {
+func randomTask(m *nn.Model, count, batch, steps int, lr float32) *Task {
 	rng := rand.New(rand.NewPCG(5, 6))
-	t := &task{
-		lease: protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: steps, Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: lr},
+	t := &Task{
+		Lease: protocol.Lease{ID: 1, JobID: "j", Count: count, BatchSize: batch, LocalSteps: steps, Inner: protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: lr},
 			UpdateKind: protocol.UpdateGradient, Snapshot: protocol.SnapshotGranted},
-		params: make([]float32, m.NumParams),
-		x:      make([]float32, count*m.InputSize),
-		labels: make([]int32, count),
+		Params: make([]float32, m.NumParams),
+		X:      make([]float32, count*m.InputSize),
+		Labels: make([]int32, count),
 	}
-	m.Init(t.params, 9)
-	for i := range t.x {
-		t.x[i] = rng.Float32()
+	m.Init(t.Params, 9)
+	for i := range t.X {
+		t.X[i] = rng.Float32()
 	}
-	for i := range t.labels {
-		t.labels[i] = int32(rng.IntN(3))
+	for i := range t.Labels {
+		t.Labels[i] = int32(rng.IntN(3))
 	}
 	return t
 }
@@ -61,13 +61,13 @@ func randomTask(m *nn.Model, count, batch, steps int, lr float32) *task {
 func TestOneStepPseudoGradientIsTheGradient(t *testing.T) {
 	m := smallModel(t)
 	tk := randomTask(m, 10, 10, 1, 0.5)
-	c := newComputer(&refBackend{}, m)
-	res, err := c.compute(tk)
+	c := NewComputer(&refBackend{}, m)
+	res, err := c.Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := make([]float32, m.NumParams)
-	m.Gradient(m.NewWorkspace(10), tk.params, tk.x, tk.labels, want)
+	m.Gradient(m.NewWorkspace(10), tk.Params, tk.X, tk.Labels, want)
 	for i := range want {
 		if res.Update[i] != want[i] {
 			t.Fatalf("update[%d] = %v, want gradient %v", i, res.Update[i], want[i])
@@ -83,9 +83,9 @@ func TestLocalStepsPseudoGradient(t *testing.T) {
 	m := smallModel(t)
 	const batch, steps, lr = 4, 3, float32(0.1)
 	tk := randomTask(m, 11, batch, steps, lr) // the last step has 3 examples
-	base := append([]float32(nil), tk.params...)
-	c := newComputer(&refBackend{}, m)
-	res, err := c.compute(tk)
+	base := append([]float32(nil), tk.Params...)
+	c := NewComputer(&refBackend{}, m)
+	res, err := c.Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestLocalStepsPseudoGradient(t *testing.T) {
 	in := m.InputSize
 	for s := 0; s < steps; s++ {
 		lo, hi := s*batch, min((s+1)*batch, 11)
-		m.Gradient(ws, w, tk.x[lo*in:hi*in], tk.labels[lo:hi], g)
+		m.Gradient(ws, w, tk.X[lo*in:hi*in], tk.Labels[lo:hi], g)
 		nn.SGDStep(w, g, lr)
 	}
 	for i := range w {
@@ -105,7 +105,7 @@ func TestLocalStepsPseudoGradient(t *testing.T) {
 		}
 	}
 	for i := range base {
-		if tk.params[i] != base[i] {
+		if tk.Params[i] != base[i] {
 			t.Fatal("compute modified the base snapshot")
 		}
 	}
@@ -120,8 +120,8 @@ func (p *panicky) Gradient([]float32, []float32, []int32, []float32) (float64, i
 // A panicking backend fails the task, not the worker.
 func TestBackendPanicBecomesAnError(t *testing.T) {
 	m := smallModel(t)
-	c := newComputer(&panicky{}, m)
-	if _, err := c.compute(randomTask(m, 4, 4, 1, 0.1)); err == nil {
+	c := NewComputer(&panicky{}, m)
+	if _, err := c.Compute(randomTask(m, 4, 4, 1, 0.1)); err == nil {
 		t.Fatal("no error from a panicking backend")
 	}
 }
@@ -159,35 +159,35 @@ func (b *stepperBackend) Steps(id SnapshotID, params, x []float32, labels []int3
 func TestStepperGetsTheWholeLease(t *testing.T) {
 	m := smallModel(t)
 	tk := randomTask(m, 10, 4, 3, 0.25)
-	tk.snap = 42
-	tk.x = append(tk.x, make([]float32, 5*m.InputSize)...) // a recycled, longer buffer
+	tk.Snap = 42
+	tk.X = append(tk.X, make([]float32, 5*m.InputSize)...) // a recycled, longer buffer
 	b := &stepperBackend{}
-	c := newComputer(b, m)
-	res, err := c.compute(tk)
+	c := NewComputer(b, m)
+	res, err := c.Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.calls != 1 || b.gradients != 0 {
 		t.Fatalf("%d Steps and %d Gradient calls, want 1 and 0", b.calls, b.gradients)
 	}
-	if want := (InnerSteps{BatchSize: 4, Steps: 3, Inner: tk.lease.Inner, UpdateKind: protocol.UpdateGradient, Seed: DropoutSeed(tk.lease)}); b.id != 42 || b.n != 10 || b.plan != want {
+	if want := (InnerSteps{BatchSize: 4, Steps: 3, Inner: tk.Lease.Inner, UpdateKind: protocol.UpdateGradient, Seed: DropoutSeed(tk.Lease)}); b.id != 42 || b.n != 10 || b.plan != want {
 		t.Errorf("Steps got id %d, %d examples, %+v; want 42, 10, %+v", b.id, b.n, b.plan, want)
 	}
 	if res.LossSum != 2.5 || res.Correct != 7 || res.Examples != 10 || res.Update[5] != 5 {
 		t.Errorf("result %+v does not carry what Steps returned", res)
 	}
 	b.err = errors.New("device lost")
-	if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), "device lost") {
+	if _, err := c.Compute(tk); err == nil || !strings.Contains(err.Error(), "device lost") {
 		t.Errorf("compute returned %v, want the Steps error", err)
 	}
 }
 
 // referenceAdamW runs H inner AdamW steps in float64, written out from the
 // paper's rule independently of nn.AdamW, and returns w_after.
-func referenceAdamW(m *nn.Model, tk *task, o protocol.InnerOptimizer) []float64 {
-	l := tk.lease
+func referenceAdamW(m *nn.Model, tk *Task, o protocol.InnerOptimizer) []float64 {
+	l := tk.Lease
 	w := make([]float64, m.NumParams)
-	for i, p := range tk.params {
+	for i, p := range tk.Params {
 		w[i] = float64(p)
 	}
 	mom, vel := make([]float64, len(w)), make([]float64, len(w))
@@ -200,7 +200,7 @@ func referenceAdamW(m *nn.Model, tk *task, o protocol.InnerOptimizer) []float64 
 		for i := range w {
 			w32[i] = float32(w[i])
 		}
-		m.Gradient(ws, w32, tk.x[lo*in:hi*in], tk.labels[lo:hi], g)
+		m.Gradient(ws, w32, tk.X[lo*in:hi*in], tk.Labels[lo:hi], g)
 		if o.ClipNorm > 0 {
 			var ss float64
 			for _, gi := range g {
@@ -232,17 +232,17 @@ func TestInnerAdamWLease(t *testing.T) {
 	const batch, steps = 4, 3
 	o := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.01, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8}
 	tk := randomTask(m, 11, batch, steps, o.LR)
-	tk.lease.Inner, tk.lease.UpdateKind = o, protocol.UpdateDelta
+	tk.Lease.Inner, tk.Lease.UpdateKind = o, protocol.UpdateDelta
 	want := referenceAdamW(m, tk, o)
-	c := newComputer(&refBackend{}, m)
+	c := NewComputer(&refBackend{}, m)
 	for try := range 2 {
-		res, err := c.compute(tk)
+		res, err := c.Compute(tk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var moved float64
 		for i, w := range want {
-			d := float64(tk.params[i]) - w
+			d := float64(tk.Params[i]) - w
 			moved = max(moved, math.Abs(d))
 			if math.Abs(float64(res.Update[i])-d) > 2e-6 {
 				t.Fatalf("try %d: delta[%d] = %v, want w_base - w_after = %v", try, i, res.Update[i], d)
@@ -255,8 +255,8 @@ func TestInnerAdamWLease(t *testing.T) {
 		}
 	}
 	delta := append([]float32(nil), c.update...)
-	tk.lease.UpdateKind = protocol.UpdateGradient
-	res, err := c.compute(tk)
+	tk.Lease.UpdateKind = protocol.UpdateGradient
+	res, err := c.Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,16 +276,16 @@ func TestInnerClipNorm(t *testing.T) {
 	m := smallModel(t)
 	tk := randomTask(m, 10, 10, 1, 0.5)
 	g := make([]float32, m.NumParams)
-	m.Gradient(m.NewWorkspace(10), tk.params, tk.x, tk.labels, g)
+	m.Gradient(m.NewWorkspace(10), tk.Params, tk.X, tk.Labels, g)
 	var norm float64
 	for _, v := range g {
 		norm += float64(v) * float64(v)
 	}
 	norm = math.Sqrt(norm)
 	clip := float32(norm / 4)
-	tk.lease.Inner.ClipNorm = clip
-	c := newComputer(&refBackend{}, m)
-	res, err := c.compute(tk)
+	tk.Lease.Inner.ClipNorm = clip
+	c := NewComputer(&refBackend{}, m)
+	res, err := c.Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestInnerClipNorm(t *testing.T) {
 
 	o := protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 0.01, WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8, ClipNorm: clip}
 	tk = randomTask(m, 11, 4, 3, o.LR)
-	tk.lease.Inner, tk.lease.UpdateKind = o, protocol.UpdateDelta
+	tk.Lease.Inner, tk.Lease.UpdateKind = o, protocol.UpdateDelta
 	want := referenceAdamW(m, tk, o)
 	o.ClipNorm = 0
 	unclipped := referenceAdamW(m, tk, o)
@@ -310,7 +310,7 @@ func TestInnerClipNorm(t *testing.T) {
 		t.Fatal("clipping changes nothing in this test: pick a smaller clip_norm")
 	}
 	b := &stepperBackend{}
-	res, err = newComputer(b, m).compute(tk)
+	res, err = NewComputer(b, m).Compute(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,12 +318,12 @@ func TestInnerClipNorm(t *testing.T) {
 		t.Errorf("a Stepper that does not clip got %d Steps and %d Gradient calls, want 0 and 3", b.calls, b.gradients)
 	}
 	for i, w := range want {
-		if d := float64(tk.params[i]) - w; math.Abs(float64(res.Update[i])-d) > 2e-6 {
+		if d := float64(tk.Params[i]) - w; math.Abs(float64(res.Update[i])-d) > 2e-6 {
 			t.Fatalf("delta[%d] = %v, want w_base - w_after = %v", i, res.Update[i], d)
 		}
 	}
-	tk.lease.Inner.ClipNorm = -1
-	if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), "clip_norm") {
+	tk.Lease.Inner.ClipNorm = -1
+	if _, err := c.Compute(tk); err == nil || !strings.Contains(err.Error(), "clip_norm") {
 		t.Errorf("a negative clip_norm gave %v, want an error naming clip_norm", err)
 	}
 }
@@ -335,14 +335,14 @@ func TestDeltaIsLRTimesGradient(t *testing.T) {
 	for _, steps := range []int{1, 3} {
 		const lr = 0.25
 		tk := randomTask(m, 12, 4, steps, lr)
-		c := newComputer(&refBackend{}, m)
-		res, err := c.compute(tk)
+		c := NewComputer(&refBackend{}, m)
+		res, err := c.Compute(tk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		grad := append([]float32(nil), res.Update...)
-		tk.lease.UpdateKind = protocol.UpdateDelta
-		if res, err = c.compute(tk); err != nil {
+		tk.Lease.UpdateKind = protocol.UpdateDelta
+		if res, err = c.Compute(tk); err != nil {
 			t.Fatal(err)
 		}
 		for i := range grad {
@@ -356,7 +356,7 @@ func TestDeltaIsLRTimesGradient(t *testing.T) {
 // A lease the worker cannot compute is an error that says what to fix.
 func TestUnsupportedLeaseIsAnError(t *testing.T) {
 	m := smallModel(t)
-	c := newComputer(&refBackend{}, m)
+	c := NewComputer(&refBackend{}, m)
 	for _, tc := range []struct {
 		edit func(*protocol.Lease)
 		want string
@@ -369,9 +369,9 @@ func TestUnsupportedLeaseIsAnError(t *testing.T) {
 		{func(l *protocol.Lease) { l.Snapshot = "oldest" }, "snapshot"},
 	} {
 		tk := randomTask(m, 4, 4, 1, 0.1)
-		tc.edit(&tk.lease)
-		if _, err := c.compute(tk); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("lease %+v: error %v, want one about %s", tk.lease, err, tc.want)
+		tc.edit(&tk.Lease)
+		if _, err := c.Compute(tk); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("lease %+v: error %v, want one about %s", tk.Lease, err, tc.want)
 		}
 	}
 }
@@ -395,11 +395,11 @@ func (b *seedingBackend) Gradient(params, x []float32, labels []int32, grad []fl
 func TestLeaseDropoutSeed(t *testing.T) {
 	m := smallModel(t)
 	tk := randomTask(m, 10, 4, 3, 0.25)
-	tk.lease.ShardID, tk.lease.Start = 3, 120
-	seed := DropoutSeed(tk.lease)
+	tk.Lease.ShardID, tk.Lease.Start = 3, 120
+	seed := DropoutSeed(tk.Lease)
 	for range 2 {
 		b := &seedingBackend{}
-		if _, err := newComputer(b, m).compute(tk); err != nil {
+		if _, err := NewComputer(b, m).Compute(tk); err != nil {
 			t.Fatal(err)
 		}
 		if want := []uint64{seed, seed + 1, seed + 2}; fmt.Sprint(b.seeds) != fmt.Sprint(want) {
@@ -413,7 +413,7 @@ func TestLeaseDropoutSeed(t *testing.T) {
 		"shard": func(l *protocol.Lease) { l.ShardID++ },
 		"start": func(l *protocol.Lease) { l.Start++ },
 	} {
-		l := tk.lease
+		l := tk.Lease
 		change(&l)
 		s := DropoutSeed(l)
 		if prev, ok := seen[s]; ok {
@@ -421,13 +421,13 @@ func TestLeaseDropoutSeed(t *testing.T) {
 		}
 		seen[s] = "another " + what
 	}
-	if DropoutSeed(tk.lease) != seed {
+	if DropoutSeed(tk.Lease) != seed {
 		t.Error("DropoutSeed is not a function of the lease")
 	}
 	// A spot check's copy, another lease of the same task, draws the
 	// masks of the lease it copies.
-	cp := tk.lease
-	cp.ID, cp.CopyOf = tk.lease.ID+100, tk.lease.ID
+	cp := tk.Lease
+	cp.ID, cp.CopyOf = tk.Lease.ID+100, tk.Lease.ID
 	if DropoutSeed(cp) != seed {
 		t.Error("a copy draws other masks than the lease it copies")
 	}

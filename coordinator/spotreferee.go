@@ -1,0 +1,162 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/compute"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// The coordinator as a spot check's referee (engine/spotreferee.go has
+// the rule). A mismatched check whose third volunteer is not at hand is
+// recomputed here: the task's examples from its shard's body, the base
+// snapshot the copies fetched, the lease's inner plan, on
+// compute.Reference (nn's layers on the pure-Go kernel: the pinned fp32
+// result) on a goroutine of its own; the result comes back to the loop
+// through exec and enters the check as its third. Recomputations are
+// bounded per job: one at a time, and a token bucket of refereeBurst
+// that refills one per refereeEvery on the job's clock. A flood of
+// disagreements (sybils lying on copies) then costs at most one core's
+// share, and the checks past the bound wait (recompute_deferred) for a
+// third volunteer or their Timeout.
+const (
+	refereeBurst = 4
+	refereeEvery = 2 * time.Second
+)
+
+// refereeState is a job's recomputations, on its loop.
+type refereeState struct {
+	running bool      // a recomputation is out
+	tokens  float64   // the bucket
+	at      time.Time // when it was last filled
+	seconds float64   // time spent recomputing
+}
+
+// take spends a token, if the bucket has one at now.
+func (r *refereeState) take(now time.Time) bool {
+	if r.at.IsZero() {
+		r.tokens = refereeBurst
+	} else if d := now.Sub(r.at); d > 0 {
+		r.tokens = min(refereeBurst, r.tokens+d.Seconds()/refereeEvery.Seconds())
+	}
+	r.at = now
+	if r.tokens < 1 {
+		return false
+	}
+	r.tokens--
+	return true
+}
+
+// spotReferee starts the recomputation of a mismatched check that no
+// third volunteer will decide (engine.SpotChecks.Unresolved), within the
+// bound; the others wait, counted once each. It runs on the loop: after
+// a copy's mismatch, and on every tick (a volunteer left, the wait ran
+// out).
+func (j *Job) spotReferee() {
+	st := &j.st
+	p := st.spot
+	if p == nil || p.Pending() == 0 {
+		return
+	}
+	for _, c := range p.Unresolved(j.connectedHints()) {
+		if st.referee.running || !st.referee.take(st.sched.Now()) {
+			p.Deferred(c)
+			continue
+		}
+		j.recompute(c)
+	}
+}
+
+// recompute computes c's task on a goroutine and resolves c with it. A
+// check whose base snapshot is gone is dropped, as an expired one.
+func (j *Job) recompute(c *engine.Check) {
+	st := &j.st
+	p := st.spot
+	pl := c.Primary
+	snap := j.heldSnapshot(pl.Base)
+	if snap == nil || pl.Task.Shard < 0 || pl.Task.Shard >= len(j.shardBody) {
+		p.Unresolvable(c)
+		j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: its base snapshot %d is gone, so the coordinator cannot compute it",
+			j.ID, pl.ID, c.Results[0].Volunteer, pl.Base)
+		return
+	}
+	spec := &st.spec
+	lease := protocol.Lease{
+		ID: pl.ID, JobID: j.ID, ShardID: pl.Task.Shard, Start: pl.Task.Start, Count: pl.Task.Count,
+		BatchSize: spec.BatchSize, LocalSteps: pl.LocalSteps, Inner: innerOptimizer(spec), UpdateKind: spec.UpdateKind(),
+		Snapshot: protocol.SnapshotGranted, BaseVersion: pl.Base,
+	}
+	f16 := wireUpdateCodec(*spec) == protocol.CodecF16
+	body := j.shardBody[pl.Task.Shard]
+	p.Refereeing(c)
+	st.referee.running = true
+	j.evals.Add(1) // Close waits for it, as for an evaluation
+	go func() {
+		defer j.evals.Done()
+		start := time.Now()
+		u, err := j.referee(lease, snap.body, body, f16)
+		took := time.Since(start).Seconds()
+		_ = j.exec(context.Background(), func(st *jobState) {
+			st.referee.running = false
+			st.referee.seconds += took
+			j.refereed(c, u, err, took)
+		})
+	}()
+}
+
+// referee computes lease's update from the snapshot body and shard body,
+// as a worker would, on the pinned backend; in an f16 job rounded to
+// halves as an f16 copy comes. It runs off the loop.
+func (j *Job) referee(l protocol.Lease, snapBody, shardBody []byte, f16 bool) ([]float32, error) {
+	m := j.model
+	params := make([]float32, m.NumParams)
+	if err := protocol.DecodeFloatsInto(params, snapBody); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	shard, err := dataset.DecodeShard(append([]byte(nil), shardBody...), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: %w", l.ShardID, err)
+	}
+	if shard.ExampleSize() != m.InputSize || shard.LabelsPerExample() != m.LabelsPerExample || l.Start < 0 || l.Count < 1 || l.Start+l.Count > shard.N {
+		return nil, fmt.Errorf("examples %d..%d are not in shard %d of %d examples", l.Start, l.Start+l.Count-1, l.ShardID, shard.N)
+	}
+	x := make([]float32, l.Count*m.InputSize)
+	labels := make([]int32, l.Count*m.LabelsPerExample)
+	shard.Fill(x, labels, l.Start, l.Count)
+	res, err := compute.Lease(&compute.Reference{}, m, l, params, x, labels)
+	if err != nil {
+		return nil, err
+	}
+	u := res.Update
+	if f16 {
+		for i, v := range u {
+			u[i] = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
+		}
+	}
+	return u, nil
+}
+
+// refereed enters the coordinator's result u of c's task (or why it has
+// none) into c, on the loop, and settles what it decides.
+func (j *Job) refereed(c *engine.Check, u []float32, err error, took float64) {
+	p := j.st.spot
+	pl := c.Primary
+	if err != nil {
+		if p.Unresolvable(c) {
+			j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: the coordinator could not compute it: %v", j.ID, pl.ID, c.Results[0].Volunteer, err)
+		}
+		return
+	}
+	o, ok := p.Resolve(c, engine.SpotResult{Update: u, Examples: pl.Task.Count})
+	if !ok {
+		j.logf("job %s: the spot check of lease %d ended while the coordinator computed it (%.2fs)", j.ID, pl.ID, took)
+		return
+	}
+	j.logf("job %s: the spot check of lease %d (volunteers %s and %s) was decided by the coordinator's own recomputation (%.2fs): %s",
+		j.ID, pl.ID, c.Results[0].Volunteer, c.Results[1].Volunteer, took, o.Detail)
+	j.spotSettle(o)
+}

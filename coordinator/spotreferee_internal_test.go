@@ -1,0 +1,66 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/engine"
+)
+
+// disputes opens n spot checks of a's results that b's copies disagree
+// with, from version base: each wants a third result.
+func disputes(t *testing.T, j *Job, first uint64, n int, base int64) {
+	t.Helper()
+	p := j.st.spot
+	for i := range uint64(n) {
+		id := first + i
+		c := p.Open(engine.Lease{ID: id, Base: base, Task: engine.Task{Count: 8}, LocalSteps: 1}, engine.SpotResult{Volunteer: "a", Update: []float32{1, 1, 1}, Examples: 8, Applied: true})
+		p.Copied(c, id+1000, "b", 8)
+		if o, ok := p.Answer(id+1000, engine.SpotResult{Volunteer: "b", Update: []float32{-1, -1, -1}, Examples: 8}); !ok || o.Done {
+			t.Fatalf("dispute %d: %+v %v", id, o, ok)
+		}
+	}
+}
+
+// The coordinator's recomputations are bounded: a bucket of refereeBurst
+// refilled one per refereeEvery on the job's clock, the disputes past it
+// waiting (each counted once as deferred); a dispute whose base snapshot
+// is gone is dropped and counted, never computed.
+func TestRefereeBoundAndBaseGone(t *testing.T) {
+	j := tinyJob(t, "spot_check: 1\n")
+	now := time.Unix(1_000_000, 0)
+	j.st.sched.Now = func() time.Time { return now }
+	j.join("wa", member{volunteer: "a", address: "10.0.0.1"})
+	j.join("wb", member{volunteer: "b", address: "10.0.0.2"})
+	p := j.st.spot
+	p.MaxPending = 100
+
+	disputes(t, j, 1, refereeBurst+3, 7) // version 7 was never published
+	j.spotReferee()
+	if p.Counters.RecomputeDropped != refereeBurst || p.Counters.RecomputeDeferred != 3 || p.Pending() != 3 || j.st.referee.running {
+		t.Fatalf("counters %+v, pending %d, running %v: want %d dropped (base gone), 3 deferred", p.Counters, p.Pending(), j.st.referee.running, refereeBurst)
+	}
+	j.spotReferee()
+	now = now.Add(refereeEvery / 2)
+	j.spotReferee()
+	if p.Counters.RecomputeDropped != refereeBurst || p.Counters.RecomputeDeferred != 3 {
+		t.Fatalf("within the bound's time: counters %+v", p.Counters)
+	}
+	now = now.Add(refereeEvery / 2)
+	j.spotReferee()
+	if p.Counters.RecomputeDropped != refereeBurst+1 || p.Counters.RecomputeDeferred != 3 || p.Pending() != 2 {
+		t.Fatalf("one refill later: counters %+v, pending %d; want one more taken", p.Counters, p.Pending())
+	}
+	now = now.Add(time.Hour)
+	j.spotReferee()
+	if p.Pending() != 0 || p.Counters.Recomputed != 0 {
+		t.Fatalf("an hour later: pending %d, counters %+v", p.Pending(), p.Counters)
+	}
+	// The bucket holds refereeBurst at most, however long it waited.
+	now = now.Add(time.Hour)
+	disputes(t, j, 100, refereeBurst+1, 7)
+	j.spotReferee()
+	if p.Pending() != 1 {
+		t.Fatalf("after a long wait %d disputes still wait, want 1 past the burst", p.Pending())
+	}
+}

@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// mismatch opens a check of primary's update and has copier disagree with
+// it; the check then wants a third result.
+func mismatch(t *testing.T, p *SpotChecks, id uint64, primary string, pu []float32, applied bool, copier string, cu []float32) *Check {
+	t.Helper()
+	c := openCheck(t, p, id, primary, "x", pu, applied)
+	p.Copied(c, id+1000, copier, 8)
+	o, ok := p.Answer(id+1000, SpotResult{Volunteer: copier, Hint: "y", Update: cu, Examples: 8})
+	if !ok || o.Done {
+		t.Fatalf("copy's answer %+v, %v: want a mismatch that waits for a third", o, ok)
+	}
+	return c
+}
+
+func only(cs []*Check, c *Check) bool { return len(cs) == 1 && cs[0] == c }
+
+// With only the two volunteers of a mismatched check connected, the check
+// goes to the coordinator at once; its result decides by majority: the
+// primary that lied is struck and its applied result refuted, the honest
+// copy passes, and the coordinator is neither credited, passed nor
+// recorded.
+func TestRefereeDecidesWhenNoThirdIsConnected(t *testing.T) {
+	p, _ := newSpotTest(0.05)
+	two := map[string]string{"liar": "x", "honest": "y"}
+	c := mismatch(t, p, 1, "liar", fv(-1, -2, -3), true, "honest", fv(1, 2, 3))
+	if !only(p.Unresolved(two), c) {
+		t.Fatalf("Unresolved with only the two connected: %v, want the check", p.Unresolved(two))
+	}
+	p.Refereeing(c)
+	if len(p.Unresolved(two)) != 0 {
+		t.Fatal("a check the coordinator computes was handed out again")
+	}
+	if p.CopyFor("late", "z", two) != nil {
+		t.Fatal("a third copy was leased while the coordinator computes it")
+	}
+	o, ok := p.Resolve(c, SpotResult{Volunteer: "honest", Update: fv(1, 2, 3.0001), Examples: 8})
+	if !ok || !o.Done || len(o.Struck) != 1 || o.Struck[0] != "liar" {
+		t.Fatalf("outcome %+v, %v: want the liar struck", o, ok)
+	}
+	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "liar" || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v: want the liar's applied result refuted and nobody credited (the honest copy's ack said quarantined, the coordinator earns nothing)", o)
+	}
+	if p.Standing("honest").Passed != 1 || p.Standing("liar").Strikes != 1 {
+		t.Fatalf("standings honest %+v liar %+v", p.Standing("honest"), p.Standing("liar"))
+	}
+	if _, ok := p.Volunteers()[Referee]; ok {
+		t.Fatal("the coordinator has a record among the volunteers")
+	}
+	if p.Pending() != 0 || p.Counters.Recomputed != 1 || p.Counters.Strikes != 1 || p.Counters.Checked != 1 {
+		t.Fatalf("pending %d, counters %+v", p.Pending(), p.Counters)
+	}
+
+	// The copy lies: the copy is struck, the applied primary kept.
+	c = mismatch(t, p, 10, "honest", fv(1, 1), true, "liar2", fv(0, 0))
+	p.Refereeing(c)
+	o, _ = p.Resolve(c, SpotResult{Update: fv(1, 1)})
+	if len(o.Struck) != 1 || o.Struck[0] != "liar2" || len(o.Refute) != 0 || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v: want the lying copy struck, nothing refuted or credited", o)
+	}
+	// The primary and the coordinator agree bit for bit: still no class.
+	if p.Standing("honest").Class != 0 {
+		t.Fatalf("the coordinator's result put honest in class %d", p.Standing("honest").Class)
+	}
+
+	// A held primary the coordinator vindicates is credited.
+	c = mismatch(t, p, 20, "liar", fv(5, 5), false, "liar2", fv(-5, -5))
+	c.Results[0].Held = true
+	p.Refereeing(c)
+	if o, _ = p.Resolve(c, SpotResult{Update: fv(5, 5)}); len(o.Credit) != 1 || o.Credit[0].Volunteer != "liar" || o.Struck[0] != "liar2" {
+		t.Fatalf("outcome %+v: want the held primary credited, the copy struck", o)
+	}
+}
+
+// While a volunteer that could compute the third copy is connected, the
+// check waits RefereeWait for it; a third copy out is waited for; once
+// the wait is over and no copy is out, the coordinator decides. Struck
+// and banned volunteers, and those that computed the task, are no third.
+func TestRefereeWaitsForAConnectedThird(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewSpotChecks(1, 0.05, 3, 1e-3, time.Now)
+		p.Timeout = time.Minute
+		c := mismatch(t, p, 1, "a", fv(1, 2), true, "b", fv(-1, -2))
+		struck := mismatch(t, p, 2, "s", fv(1), true, "a", fv(3))
+		p.Refereeing(struck)
+		p.Resolve(struck, SpotResult{Update: fv(3)}) // s struck
+		if !p.Quarantined("s") {
+			t.Fatal("s was not struck")
+		}
+		if got := p.Unresolved(map[string]string{"a": "", "b": "", "s": ""}); !only(got, c) {
+			t.Fatalf("with only a struck volunteer besides the two: %v, want the check at once", got)
+		}
+		three := map[string]string{"a": "", "b": "", "c": ""}
+		if got := p.Unresolved(three); len(got) != 0 {
+			t.Fatalf("with a third at hand: %v, want the check to wait for it", got)
+		}
+		time.Sleep(p.RefereeWait - time.Millisecond)
+		if got := p.Unresolved(three); len(got) != 0 {
+			t.Fatalf("before RefereeWait: %v", got)
+		}
+		cp := p.CopyFor("c", "", three)
+		if cp != c {
+			t.Fatalf("c was offered %v, want the mismatched check", cp)
+		}
+		p.Copied(cp, 77, "c", 8)
+		time.Sleep(time.Second)
+		if got := p.Unresolved(three); len(got) != 0 {
+			t.Fatalf("with the third copy out: %v, want the check to wait for it", got)
+		}
+		p.CopyGone(77) // c gave it back
+		if got := p.Unresolved(three); !only(got, c) {
+			t.Fatalf("past RefereeWait with no copy out: %v, want the check", got)
+		}
+	})
+}
+
+// A check that expired while the coordinator computed is not resolved;
+// one whose base is gone is dropped and counted; a check is deferred once
+// however often it waits for the rate bound.
+func TestRefereeDropsAndDefers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewSpotChecks(1, 0.05, 3, 1e-3, time.Now)
+		p.Timeout = 10 * time.Second
+		c := mismatch(t, p, 1, "a", fv(1), true, "b", fv(-1))
+		p.Deferred(c)
+		p.Deferred(c)
+		if p.Counters.RecomputeDeferred != 1 {
+			t.Fatalf("deferred %d, want 1 for one check", p.Counters.RecomputeDeferred)
+		}
+		p.Refereeing(c)
+		time.Sleep(11 * time.Second)
+		if len(p.Expire()) != 1 {
+			t.Fatal("the check did not expire")
+		}
+		if o, ok := p.Resolve(c, SpotResult{Update: fv(1)}); ok || len(o.Struck) != 0 {
+			t.Fatalf("an expired check was resolved: %+v", o)
+		}
+		if p.Unresolvable(c) {
+			t.Fatal("an expired check was dropped twice")
+		}
+		c = mismatch(t, p, 2, "a", fv(1), true, "b", fv(-1))
+		p.Refereeing(c)
+		if !p.Unresolvable(c) || p.Pending() != 0 || p.Counters.RecomputeDropped != 1 || p.Counters.Recomputed != 0 {
+			t.Fatalf("pending %d, counters %+v: want the check dropped and counted", p.Pending(), p.Counters)
+		}
+		// A check that never mismatched is not the coordinator's.
+		openCheck(t, p, 3, "a", "x", fv(1), true)
+		if got := p.Unresolved(nil); len(got) != 0 {
+			t.Fatalf("Unresolved %v: a check waiting for its first copy is no dispute", got)
+		}
+	})
+}
