@@ -95,3 +95,28 @@ func TestIdleOnlyWorkerHandsBackAndResumes(t *testing.T) {
 		t.Errorf("after resuming: paused %v, %d connections; want working on the one connection", s.Paused, s.Connects)
 	}
 }
+
+// A worker with a duty cycle (work --max-cpu 25%) computes about that
+// share of the wall time, against a real coordinator.
+func TestDutyCycleShareOfWallTime(t *testing.T) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.LocalSteps = 1, 1
+	}))
+	const delay = 100 * time.Millisecond
+	slow := &slowBackend{delay: delay}
+	w := g.addWorkerWith(1, func(b worker.Backend) worker.Backend { slow.Backend = b; return slow },
+		func(c *worker.Config) { c.Duty = 0.25 })
+	for w.Stats().Accepted < 2 { // past the first downloads
+		time.Sleep(20 * time.Millisecond)
+	}
+	calls, start := slow.calls.Load(), time.Now()
+	time.Sleep(4 * time.Second)
+	busy := time.Duration(slow.calls.Load()-calls) * delay
+	share := float64(busy) / float64(time.Since(start))
+	t.Logf("computed %v of %v: %.2f of the time at duty 0.25", busy, time.Since(start).Round(time.Millisecond), share)
+	// Each task's own overhead counts as busy in the rest it earns, so the
+	// gradient's share is a little under 0.25; without the rest it is ~0.9.
+	if share < 0.15 || share > 0.3 {
+		t.Errorf("at duty 0.25 the worker computed %.2f of the time", share)
+	}
+}
