@@ -34,7 +34,9 @@ func system(o Options) (worker.IdleDetector, error) {
 	return d, nil
 }
 
-func ft(f syscall.Filetime) float64 { return float64(uint64(f.HighDateTime)<<32 | uint64(f.LowDateTime)) }
+func ft(f syscall.Filetime) float64 {
+	return float64(uint64(f.HighDateTime)<<32 | uint64(f.LowDateTime))
+}
 
 func (d *windowsIdle) read() (cpuTimes, error) {
 	var idle, kernel, user syscall.Filetime
