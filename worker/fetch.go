@@ -66,6 +66,12 @@ func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
 			f.s.held.Add(-1) // void at the coordinator; the revoke asked again
 			continue
 		}
+		if f.s.w.isPaused() {
+			if err := f.s.handBack(ctx, l); err != nil {
+				return err
+			}
+			continue
+		}
 		var t *task
 		select {
 		case <-ctx.Done():
@@ -82,7 +88,7 @@ func (f *fetcher) run(ctx context.Context, leases <-chan protocol.Lease) error {
 			if err := f.s.send(ctx, &protocol.Release{LeaseIDs: []uint64{l.ID}, Reason: truncate(err.Error(), 1000), JobID: l.JobID}); err != nil {
 				return err
 			}
-			if err := f.s.send(ctx, &protocol.Want{N: 1}); err != nil {
+			if err := f.s.want(ctx, 1); err != nil {
 				return err
 			}
 			if f.failures++; f.failures >= 5 {

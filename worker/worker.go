@@ -85,6 +85,16 @@ type Config struct {
 	// share, which keeps a laptop cool or a browser tab light. SetDuty
 	// changes it while the worker runs.
 	Duty float64
+	// Idle, when set, keeps the worker to the times the machine is
+	// otherwise idle, and Hours, when set, to a daily window: asked every
+	// PollEvery (0: DefaultPollEvery), a no pauses the worker (Pause) and
+	// a yes from both, held for ResumeAfter, resumes it. Now is the clock
+	// Hours is read on (nil: time.Now, local time).
+	Idle        IdleDetector
+	Hours       Hours
+	PollEvery   time.Duration
+	ResumeAfter time.Duration
+	Now         func() time.Time
 }
 
 // Stats is what a worker has done so far, for progress lines and pages.
@@ -103,6 +113,8 @@ type Stats struct {
 	Version       int64 // the model version in the last ack
 	Connects      int
 	Idle          bool
+	Paused        bool   // by Pause, Config.Idle or Config.Hours
+	PauseReason   string // why, while Paused
 }
 
 // Worker runs the shared worker loop. Run it once; Stats may be called
@@ -112,7 +124,8 @@ type Worker struct {
 	addrs []string // Coordinator's URLs
 	http  *http.Client
 
-	duty atomic.Uint64 // math.Float64bits of the duty cycle
+	duty  atomic.Uint64 // math.Float64bits of the duty cycle
+	pause pauseState    // pause.go
 
 	mu    sync.Mutex
 	stats Stats
@@ -186,6 +199,12 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Duty == 0 {
 		cfg.Duty = 1
 	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = DefaultPollEvery
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if len(cfg.Job) > protocol.MaxShortText {
 		return nil, fmt.Errorf("worker: job id of %d bytes; ids are at most %d", len(cfg.Job), protocol.MaxShortText)
 	}
@@ -240,6 +259,12 @@ func (w *Worker) update(f func(*Stats)) {
 // the worker says bye, so its leases go back at once. Run may be called
 // again after it returns (a paused worker resuming); Stats keep counting.
 func (w *Worker) Run(ctx context.Context) error {
+	if w.cfg.Idle != nil || w.cfg.Hours.Set() {
+		gctx, stop := context.WithCancel(ctx)
+		defer stop()
+		w.Pause("checking whether the machine is idle")
+		go w.govern(gctx) // pause.go
+	}
 	backoff := w.cfg.MinBackoff
 	// cur is the coordinator in use; unreached counts the ones that could
 	// not be reached since one last could: the worker moves on to the next
@@ -337,6 +362,9 @@ type session struct {
 	linkOut protocol.Link // the link a result points at: no allocation
 
 	held atomic.Int32 // leases received and not yet answered
+	// starved is set when a pause kept back a want: resuming asks again
+	// (pause.go).
+	starved atomic.Bool
 	// counts maps lease id → example count until its ack arrives (acks
 	// carry only the id).
 	counts sync.Map
@@ -506,16 +534,31 @@ func (s *session) work(parent context.Context) error {
 		wg.Wait()
 	}()
 
-	if err := s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch}); err != nil {
+	if err := s.want(ctx, s.w.cfg.Prefetch); err != nil {
 		return err
 	}
 	for {
+		_, _, pauseChanged := s.w.paused()
 		select {
 		case err := <-errc:
 			return err
 		case <-parent.Done():
 			return parent.Err()
+		case <-pauseChanged:
+			if !s.w.isPaused() {
+				if err := s.resumed(ctx); err != nil {
+					return err
+				}
+			}
 		case t := <-f.ready:
+			if s.w.isPaused() {
+				err := s.handBack(ctx, t.lease)
+				f.free <- t
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			start := time.Now()
 			err := s.computeAndSend(ctx, f, t)
 			f.free <- t
@@ -577,7 +620,7 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 			// The coordinator answered the start with a rejection: the
 			// lease is over there, and the ack was counted by the reader.
 			s.held.Add(-1)
-			return s.send(ctx, &protocol.Want{N: 1})
+			return s.want(ctx, 1)
 		}
 		if err != nil && (ctx.Err() != nil || isClosed(s.readerDone)) {
 			return fmt.Errorf("lease %d: %w", t.lease.ID, err)
@@ -603,7 +646,7 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 			return err
 		}
 	}
-	return s.send(ctx, &protocol.Want{N: 1})
+	return s.want(ctx, 1)
 }
 
 // startTimeout bounds the wait for the coordinator's started.
@@ -716,7 +759,7 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 			retry := time.Duration(m.RetryMs) * time.Millisecond
 			time.AfterFunc(retry, func() {
 				if ctx.Err() == nil && s.held.Load() == 0 {
-					_ = s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch})
+					_ = s.want(ctx, s.w.cfg.Prefetch)
 				}
 			})
 		case *protocol.Assign:
@@ -727,7 +770,7 @@ func (s *session) readLoop(ctx context.Context, leases chan<- protocol.Lease) er
 			// wait; ask for work elsewhere now.
 			s.revoked.Store(m.JobID, true)
 			s.w.cfg.Logf("job %q: %q; asking for other work", m.JobID, m.Reason)
-			_ = s.send(ctx, &protocol.Want{N: s.w.cfg.Prefetch})
+			_ = s.want(ctx, s.w.cfg.Prefetch)
 		case *protocol.Error:
 			s.w.cfg.Logf("coordinator says: %q: %q", m.Code, m.Message)
 		default:

@@ -63,7 +63,13 @@ type proc struct {
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(crowdtrainBinary(t), args...)
+	return startCmd(t, exec.Command(crowdtrainBinary(t), args...))
+}
+
+// startCmd starts cmd (another build of crowdtrain, or one under an
+// emulator) as a proc.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &proc{t: t, cmd: cmd, seen: make(chan string, 4096), done: make(chan error, 1)}

@@ -7,9 +7,11 @@ import (
 	"io"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/nativeworker"
+	"github.com/crowdtrain/crowdtrain/nativeworker/polite"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -27,8 +29,27 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	pin := fs.String("job", "", "compute only for job `ID` (or a sweep's trials); default: any job the coordinator places this worker on")
 	memoryMB := fs.Int("memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
+	config := fs.String("config", "", "worker config `FILE` (YAML, keys as these flags with _ for -); default ~/.config/crowdtrain/"+workConfigName+" or the OS's config directory, if there; flags override it")
+	idleOnly := fs.Bool("idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
+	idleAfter := fs.Duration("idle-after", polite.DefaultInputIdle, "--idle-only: the user counts as away this `long` after their last input")
+	idleCPU := &percentFlag{v: polite.DefaultMaxOthersCPU}
+	fs.Var(idleCPU, "idle-cpu", "--idle-only: the machine counts as idle while other programs use at most this `PERCENT` of its CPUs")
+	var hours hoursFlag
+	fs.Var(&hours, "hours", "compute only in this daily window of local time, `FROM-TO` on a 24-hour clock (22-07 wraps midnight; 9:30-17)")
+	maxCPU := &percentFlag{v: 1}
+	fs.Var(maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
+	var priority priorityFlag
+	fs.Var(&priority, "priority", "`low` (nice 10; below normal on Windows) or normal")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *config == "" {
+		*config = defaultWorkConfig()
+	}
+	if *config != "" {
+		if err := applyWorkConfig(fs, *config, "config", "token"); err != nil {
+			return usagef("%v", err)
+		}
 	}
 	if *adminToken != "" {
 		return usagef("--token is the admin token of status and submit; the join token is --join-token")
@@ -44,6 +65,24 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
+	if *config != "" {
+		logger.Printf("settings from %s, and the command line over them", *config)
+	}
+	if !priority.normal {
+		if err := polite.LowerPriority(); err != nil {
+			logger.Printf("cannot lower this process's priority (--priority normal says not to try): %v", err)
+		}
+	}
+	var idle worker.IdleDetector
+	if *idleOnly {
+		if *idleAfter <= 0 {
+			return usagef("--idle-after %v: want a positive duration, such as 3m", *idleAfter)
+		}
+		var err error
+		if idle, err = polite.System(polite.Options{MaxOthersCPU: idleCPU.v, InputIdle: *idleAfter}); err != nil {
+			return fmt.Errorf("--idle-only: %v", err)
+		}
+	}
 	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
 	if err != nil {
 		return err
@@ -53,11 +92,12 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Coordinator: *coord, Backend: b, Kind: workerKind(b), Token: *joinToken, VolunteerKey: key, Name: *name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf,
 		Job: *pin, Caps: workerCaps(b, *memoryMB),
+		Duty: maxCPU.v, Idle: idle, Hours: hours.h, ResumeAfter: idleResumeAfter,
 	})
 	if err != nil {
 		return usagef("%v", err)
 	}
-	logger.Printf("worker starting: %s, coordinator %s", describeBackend(b), *coord)
+	logger.Printf("worker starting: %s, coordinator %s%s", describeBackend(b), *coord, manners(*idleOnly, hours.h, maxCPU.v, priority.normal))
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	p := newProgress(stdout)
@@ -72,6 +112,27 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			p.print(now, w.Stats())
 		}
 	}
+}
+
+// manners says how the worker keeps out of the volunteer's way.
+func manners(idleOnly bool, h worker.Hours, share float64, normal bool) string {
+	var m []string
+	if idleOnly {
+		m = append(m, "only while the machine is idle")
+	}
+	if h.Set() {
+		m = append(m, "only in the hours "+h.String())
+	}
+	if share < 1 {
+		m = append(m, fmt.Sprintf("computing %.0f%% of the time", 100*share))
+	}
+	if !normal {
+		m = append(m, "at low priority")
+	}
+	if len(m) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(m, ", ")
 }
 
 // progress prints a live line: rewritten in place on a terminal, one line
@@ -106,6 +167,8 @@ func (p *progress) print(now time.Time, s worker.Stats) {
 	p.last, p.lastAt = s, now
 	state := "working"
 	switch {
+	case s.Paused:
+		state = "paused: " + s.PauseReason
 	case !s.Connected:
 		state = "connecting"
 	case s.Idle:

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
+)
+
+// crossBuild builds the worker build of this command for goos/goarch,
+// as the release archives hold it.
+func crossBuild(t *testing.T, goos, goarch string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "crowdtrain")
+	if goos == "windows" {
+		bin += ".exe"
+	}
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build: %v\n%s", goos, goarch, err, out)
+	}
+	return bin
+}
+
+const crossAdminToken = "cross-worker-test-admin-token"
+
+// serveForCross starts a coordinator (this machine's own build) training
+// mnist-mlp, with nothing kept, and returns its address.
+func serveForCross(t *testing.T) string {
+	t.Helper()
+	addr := freeAddr(t)
+	startProc(t, "serve", "--addr", addr, "--job", "mnist-mlp", "--db", "", "--admin-token", crossAdminToken)
+	waitJob(t, addr, 60*time.Second, "the coordinator", func(coordinator.JobView) bool { return true })
+	return addr
+}
+
+// waitWorkerAccepted polls the admin API until one worker has n results
+// accepted, and returns it as the coordinator sees it.
+func waitWorkerAccepted(t *testing.T, addr string, n int64, timeout time.Duration, w *proc) coordinator.WorkerView {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last []coordinator.WorkerView
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/workers", nil)
+		req.Header.Set("Authorization", "Bearer "+crossAdminToken)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			last = nil
+			json.NewDecoder(resp.Body).Decode(&last)
+			resp.Body.Close()
+			for _, v := range last {
+				if v.Accepted >= n {
+					return v
+				}
+			}
+		}
+		select {
+		case err := <-w.done:
+			t.Fatalf("the worker exited (%v) before %d results were accepted; log:\n%s", err, n, w.logText())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no worker had %d results accepted within %v; workers %+v; worker log:\n%s", n, timeout, last, w.logText())
+	return coordinator.WorkerView{}
+}
+
+// workArgs are the worker's flags in these tests: no volunteer key, no
+// config file from this machine, one thread.
+func workArgs(addr string, more ...string) []string {
+	return append([]string{"work", "--coordinator", "ws://" + addr + "/ws", "--key-file", "", "--threads", "1", "--backend", "cpu"}, more...)
+}
+
+// The linux/arm64 worker build, run under qemu-user against a coordinator
+// on this machine, trains mnist-mlp on its NEON kernel with its results
+// accepted.
+func TestArm64WorkerUnderQEMU(t *testing.T) {
+	testenv.Long(t, "cross-builds the worker and runs it under qemu-user against a coordinator process")
+	emu := testenv.NeedQEMU(t, "arm64")
+	// Built without cgo, the worker is still linked dynamically (purego
+	// loads OpenBLAS and CUDA through the C library's loader): qemu needs
+	// an arm64 glibc, Debian's libc6-arm64-cross.
+	const sysroot = "/usr/aarch64-linux-gnu"
+	if _, err := os.Stat(sysroot + "/lib/ld-linux-aarch64.so.1"); err != nil {
+		testenv.Missing(t, sysroot+"/lib/ld-linux-aarch64.so.1 not found: install Debian's libc6-arm64-cross to run the arm64 worker under qemu-user")
+	}
+	bin := crossBuild(t, "linux", "arm64")
+	out, err := exec.Command(emu, "-L", sysroot, bin, "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "os/arch: linux/arm64") || !strings.Contains(string(out), "neon") {
+		t.Fatalf("%s crowdtrain version: %v\n%s", filepath.Base(emu), err, out)
+	}
+	addr := serveForCross(t)
+	cmd := exec.Command(emu, append([]string{"-L", sysroot, bin}, workArgs(addr, "--kernel", "neon")...)...)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	w := startCmd(t, cmd)
+	v := waitWorkerAccepted(t, addr, 5, 3*time.Minute, w)
+	if v.Backend != "cpu-neon" || v.Kind != "native" {
+		t.Errorf("the coordinator sees the arm64 worker as %s backend %q; want native, cpu-neon", v.Kind, v.Backend)
+	}
+	t.Logf("arm64 worker under qemu: backend %s, %d results accepted, %d rejected, %d examples", v.Backend, v.Accepted, v.Rejected, v.Examples)
+}
+
+// wine64 finds Debian's wine64 (not on PATH: /usr/lib/wine/wine64), or
+// skips t saying what to install.
+func wine64(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"wine64", "/usr/lib/wine/wine64"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	testenv.Missing(t, "wine64 not found: install Debian's wine64 to run the windows/amd64 worker under Wine")
+	return ""
+}
+
+// prngShim is a stand-in for bcryptprimitives.dll, which Go's Windows
+// runtime loads from system32 for ProcessPrng and which Wine before 9.0
+// (Debian 12 has 8.0) lacks: it answers from BCryptGenRandom, which Wine
+// has.
+const prngShim = `#include <windows.h>
+#include <bcrypt.h>
+__declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
+	while (len > 0) {
+		ULONG n = len > 0x40000000 ? 0x40000000 : (ULONG)len;
+		if (BCryptGenRandom(NULL, data, n, BCRYPT_USE_SYSTEM_PREFERRED_RNG) != 0)
+			return FALSE;
+		data += n;
+		len -= n;
+	}
+	return TRUE;
+}
+`
+
+// The windows/amd64 worker build, run under Wine against a coordinator on
+// this machine, trains mnist-mlp with its results accepted.
+func TestWindowsWorkerUnderWine(t *testing.T) {
+	testenv.Long(t, "cross-builds the worker and runs it under Wine against a coordinator process")
+	wine := wine64(t)
+	bin := crossBuild(t, "windows", "amd64")
+	prefix := t.TempDir()
+	env := append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all",
+		"WINEDLLOVERRIDES=mscoree,mshtml=", // no Mono or Gecko installer dialogs
+		"DISPLAY=", "XDG_CONFIG_HOME="+t.TempDir())
+	t.Cleanup(func() { // after the worker is killed: the prefix's wineserver goes too
+		k := exec.Command(filepath.Join(filepath.Dir(wine), "wineserver"), "-k")
+		if _, err := exec.LookPath(k.Path); err != nil {
+			k = exec.Command("wineserver", "-k")
+		}
+		k.Env = env
+		_ = k.Run()
+	})
+	version := func() ([]byte, error) {
+		cmd := exec.Command(wine, bin, "version")
+		cmd.Env = env
+		return cmd.CombinedOutput()
+	}
+	out, err := version() // the first run makes the prefix
+	if strings.Contains(string(out), "bcryptprimitives.dll not found") {
+		gcc, lerr := exec.LookPath("x86_64-w64-mingw32-gcc")
+		if lerr != nil {
+			testenv.Missing(t, "this Wine lacks bcryptprimitives.dll, which Go's runtime needs, and x86_64-w64-mingw32-gcc, which builds a stand-in, is not found: install Debian's gcc-mingw-w64-x86-64-win32")
+		}
+		src := filepath.Join(t.TempDir(), "prng.c")
+		os.WriteFile(src, []byte(prngShim), 0o644)
+		dll := filepath.Join(prefix, "drive_c", "windows", "system32", "bcryptprimitives.dll")
+		if out, err := exec.Command(gcc, "-shared", "-O2", "-o", dll, src, "-lbcrypt").CombinedOutput(); err != nil {
+			t.Fatalf("building the bcryptprimitives.dll stand-in: %v\n%s", err, out)
+		}
+		out, err = version()
+	}
+	if err != nil || !strings.Contains(string(out), "os/arch: windows/amd64") {
+		t.Skipf("Wine cannot run the windows/amd64 build here: %v\n%s", err, out)
+	}
+
+	addr := serveForCross(t)
+	cmd := exec.Command(wine, append([]string{bin}, workArgs(addr)...)...) // --kernel auto, as a volunteer runs it
+	cmd.Env = env
+	w := startCmd(t, cmd)
+	v := waitWorkerAccepted(t, addr, 5, 3*time.Minute, w)
+	if v.Kind != "native" || !strings.HasPrefix(v.Backend, "cpu-") {
+		t.Errorf("the coordinator sees the Windows worker as %s backend %q; want native, cpu-<kernel>", v.Kind, v.Backend)
+	}
+	t.Logf("windows/amd64 worker under Wine: backend %s, %d results accepted, %d rejected, %d examples", v.Backend, v.Accepted, v.Rejected, v.Examples)
+}
