@@ -63,7 +63,7 @@ func newPromMetrics(s *Server) *promMetrics {
 		jobUtilisation:     prometheus.NewDesc("crowdtrain_job_worker_utilisation", "Mean share of the wall time of the job's workers spent computing.", []string{"job"}, nil),
 		workerUtilisation:  prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
 	}
-	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), newRelayCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

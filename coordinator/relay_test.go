@@ -120,6 +120,7 @@ func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, lea
 	for _, l := range leases {
 		a.Leases = append(a.Leases, l.ID)
 		a.Tasks = append(a.Tasks, upstream.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
+		a.Volunteers = append(a.Volunteers, "")
 		a.Examples += l.Count
 	}
 	for i := range a.Sum {
@@ -178,7 +179,14 @@ func waitAcknowledged(t *testing.T, box *natsbox.Box) {
 
 func serveRelays(t *testing.T, g *testGrid, box *natsbox.Box) {
 	t.Helper()
-	if err := g.srv.ServeRelays(context.Background(), connectNATS(t, box.URL, box.Root), coordinator.RelayGateOptions{RootURL: g.http.URL}); err != nil {
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{})
+}
+
+// serveRelaysWith is serveRelays with options (RootURL is the grid's).
+func serveRelaysWith(t *testing.T, g *testGrid, box *natsbox.Box, o coordinator.RelayGateOptions) {
+	t.Helper()
+	o.RootURL = g.http.URL
+	if err := g.srv.ServeRelays(context.Background(), connectNATS(t, box.URL, box.Root), o); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -196,7 +204,8 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	defer db.Close()
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs = 100 })
 	g := newStoredGrid(t, db, &spec)
-	serveRelays(t, g, box)
+	// Every bad aggregate below is counted, none quarantines the relay.
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1000})
 	n := modelParams(t, spec)
 	relay := newFakeRelay(t, box, "r1")
 	if j := relay.join(); len(j.Jobs) != 1 || j.Jobs[0].ID != g.job.ID || j.RootURL != g.http.URL || j.Token == "" {
@@ -227,12 +236,12 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 
 	bad := map[string]func(a *upstream.Aggregate){
 		"lease never granted": func(a *upstream.Aggregate) { a.Leases[0] = 1 << 40 },
-		"lease answered":      func(a *upstream.Aggregate) { a.Leases, a.Tasks = good.Leases[:1], good.Tasks[:1] },
+		"lease answered":      func(a *upstream.Aggregate) { a.Leases, a.Tasks, a.Volunteers = good.Leases[:1], good.Tasks[:1], good.Volunteers[:1] },
 		"wrong result count":  func(a *upstream.Aggregate) { a.Results = 2 },
 		"wrong examples":      func(a *upstream.Aggregate) { a.Examples++ },
 		"wrong task":          func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
 		"lease twice": func(a *upstream.Aggregate) {
-			a.Leases, a.Tasks = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0])
+			a.Leases, a.Tasks, a.Volunteers = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]), append(a.Volunteers, "")
 		},
 		"not finite":         func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
 		"future base":        func(a *upstream.Aggregate) { a.Base = 50 },
@@ -245,12 +254,9 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		a := aggregateOf("r1-bad-"+strings.ReplaceAll(what, " ", "-"), "r1", g.job.ID, r, r.Leases[2:3], n)
 		spoil(a)
 		relay.publish(a)
-		if what != "other relay's name" { // refused before it is counted to a relay
-			refused++
-			waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
-		} else {
-			time.Sleep(200 * time.Millisecond)
-		}
+		// Counted to the relay whose subject it came on, whatever it says.
+		refused++
+		waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
 		if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
 			t.Fatalf("%s: the model moved: version %d, applied %d", what, v.Version, v.UpdatesApplied)
 		}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,12 +30,18 @@ type relayGate struct {
 	nc      *nats.Conn
 	rootURL string
 	token   string // relays' HTTP token (upstream.HeaderRelayToken)
+	o       RelayGateOptions
 	cc      jetstream.ConsumeContext
 	subs    []*nats.Subscription
 
 	mu     sync.Mutex
 	relays map[string]*relayRecord
 	parts  map[string]*partialAggregate
+	// partsRefused counts every refused message, also of relays past
+	// maxRelayRecords.
+	partsRefused int64
+	// The NATS connection's trouble (nats.go's handlers).
+	slowConsumers, disconnects atomic.Int64
 }
 
 // relayRecord is what the root knows of one relay.
@@ -47,6 +54,20 @@ type relayRecord struct {
 	Duplicates int64 `json:"aggregates_duplicate"`
 	// BytesIn is the aggregate bytes the root took from it.
 	BytesIn int64 `json:"bytes_in"`
+	// Forged counts refusals for claims no honest relay makes (a subset
+	// of Refused); PartsRefused the messages dropped before they made an
+	// aggregate; StrikesRefused the strikes without evidence.
+	Forged         int64 `json:"aggregates_forged"`
+	PartsRefused   int64 `json:"parts_refused"`
+	StrikesRefused int64 `json:"strikes_refused"`
+	// Quarantined: past the limit of forged aggregates the root takes
+	// nothing more from it (aggregates, leases, joins) until an operator
+	// lifts it; Reason is the last refusal.
+	Quarantined bool   `json:"quarantined"`
+	Reason      string `json:"quarantine_reason,omitempty"`
+	score       float64
+	// inflight is the bytes of its incomplete aggregates the root holds.
+	inflight int64
 	// lastRound and inRound count the aggregates applied in the newest
 	// round it answered; MaxPerRound is the most in any round.
 	lastRound   uint64
@@ -71,20 +92,32 @@ const (
 	maxPartialAggregates = 64
 	relayAckWait         = 10 * time.Second
 	relayLostAfter       = 15 * time.Second
+	maxRelayRecords      = 1024
 )
+
+// DefaultRelayQuarantine is how many forged aggregates quarantine a relay
+// (RelayGateOptions.QuarantineAfter): each adds one to its score, each
+// applied one takes half away, and at this score it is quarantined.
+const DefaultRelayQuarantine = 8
 
 // RelayGateOptions configure ServeRelays.
 type RelayGateOptions struct {
 	// RootURL is the root's public HTTP URL, from which relays fetch
 	// snapshots.
 	RootURL string
+	// QuarantineAfter is the forged-aggregate score that quarantines a
+	// relay (0: DefaultRelayQuarantine).
+	QuarantineAfter int
 }
 
 // ServeRelays lets relays connect through nc (a NATS connection with
 // JetStream and the root's permissions). It returns once the stream, the
 // consumer and the subscriptions are in place; Close stops them.
 func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOptions) error {
-	g := &relayGate{s: s, nc: nc, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
+	if o.QuarantineAfter <= 0 {
+		o.QuarantineAfter = DefaultRelayQuarantine
+	}
+	g := &relayGate{s: s, nc: nc, o: o, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
 		relays: map[string]*relayRecord{}, parts: map[string]*partialAggregate{}}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -143,6 +176,10 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 		g.reply(m, upstream.JoinReply{Error: "a join names the relay (letters, digits, - and _, up to 64)"})
 		return
 	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.JoinReply{Error: why})
+		return
+	}
 	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL}, true)
 	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
 	g.s.mu.Lock()
@@ -169,6 +206,10 @@ func (g *relayGate) onLease(m *nats.Msg) {
 		g.reply(m, upstream.LeaseReply{Error: "a lease request names the relay, the job and want >= 1"})
 		return
 	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.LeaseReply{Error: why})
+		return
+	}
 	j := g.s.job(req.Job)
 	if j == nil || j.mirror != nil {
 		g.reply(m, upstream.LeaseReply{Error: fmt.Sprintf("no job %q here", req.Job)})
@@ -185,6 +226,10 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 	var req upstream.Release
 	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || len(req.Leases) > 4*maxRelayBlock {
 		g.reply(m, upstream.Released{Error: "a release names the relay, the job and at most 1024 leases"})
+		return
+	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.Released{Error: why})
 		return
 	}
 	j := g.s.job(req.Job)
@@ -215,7 +260,7 @@ func (g *relayGate) seen(st upstream.Status, join bool) {
 	defer g.mu.Unlock()
 	r := g.relays[st.Relay]
 	if r == nil {
-		if len(g.relays) >= 1024 {
+		if len(g.relays) >= maxRelayRecords {
 			return
 		}
 		r = &relayRecord{}
@@ -236,23 +281,62 @@ func (g *relayGate) seen(st upstream.Status, join bool) {
 	r.Status, r.LastSeen, r.statusAt = st, now, now
 }
 
-// record counts an aggregate's verdict for its relay.
-func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// recordOf is relay's record, made if there is room (g.mu held). Its
+// aggregates may come before its join (a root that restarts takes what
+// the stream kept first).
+func (g *relayGate) recordOf(relay string) *relayRecord {
 	r := g.relays[relay]
-	if r == nil {
-		if len(g.relays) >= 1024 {
-			return
-		}
-		// Its aggregates may come before its join (a root that restarts
-		// takes what the stream kept first).
+	if r == nil && len(g.relays) < maxRelayRecords {
 		r = &relayRecord{LastSeen: time.Now()}
 		g.relays[relay] = r
 	}
+	return r
+}
+
+// quarantined is why relay may not be served, or "".
+func (g *relayGate) quarantined(relay string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.relays[relay]; r != nil && r.Quarantined {
+		return fmt.Sprintf("relay %s is quarantined: the root refused %d of its aggregates as forged (the last: %s); the root's operator lifts it on the admin page (DELETE /api/v1/relays/%s/quarantine)",
+			relay, r.Forged, r.Reason, relay)
+	}
+	return ""
+}
+
+// refusePart counts a message of relay's dropped before it made an
+// aggregate, and logs it (every one for the first 16, then every 1000th:
+// a flood must not flood the log).
+func (g *relayGate) refusePart(relay, subject, why string) {
+	g.mu.Lock()
+	var n int64
+	if r := g.recordOf(relay); r != nil {
+		r.PartsRefused++
+		n = r.PartsRefused
+	}
+	g.partsRefused++
+	g.mu.Unlock()
+	if n <= 16 || n%1000 == 0 {
+		g.s.cfg.Logf("relays: relay %s: a message on %s REFUSED (%d so far): %s", relay, subject, n, why)
+	}
+}
+
+// record counts an aggregate's verdict for its relay, and quarantines a
+// relay whose forged aggregates pass the limit: its leases go back to the
+// queue at once.
+func (g *relayGate) record(relay, verdict, detail string, bytes, strikesRefused int, round uint64) {
+	g.mu.Lock()
+	r := g.recordOf(relay)
+	if r == nil {
+		g.mu.Unlock()
+		return
+	}
 	r.BytesIn += int64(bytes)
+	r.StrikesRefused += int64(strikesRefused)
+	quarantine := false
 	switch verdict {
 	case aggApplied:
+		r.score = max(0, r.score-0.5)
 		r.Applied++
 		if round != 0 {
 			if round != r.lastRound {
@@ -263,31 +347,86 @@ func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
 		}
 	case aggDuplicate:
 		r.Duplicates++
+	case aggForged:
+		r.Refused++
+		r.Forged++
+		r.score++
+		if !r.Quarantined && r.score >= float64(g.o.QuarantineAfter) {
+			r.Quarantined, r.Reason, quarantine = true, detail, true
+		}
 	default:
 		r.Refused++
 	}
+	g.mu.Unlock()
+	if quarantine {
+		g.s.cfg.Logf("relays: relay %s QUARANTINED: %d forged aggregates (the last: %s); its leases go back to the queue, and it gets nothing more until the operator lifts it",
+			relay, r.Forged, detail)
+		go g.dropLeases(relay, "relay "+relay+" was quarantined")
+	}
+}
+
+// dropLeases requeues every lease relay holds, in every job.
+func (g *relayGate) dropLeases(relay, reason string) {
+	g.s.mu.Lock()
+	jobs := slices.Clone(g.s.jobs)
+	g.s.mu.Unlock()
+	for _, j := range jobs {
+		if j.mirror != nil {
+			continue
+		}
+		_ = j.exec(g.s.ctx, func(st *jobState) {
+			if n := j.releaseWorker(relayWorker(relay)); n > 0 {
+				st.leasesReleased += int64(n)
+				st.lastRelease = reason
+			}
+		})
+	}
+}
+
+// LiftRelayQuarantine lets a quarantined relay back in, with a clean
+// score; it reports whether the relay was quarantined.
+func (s *Server) LiftRelayQuarantine(relay string) bool {
+	g := s.gate.Load()
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.relays[relay]
+	if r == nil || !r.Quarantined {
+		return false
+	}
+	r.Quarantined, r.score = false, 0
+	g.s.cfg.Logf("relays: the quarantine of relay %s was lifted", relay)
+	return true
 }
 
 // onAggregatePart takes one message of the stream: a whole aggregate, or
 // a part of one.
 func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
+	relay := strings.TrimPrefix(msg.Subject(), upstream.SubjectAggregates+".")
+	if why := g.quarantined(relay); why != "" {
+		g.refusePart(relay, msg.Subject(), "the relay is quarantined")
+		msg.Term()
+		return
+	}
 	h := msg.Headers()
 	id := h.Get(upstream.HeaderAggregate)
 	i, n, err := upstream.ParsePart(h.Get(upstream.HeaderPart))
 	if id == "" || err != nil {
-		g.s.cfg.Logf("relays: a message on %s without a valid aggregate id and part (%v): dropped", msg.Subject(), err)
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("no valid aggregate id and part (%v)", err))
 		msg.Term()
 		return
 	}
 	if n == 1 {
-		g.apply(msg.Subject(), msg.Data(), []jetstream.Msg{msg})
+		g.apply(relay, msg.Subject(), msg.Data(), []jetstream.Msg{msg})
 		return
 	}
 	g.mu.Lock()
 	p := g.parts[id]
 	if p != nil && len(p.parts) != n {
 		g.mu.Unlock()
-		g.s.cfg.Logf("relays: aggregate %s: part %d says %d parts, an earlier said %d: dropped", id, i, n, len(p.parts))
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: part %d says %d parts, an earlier said %d", id, i, n, len(p.parts)))
 		msg.Term()
 		return
 	}
@@ -315,12 +454,13 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	}
 	g.mu.Unlock()
 	if done {
-		g.apply(msg.Subject(), bytes.Join(p.parts, nil), p.msgs)
+		g.apply(relay, msg.Subject(), bytes.Join(p.parts, nil), p.msgs)
 	}
 }
 
-// apply decodes an aggregate and hands it to its job.
-func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
+// apply decodes an aggregate of relay (its subject's) and hands it to its
+// job.
+func (g *relayGate) apply(relay, subject string, body []byte, msgs []jetstream.Msg) {
 	term := func() {
 		for _, m := range msgs {
 			m.Term()
@@ -328,19 +468,22 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 	}
 	a, err := upstream.Decode(body)
 	if err != nil {
-		g.s.cfg.Logf("relays: on %s: %v: dropped", subject, err)
+		g.s.cfg.Logf("relays: aggregate of relay %s on %s REFUSED: %v", relay, subject, err)
+		g.record(relay, aggForged, err.Error(), len(body), 0, 0)
 		term()
 		return
 	}
-	if subject != upstream.AggregateSubject(a.Relay) {
-		g.s.cfg.Logf("relays: aggregate %s names relay %q but came on %s: refused", a.ID, a.Relay, subject)
+	if a.Relay != relay {
+		d := fmt.Sprintf("aggregate %s names relay %q but came on %s", a.ID, a.Relay, subject)
+		g.s.cfg.Logf("relays: aggregate of relay %s REFUSED: %s", relay, d)
+		g.record(relay, aggForged, d, len(body), 0, a.Round)
 		term()
 		return
 	}
 	j := g.s.job(a.Job)
 	if j == nil || j.mirror != nil {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: refused", a.ID, a.Relay, a.Job)
-		g.record(a.Relay, aggRefused, len(body), a.Round)
+		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: REFUSED", a.ID, a.Relay, a.Job)
+		g.record(a.Relay, aggRefused, "no such job", len(body), 0, a.Round)
 		term()
 		return
 	}
@@ -350,11 +493,19 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 		}
 	}
 	var verdict, detail string
-	if err := j.exec(g.s.ctx, func(*jobState) { verdict, detail = j.applyAggregate(a, ack) }); err != nil {
+	var dropped int64
+	if err := j.exec(g.s.ctx, func(st *jobState) {
+		before := st.relay.strikesDropped
+		verdict, detail = j.applyAggregate(a, ack)
+		dropped = st.relay.strikesDropped - before
+	}); err != nil {
 		return // shutting down: the stream delivers it again to the next run
 	}
-	g.record(a.Relay, verdict, len(body), a.Round)
-	if verdict == aggRefused {
+	g.record(a.Relay, verdict, detail, len(body), int(dropped), a.Round)
+	if dropped > 0 {
+		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s: %s", a.ID, a.Relay, a.Job, detail)
+	}
+	if verdict == aggRefused || verdict == aggForged {
 		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail)
 		term()
 		return
@@ -401,6 +552,41 @@ type RelayView struct {
 	LastSeen              time.Time `json:"last_seen"`
 }
 
+// RelayAdminView is one relay as the operator sees it
+// (GET /api/v1/relays/all): also those quarantined or gone quiet, and
+// what the root refused of it.
+type RelayAdminView struct {
+	RelayView
+	AggregatesForged int64  `json:"aggregates_forged"`
+	PartsRefused     int64  `json:"parts_refused"`
+	StrikesRefused   int64  `json:"strikes_refused"`
+	Quarantined      bool   `json:"quarantined"`
+	QuarantineReason string `json:"quarantine_reason,omitempty"`
+}
+
+func (r *relayRecord) view(name string) RelayView {
+	return RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes, UpstreamBytesPerSec: r.rate,
+		AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
+		AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen}
+}
+
+// RelaysAdmin lists every relay the root keeps a record of, by name.
+func (s *Server) RelaysAdmin() []RelayAdminView {
+	g := s.gate.Load()
+	out := []RelayAdminView{}
+	if g == nil {
+		return out
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, r := range g.relays {
+		out = append(out, RelayAdminView{RelayView: r.view(name), AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
+			StrikesRefused: r.StrikesRefused, Quarantined: r.Quarantined, QuarantineReason: r.Reason})
+	}
+	slices.SortFunc(out, func(a, b RelayAdminView) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // Relays lists the relays heard from lately, by name.
 func (s *Server) Relays() []RelayView {
 	g := s.gate.Load()
@@ -411,12 +597,10 @@ func (s *Server) Relays() []RelayView {
 	defer g.mu.Unlock()
 	out := []RelayView{}
 	for name, r := range g.relays {
-		if time.Since(r.LastSeen) > relayLostAfter {
+		if time.Since(r.LastSeen) > relayLostAfter || r.Quarantined {
 			continue
 		}
-		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes, UpstreamBytesPerSec: r.rate,
-			AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
-			AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen})
+		out = append(out, r.view(name))
 	}
 	slices.SortFunc(out, func(a, b RelayView) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -386,7 +386,8 @@ async function refresh() {
 // so it is polled every few seconds while signed in.
 async function refreshRelays() {
   try {
-    const rs = await api('GET', '/api/v1/relays');
+    // The operator's list: also relays quarantined or not yet approved.
+    const rs = await api('GET', '/api/v1/relays/all');
     if (rs && Array.isArray(rs.relays)) setRelays(rs.relays);
     text($('relays-error'), '');
   } catch (e) {
@@ -989,15 +990,19 @@ function renderRelays() {
     });
   }, (tr, r) => {
     const cells = [
-      r.name,
+      r.name + (r.quarantined ? ' (quarantined)' : ''),
       r.url || '–',
       fmtInt(r.workers),
       fmtBytes(Math.round(r.upstream_bytes_per_sec)) + '/s (' + fmtBytes(r.upstream_bytes) + ' in all)',
-      fmtInt(r.aggregates_applied) + ' / ' + fmtInt(r.aggregates_refused) + ' / ' + fmtInt(r.aggregates_duplicate),
+      fmtInt(r.aggregates_applied) + ' / ' + fmtInt(r.aggregates_refused) + ' / ' + fmtInt(r.aggregates_duplicate) +
+        (num(r.aggregates_forged) && r.aggregates_forged > 0 ? ' (' + fmtInt(r.aggregates_forged) + ' forged)' : ''),
       r.max_aggregates_per_round ? fmtInt(r.max_aggregates_per_round) : '–',
       ago(r.last_seen),
     ];
     cells.forEach((s, i) => text(tr.cells[i], s));
+    tr.cells[0].title = r.quarantined ? 'Quarantined: ' + (r.quarantine_reason || '') +
+      '. DELETE /api/v1/relays/' + r.name + '/quarantine lets it back in.' : '';
+    tr.classList.toggle('error', !!r.quarantined);
     tr.cells[6].title = when(r.last_seen);
   });
   $('relays-empty').hidden = relays.length > 0;
