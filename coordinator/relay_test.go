@@ -236,10 +236,12 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 
 	bad := map[string]func(a *upstream.Aggregate){
 		"lease never granted": func(a *upstream.Aggregate) { a.Leases[0] = 1 << 40 },
-		"lease answered":      func(a *upstream.Aggregate) { a.Leases, a.Tasks, a.Volunteers = good.Leases[:1], good.Tasks[:1], good.Volunteers[:1] },
-		"wrong result count":  func(a *upstream.Aggregate) { a.Results = 2 },
-		"wrong examples":      func(a *upstream.Aggregate) { a.Examples++ },
-		"wrong task":          func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
+		"lease answered": func(a *upstream.Aggregate) {
+			a.Leases, a.Tasks, a.Volunteers = good.Leases[:1], good.Tasks[:1], good.Volunteers[:1]
+		},
+		"wrong result count": func(a *upstream.Aggregate) { a.Results = 2 },
+		"wrong examples":     func(a *upstream.Aggregate) { a.Examples++ },
+		"wrong task":         func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
 		"lease twice": func(a *upstream.Aggregate) {
 			a.Leases, a.Tasks, a.Volunteers = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]), append(a.Volunteers, "")
 		},
