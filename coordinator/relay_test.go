@@ -108,6 +108,7 @@ func (f *fakeRelay) publish(a *upstream.Aggregate) {
 		msg.Data = p
 		msg.Header.Set(upstream.HeaderAggregate, a.ID)
 		msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
+		msg.Header.Set(upstream.HeaderJob, a.Job)
 		if _, err := f.js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(f.sent)+"/"+strconv.Itoa(i))); err != nil {
 			f.t.Fatal(err)
 		}
@@ -256,9 +257,14 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		a := aggregateOf("r1-bad-"+strings.ReplaceAll(what, " ", "-"), "r1", g.job.ID, r, r.Leases[2:3], n)
 		spoil(a)
 		relay.publish(a)
-		// Counted to the relay whose subject it came on, whatever it says.
-		refused++
-		waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
+		// Counted to the relay whose subject it came on, whatever it says;
+		// parts naming a job not here are refused before they are joined.
+		if what == "no such job" {
+			waitUntil(t, what+" refused", func() bool { return relayAdmin(t, g, "r1").PartsRefused > 0 })
+		} else {
+			refused++
+			waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
+		}
 		if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
 			t.Fatalf("%s: the model moved: version %d, applied %d", what, v.Version, v.UpdatesApplied)
 		}

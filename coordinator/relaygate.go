@@ -27,7 +27,8 @@ import (
 // and the admin page show.
 type relayGate struct {
 	s       *Server
-	nc      *nats.Conn
+	nc      *nats.Conn // control: joins, leases, releases, status, versions
+	bulk    *nats.Conn // the aggregate stream (nc unless RelayGateOptions.Bulk)
 	rootURL string
 	token   string // relays' HTTP token (upstream.HeaderRelayToken)
 	o       RelayGateOptions
@@ -66,8 +67,10 @@ type relayRecord struct {
 	Quarantined bool   `json:"quarantined"`
 	Reason      string `json:"quarantine_reason,omitempty"`
 	score       float64
-	// inflight is the bytes of its incomplete aggregates the root holds.
+	// inflight is the bytes of its incomplete aggregates the root holds,
+	// partials how many there are.
 	inflight int64
+	partials int
 	// lastRound and inRound count the aggregates applied in the newest
 	// round it answered; MaxPerRound is the most in any round.
 	lastRound   uint64
@@ -80,19 +83,29 @@ type relayRecord struct {
 // partialAggregate gathers the parts of an aggregate split to fit the
 // payload limit.
 type partialAggregate struct {
-	parts [][]byte
-	msgs  []jetstream.Msg
-	got   int
-	first time.Time
+	relay, job string
+	parts      [][]byte
+	msgs       []jetstream.Msg
+	got, bytes int
+	first      time.Time
 }
 
 // Limits on what parts may hold: a relay cannot make the root keep
 // unbounded partial aggregates.
 const (
 	maxPartialAggregates = 64
-	relayAckWait         = 10 * time.Second
-	relayLostAfter       = 15 * time.Second
-	maxRelayRecords      = 1024
+	// maxRelayPartials is the most incomplete aggregates of one relay the
+	// root holds: a relay publishes its parts in order, so it has one
+	// most of the time, two while a part is delivered again.
+	maxRelayPartials = 4
+	// relayPartTimeout is how long an aggregate's parts wait for the rest
+	// before they are terminated.
+	relayPartTimeout = 30 * time.Second
+	// relayMinInflight is the least in-flight byte budget of a relay.
+	relayMinInflight = 8 << 20
+	relayAckWait     = 10 * time.Second
+	relayLostAfter   = 15 * time.Second
+	maxRelayRecords  = 1024
 )
 
 // DefaultRelayQuarantine is how many forged aggregates quarantine a relay
@@ -108,7 +121,34 @@ type RelayGateOptions struct {
 	// QuarantineAfter is the forged-aggregate score that quarantines a
 	// relay (0: DefaultRelayQuarantine).
 	QuarantineAfter int
+	// Bulk, if set, is the connection the aggregates are consumed on, so
+	// that joins and lease requests on the other never wait behind them
+	// (nor share its fate when the server drops a slow consumer).
+	Bulk *nats.Conn
+	// StreamMaxBytes bounds the aggregate stream on disk (0:
+	// DefaultRelayStreamBytes); each relay may hold a quarter of it, and
+	// a relay past its share has its publishes refused.
+	StreamMaxBytes int64
+	// StreamMaxAge drops aggregates nobody took (0: relayStreamMaxAge).
+	StreamMaxAge time.Duration
+	// RelayInflightBytes is the bytes of incomplete aggregates the root
+	// holds per relay (0: two aggregates of the job, at least 8 MiB).
+	RelayInflightBytes int64
 }
+
+// DefaultRelayStreamBytes bounds the aggregate stream (serve
+// --relay-stream-bytes).
+const DefaultRelayStreamBytes = 1 << 30
+
+// Limits of the aggregate stream and the root's consumer of it.
+const (
+	relayStreamMaxAge  = time.Hour
+	relayStreamMaxMsgs = 1 << 16
+	// relayMaxDeliver: a message delivered this often without an ack is
+	// given up by the server.
+	relayMaxDeliver    = 8
+	relayMaxAckPending = 1024
+)
 
 // ServeRelays lets relays connect through nc (a NATS connection with
 // JetStream and the root's permissions). It returns once the stream, the
@@ -117,20 +157,40 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 	if o.QuarantineAfter <= 0 {
 		o.QuarantineAfter = DefaultRelayQuarantine
 	}
-	g := &relayGate{s: s, nc: nc, o: o, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
+	if o.StreamMaxBytes <= 0 {
+		o.StreamMaxBytes = DefaultRelayStreamBytes
+	}
+	if o.StreamMaxAge <= 0 {
+		o.StreamMaxAge = relayStreamMaxAge
+	}
+	bulk := o.Bulk
+	if bulk == nil {
+		bulk = nc
+	}
+	g := &relayGate{s: s, nc: nc, bulk: bulk, o: o, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
 		relays: map[string]*relayRecord{}, parts: map[string]*partialAggregate{}}
-	js, err := jetstream.New(nc)
+	g.watch(nc, "control")
+	if bulk != nc {
+		g.watch(bulk, "aggregates")
+	}
+	js, err := jetstream.New(bulk)
 	if err != nil {
 		return err
 	}
+	payload := bulk.MaxPayload()
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
 		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
+		MaxBytes: o.StreamMaxBytes, MaxMsgs: relayStreamMaxMsgs, MaxAge: o.StreamMaxAge, MaxMsgSize: int32(payload),
+		// Each relay its share: a relay past it has its publishes refused
+		// and retries; the others go on.
+		MaxMsgsPerSubject: max(64, o.StreamMaxBytes/(4*payload)), Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
 	}); err != nil {
 		return fmt.Errorf("relays: the aggregates stream: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{
-		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait, MaxAckPending: 4096,
+		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait,
+		MaxAckPending: relayMaxAckPending, MaxDeliver: relayMaxDeliver,
 	})
 	if err != nil {
 		return fmt.Errorf("relays: the root's consumer: %w", err)
@@ -145,8 +205,13 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 		}
 		g.subs = append(g.subs, sub)
 	}
-	if g.cc, err = cons.Consume(g.onAggregatePart); err != nil {
+	// The client buffers a few parts, not hundreds: a flood waits in the
+	// stream, on disk and bounded, not in the root's memory.
+	if g.cc, err = cons.Consume(g.onAggregatePart, jetstream.PullMaxBytes(int(8*payload))); err != nil {
 		return fmt.Errorf("relays: consuming aggregates: %w", err)
+	}
+	if err := bulk.Flush(); err != nil {
+		return err
 	}
 	s.gate.Store(g)
 	return nc.Flush()
@@ -161,6 +226,36 @@ func (g *relayGate) stop() {
 		sub.Unsubscribe()
 	}
 	g.nc.FlushTimeout(5 * time.Second)
+	if g.bulk != g.nc {
+		g.bulk.FlushTimeout(5 * time.Second)
+	}
+}
+
+// watch logs and counts what goes wrong with a connection of the root's:
+// a subscription falling behind (slow consumer), a disconnect.
+func (g *relayGate) watch(nc *nats.Conn, what string) {
+	var slowLogged atomic.Int64
+	nc.SetErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			n := g.slowConsumers.Add(1)
+			if last := slowLogged.Load(); time.Now().Unix()-last >= 10 && slowLogged.CompareAndSwap(last, time.Now().Unix()) {
+				subj := ""
+				if sub != nil {
+					subj = sub.Subject
+				}
+				g.s.cfg.Logf("relays: the root's NATS %s connection fell behind on %q and NATS dropped messages (%d times so far)", what, subj, n)
+			}
+			return
+		}
+		g.s.cfg.Logf("relays: the root's NATS %s connection: %v", what, err)
+	})
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		g.disconnects.Add(1)
+		g.s.cfg.Logf("relays: the root's NATS %s connection was lost (%v); reconnecting", what, err)
+	})
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		g.s.cfg.Logf("relays: the root's NATS %s connection is back (%s)", what, c.ConnectedUrlRedacted())
+	})
 }
 
 func (g *relayGate) reply(m *nats.Msg, v any) {
@@ -402,7 +497,10 @@ func (s *Server) LiftRelayQuarantine(relay string) bool {
 }
 
 // onAggregatePart takes one message of the stream: a whole aggregate, or
-// a part of one.
+// a part of one. Everything a part claims is bounded before the root
+// holds it: its count of parts and the bytes by its job's model size,
+// the partial aggregates and their bytes per relay. A part that cannot
+// complete is terminated, never left to be delivered again for ever.
 func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	relay := strings.TrimPrefix(msg.Subject(), upstream.SubjectAggregates+".")
 	if why := g.quarantined(relay); why != "" {
@@ -418,49 +516,125 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 		msg.Term()
 		return
 	}
+	size := len(msg.Data())
 	if n == 1 {
-		g.apply(relay, msg.Subject(), msg.Data(), []jetstream.Msg{msg})
+		g.apply(relay, msg.Subject(), h.Get(upstream.HeaderJob), msg.Data(), []jetstream.Msg{msg})
 		return
 	}
-	g.mu.Lock()
-	p := g.parts[id]
-	if p != nil && len(p.parts) != n {
-		g.mu.Unlock()
-		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: part %d says %d parts, an earlier said %d", id, i, n, len(p.parts)))
+	jobID := h.Get(upstream.HeaderJob)
+	j := g.s.job(jobID)
+	if j == nil || j.mirror != nil {
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: a part of %d names job %q, which is not here", id, n, jobID))
 		msg.Term()
 		return
 	}
-	if p == nil {
-		for k, old := range g.parts { // parts whose rest never came are redelivered anyway
-			if time.Since(old.first) > relayAckWait {
-				delete(g.parts, k)
-			}
-		}
-		if len(g.parts) >= maxPartialAggregates {
-			g.mu.Unlock()
-			msg.Nak() // later: the root is busy with others
-			return
-		}
-		p = &partialAggregate{parts: make([][]byte, n), msgs: make([]jetstream.Msg, n), first: time.Now()}
-		g.parts[id] = p
+	partSize := int(g.bulk.MaxPayload()) - 4096
+	if limit := upstream.MaxPartsFor(j.model.NumParams, partSize); n > limit || size > partSize || i < n-1 && size != partSize {
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: part %d/%d of %d bytes; an aggregate of job %s (%d parameters) is at most %d parts of %d bytes, each but the last full",
+			id, i, n, size, jobID, j.model.NumParams, limit, partSize))
+		msg.Term()
+		return
 	}
-	if p.parts[i] == nil {
-		p.got++
+	now := time.Now()
+	g.mu.Lock()
+	stale := g.evictStale(now)
+	key := relay + "\x00" + id
+	p := g.parts[key]
+	var refuse, busy string
+	switch {
+	case p != nil && (len(p.parts) != n || p.job != jobID):
+		refuse = fmt.Sprintf("aggregate %s: part %d says %d parts of job %s, an earlier said %d of job %s", id, i, n, jobID, len(p.parts), p.job)
+	case p == nil && len(g.parts) >= maxPartialAggregates:
+		busy = "the root holds too many incomplete aggregates"
+	case p == nil:
+		r := g.recordOf(relay)
+		if r == nil {
+			refuse = "too many relays"
+			break
+		}
+		if r.partials >= maxRelayPartials {
+			refuse = fmt.Sprintf("aggregate %s: relay %s has %d incomplete aggregates at the root already, at most %d", id, relay, r.partials, maxRelayPartials)
+			break
+		}
+		r.partials++
+		p = &partialAggregate{relay: relay, job: jobID, parts: make([][]byte, n), msgs: make([]jetstream.Msg, n), first: now}
+		g.parts[key] = p
 	}
-	p.parts[i], p.msgs[i] = msg.Data(), msg
-	done := p.got == n
+	if refuse == "" && busy == "" {
+		if r := g.relays[relay]; p.parts[i] == nil && r.inflight+int64(size) > g.inflightBudget(j) {
+			refuse = fmt.Sprintf("aggregate %s: relay %s holds %d bytes of incomplete aggregates at the root, its budget is %d", id, relay, r.inflight, g.inflightBudget(j))
+		} else if p.parts[i] == nil {
+			p.got++
+			r.inflight += int64(size)
+			p.bytes += size
+		}
+		if refuse == "" { // a part delivered again stands for the first delivery
+			p.parts[i], p.msgs[i] = msg.Data(), msg
+		}
+	}
+	done := p != nil && refuse == "" && busy == "" && p.got == n
 	if done {
-		delete(g.parts, id)
+		g.dropPartial(key, p)
 	}
 	g.mu.Unlock()
-	if done {
-		g.apply(relay, msg.Subject(), bytes.Join(p.parts, nil), p.msgs)
+	for _, sp := range stale {
+		g.refusePart(sp.relay, upstream.AggregateSubject(sp.relay), fmt.Sprintf("an aggregate of %d parts got %d within %v: its parts are dropped", len(sp.parts), sp.got, relayPartTimeout))
+		sp.term()
+	}
+	switch {
+	case busy != "":
+		msg.NakWithDelay(time.Second)
+	case refuse != "":
+		g.refusePart(relay, msg.Subject(), refuse)
+		msg.Term()
+	case done:
+		g.apply(relay, msg.Subject(), jobID, bytes.Join(p.parts, nil), p.msgs)
 	}
 }
 
+// evictStale takes out the partial aggregates older than relayPartTimeout
+// (g.mu held); the caller terminates their parts.
+func (g *relayGate) evictStale(now time.Time) []*partialAggregate {
+	var out []*partialAggregate
+	for k, p := range g.parts {
+		if now.Sub(p.first) > relayPartTimeout {
+			g.dropPartial(k, p)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dropPartial forgets a partial aggregate and frees its relay's budget
+// (g.mu held).
+func (g *relayGate) dropPartial(key string, p *partialAggregate) {
+	delete(g.parts, key)
+	if r := g.relays[p.relay]; r != nil {
+		r.partials--
+		r.inflight -= int64(p.bytes)
+	}
+}
+
+func (p *partialAggregate) term() {
+	for _, m := range p.msgs {
+		if m != nil {
+			m.Term()
+		}
+	}
+}
+
+// inflightBudget is the bytes of incomplete aggregates the root holds for
+// one relay: two of j's aggregates, and at least relayMinInflight.
+func (g *relayGate) inflightBudget(j *Job) int64 {
+	if g.o.RelayInflightBytes > 0 {
+		return g.o.RelayInflightBytes
+	}
+	return max(relayMinInflight, 2*int64(upstream.MaxBytes(j.model.NumParams)))
+}
+
 // apply decodes an aggregate of relay (its subject's) and hands it to its
-// job.
-func (g *relayGate) apply(relay, subject string, body []byte, msgs []jetstream.Msg) {
+// job; jobHeader is the job its parts named, if any.
+func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []jetstream.Msg) {
 	term := func() {
 		for _, m := range msgs {
 			m.Term()
@@ -473,8 +647,8 @@ func (g *relayGate) apply(relay, subject string, body []byte, msgs []jetstream.M
 		term()
 		return
 	}
-	if a.Relay != relay {
-		d := fmt.Sprintf("aggregate %s names relay %q but came on %s", a.ID, a.Relay, subject)
+	if a.Relay != relay || jobHeader != "" && jobHeader != a.Job {
+		d := fmt.Sprintf("aggregate %s names relay %q and job %q but came on %s with parts of job %q", a.ID, a.Relay, a.Job, subject, jobHeader)
 		g.s.cfg.Logf("relays: aggregate of relay %s REFUSED: %s", relay, d)
 		g.record(relay, aggForged, d, len(body), 0, a.Round)
 		term()

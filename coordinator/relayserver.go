@@ -373,6 +373,7 @@ func (rt *relayRuntime) publish(s *Server) {
 			msg.Data = p
 			msg.Header.Set(upstream.HeaderAggregate, a.ID)
 			msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
+			msg.Header.Set(upstream.HeaderJob, a.Job)
 			ctx, cancel := context.WithTimeout(rt.ctx, 10*time.Second)
 			_, err = rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(i)))
 			cancel()

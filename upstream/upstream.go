@@ -196,7 +196,28 @@ type Task struct {
 const (
 	HeaderAggregate = "Crowdtrain-Aggregate" // the aggregate's ID
 	HeaderPart      = "Crowdtrain-Part"      // "i/n", from 0
+	// HeaderJob names the aggregate's job on every part: the root bounds
+	// the parts and bytes it holds for it by the job's model size.
+	HeaderJob = "Crowdtrain-Job"
 )
+
+// HeaderAllowance is what an aggregate may take beyond its sum (4 bytes a
+// parameter): the length word and the JSON header, which grows with its
+// leases. MaxBytes is the most an aggregate of a model of params
+// parameters may take.
+const HeaderAllowance = 2 << 20
+
+// MaxBytes bounds an aggregate of a model of params parameters.
+func MaxBytes(params int) int { return 4*params + HeaderAllowance }
+
+// MaxPartsFor is the most parts such an aggregate needs in parts of
+// partSize bytes.
+func MaxPartsFor(params, partSize int) int {
+	if partSize <= 0 {
+		return 1
+	}
+	return min(MaxParts, (MaxBytes(params)+partSize-1)/partSize)
+}
 
 // Encode is a's bytes: a 4-byte header length, the JSON header, then Sum
 // as little-endian float32s.
@@ -215,7 +236,7 @@ func Encode(a *Aggregate) ([]byte, error) {
 }
 
 // MaxHeader bounds an aggregate's JSON header.
-const MaxHeader = 16 << 20
+const MaxHeader = HeaderAllowance - 4
 
 // Decode reads an aggregate Encode wrote. It checks the shape, not the
 // meaning: the root checks that against the job.

@@ -23,12 +23,14 @@ import (
 type relayFlags struct {
 	listen, url, creds string
 	dir                string // the embedded server's, beside --db
+	streamBytes        int64
 }
 
 func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "nats-listen", "", "`HOST:PORT` of an embedded NATS server with JetStream for relays (its data and the relays' credentials go beside --db)")
 	fs.StringVar(&f.url, "nats", "", "`URL` of an external NATS server with JetStream for relays, instead of --nats-listen")
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
+	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
 
 func (f *relayFlags) check(db string) error {
@@ -40,6 +42,8 @@ func (f *relayFlags) check(db string) error {
 		return usagef("--nats-listen keeps JetStream's data beside --db: give a --db")
 	case f.creds != "" && f.url == "":
 		return usagef("--nats-creds goes with --nats")
+	case f.streamBytes < 16<<20:
+		return usagef("--relay-stream-bytes %d: at least 16 MiB (16777216), room for a few aggregates", f.streamBytes)
 	}
 	return nil
 }
@@ -54,7 +58,8 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	url, opts := f.url, []nats.Option{nats.Name("crowdtrain root"), nats.MaxReconnects(-1)}
 	if f.listen != "" {
 		var err error
-		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir}); err != nil {
+		// JetStream's own bound, beyond the stream's: room for it twice.
+		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir, MaxStore: 2*f.streamBytes + 64<<20}); err != nil {
 			return nil, err
 		}
 		url = box.URL
@@ -76,11 +81,20 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 		stop()
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
 	}
+	// Aggregates come on a connection of their own: joins and leases
+	// never wait behind a flood of parts.
+	bulk, err := nats.Connect(url, append(opts, nats.Name("crowdtrain root (aggregates)"))...)
+	if err != nil {
+		nc.Close()
+		stop()
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
+	}
 	rootURL := base
 	if len(public) > 0 {
 		rootURL = public[0]
 	}
-	if err := srv.ServeRelays(ctx, nc, coordinator.RelayGateOptions{RootURL: rootURL}); err != nil {
+	if err := srv.ServeRelays(ctx, nc, coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes}); err != nil {
+		bulk.Close()
 		nc.Close()
 		stop()
 		return nil, err
@@ -91,7 +105,7 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	} else {
 		logger.Printf("relays: through NATS at %s", url)
 	}
-	return func() { nc.Close(); stop() }, nil
+	return func() { bulk.Close(); nc.Close(); stop() }, nil
 }
 
 // relay runs `crowdtrain relay`.

@@ -66,6 +66,9 @@ type Options struct {
 	// MaxPayload bounds a message (0: NATS's default, 1 MB); aggregates
 	// larger than it are split into parts.
 	MaxPayload int32
+	// MaxStore bounds JetStream's disk use (0: NATS's default, most of
+	// the free disk); the aggregate stream has its own, lower limit.
+	MaxStore int64
 }
 
 // Start runs the server and waits until it takes connections.
@@ -96,8 +99,8 @@ func Start(o Options) (*Box, error) {
 		ServerName: "crowdtrain-root",
 		Host:       host, Port: port,
 		JetStream: true, StoreDir: filepath.Join(o.Dir, "jetstream"),
-		MaxPayload: o.MaxPayload,
-		NoSigs:     true, NoLog: true,
+		MaxPayload: o.MaxPayload, JetStreamMaxStore: o.MaxStore,
+		NoSigs: true, NoLog: true,
 		Users: []*server.User{
 			{Username: creds.Root.User, Password: creds.Root.Password},
 			{Username: creds.Relay.User, Password: creds.Relay.Password, Permissions: &server.Permissions{
