@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,11 +55,36 @@ type fakeRelay struct {
 
 func newFakeRelay(t *testing.T, box *natsbox.Box, name string) *fakeRelay {
 	t.Helper()
-	c, err := natsbox.ReadCreds(box.RelayCredsFile)
+	return fakeRelayWith(t, box, name, relayCredential(t, box, name))
+}
+
+// relayCredential issues relay name its credential on box and reads it.
+func relayCredential(t *testing.T, box *natsbox.Box, name string) natsbox.RelayCredential {
+	t.Helper()
+	text, err := box.IssueRelay(name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := connectNATS(t, box.URL, c)
+	path := filepath.Join(t.TempDir(), name+".creds")
+	if err := os.WriteFile(path, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c.Name != name {
+		t.Fatalf("reading relay %s's credential: %v (it names %q)", name, err, c.Name)
+	}
+	return c
+}
+
+// fakeRelayWith connects as relay name with credential c (a relay's own,
+// or another's).
+func fakeRelayWith(t *testing.T, box *natsbox.Box, name string, c natsbox.RelayCredential, opts ...nats.Option) *fakeRelay {
+	t.Helper()
+	nc, err := nats.Connect(box.URL, append(c.Options, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -80,13 +106,13 @@ func (f *fakeRelay) request(subject string, req, reply any) {
 
 func (f *fakeRelay) join() upstream.JoinReply {
 	var r upstream.JoinReply
-	f.request(upstream.SubjectJoin, upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
+	f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
 	return r
 }
 
 func (f *fakeRelay) lease(job string, want int) upstream.LeaseReply {
 	var r upstream.LeaseReply
-	f.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
+	f.request(upstream.ControlSubject(f.name, upstream.OpLease), upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
 	if r.Error != "" {
 		f.t.Fatal(r.Error)
 	}
@@ -306,38 +332,115 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	}
 }
 
-// Only relays with the credentials the root issued may publish, and only
-// under crowdtrain.up.
-func TestRelayCredentialsArePermissions(t *testing.T) {
+// Each relay holds a NATS credential of its own, issued by the root's
+// admin API: NATS itself binds it to its own subjects and inbox, so one
+// relay cannot read another's replies, lease, release or publish as
+// another, or announce versions; the root takes a relay's name from the
+// subject; a revoked relay is cut off at once and its leases requeued.
+func TestRelayIdentityIsItsCredential(t *testing.T) {
 	box := startNATS(t)
-	if nc, err := nats.Connect(box.URL); err == nil {
-		nc.Close()
-		t.Fatal("a connection without credentials was accepted")
-	}
-	if nc, err := nats.Connect(box.URL, nats.UserInfo(upstream.RelayUser, "guess")); err == nil {
-		nc.Close()
-		t.Fatal("a wrong password was accepted")
-	}
-	c, err := natsbox.ReadCreds(box.RelayCredsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied := make(chan string, 4)
-	nc, err := nats.Connect(box.URL, nats.UserInfo(c.User, c.Password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		denied <- err.Error()
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Publish(upstream.VersionSubject("job"), []byte(`{"version":99}`))
-	nc.Flush()
-	select {
-	case e := <-denied:
-		if !strings.Contains(strings.ToLower(e), "permission") {
-			t.Fatalf("publishing a version announcement as a relay: %s", e)
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
+	for what, o := range map[string]nats.Option{
+		"no credential":             nil,
+		"a guessed root password":   nats.UserInfo(upstream.RootUser, "guess"),
+		"the old shared relay user": nats.UserInfo("crowdtrain-relay", "guess"),
+	} {
+		opts := []nats.Option{}
+		if o != nil {
+			opts = append(opts, o)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a relay published a version announcement unrefused")
+		if nc, err := nats.Connect(box.URL, opts...); err == nil {
+			nc.Close()
+			t.Fatalf("%s: connected", what)
+		}
+	}
+
+	// r1's credential through the admin API, r2's from the box.
+	var issued coordinator.RelayCredentialReply
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: "r1"}, &issued); code != http.StatusCreated {
+		t.Fatalf("issuing r1's credential: %d", code)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	if err := os.WriteFile(path, []byte(issued.Credential), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c1.Name != "r1" {
+		t.Fatalf("r1's credential: %v, names %q", err, c1.Name)
+	}
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: "r3", URL: "http://evil.example/ws"}, nil); code != http.StatusBadRequest {
+		t.Fatalf("a credential for an http:// relay URL: %d, want 400", code)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c1)
+	denied := make(chan string, 16)
+	r2 := fakeRelayWith(t, box, "r2", relayCredential(t, box, "r2"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case denied <- err.Error():
+		default:
+		}
+	}))
+	refused := func(what string) {
+		t.Helper()
+		select {
+		case e := <-denied:
+			if !strings.Contains(strings.ToLower(e), "permission") {
+				t.Fatalf("%s: %s", what, e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not refused", what)
+		}
+	}
+	if j := r1.join(); len(j.Jobs) != 1 || j.Token == "" {
+		t.Fatalf("r1's join: %+v", j)
+	}
+	held := r1.lease(g.job.ID, 4)
+
+	// Reading another relay's inbox, or every inbox.
+	for _, subj := range []string{"_INBOX.>", upstream.InboxPrefix("r1") + ".>", upstream.ControlSubject("r1", upstream.OpJoin)} {
+		if _, err := r2.nc.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+		r2.nc.Flush()
+		refused("r2 subscribing to " + subj)
+	}
+	// Leasing, releasing or publishing as another relay, announcing a version.
+	for _, subj := range []string{upstream.ControlSubject("r1", upstream.OpLease), upstream.ControlSubject("r1", upstream.OpRelease),
+		upstream.AggregateSubject("r1"), upstream.VersionSubject(g.job.ID)} {
+		r2.nc.Publish(subj, []byte(`{"relay":"r1","job":"`+g.job.ID+`","want":4,"leases":[`+strconv.FormatUint(held.Leases[0].ID, 10)+`]}`))
+		r2.nc.Flush()
+		refused("r2 publishing on " + subj)
+	}
+	// On its own subject, naming another in the body: the root refuses.
+	var lr upstream.LeaseReply
+	r2.request(upstream.ControlSubject("r2", upstream.OpLease), upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
+	if !strings.Contains(lr.Error, "cannot speak for relay") || len(lr.Leases) != 0 {
+		t.Fatalf("r2 leasing as r1 on its own subject: %+v", lr)
+	}
+	var rel upstream.Released
+	r2.request(upstream.ControlSubject("r2", upstream.OpRelease), upstream.Release{Job: g.job.ID, Leases: []uint64{held.Leases[0].ID}}, &rel)
+	if rel.Released != 0 {
+		t.Fatalf("r2 released %d of r1's leases", rel.Released)
+	}
+
+	// Revoked: cut off at once, its leases queued again, its credential
+	// refused from then on.
+	before := g.jobView().LeasesReleased
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusOK {
+		t.Fatalf("revoking r1: %d", code)
+	}
+	waitUntil(t, "r1 disconnected", func() bool { return !r1.nc.IsConnected() })
+	waitUntil(t, "r1's leases requeued", func() bool { return g.jobView().LeasesReleased >= before+int64(len(held.Leases)) })
+	if nc, err := nats.Connect(box.URL, c1.Options...); err == nil {
+		nc.Close()
+		t.Fatal("a revoked credential connected")
+	}
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("revoking r1 twice: %d, want 404", code)
+	}
+	// r2 is untouched.
+	if j := r2.join(); len(j.Jobs) != 1 {
+		t.Fatalf("r2's join after r1's revocation: %+v", j)
 	}
 }

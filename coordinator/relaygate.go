@@ -134,6 +134,82 @@ type RelayGateOptions struct {
 	// RelayInflightBytes is the bytes of incomplete aggregates the root
 	// holds per relay (0: two aggregates of the job, at least 8 MiB).
 	RelayInflightBytes int64
+	// Credentials issues and revokes the relays' NATS credentials (the
+	// embedded server's, internal/natsbox); nil with an external server,
+	// whose operator issues them.
+	Credentials RelayCredentials
+}
+
+// RelayCredentials is the NATS server's book of relay identities: each
+// relay its own credential, whose permissions bind it to its own
+// subjects (upstream.RelayPublish, RelaySubscribe).
+type RelayCredentials interface {
+	// IssueRelay makes name a new credential registered with url (its
+	// volunteers' websocket URL, "" for none yet) and returns the file's
+	// text; an earlier one of name stops working.
+	IssueRelay(name, url string) ([]byte, error)
+	// RevokeRelay cuts name off at once; false if it had no credential.
+	RevokeRelay(name string) (bool, error)
+	// RelayRegistered reports whether name holds a credential, and its URL.
+	RelayRegistered(name string) (url string, ok bool)
+}
+
+// ErrNoRelayCredentials: the relays' NATS server is not this root's.
+var ErrNoRelayCredentials = errors.New("this root uses an external NATS server (serve --nats): its operator issues the relays' credentials, one NATS user per relay with the permissions in docs/RELAYS.md")
+
+// IssueRelayCredential issues relay name a NATS credential of its own
+// (docs/RELAYS.md), registered with its volunteers' websocket URL.
+func (s *Server) IssueRelayCredential(name, url string) ([]byte, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return nil, errors.New("this coordinator serves no relays: start it with --nats-listen")
+	}
+	if g.o.Credentials == nil {
+		return nil, ErrNoRelayCredentials
+	}
+	if url != "" {
+		if err := checkRelayURL(url); err != nil {
+			return nil, err
+		}
+	}
+	cred, err := g.o.Credentials.IssueRelay(name, url)
+	if err != nil {
+		return nil, err
+	}
+	g.s.cfg.Logf("relays: a credential was issued to relay %s (url %q); any earlier one of it is void", name, url)
+	return cred, nil
+}
+
+// RevokeRelayCredential cuts relay name off at once: NATS closes its
+// connections and refuses its credential, and its leases are requeued.
+// It reports whether the relay had a credential.
+func (s *Server) RevokeRelayCredential(name string) (bool, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return false, errors.New("this coordinator serves no relays: start it with --nats-listen")
+	}
+	if g.o.Credentials == nil {
+		return false, ErrNoRelayCredentials
+	}
+	ok, err := g.o.Credentials.RevokeRelay(name)
+	if err != nil || !ok {
+		return ok, err
+	}
+	g.mu.Lock()
+	delete(g.relays, name)
+	g.mu.Unlock()
+	g.dropLeases(name, "relay "+name+"'s credential was revoked")
+	g.s.cfg.Logf("relays: relay %s's credential was revoked: it is disconnected and its leases are queued again", name)
+	return true, nil
+}
+
+// checkRelayURL is why url cannot be a relay's volunteers' URL, or nil.
+func checkRelayURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("relay URL %q: want ws://HOST[:PORT]/PATH or wss://HOST[:PORT]/PATH, the websocket URL its volunteers connect to", raw)
+	}
+	return nil
 }
 
 // DefaultRelayStreamBytes bounds the aggregate stream (serve
@@ -195,11 +271,11 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 	if err != nil {
 		return fmt.Errorf("relays: the root's consumer: %w", err)
 	}
-	for subj, h := range map[string]nats.MsgHandler{
-		upstream.SubjectJoin: g.onJoin, upstream.SubjectLease: g.onLease, upstream.SubjectStatus: g.onStatus,
-		upstream.SubjectRelease: g.onRelease,
+	for op, h := range map[string]nats.MsgHandler{
+		upstream.OpJoin: g.onJoin, upstream.OpLease: g.onLease, upstream.OpStatus: g.onStatus,
+		upstream.OpRelease: g.onRelease,
 	} {
-		sub, err := nc.Subscribe(subj, h)
+		sub, err := nc.Subscribe(upstream.ControlWildcard(op), h)
 		if err != nil {
 			return err
 		}
@@ -267,8 +343,12 @@ func (g *relayGate) reply(m *nats.Msg, v any) {
 
 func (g *relayGate) onJoin(m *nats.Msg) {
 	var req upstream.Join
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) {
-		g.reply(m, upstream.JoinReply{Error: "a join names the relay (letters, digits, - and _, up to 64)"})
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		g.reply(m, upstream.JoinReply{Error: "a join is JSON: {\"relay\": NAME, \"url\": URL}"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.JoinReply{Error: why})
 		return
 	}
 	if why := g.quarantined(req.Relay); why != "" {
@@ -297,8 +377,12 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 
 func (g *relayGate) onLease(m *nats.Msg) {
 	var req upstream.LeaseRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || req.Want < 1 {
-		g.reply(m, upstream.LeaseReply{Error: "a lease request names the relay, the job and want >= 1"})
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Want < 1 {
+		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 1"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.LeaseReply{Error: why})
 		return
 	}
 	if why := g.quarantined(req.Relay); why != "" {
@@ -319,8 +403,12 @@ func (g *relayGate) onLease(m *nats.Msg) {
 
 func (g *relayGate) onRelease(m *nats.Msg) {
 	var req upstream.Release
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || len(req.Leases) > 4*maxRelayBlock {
-		g.reply(m, upstream.Released{Error: "a release names the relay, the job and at most 1024 leases"})
+	if err := json.Unmarshal(m.Data, &req); err != nil || len(req.Leases) > 4*maxRelayBlock {
+		g.reply(m, upstream.Released{Error: "a release names the job and at most 1024 leases"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.Released{Error: why})
 		return
 	}
 	if why := g.quarantined(req.Relay); why != "" {
@@ -343,9 +431,25 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 
 func (g *relayGate) onStatus(m *nats.Msg) {
 	var st upstream.Status
-	if json.Unmarshal(m.Data, &st) == nil && upstream.ValidName(st.Relay) {
+	if json.Unmarshal(m.Data, &st) == nil && g.identify(m.Subject, &st.Relay) == "" {
 		g.seen(st, false)
 	}
+}
+
+// identify sets *relay to the relay a control subject names: NATS lets a
+// relay publish on its own subjects alone, so the subject is its
+// identity. A message naming another relay in its body is refused.
+func (g *relayGate) identify(subject string, relay *string) string {
+	name := upstream.RelayOfControl(subject)
+	switch {
+	case name == "":
+		return fmt.Sprintf("%s is no relay's subject", subject)
+	case *relay != "" && *relay != name:
+		g.s.cfg.Logf("relays: relay %s sent a request as relay %q on %s: REFUSED", name, *relay, subject)
+		return fmt.Sprintf("this connection is relay %s's; it cannot speak for relay %q", name, *relay)
+	}
+	*relay = name
+	return ""
 }
 
 // seen records a relay's heartbeat, or its join (which says only its

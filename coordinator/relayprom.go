@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -81,6 +82,19 @@ func (s *Server) relayRoutes(api *mux.Router) {
 	api.HandleFunc("/relays/all", s.admin(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"relays": s.RelaysAdmin()})
 	})).Methods(http.MethodGet)
+	api.HandleFunc("/relays/credentials", s.admin(s.handleIssueRelayCredential)).Methods(http.MethodPost)
+	api.HandleFunc("/relays/{name}/credential", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		name := mux.Vars(r)["name"]
+		ok, err := s.RevokeRelayCredential(name)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusConflict, "%v", err)
+		case !ok:
+			writeError(w, http.StatusNotFound, "relay %q holds no credential", name)
+		default:
+			writeJSON(w, map[string]any{"relay": name, "revoked": true})
+		}
+	})).Methods(http.MethodDelete)
 	api.HandleFunc("/relays/{name}/quarantine", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		name := mux.Vars(r)["name"]
 		if !s.LiftRelayQuarantine(name) {
@@ -90,4 +104,37 @@ func (s *Server) relayRoutes(api *mux.Router) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"relay": name, "quarantined": false})
 	})).Methods(http.MethodDelete)
+}
+
+// RelayCredentialRequest is the body of POST /api/v1/relays/credentials.
+type RelayCredentialRequest struct {
+	Name string `json:"name"`
+	// URL is the websocket URL the relay's volunteers connect to: the
+	// relay may advertise that one alone ("": the first it joins with).
+	URL string `json:"url,omitempty"`
+}
+
+// RelayCredentialReply answers it: Credential is the file's text.
+type RelayCredentialReply struct {
+	Name       string `json:"name"`
+	URL        string `json:"url,omitempty"`
+	Credential string `json:"credential"`
+}
+
+func (s *Server) handleIssueRelayCredential(w http.ResponseWriter, r *http.Request) {
+	var req RelayCredentialRequest
+	raw, _ := io.ReadAll(io.LimitReader(r.Body, maxAdminBody))
+	if err := json.Unmarshal(raw, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "want {\"name\": NAME, \"url\": \"wss://HOST/ws\"}: %v", err)
+		return
+	}
+	cred, err := s.IssueRelayCredential(req.Name, req.URL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	json.NewEncoder(w).Encode(RelayCredentialReply{Name: req.Name, URL: req.URL, Credential: string(cred)})
 }

@@ -145,7 +145,7 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	var lr upstream.LeaseReply
-	relay.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
+	relay.request(upstream.ControlSubject("r1", upstream.OpLease), upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
 	if !strings.Contains(lr.Error, "quarantined") || len(lr.Leases) != 0 {
 		t.Fatalf("a quarantined relay's lease request: %+v", lr)
 	}

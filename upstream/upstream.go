@@ -10,14 +10,23 @@ import (
 	"strings"
 )
 
-// Subjects. Relays publish under "crowdtrain.up." only (their NATS
-// permissions allow nothing else) and listen under "crowdtrain.down.".
+// Subjects. Each relay has subjects of its own, named after it, and its
+// NATS credential permits it those alone (internal/natsbox): the root
+// takes a request's relay from its subject, never from its body.
+//
+//	crowdtrain.relay.NAME.join     request: Join → JoinReply
+//	crowdtrain.relay.NAME.lease    request: LeaseRequest → LeaseReply
+//	crowdtrain.relay.NAME.release  request: Release → Released
+//	crowdtrain.relay.NAME.status   publish: Status, every few seconds
+//	crowdtrain.up.agg.NAME         the stream's aggregates
+//	_INBOX.NAME.>                  the relay's replies (its inbox prefix)
+//
+// Every relay may listen under "crowdtrain.down.".
 const (
-	SubjectJoin   = "crowdtrain.up.join"   // request: Join → JoinReply
-	SubjectLease  = "crowdtrain.up.lease"  // request: LeaseRequest → LeaseReply
-	SubjectStatus = "crowdtrain.up.status" // publish: Status, every few seconds
-	// SubjectRelease hands leases back undone: request Release → Released.
-	SubjectRelease = "crowdtrain.up.release"
+	// SubjectRelays prefixes the relays' control subjects.
+	SubjectRelays = "crowdtrain.relay"
+	// The last token of a control subject.
+	OpJoin, OpLease, OpRelease, OpStatus = "join", "lease", "release", "status"
 	// SubjectAggregates prefixes the stream's subjects: one per relay
 	// (SubjectAggregates + "." + relay name).
 	SubjectAggregates = "crowdtrain.up.agg"
@@ -30,10 +39,42 @@ const (
 	Stream   = "CROWDTRAIN_AGGREGATES"
 	Consumer = "crowdtrain-root"
 
-	// RootUser and RelayUser are the NATS users of an embedded server.
-	RootUser  = "crowdtrain-root"
-	RelayUser = "crowdtrain-relay"
+	// RootUser is the root's NATS user on an embedded server.
+	RootUser = "crowdtrain-root"
 )
+
+// ControlSubject is relay's subject for op (OpJoin, ...).
+func ControlSubject(relay, op string) string { return SubjectRelays + "." + relay + "." + op }
+
+// ControlWildcard is what the root subscribes to for op, all relays.
+func ControlWildcard(op string) string { return SubjectRelays + ".*." + op }
+
+// RelayOfControl is the relay a control subject names, or "".
+func RelayOfControl(subject string) string {
+	rest, ok := strings.CutPrefix(subject, SubjectRelays+".")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ".")
+	if !ValidName(name) {
+		return ""
+	}
+	return name
+}
+
+// InboxPrefix is relay's inbox prefix: its replies come under it.
+func InboxPrefix(relay string) string { return "_INBOX." + relay }
+
+// RelayPublish and RelaySubscribe are the subjects a relay's NATS
+// credential lets it publish and subscribe to: its own, and nothing of
+// another relay's.
+func RelayPublish(relay string) []string {
+	return []string{SubjectRelays + "." + relay + ".>", AggregateSubject(relay)}
+}
+
+func RelaySubscribe(relay string) []string {
+	return []string{InboxPrefix(relay) + ".>", "crowdtrain.down.>"}
+}
 
 // VersionSubject is where job's new versions are announced.
 func VersionSubject(job string) string { return SubjectVersions + "." + job }

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
 // relayFlags are serve's flags for relays (docs/RELAYS.md).
@@ -93,15 +95,19 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	if len(public) > 0 {
 		rootURL = public[0]
 	}
-	if err := srv.ServeRelays(ctx, nc, coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes}); err != nil {
+	o := coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes}
+	if box != nil {
+		o.Credentials = box
+	}
+	if err := srv.ServeRelays(ctx, nc, o); err != nil {
 		bulk.Close()
 		nc.Close()
 		stop()
 		return nil, err
 	}
 	if box != nil {
-		logger.Printf("relays: NATS with JetStream on %s; a relay joins with: crowdtrain relay --upstream %s --creds %s --addr HOST:PORT",
-			box.URL, box.URL, box.RelayCredsFile)
+		logger.Printf("relays: NATS with JetStream on %s; issue each relay its credential with: crowdtrain relay-credential NAME --url wss://RELAY-HOST/ws --out NAME.creds; it joins with: crowdtrain relay --upstream %s --creds NAME.creds --addr HOST:PORT",
+			box.URL, box.URL)
 	} else {
 		logger.Printf("relays: through NATS at %s", url)
 	}
@@ -113,8 +119,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	up := fs.String("upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
 	addr := fs.String("addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
-	credsFile := fs.String("creds", "", "`FILE` with the relays' user:password (the root's relay.creds, beside its --db)")
-	name := fs.String("name", "", "this relay's `NAME` among the root's relays (default: relay-PORT)")
+	credsFile := fs.String("creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
+	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
 	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
 	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
 	if err := parseFlags(fs, args, stderr); err != nil {
@@ -123,28 +129,49 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *up == "" {
 		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
 	}
+	if *credsFile == "" {
+		return usagef("--creds is required: the relay's credential, which the root's operator makes with crowdtrain relay-credential NAME --out FILE")
+	}
+	cred, err := natsbox.ReadRelayCredential(*credsFile, *name)
+	if err != nil {
+		return usagef("--creds: %v", err)
+	}
+	*name = cred.Name
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
 	}
 	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if *name == "" {
-		*name = "relay-" + port
+	if *publicURL == "" {
+		*publicURL = cred.URL // the one the root registered
 	}
 	if *publicURL == "" {
 		*publicURL = "ws://" + loopbackAddr(ln.Addr()) + "/ws"
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	opts := []nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
-		nats.RetryOnFailedConnect(true)}
-	if *credsFile != "" {
-		c, err := natsbox.ReadCreds(*credsFile)
-		if err != nil {
-			return usagef("--creds: %v", err)
-		}
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	closed := make(chan error, 1)
+	cutOff := func(err error) error {
+		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", *name, err, *name)
 	}
+	opts := append([]nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// A revoked credential shows here: "authorization violation".
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Printf("relay %s: the NATS connection to the root was lost: %v", *name, err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Printf("relay %s: NATS: %v", *name, err)
+		}),
+		// nats.go gives up reconnecting when the server refuses the
+		// credential: the relay stops too, saying why.
+		nats.ClosedHandler(func(c *nats.Conn) {
+			select {
+			case closed <- c.LastError():
+			default:
+			}
+		})}, cred.Options...)
 	nc, err := nats.Connect(*up, opts...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", *up, err)
@@ -178,6 +205,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-closed:
+			return cutOff(err)
 		case <-time.After(wait):
 		}
 	}
@@ -185,8 +214,12 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
+	var stopErr error
 	select {
 	case <-ctx.Done():
+	case err := <-closed:
+		stopErr = cutOff(err)
+		logger.Print(stopErr)
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
@@ -196,5 +229,76 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hs.Shutdown(sctx)
-	return srv.Close()
+	if err := srv.Close(); err != nil {
+		return err
+	}
+	return stopErr
+}
+
+// relayCredential runs `crowdtrain relay-credential NAME [--out FILE]` and
+// `crowdtrain relay-credential --revoke NAME`: the root's operator issues
+// or revokes a relay's own NATS credential, through the admin API.
+func relayCredential(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay-credential", flag.ContinueOnError)
+	coord, token := apiFlags(fs, "")
+	out := fs.String("out", "", "`FILE` to write the credential to, mode 0600 (default: standard output)")
+	url := fs.String("url", "", "the websocket `URL` the relay's volunteers connect to (ws:// or wss://); it may advertise that one alone (default: the first it joins with)")
+	revoke := fs.Bool("revoke", false, "revoke NAME's credential: it is disconnected at once and its leases are queued again")
+	// NAME may come before or after the flags.
+	var names []string
+	fs.SetOutput(stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(names) != 1 {
+		return usagef("relay-credential takes one relay NAME (got %d): crowdtrain relay-credential NAME [--out FILE], or --revoke NAME", len(names))
+	}
+	if *token == "" {
+		return needsToken("issuing or revoking a relay credential")
+	}
+	c := apiClient{base: apiBase(*coord), token: *token}
+	name := names[0]
+	if !upstream.ValidName(name) {
+		return usagef("relay name %q: use letters, digits, - and _ (up to 64)", name)
+	}
+	if *revoke {
+		if *out != "" || *url != "" {
+			return usagef("--revoke takes no --out or --url")
+		}
+		if err := c.do(ctx, http.MethodDelete, "/api/v1/relays/"+name+"/credential", nil, nil); err != nil {
+			return badRequestIsUsage(err)
+		}
+		fmt.Fprintf(stdout, "relay %s's credential is revoked: it is disconnected and its leases are queued again\n", name)
+		return nil
+	}
+	var reply coordinator.RelayCredentialReply
+	if err := c.do(ctx, http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: name, URL: *url}, &reply); err != nil {
+		return badRequestIsUsage(err)
+	}
+	if *out == "" {
+		_, err := io.WriteString(stdout, reply.Credential)
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(f, reply.Credential); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote relay %s's credential to %s; the relay runs with: crowdtrain relay --upstream nats://ROOT:PORT --creds %s\n", name, *out, *out)
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -53,14 +54,10 @@ func TestRelayPartFloodBounded(t *testing.T) {
 		"--nats-listen", natsAddr, "--admin-token", modesAdminToken, "--relay-stream-bytes", strconv.Itoa(floodStreamBytes)}
 	root := startProc(t, args...)
 	root.waitLine("coordinator listening", time.Minute)
-	creds, err := natsbox.ReadCreds(filepath.Join(dir, "root.db.nats", "relay.creds"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	streamDir := filepath.Join(dir, "root.db.nats", "jetstream")
 	job := waitJob(t, rootAddr, time.Minute, "the job running", func(v coordinator.JobView) bool { return v.State == coordinator.StateRunning }).ID
 
-	honest := connectRelay(t, natsAddr, creds)
+	honest := connectRelay(t, natsAddr, issueRelay(t, rootAddr, "honest"))
 	if r := honest.join(t); len(r.Jobs) != 1 {
 		t.Fatalf("join before the flood: %+v", r)
 	}
@@ -68,7 +65,7 @@ func TestRelayPartFloodBounded(t *testing.T) {
 	startRSS := vmStatus(t, root.cmd.Process.Pid, "VmRSS")
 
 	// The flood, on a connection of its own, as fast as NATS takes it.
-	flooder := connectRelay(t, natsAddr, creds)
+	flooder := connectRelay(t, natsAddr, issueRelay(t, rootAddr, "flood"))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var slowest time.Duration
@@ -84,7 +81,7 @@ func TestRelayPartFloodBounded(t *testing.T) {
 			}
 			t0 := time.Now()
 			var r upstream.LeaseReply
-			err := honest.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: "honest", Job: job, Want: 1}, &r, 10*time.Second)
+			err := honest.request(upstream.ControlSubject("honest", upstream.OpLease), upstream.LeaseRequest{Relay: "honest", Job: job, Want: 1}, &r, 10*time.Second)
 			if d := time.Since(t0); d > slowest {
 				slowest = d
 			}
@@ -156,7 +153,7 @@ func TestRelayPartFloodBounded(t *testing.T) {
 		t.Fatalf("join after the restart: %+v", r)
 	}
 	var lease upstream.LeaseReply
-	if err := honest.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: "honest", Job: job, Want: 2}, &lease, 10*time.Second); err != nil || len(lease.Leases) != 2 {
+	if err := honest.request(upstream.ControlSubject("honest", upstream.OpLease), upstream.LeaseRequest{Relay: "honest", Job: job, Want: 2}, &lease, 10*time.Second); err != nil || len(lease.Leases) != 2 {
 		t.Fatalf("lease after the restart: %v %+v", err, lease)
 	}
 	before := waitJob(t, rootAddr, time.Minute, "the job view", func(coordinator.JobView) bool { return true })
@@ -182,9 +179,36 @@ type natsRelay struct {
 	js jetstream.JetStream
 }
 
-func connectRelay(t *testing.T, addr string, c natsbox.Creds) *natsRelay {
+// issueRelay has the root issue relay name its credential, through the
+// admin API, and reads it.
+func issueRelay(t *testing.T, rootAddr, name string) natsbox.RelayCredential {
 	t.Helper()
-	nc, err := nats.Connect("nats://"+addr, nats.UserInfo(c.User, c.Password), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	body, _ := json.Marshal(coordinator.RelayCredentialRequest{Name: name})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+rootAddr+"/api/v1/relays/credentials", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+modesAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply coordinator.RelayCredentialReply
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("issuing relay %s's credential: %s %v", name, resp.Status, err)
+	}
+	path := filepath.Join(t.TempDir(), name+".creds")
+	if err := os.WriteFile(path, []byte(reply.Credential), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func connectRelay(t *testing.T, addr string, c natsbox.RelayCredential) *natsRelay {
+	t.Helper()
+	nc, err := nats.Connect("nats://"+addr, append(c.Options, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +235,7 @@ func (r *natsRelay) join(t *testing.T) upstream.JoinReply {
 	var reply upstream.JoinReply
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := r.request(upstream.SubjectJoin, upstream.Join{Relay: "honest", URL: "ws://127.0.0.1:9/ws"}, &reply, 5*time.Second)
+		err := r.request(upstream.ControlSubject("honest", upstream.OpJoin), upstream.Join{Relay: "honest", URL: "ws://127.0.0.1:9/ws"}, &reply, 5*time.Second)
 		if err == nil && reply.Error == "" {
 			return reply
 		}
