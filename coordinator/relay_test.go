@@ -444,3 +444,92 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 		t.Fatalf("r2's join after r1's revocation: %+v", j)
 	}
 }
+
+// The root vouches for a relay's URL before volunteers see it: ws or wss,
+// the one its credential was registered with (or that it first joined
+// with), and in manual mode only once an operator approved it; only then
+// is it in GET /api/v1/relays and the pages' connect-src.
+func TestRelayURLsVouchedFor(t *testing.T) {
+	box := startNATS(t)
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box, Approval: coordinator.RelayApprovalManual})
+	text, err := g.srv.IssueRelayCredential("r1", "ws://127.0.0.9:1/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	os.WriteFile(path, text, 0o600)
+	c1, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c1.URL != "ws://127.0.0.9:1/ws" {
+		t.Fatalf("r1's credential: %v, url %q", err, c1.URL)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c1)
+	r2 := newFakeRelay(t, box, "r2") // registered with no URL
+	joinAt := func(f *fakeRelay, url string) upstream.JoinReply {
+		var r upstream.JoinReply
+		f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{URL: url}, &r)
+		return r
+	}
+	listed := func() map[string]string {
+		var body struct {
+			Relays []coordinator.RelayView `json:"relays"`
+		}
+		if code := g.getJSON("/api/v1/relays", &body); code != http.StatusOK {
+			t.Fatalf("GET /api/v1/relays: %d", code)
+		}
+		out := map[string]string{}
+		for _, r := range body.Relays {
+			out[r.Name] = r.URL
+		}
+		return out
+	}
+	for _, bad := range []string{"ws://evil.example:9/ws", "http://127.0.0.9:1/ws", "javascript:alert(1)", ""} {
+		if r := joinAt(r1, bad); !strings.Contains(r.Error, "relay URL") && !strings.Contains(r.Error, "registered with") {
+			t.Fatalf("r1 joining at %q: %+v", bad, r)
+		}
+	}
+	if r := joinAt(r1, "ws://127.0.0.9:1/ws"); r.Error != "" || len(r.Jobs) != 1 {
+		t.Fatalf("r1 joining at its URL: %+v", r)
+	}
+	if r := joinAt(r2, "wss://relay-two.example/ws"); r.Error != "" {
+		t.Fatalf("r2's first join: %+v", r)
+	}
+	if r := joinAt(r2, "wss://evil.example/ws"); !strings.Contains(r.Error, "joined with wss://relay-two.example/ws") && !strings.Contains(r.Error, "registered with wss://relay-two.example/ws") {
+		t.Fatalf("r2 joining at another URL: %+v", r)
+	}
+	// Manual: nobody is listed before the operator approves.
+	if l := listed(); len(l) != 0 || len(g.srv.RelayOrigins()) != 0 {
+		t.Fatalf("listed before approval: %v, origins %v", l, g.srv.RelayOrigins())
+	}
+	for _, name := range []string{"r1", "r2"} {
+		if code := g.adminJSON(http.MethodPost, "/api/v1/relays/"+name+"/approve", nil, nil); code != http.StatusOK {
+			t.Fatalf("approving %s: %d", name, code)
+		}
+	}
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/nobody/approve", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("approving an unknown relay: %d", code)
+	}
+	if l := listed(); l["r1"] != "ws://127.0.0.9:1/ws" || l["r2"] != "wss://relay-two.example/ws" || len(l) != 2 {
+		t.Fatalf("listed after approval: %v", l)
+	}
+	origins := strings.Join(g.srv.RelayOrigins(), " ")
+	if origins != "http://127.0.0.9:1 https://relay-two.example" {
+		t.Fatalf("origins for the pages' connect-src: %q", origins)
+	}
+	// The heartbeat's URL is not believed.
+	b, _ := json.Marshal(upstream.Status{URL: "ws://evil.example:9/ws", Workers: 3})
+	r1.nc.Publish(upstream.ControlSubject("r1", upstream.OpStatus), b)
+	r1.nc.Flush()
+	waitUntil(t, "r1's heartbeat seen", func() bool { return relayView(t, g.srv, "r1").Workers == 3 })
+	if l := listed(); l["r1"] != "ws://127.0.0.9:1/ws" {
+		t.Fatalf("after a heartbeat naming another URL: %v", l)
+	}
+	// Withdrawn: off the list again.
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r2/approve", nil, nil); code != http.StatusOK {
+		t.Fatalf("withdrawing r2: %d", code)
+	}
+	if l := listed(); len(l) != 1 {
+		t.Fatalf("after withdrawing r2: %v", l)
+	}
+}

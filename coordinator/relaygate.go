@@ -61,6 +61,9 @@ type relayRecord struct {
 	Forged         int64 `json:"aggregates_forged"`
 	PartsRefused   int64 `json:"parts_refused"`
 	StrikesRefused int64 `json:"strikes_refused"`
+	// Approved: the root vouches for URL, the one the relay registered
+	// (or first joined with), and lists it.
+	Approved bool `json:"approved"`
 	// Quarantined: past the limit of forged aggregates the root takes
 	// nothing more from it (aggregates, leases, joins) until an operator
 	// lifts it; Reason is the last refusal.
@@ -134,6 +137,10 @@ type RelayGateOptions struct {
 	// RelayInflightBytes is the bytes of incomplete aggregates the root
 	// holds per relay (0: two aggregates of the job, at least 8 MiB).
 	RelayInflightBytes int64
+	// Approval is RelayApprovalAuto or RelayApprovalManual ("": auto):
+	// whether a relay reaches GET /api/v1/relays and the pages' CSP at
+	// its first join, or once an operator approved it.
+	Approval string
 	// Credentials issues and revokes the relays' NATS credentials (the
 	// embedded server's, internal/natsbox); nil with an external server,
 	// whose operator issues them.
@@ -150,9 +157,21 @@ type RelayCredentials interface {
 	IssueRelay(name, url string) ([]byte, error)
 	// RevokeRelay cuts name off at once; false if it had no credential.
 	RevokeRelay(name string) (bool, error)
-	// RelayRegistered reports whether name holds a credential, and its URL.
-	RelayRegistered(name string) (url string, ok bool)
+	// RelayRegistered reports whether name holds a credential, its URL
+	// ("" until its first join) and whether the operator approved it.
+	RelayRegistered(name string) (url string, approved, ok bool)
+	// SetRelay records name's URL and approval (kept across restarts);
+	// false if name holds no credential.
+	SetRelay(name, url string, approved bool) (bool, error)
 }
+
+// Relay approval modes (RelayGateOptions.Approval, serve --relay-approval).
+const (
+	// RelayApprovalAuto lists a relay once it joins with a valid URL.
+	RelayApprovalAuto = "auto"
+	// RelayApprovalManual lists it once an operator approved it.
+	RelayApprovalManual = "manual"
+)
 
 // ErrNoRelayCredentials: the relays' NATS server is not this root's.
 var ErrNoRelayCredentials = errors.New("this root uses an external NATS server (serve --nats): its operator issues the relays' credentials, one NATS user per relay with the permissions in docs/RELAYS.md")
@@ -355,7 +374,21 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 		g.reply(m, upstream.JoinReply{Error: why})
 		return
 	}
+	approved, why := g.vouch(req.Relay, req.URL)
+	if why != "" {
+		g.s.cfg.Logf("relays: relay %s's join REFUSED: %s", req.Relay, why)
+		g.reply(m, upstream.JoinReply{Error: why})
+		return
+	}
 	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL}, true)
+	g.mu.Lock()
+	if r := g.relays[req.Relay]; r != nil {
+		if !r.Approved && !approved {
+			defer g.s.cfg.Logf("relays: relay %s at %s joined; it is listed once an operator approves it (POST /api/v1/relays/%s/approve, or the admin page)", req.Relay, req.URL, req.Relay)
+		}
+		r.Approved = approved
+	}
+	g.mu.Unlock()
 	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
 	g.s.mu.Lock()
 	jobs := slices.Clone(g.s.jobs)
@@ -436,6 +469,89 @@ func (g *relayGate) onStatus(m *nats.Msg) {
 	}
 }
 
+// vouch checks the URL a relay advertises at its join: ws or wss, and the
+// one it was registered with (its credential's; else the first it joined
+// with, recorded then); it reports whether the relay is approved for
+// listing, or why the join is refused.
+func (g *relayGate) vouch(relay, url string) (approved bool, why string) {
+	if err := checkRelayURL(url); err != nil {
+		return false, err.Error()
+	}
+	auto := g.o.Approval != RelayApprovalManual
+	c := g.o.Credentials
+	if c == nil { // an external server: the root's memory only
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		r := g.relays[relay]
+		switch {
+		case r != nil && r.URL != "" && r.URL != url:
+			return false, fmt.Sprintf("relay %s advertises %s, but joined with %s before; the operator's relays keep one URL", relay, url, r.URL)
+		case r != nil && r.Approved:
+			return true, ""
+		}
+		return auto, ""
+	}
+	registered, approved, ok := c.RelayRegistered(relay)
+	switch {
+	case !ok:
+		return false, fmt.Sprintf("relay %s holds no credential here (revoked?): ask the root's operator for one (crowdtrain relay-credential %s)", relay, relay)
+	case registered != "" && registered != url:
+		return false, fmt.Sprintf("relay %s advertises %s, but its credential was registered with %s: run it with --public-url %s, or have the operator issue a new credential with --url", relay, url, registered, registered)
+	}
+	if registered == "" || auto && !approved {
+		if _, err := c.SetRelay(relay, url, approved || auto); err != nil {
+			return false, fmt.Sprintf("recording relay %s's URL: %v", relay, err)
+		}
+	}
+	return approved || auto, ""
+}
+
+// ApproveRelay lets the root vouch for relay name at the URL it joined
+// with (approve false withdraws it): it is listed in GET /api/v1/relays
+// and the pages' Content-Security-Policy. It reports whether the relay is
+// known.
+func (s *Server) ApproveRelay(name string, approve bool) (bool, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return false, nil
+	}
+	g.mu.Lock()
+	r := g.relays[name]
+	url := ""
+	if r != nil {
+		url = r.URL
+	}
+	g.mu.Unlock()
+	if c := g.o.Credentials; c != nil {
+		registered, _, ok := c.RelayRegistered(name)
+		if !ok {
+			return false, nil
+		}
+		if registered == "" {
+			registered = url
+		}
+		if registered == "" {
+			return false, fmt.Errorf("relay %s has not joined yet, and was registered with no URL: approve it once it joined", name)
+		}
+		if _, err := c.SetRelay(name, registered, approve); err != nil {
+			return false, err
+		}
+	} else if r == nil {
+		return false, nil
+	}
+	g.mu.Lock()
+	if r := g.relays[name]; r != nil {
+		r.Approved = approve
+	}
+	g.mu.Unlock()
+	verb := "approved: it is listed"
+	if !approve {
+		verb = "no longer approved: it is not listed"
+	}
+	g.s.cfg.Logf("relays: relay %s %s", name, verb)
+	return true, nil
+}
+
 // identify sets *relay to the relay a control subject names: NATS lets a
 // relay publish on its own subjects alone, so the subject is its
 // identity. A message naming another relay in its body is refused.
@@ -465,8 +581,8 @@ func (g *relayGate) seen(st upstream.Status, join bool) {
 		r = &relayRecord{}
 		g.relays[st.Relay] = r
 	}
-	if st.URL == "" {
-		st.URL = r.URL
+	if !join || r.URL != "" {
+		st.URL = r.URL // a heartbeat's URL is not believed: the join's was checked
 	}
 	now := time.Now()
 	if join {
@@ -835,6 +951,7 @@ type RelayView struct {
 // what the root refused of it.
 type RelayAdminView struct {
 	RelayView
+	Approved         bool   `json:"approved"`
 	AggregatesForged int64  `json:"aggregates_forged"`
 	PartsRefused     int64  `json:"parts_refused"`
 	StrikesRefused   int64  `json:"strikes_refused"`
@@ -858,7 +975,7 @@ func (s *Server) RelaysAdmin() []RelayAdminView {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for name, r := range g.relays {
-		out = append(out, RelayAdminView{RelayView: r.view(name), AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
+		out = append(out, RelayAdminView{RelayView: r.view(name), Approved: r.Approved, AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
 			StrikesRefused: r.StrikesRefused, Quarantined: r.Quarantined, QuarantineReason: r.Reason})
 	}
 	slices.SortFunc(out, func(a, b RelayAdminView) int { return strings.Compare(a.Name, b.Name) })
@@ -875,7 +992,7 @@ func (s *Server) Relays() []RelayView {
 	defer g.mu.Unlock()
 	out := []RelayView{}
 	for name, r := range g.relays {
-		if time.Since(r.LastSeen) > relayLostAfter || r.Quarantined {
+		if time.Since(r.LastSeen) > relayLostAfter || r.Quarantined || !r.Approved || r.URL == "" {
 			continue
 		}
 		out = append(out, r.view(name))

@@ -95,6 +95,18 @@ func (s *Server) relayRoutes(api *mux.Router) {
 			writeJSON(w, map[string]any{"relay": name, "revoked": true})
 		}
 	})).Methods(http.MethodDelete)
+	api.HandleFunc("/relays/{name}/approve", s.admin(func(w http.ResponseWriter, r *http.Request) {
+		name := mux.Vars(r)["name"]
+		ok, err := s.ApproveRelay(name, r.Method == http.MethodPost)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusConflict, "%v", err)
+		case !ok:
+			writeError(w, http.StatusNotFound, "no relay %q here (GET /api/v1/relays/all lists them)", name)
+		default:
+			writeJSON(w, map[string]any{"relay": name, "approved": r.Method == http.MethodPost})
+		}
+	})).Methods(http.MethodPost, http.MethodDelete)
 	api.HandleFunc("/relays/{name}/quarantine", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		name := mux.Vars(r)["name"]
 		if !s.LiftRelayQuarantine(name) {

@@ -53,6 +53,7 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"relay-credential", "ra", "--token", ""}, []string{"admin token"}},
 		{[]string{"relay", "--upstream", "nats://127.0.0.1:1"}, []string{"--creds is required", "relay-credential"}},
 		{[]string{"serve", "--relay-stream-bytes", "1000"}, []string{"--relay-stream-bytes", "16 MiB"}},
+		{[]string{"serve", "--relay-approval", "maybe"}, []string{"--relay-approval", "auto or manual"}},
 		{nil, []string{"Usage"}},
 	}
 	for _, c := range cases {

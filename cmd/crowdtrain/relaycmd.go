@@ -26,18 +26,28 @@ type relayFlags struct {
 	listen, url, creds string
 	dir                string // the embedded server's, beside --db
 	streamBytes        int64
+	approval           string
 }
 
 func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "nats-listen", "", "`HOST:PORT` of an embedded NATS server with JetStream for relays (its data and the relays' credentials go beside --db)")
 	fs.StringVar(&f.url, "nats", "", "`URL` of an external NATS server with JetStream for relays, instead of --nats-listen")
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
+	fs.StringVar(&f.approval, "relay-approval", "", "`auto` (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
 	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
 
-func (f *relayFlags) check(db string) error {
+func (f *relayFlags) check(db, join string) error {
 	f.dir = db + ".nats"
+	if f.approval == "" {
+		f.approval = coordinator.RelayApprovalAuto
+		if join == coordinator.JoinToken {
+			f.approval = coordinator.RelayApprovalManual
+		}
+	}
 	switch {
+	case f.approval != coordinator.RelayApprovalAuto && f.approval != coordinator.RelayApprovalManual:
+		return usagef("--relay-approval %q: want auto or manual", f.approval)
 	case f.listen != "" && f.url != "":
 		return usagef("--nats-listen runs a NATS server, --nats uses one: give one of them")
 	case f.listen != "" && db == "":
@@ -95,7 +105,7 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	if len(public) > 0 {
 		rootURL = public[0]
 	}
-	o := coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes}
+	o := coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes, Approval: f.approval}
 	if box != nil {
 		o.Credentials = box
 	}

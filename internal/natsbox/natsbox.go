@@ -48,6 +48,8 @@ type relayKey struct {
 	PublicKey string    `json:"public_key"`
 	URL       string    `json:"url,omitempty"`
 	Issued    time.Time `json:"issued"`
+	// Approved: the operator vouches for URL (the root lists the relay).
+	Approved bool `json:"approved,omitempty"`
 }
 
 // Creds is a NATS user and password.
@@ -225,13 +227,42 @@ func (b *Box) RevokeRelay(name string) (bool, error) {
 	return true, nil
 }
 
-// RelayRegistered reports whether relay name holds a credential, and the
-// URL it was registered with ("" for none).
-func (b *Box) RelayRegistered(name string) (url string, ok bool) {
+// RelayRegistered reports whether relay name holds a credential, the URL
+// it was registered with ("" for none yet), and whether the operator
+// approved it.
+func (b *Box) RelayRegistered(name string) (url string, approved, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k, ok := b.relays[name]
-	return k.URL, ok
+	return k.URL, k.Approved, ok
+}
+
+// SetRelay records relay name's URL and approval, kept across restarts;
+// false if it holds no credential.
+func (b *Box) SetRelay(name, url string, approved bool) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, ok := b.relays[name]
+	if !ok {
+		return false, nil
+	}
+	if k.URL == url && k.Approved == approved {
+		return true, nil
+	}
+	old := k
+	k.URL, k.Approved = url, approved
+	b.relays[name] = k
+	raw, _ := json.MarshalIndent(b.relays, "", "  ")
+	tmp := b.path + ".tmp"
+	err := os.WriteFile(tmp, raw, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, b.path)
+	}
+	if err != nil {
+		b.relays[name] = old
+		return false, err
+	}
+	return true, nil
 }
 
 // Close shuts the server down and waits for it.

@@ -990,7 +990,7 @@ function renderRelays() {
     });
   }, (tr, r) => {
     const cells = [
-      r.name + (r.quarantined ? ' (quarantined)' : ''),
+      r.name + (r.quarantined ? ' (quarantined)' : (r.approved === false ? ' (awaiting approval)' : '')),
       r.url || '–',
       fmtInt(r.workers),
       fmtBytes(Math.round(r.upstream_bytes_per_sec)) + '/s (' + fmtBytes(r.upstream_bytes) + ' in all)',
@@ -1001,7 +1001,8 @@ function renderRelays() {
     ];
     cells.forEach((s, i) => text(tr.cells[i], s));
     tr.cells[0].title = r.quarantined ? 'Quarantined: ' + (r.quarantine_reason || '') +
-      '. DELETE /api/v1/relays/' + r.name + '/quarantine lets it back in.' : '';
+      '. DELETE /api/v1/relays/' + r.name + '/quarantine lets it back in.' :
+      (r.approved === false ? 'Not listed to volunteers: POST /api/v1/relays/' + r.name + '/approve vouches for its URL.' : '');
     tr.classList.toggle('error', !!r.quarantined);
     tr.cells[6].title = when(r.last_seen);
   });
