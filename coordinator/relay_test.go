@@ -342,6 +342,7 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
+	g.addWorker(1, nil) // an honest local worker, all along
 	for what, o := range map[string]nats.Option{
 		"no credential":             nil,
 		"a guessed root password":   nats.UserInfo(upstream.RootUser, "guess"),
@@ -439,10 +440,12 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusNotFound {
 		t.Fatalf("revoking r1 twice: %d, want 404", code)
 	}
-	// r2 is untouched.
+	// r2 is untouched, and the honest worker trains on.
 	if j := r2.join(); len(j.Jobs) != 1 {
 		t.Fatalf("r2's join after r1's revocation: %+v", j)
 	}
+	v := g.jobView().Version
+	waitUntil(t, "the local worker training on", func() bool { return g.jobView().Version > v+3 })
 }
 
 // The root vouches for a relay's URL before volunteers see it: ws or wss,
@@ -531,5 +534,51 @@ func TestRelayURLsVouchedFor(t *testing.T) {
 	}
 	if l := listed(); len(l) != 1 {
 		t.Fatalf("after withdrawing r2: %v", l)
+	}
+}
+
+// A root upgraded over the stream an earlier version made (no limits, a
+// consumer redelivering for ever) puts its bounds on that stream: it
+// needs no file deleted.
+func TestRelayStreamOfAnEarlierVersionGetsItsBounds(t *testing.T) {
+	box := startNATS(t)
+	nc := connectNATS(t, box.URL, box.Root)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
+		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{Durable: upstream.Consumer,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxAckPending: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	spec := jobSpec(t, "mnist-mlp", nil)
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{StreamMaxBytes: 64 << 20})
+	s, err := js.Stream(ctx, upstream.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.Config; c.MaxBytes != 64<<20 || c.MaxAge != time.Hour || c.MaxMsgsPerSubject < 64 || !c.DiscardNewPerSubject || c.Discard != jetstream.DiscardNew {
+		t.Fatalf("the stream after the upgrade: %+v", c)
+	}
+	cons, err := js.Consumer(ctx, upstream.Stream, upstream.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Config.MaxDeliver != 8 {
+		t.Fatalf("the consumer after the upgrade: MaxDeliver %d", ci.Config.MaxDeliver)
 	}
 }
