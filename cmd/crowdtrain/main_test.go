@@ -54,6 +54,8 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"relay", "--upstream", "nats://127.0.0.1:1"}, []string{"--creds is required", "relay-credential"}},
 		{[]string{"serve", "--relay-stream-bytes", "1000"}, []string{"--relay-stream-bytes", "16 MiB"}},
 		{[]string{"serve", "--relay-approval", "maybe"}, []string{"--relay-approval", "auto or manual"}},
+		{[]string{"serve", "--db", "x.db", "--nats-listen", "127.0.0.1:0", "--nats-tls-cert", "c.pem"}, []string{"--nats-tls-key", "together"}},
+		{[]string{"serve", "--nats-tls-cert", "c.pem", "--nats-tls-key", "k.pem"}, []string{"--nats-listen"}},
 		{nil, []string{"Usage"}},
 	}
 	for _, c := range cases {

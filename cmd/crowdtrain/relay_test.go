@@ -1,7 +1,15 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +34,7 @@ type relayGrid struct {
 	rootArgs           []string
 	relays             map[string]*proc
 	relayAddrs         map[string]string
+	relayArgs          []string // more flags for each relay
 }
 
 // relaySpec trains mnist-mlp in diloco, whose rounds a relay answers with
@@ -85,7 +94,7 @@ func (g *relayGrid) startRelay(name string) {
 			g.t.Fatalf("relay-credential %s: %v\n%s", name, err, issue.logText())
 		}
 	}
-	p := startProc(g.t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", creds, "--addr", g.relayAddrs[name])
+	p := startProc(g.t, append([]string{"relay", "--upstream", "nats://" + g.natsAddr, "--creds", creds, "--addr", g.relayAddrs[name]}, g.relayArgs...)...)
 	p.waitLine("listening on", time.Minute)
 	g.relays[name] = p
 }
@@ -287,6 +296,49 @@ func TestRelayCredentialRevoked(t *testing.T) {
 	if m := g.relaysView(); m["ra"].Name != "" {
 		t.Fatalf("the revoked relay is listed again: %+v", m["ra"])
 	}
+}
+
+// serve --nats-tls-cert: the embedded NATS server takes TLS only; a relay
+// given the certificate with --nats-ca trains through it, one without it
+// cannot connect.
+func TestRelaysOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSignedCert(t, dir)
+	g := newRelayGridSpec(t, relaySpec, []string{"--nats-tls-cert", cert, "--nats-tls-key", key})
+	g.relayArgs = []string{"--nats-ca", cert}
+	g.relayAddrs["ra"] = freeAddr(t)
+	g.startRelay("ra")
+	g.addWorker("ra")
+	g.waitRelays("aggregates over TLS", 2*time.Minute, func(m map[string]coordinator.RelayView) bool { return m["ra"].AggregatesApplied >= 3 })
+	if !strings.Contains(g.root.logText(), "tls://") {
+		t.Errorf("the root does not print its tls:// NATS URL:\n%s", tail(g.root.logText(), 20))
+	}
+	// Without the certificate: refused by TLS, the relay says so.
+	p := startProc(t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "ra.creds"), "--addr", freeAddr(t))
+	p.waitLine("certificate", 30*time.Second)
+	p.kill()
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key.
+func selfSignedCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "crowdtrain root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(k)
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return cert, key
 }
 
 // serve --nats uses an external NATS server (one the test runs) with the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,12 +28,15 @@ type relayFlags struct {
 	dir                string // the embedded server's, beside --db
 	streamBytes        int64
 	approval           string
+	tlsCert, tlsKey    string
 }
 
 func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "nats-listen", "", "`HOST:PORT` of an embedded NATS server with JetStream for relays (its data and the relays' credentials go beside --db)")
 	fs.StringVar(&f.url, "nats", "", "`URL` of an external NATS server with JetStream for relays, instead of --nats-listen")
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
+	fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate `FILE`: the embedded NATS server takes TLS connections only (relays: --upstream tls://HOST:PORT, and --nats-ca for a certificate of your own CA)")
+	fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key `FILE` of --nats-tls-cert")
 	fs.StringVar(&f.approval, "relay-approval", "", "`auto` (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
 	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
@@ -54,6 +58,10 @@ func (f *relayFlags) check(db, join string) error {
 		return usagef("--nats-listen keeps JetStream's data beside --db: give a --db")
 	case f.creds != "" && f.url == "":
 		return usagef("--nats-creds goes with --nats")
+	case (f.tlsCert != "" || f.tlsKey != "") && f.listen == "":
+		return usagef("--nats-tls-cert and --nats-tls-key are for the embedded server (--nats-listen); an external one has its own TLS")
+	case (f.tlsCert == "") != (f.tlsKey == ""):
+		return usagef("--nats-tls-cert and --nats-tls-key go together")
 	case f.streamBytes < 16<<20:
 		return usagef("--relay-stream-bytes %d: at least 16 MiB (16777216), room for a few aggregates", f.streamBytes)
 	}
@@ -71,11 +79,12 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	if f.listen != "" {
 		var err error
 		// JetStream's own bound, beyond the stream's: room for it twice.
-		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir, MaxStore: 2*f.streamBytes + 64<<20}); err != nil {
+		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir, MaxStore: 2*f.streamBytes + 64<<20,
+			TLSCert: f.tlsCert, TLSKey: f.tlsKey}); err != nil {
 			return nil, err
 		}
-		url = box.URL
-		opts = append(opts, nats.UserInfo(box.Root.User, box.Root.Password))
+		url = box.InProcessURL()
+		opts = append(opts, nats.UserInfo(box.Root.User, box.Root.Password), box.InProcess())
 	} else if f.creds != "" {
 		c, err := natsbox.ReadCreds(f.creds)
 		if err != nil {
@@ -133,6 +142,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
 	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
 	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -160,8 +170,16 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	closed := make(chan error, 1)
+	var (
+		connErrMu   sync.Mutex
+		connErrLast string
+		connErrAt   time.Time
+	)
 	cutOff := func(err error) error {
 		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", *name, err, *name)
+	}
+	if *natsCA != "" {
+		cred.Options = append(cred.Options, nats.RootCAs(*natsCA))
 	}
 	opts := append([]nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -173,6 +191,16 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			logger.Printf("relay %s: NATS: %v", *name, err)
+		}),
+		// Why connecting fails (a TLS certificate not trusted, a refused
+		// credential), when it changes or every half minute.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			connErrMu.Lock()
+			defer connErrMu.Unlock()
+			if msg := fmt.Sprint(err); msg != connErrLast || time.Since(connErrAt) > 30*time.Second {
+				connErrLast, connErrAt = msg, time.Now()
+				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", *name, err)
+			}
 		}),
 		// nats.go gives up reconnecting when the server refuses the
 		// credential: the relay stops too, saying why.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/crowdtrain/crowdtrain/upstream"
@@ -86,6 +87,9 @@ type Options struct {
 	// MaxStore bounds JetStream's disk use (0: NATS's default, most of
 	// the free disk); the aggregate stream has its own, lower limit.
 	MaxStore int64
+	// TLSCert and TLSKey, PEM files, make the server take TLS connections
+	// only (the root's own connects in process, InProcess).
+	TLSCert, TLSKey string
 }
 
 // Start runs the server and waits until it takes connections.
@@ -126,6 +130,16 @@ func Start(o Options) (*Box, error) {
 		NoSigs: true, NoLog: true,
 		Users: []*server.User{{Username: creds.Root.User, Password: creds.Root.Password}},
 	}
+	if o.TLSCert != "" || o.TLSKey != "" {
+		if o.TLSCert == "" || o.TLSKey == "" {
+			return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
+		}
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLSCert, KeyFile: o.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("NATS TLS: %w", err)
+		}
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, tc, 5
+	}
 	b.opts = *opts
 	opts.Nkeys = b.nkeys()
 	srv, err := server.NewServer(opts)
@@ -144,7 +158,11 @@ func Start(o Options) (*Box, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats server: no TCP address")
 	}
-	u := url.URL{Scheme: "nats", Host: net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))}
+	scheme := "nats"
+	if o.TLSCert != "" {
+		scheme = "tls"
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))}
 	b.srv, b.URL = srv, u.String()
 	b.opts.Port = addr.Port // a reload keeps the port it has
 	return b, nil
@@ -263,6 +281,16 @@ func (b *Box) SetRelay(name, url string, approved bool) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// InProcess connects a client to the server within the process, with no
+// socket and no TLS: the root's own connections. Give it InProcessURL.
+func (b *Box) InProcess() nats.Option { return nats.InProcessServer(b.srv) }
+
+// InProcessURL is the URL to connect with InProcess (a tls:// URL would
+// ask for TLS the in-process connection does without).
+func (b *Box) InProcessURL() string {
+	return "nats://" + strings.TrimPrefix(strings.TrimPrefix(b.URL, "tls://"), "nats://")
 }
 
 // Close shuts the server down and waits for it.
