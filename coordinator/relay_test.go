@@ -582,3 +582,40 @@ func TestRelayStreamOfAnEarlierVersionGetsItsBounds(t *testing.T) {
 		t.Fatalf("the consumer after the upgrade: MaxDeliver %d", ci.Config.MaxDeliver)
 	}
 }
+
+// In auto mode a relay is listed at its first join with the URL the
+// operator registered; an operator's withdrawal stands at its next joins.
+func TestRelayWithdrawalStandsInAutoMode(t *testing.T) {
+	box := startNATS(t)
+	g := newTestGridWith(t, jobSpec(t, "mnist-mlp", nil), nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
+	text, err := g.srv.IssueRelayCredential("r1", "wss://r1.example/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	os.WriteFile(path, text, 0o600)
+	c, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c)
+	join := func() {
+		var r upstream.JoinReply
+		r1.request(upstream.ControlSubject("r1", upstream.OpJoin), upstream.Join{URL: "wss://r1.example/ws"}, &r)
+		if r.Error != "" {
+			t.Fatal(r.Error)
+		}
+	}
+	join()
+	if l := g.srv.Relays(); len(l) != 1 || l[0].URL != "wss://r1.example/ws" {
+		t.Fatalf("auto mode, after the first join: %+v", l)
+	}
+	if ok, err := g.srv.ApproveRelay("r1", false); !ok || err != nil {
+		t.Fatalf("withdrawing: %v %v", ok, err)
+	}
+	join()
+	if l := g.srv.Relays(); len(l) != 0 {
+		t.Fatalf("a withdrawn relay listed again after a join: %+v", l)
+	}
+}

@@ -64,6 +64,7 @@ type relayRecord struct {
 	// Approved: the root vouches for URL, the one the relay registered
 	// (or first joined with), and lists it.
 	Approved bool `json:"approved"`
+	decided  bool // by an operator (external NATS: the root's memory)
 	// Quarantined: past the limit of forged aggregates the root takes
 	// nothing more from it (aggregates, leases, joins) until an operator
 	// lifts it; Reason is the last refusal.
@@ -194,6 +195,12 @@ func (s *Server) IssueRelayCredential(name, url string) ([]byte, error) {
 	cred, err := g.o.Credentials.IssueRelay(name, url)
 	if err != nil {
 		return nil, err
+	}
+	if url != "" && g.o.Approval != RelayApprovalManual {
+		// Auto approval: the operator named the URL it vouches for.
+		if _, err := g.o.Credentials.SetRelay(name, url, true); err != nil {
+			return nil, err
+		}
 	}
 	g.s.cfg.Logf("relays: a credential was issued to relay %s (url %q); any earlier one of it is void", name, url)
 	return cred, nil
@@ -486,8 +493,8 @@ func (g *relayGate) vouch(relay, url string) (approved bool, why string) {
 		switch {
 		case r != nil && r.URL != "" && r.URL != url:
 			return false, fmt.Sprintf("relay %s advertises %s, but joined with %s before; the operator's relays keep one URL", relay, url, r.URL)
-		case r != nil && r.Approved:
-			return true, ""
+		case r != nil && r.decided: // the operator's word stands
+			return r.Approved, ""
 		}
 		return auto, ""
 	}
@@ -498,12 +505,16 @@ func (g *relayGate) vouch(relay, url string) (approved bool, why string) {
 	case registered != "" && registered != url:
 		return false, fmt.Sprintf("relay %s advertises %s, but its credential was registered with %s: run it with --public-url %s, or have the operator issue a new credential with --url", relay, url, registered, registered)
 	}
-	if registered == "" || auto && !approved {
-		if _, err := c.SetRelay(relay, url, approved || auto); err != nil {
+	if registered == "" {
+		// Its first join pins its URL; auto approves it then (a relay
+		// registered with a URL was approved when its credential was
+		// issued). An operator's withdrawal stands.
+		approved = auto
+		if _, err := c.SetRelay(relay, url, approved); err != nil {
 			return false, fmt.Sprintf("recording relay %s's URL: %v", relay, err)
 		}
 	}
-	return approved || auto, ""
+	return approved, ""
 }
 
 // ApproveRelay lets the root vouch for relay name at the URL it joined
@@ -541,7 +552,7 @@ func (s *Server) ApproveRelay(name string, approve bool) (bool, error) {
 	}
 	g.mu.Lock()
 	if r := g.relays[name]; r != nil {
-		r.Approved = approve
+		r.Approved, r.decided = approve, true
 	}
 	g.mu.Unlock()
 	verb := "approved: it is listed"
