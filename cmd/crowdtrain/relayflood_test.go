@@ -24,14 +24,15 @@ import (
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
-// floodRSSGrowth is the most the root's peak resident memory may grow
-// while a relay floods it with 2.5 GB of aggregate parts (docs/RELAYS.md):
-// the root's client buffers 8 parts, a relay's incomplete aggregates are
-// bounded by its in-flight budget, and the embedded NATS server's stream
-// by its byte limit; the rest is the garbage of the parts read and
-// refused, which the Go collector lets grow to about the live heap
-// before it collects (measured: 225 MB before, a peak of 480 to 551 MB).
-const floodRSSGrowth = 384 << 20
+// floodRSSSlack bounds the root's peak resident memory while a relay
+// floods it with 2.5 GB of aggregate parts (docs/RELAYS.md): at most twice
+// its footprint before the flood, plus this. The root's client buffers 8
+// parts, a relay's incomplete aggregates are bounded by its in-flight
+// budget and the embedded server's stream by its byte limit; what grows
+// is the garbage of the parts read and refused, which the Go collector
+// lets reach about the live heap (MNIST alone is 188 MB of it) before it
+// collects. Measured: 224 MB before, peaks of 480 to 551 MB.
+const floodRSSSlack = 192 << 20
 
 // floodStreamBytes is the stream limit the flood test gives the root.
 const floodStreamBytes = 64 << 20
@@ -123,8 +124,8 @@ func TestRelayPartFloodBounded(t *testing.T) {
 	t.Logf("flood of 2560 parts (2.5 GB) sent in %v; root RSS %d MB before, peak %d MB, %d MB after; stream directory at most %d MB (limit %d MB); "+
 		"honest lease requests: %d answered, %d failed, slowest %v",
 		sent.Round(time.Millisecond), startRSS>>20, peak>>20, after>>20, maxDisk>>20, floodStreamBytes>>20, answered, failures, slowest.Round(time.Millisecond))
-	if peak-startRSS > floodRSSGrowth {
-		t.Errorf("the root's RSS grew by %d MB in the flood, more than the documented %d MB", (peak-startRSS)>>20, floodRSSGrowth>>20)
+	if limit := 2*startRSS + floodRSSSlack; peak > limit {
+		t.Errorf("the root's RSS peaked at %d MB in the flood, past the documented bound of twice %d MB plus %d MB", peak>>20, startRSS>>20, floodRSSSlack>>20)
 	}
 	if maxDisk > floodStreamBytes+16<<20 {
 		t.Errorf("the stream's directory reached %d MB, past its %d MB limit", maxDisk>>20, floodStreamBytes>>20)
