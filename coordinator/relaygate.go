@@ -734,6 +734,13 @@ func (s *Server) LiftRelayQuarantine(relay string) bool {
 // complete is terminated, never left to be delivered again for ever.
 func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	relay := strings.TrimPrefix(msg.Subject(), upstream.SubjectAggregates+".")
+	if !upstream.ValidName(relay) { // an external server's permissions let it through
+		g.mu.Lock()
+		g.partsRefused++
+		g.mu.Unlock()
+		msg.Term()
+		return
+	}
 	if why := g.quarantined(relay); why != "" {
 		g.refusePart(relay, msg.Subject(), "the relay is quarantined")
 		msg.Term()

@@ -1,13 +1,18 @@
 package coordinator_test
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/natsbox"
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
@@ -202,4 +207,40 @@ func getMetrics(t *testing.T, g *testGrid) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// The root's NATS connection lost and found again (the server restarted):
+// the loss is logged and counted in /metrics, and relays are served again.
+func TestRelayGateCountsDisconnects(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats")
+	box, err := natsbox.Start(natsbox.Options{Listen: "127.0.0.1:0", Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGridWith(t, jobSpec(t, "mnist-mlp", nil), nil)
+	nc, err := nats.Connect(box.URL, nats.UserInfo(box.Root.User, box.Root.Password), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := g.srv.ServeRelays(context.Background(), nc, coordinator.RelayGateOptions{RootURL: g.http.URL, Credentials: box}); err != nil {
+		t.Fatal(err)
+	}
+	c1 := relayCredential(t, box, "r1") // kept in dir across the restart
+	box.Close()
+	box2, err := natsbox.Start(natsbox.Options{Listen: strings.TrimPrefix(box.URL, "nats://"), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(box2.Close)
+	waitUntil(t, "the root reconnected", nc.IsConnected)
+	if m := getMetrics(t, g); !strings.Contains(m, "crowdtrain_relay_nats_disconnects_total 1") {
+		t.Errorf("/metrics does not count the disconnect")
+	}
+	// The relay's credential survived the restart; a new connection is
+	// served (the root's subscriptions came back with it).
+	r1 := fakeRelayWith(t, box2, "r1", c1)
+	if j := r1.join(); len(j.Jobs) != 1 {
+		t.Fatalf("join after the server's restart: %+v", j)
+	}
 }
