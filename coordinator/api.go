@@ -33,6 +33,7 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}/{codec:f32|f16}/from/{from:[0-9]+}", s.handleSnapshotDelta).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/relays", s.handleRelays).Methods(http.MethodGet)
+	s.relayRoutes(api)
 	api.HandleFunc("/jobs/{id}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/data/{key:[0-9a-f]+}/shards/v{format:[0-9]+}/{shard:[0-9]+}", s.handleDataShard).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/shards/{shard:[0-9]+}", s.handleShard).Methods(http.MethodGet, http.MethodHead)

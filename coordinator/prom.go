@@ -68,7 +68,7 @@ func newPromMetrics(s *Server) *promMetrics {
 			"Disputed spot checks the coordinator computed the third result of itself, by outcome: decided (the result entered the check), dropped (the base snapshot was gone), deferred (the check waited for the recomputations' rate bound).", []string{"job", "outcome"}, nil),
 		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks.", []string{"job"}, nil),
 	}
-	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), newRelayCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,11 +55,36 @@ type fakeRelay struct {
 
 func newFakeRelay(t *testing.T, box *natsbox.Box, name string) *fakeRelay {
 	t.Helper()
-	c, err := natsbox.ReadCreds(box.RelayCredsFile)
+	return fakeRelayWith(t, box, name, relayCredential(t, box, name))
+}
+
+// relayCredential issues relay name its credential on box and reads it.
+func relayCredential(t *testing.T, box *natsbox.Box, name string) natsbox.RelayCredential {
+	t.Helper()
+	text, err := box.IssueRelay(name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := connectNATS(t, box.URL, c)
+	path := filepath.Join(t.TempDir(), name+".creds")
+	if err := os.WriteFile(path, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c.Name != name {
+		t.Fatalf("reading relay %s's credential: %v (it names %q)", name, err, c.Name)
+	}
+	return c
+}
+
+// fakeRelayWith connects as relay name with credential c (a relay's own,
+// or another's).
+func fakeRelayWith(t *testing.T, box *natsbox.Box, name string, c natsbox.RelayCredential, opts ...nats.Option) *fakeRelay {
+	t.Helper()
+	nc, err := nats.Connect(box.URL, append(c.Options, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -80,13 +106,13 @@ func (f *fakeRelay) request(subject string, req, reply any) {
 
 func (f *fakeRelay) join() upstream.JoinReply {
 	var r upstream.JoinReply
-	f.request(upstream.SubjectJoin, upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
+	f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
 	return r
 }
 
 func (f *fakeRelay) lease(job string, want int) upstream.LeaseReply {
 	var r upstream.LeaseReply
-	f.request(upstream.SubjectLease, upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
+	f.request(upstream.ControlSubject(f.name, upstream.OpLease), upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
 	if r.Error != "" {
 		f.t.Fatal(r.Error)
 	}
@@ -108,6 +134,7 @@ func (f *fakeRelay) publish(a *upstream.Aggregate) {
 		msg.Data = p
 		msg.Header.Set(upstream.HeaderAggregate, a.ID)
 		msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
+		msg.Header.Set(upstream.HeaderJob, a.Job)
 		if _, err := f.js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(f.sent)+"/"+strconv.Itoa(i))); err != nil {
 			f.t.Fatal(err)
 		}
@@ -120,6 +147,7 @@ func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, lea
 	for _, l := range leases {
 		a.Leases = append(a.Leases, l.ID)
 		a.Tasks = append(a.Tasks, upstream.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
+		a.Volunteers = append(a.Volunteers, "")
 		a.Examples += l.Count
 	}
 	for i := range a.Sum {
@@ -178,7 +206,14 @@ func waitAcknowledged(t *testing.T, box *natsbox.Box) {
 
 func serveRelays(t *testing.T, g *testGrid, box *natsbox.Box) {
 	t.Helper()
-	if err := g.srv.ServeRelays(context.Background(), connectNATS(t, box.URL, box.Root), coordinator.RelayGateOptions{RootURL: g.http.URL}); err != nil {
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{})
+}
+
+// serveRelaysWith is serveRelays with options (RootURL is the grid's).
+func serveRelaysWith(t *testing.T, g *testGrid, box *natsbox.Box, o coordinator.RelayGateOptions) {
+	t.Helper()
+	o.RootURL = g.http.URL
+	if err := g.srv.ServeRelays(context.Background(), connectNATS(t, box.URL, box.Root), o); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -196,7 +231,8 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	defer db.Close()
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs = 100 })
 	g := newStoredGrid(t, db, &spec)
-	serveRelays(t, g, box)
+	// Every bad aggregate below is counted, none quarantines the relay.
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1000})
 	n := modelParams(t, spec)
 	relay := newFakeRelay(t, box, "r1")
 	if j := relay.join(); len(j.Jobs) != 1 || j.Jobs[0].ID != g.job.ID || j.RootURL != g.http.URL || j.Token == "" {
@@ -227,12 +263,14 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 
 	bad := map[string]func(a *upstream.Aggregate){
 		"lease never granted": func(a *upstream.Aggregate) { a.Leases[0] = 1 << 40 },
-		"lease answered":      func(a *upstream.Aggregate) { a.Leases, a.Tasks = good.Leases[:1], good.Tasks[:1] },
-		"wrong result count":  func(a *upstream.Aggregate) { a.Results = 2 },
-		"wrong examples":      func(a *upstream.Aggregate) { a.Examples++ },
-		"wrong task":          func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
+		"lease answered": func(a *upstream.Aggregate) {
+			a.Leases, a.Tasks, a.Volunteers = good.Leases[:1], good.Tasks[:1], good.Volunteers[:1]
+		},
+		"wrong result count": func(a *upstream.Aggregate) { a.Results = 2 },
+		"wrong examples":     func(a *upstream.Aggregate) { a.Examples++ },
+		"wrong task":         func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
 		"lease twice": func(a *upstream.Aggregate) {
-			a.Leases, a.Tasks = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0])
+			a.Leases, a.Tasks, a.Volunteers = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]), append(a.Volunteers, "")
 		},
 		"not finite":         func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
 		"future base":        func(a *upstream.Aggregate) { a.Base = 50 },
@@ -245,11 +283,13 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		a := aggregateOf("r1-bad-"+strings.ReplaceAll(what, " ", "-"), "r1", g.job.ID, r, r.Leases[2:3], n)
 		spoil(a)
 		relay.publish(a)
-		if what != "other relay's name" { // refused before it is counted to a relay
+		// Counted to the relay whose subject it came on, whatever it says;
+		// parts naming a job not here are refused before they are joined.
+		if what == "no such job" {
+			waitUntil(t, what+" refused", func() bool { return relayAdmin(t, g, "r1").PartsRefused > 0 })
+		} else {
 			refused++
 			waitRelay(t, g.srv, "r1", what+" refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == refused })
-		} else {
-			time.Sleep(200 * time.Millisecond)
 		}
 		if v := g.jobView(); v.Version != 1 || v.UpdatesApplied != 2 {
 			t.Fatalf("%s: the model moved: version %d, applied %d", what, v.Version, v.UpdatesApplied)
@@ -292,38 +332,290 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	}
 }
 
-// Only relays with the credentials the root issued may publish, and only
-// under crowdtrain.up.
-func TestRelayCredentialsArePermissions(t *testing.T) {
+// Each relay holds a NATS credential of its own, issued by the root's
+// admin API: NATS itself binds it to its own subjects and inbox, so one
+// relay cannot read another's replies, lease, release or publish as
+// another, or announce versions; the root takes a relay's name from the
+// subject; a revoked relay is cut off at once and its leases requeued.
+func TestRelayIdentityIsItsCredential(t *testing.T) {
 	box := startNATS(t)
-	if nc, err := nats.Connect(box.URL); err == nil {
-		nc.Close()
-		t.Fatal("a connection without credentials was accepted")
-	}
-	if nc, err := nats.Connect(box.URL, nats.UserInfo(upstream.RelayUser, "guess")); err == nil {
-		nc.Close()
-		t.Fatal("a wrong password was accepted")
-	}
-	c, err := natsbox.ReadCreds(box.RelayCredsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied := make(chan string, 4)
-	nc, err := nats.Connect(box.URL, nats.UserInfo(c.User, c.Password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		denied <- err.Error()
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Publish(upstream.VersionSubject("job"), []byte(`{"version":99}`))
-	nc.Flush()
-	select {
-	case e := <-denied:
-		if !strings.Contains(strings.ToLower(e), "permission") {
-			t.Fatalf("publishing a version announcement as a relay: %s", e)
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
+	g.addWorker(1, nil) // an honest local worker, all along
+	for what, o := range map[string]nats.Option{
+		"no credential":             nil,
+		"a guessed root password":   nats.UserInfo(upstream.RootUser, "guess"),
+		"the old shared relay user": nats.UserInfo("crowdtrain-relay", "guess"),
+	} {
+		opts := []nats.Option{}
+		if o != nil {
+			opts = append(opts, o)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a relay published a version announcement unrefused")
+		if nc, err := nats.Connect(box.URL, opts...); err == nil {
+			nc.Close()
+			t.Fatalf("%s: connected", what)
+		}
+	}
+
+	// r1's credential through the admin API, r2's from the box.
+	var issued coordinator.RelayCredentialReply
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: "r1"}, &issued); code != http.StatusCreated {
+		t.Fatalf("issuing r1's credential: %d", code)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	if err := os.WriteFile(path, []byte(issued.Credential), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c1.Name != "r1" {
+		t.Fatalf("r1's credential: %v, names %q", err, c1.Name)
+	}
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: "r3", URL: "http://evil.example/ws"}, nil); code != http.StatusBadRequest {
+		t.Fatalf("a credential for an http:// relay URL: %d, want 400", code)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c1)
+	denied := make(chan string, 16)
+	r2 := fakeRelayWith(t, box, "r2", relayCredential(t, box, "r2"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case denied <- err.Error():
+		default:
+		}
+	}))
+	refused := func(what string) {
+		t.Helper()
+		select {
+		case e := <-denied:
+			if !strings.Contains(strings.ToLower(e), "permission") {
+				t.Fatalf("%s: %s", what, e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not refused", what)
+		}
+	}
+	if j := r1.join(); len(j.Jobs) != 1 || j.Token == "" {
+		t.Fatalf("r1's join: %+v", j)
+	}
+	held := r1.lease(g.job.ID, 4)
+
+	// Reading another relay's inbox, or every inbox.
+	for _, subj := range []string{"_INBOX.>", upstream.InboxPrefix("r1") + ".>", upstream.ControlSubject("r1", upstream.OpJoin)} {
+		if _, err := r2.nc.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+		r2.nc.Flush()
+		refused("r2 subscribing to " + subj)
+	}
+	// Leasing, releasing or publishing as another relay, announcing a version.
+	for _, subj := range []string{upstream.ControlSubject("r1", upstream.OpLease), upstream.ControlSubject("r1", upstream.OpRelease),
+		upstream.AggregateSubject("r1"), upstream.VersionSubject(g.job.ID)} {
+		r2.nc.Publish(subj, []byte(`{"relay":"r1","job":"`+g.job.ID+`","want":4,"leases":[`+strconv.FormatUint(held.Leases[0].ID, 10)+`]}`))
+		r2.nc.Flush()
+		refused("r2 publishing on " + subj)
+	}
+	// On its own subject, naming another in the body: the root refuses.
+	var lr upstream.LeaseReply
+	r2.request(upstream.ControlSubject("r2", upstream.OpLease), upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
+	if !strings.Contains(lr.Error, "cannot speak for relay") || len(lr.Leases) != 0 {
+		t.Fatalf("r2 leasing as r1 on its own subject: %+v", lr)
+	}
+	var rel upstream.Released
+	r2.request(upstream.ControlSubject("r2", upstream.OpRelease), upstream.Release{Job: g.job.ID, Leases: []uint64{held.Leases[0].ID}}, &rel)
+	if rel.Released != 0 {
+		t.Fatalf("r2 released %d of r1's leases", rel.Released)
+	}
+
+	// Revoked: cut off at once, its leases queued again, its credential
+	// refused from then on.
+	before := g.jobView().LeasesReleased
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusOK {
+		t.Fatalf("revoking r1: %d", code)
+	}
+	waitUntil(t, "r1 disconnected", func() bool { return !r1.nc.IsConnected() })
+	waitUntil(t, "r1's leases requeued", func() bool { return g.jobView().LeasesReleased >= before+int64(len(held.Leases)) })
+	if nc, err := nats.Connect(box.URL, c1.Options...); err == nil {
+		nc.Close()
+		t.Fatal("a revoked credential connected")
+	}
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("revoking r1 twice: %d, want 404", code)
+	}
+	// r2 is untouched, and the honest worker trains on.
+	if j := r2.join(); len(j.Jobs) != 1 {
+		t.Fatalf("r2's join after r1's revocation: %+v", j)
+	}
+	v := g.jobView().Version
+	waitUntil(t, "the local worker training on", func() bool { return g.jobView().Version > v+3 })
+}
+
+// The root vouches for a relay's URL before volunteers see it: ws or wss,
+// the one its credential was registered with (or that it first joined
+// with), and in manual mode only once an operator approved it; only then
+// is it in GET /api/v1/relays and the pages' connect-src.
+func TestRelayURLsVouchedFor(t *testing.T) {
+	box := startNATS(t)
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box, Approval: coordinator.RelayApprovalManual})
+	text, err := g.srv.IssueRelayCredential("r1", "ws://127.0.0.9:1/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	os.WriteFile(path, text, 0o600)
+	c1, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil || c1.URL != "ws://127.0.0.9:1/ws" {
+		t.Fatalf("r1's credential: %v, url %q", err, c1.URL)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c1)
+	r2 := newFakeRelay(t, box, "r2") // registered with no URL
+	joinAt := func(f *fakeRelay, url string) upstream.JoinReply {
+		var r upstream.JoinReply
+		f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{URL: url}, &r)
+		return r
+	}
+	listed := func() map[string]string {
+		var body struct {
+			Relays []coordinator.RelayView `json:"relays"`
+		}
+		if code := g.getJSON("/api/v1/relays", &body); code != http.StatusOK {
+			t.Fatalf("GET /api/v1/relays: %d", code)
+		}
+		out := map[string]string{}
+		for _, r := range body.Relays {
+			out[r.Name] = r.URL
+		}
+		return out
+	}
+	for _, bad := range []string{"ws://evil.example:9/ws", "http://127.0.0.9:1/ws", "javascript:alert(1)", ""} {
+		if r := joinAt(r1, bad); !strings.Contains(r.Error, "relay URL") && !strings.Contains(r.Error, "registered with") {
+			t.Fatalf("r1 joining at %q: %+v", bad, r)
+		}
+	}
+	if r := joinAt(r1, "ws://127.0.0.9:1/ws"); r.Error != "" || len(r.Jobs) != 1 {
+		t.Fatalf("r1 joining at its URL: %+v", r)
+	}
+	if r := joinAt(r2, "wss://relay-two.example/ws"); r.Error != "" {
+		t.Fatalf("r2's first join: %+v", r)
+	}
+	if r := joinAt(r2, "wss://evil.example/ws"); !strings.Contains(r.Error, "joined with wss://relay-two.example/ws") && !strings.Contains(r.Error, "registered with wss://relay-two.example/ws") {
+		t.Fatalf("r2 joining at another URL: %+v", r)
+	}
+	// Manual: nobody is listed before the operator approves.
+	if l := listed(); len(l) != 0 || len(g.srv.RelayOrigins()) != 0 {
+		t.Fatalf("listed before approval: %v, origins %v", l, g.srv.RelayOrigins())
+	}
+	for _, name := range []string{"r1", "r2"} {
+		if code := g.adminJSON(http.MethodPost, "/api/v1/relays/"+name+"/approve", nil, nil); code != http.StatusOK {
+			t.Fatalf("approving %s: %d", name, code)
+		}
+	}
+	if code := g.adminJSON(http.MethodPost, "/api/v1/relays/nobody/approve", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("approving an unknown relay: %d", code)
+	}
+	if l := listed(); l["r1"] != "ws://127.0.0.9:1/ws" || l["r2"] != "wss://relay-two.example/ws" || len(l) != 2 {
+		t.Fatalf("listed after approval: %v", l)
+	}
+	origins := strings.Join(g.srv.RelayOrigins(), " ")
+	if origins != "http://127.0.0.9:1 https://relay-two.example" {
+		t.Fatalf("origins for the pages' connect-src: %q", origins)
+	}
+	// The heartbeat's URL is not believed.
+	b, _ := json.Marshal(upstream.Status{URL: "ws://evil.example:9/ws", Workers: 3})
+	r1.nc.Publish(upstream.ControlSubject("r1", upstream.OpStatus), b)
+	r1.nc.Flush()
+	waitUntil(t, "r1's heartbeat seen", func() bool { return relayView(t, g.srv, "r1").Workers == 3 })
+	if l := listed(); l["r1"] != "ws://127.0.0.9:1/ws" {
+		t.Fatalf("after a heartbeat naming another URL: %v", l)
+	}
+	// Withdrawn: off the list again.
+	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r2/approve", nil, nil); code != http.StatusOK {
+		t.Fatalf("withdrawing r2: %d", code)
+	}
+	if l := listed(); len(l) != 1 {
+		t.Fatalf("after withdrawing r2: %v", l)
+	}
+}
+
+// A root upgraded over the stream an earlier version made (no limits, a
+// consumer redelivering for ever) puts its bounds on that stream: it
+// needs no file deleted.
+func TestRelayStreamOfAnEarlierVersionGetsItsBounds(t *testing.T) {
+	box := startNATS(t)
+	nc := connectNATS(t, box.URL, box.Root)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
+		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{Durable: upstream.Consumer,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxAckPending: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	spec := jobSpec(t, "mnist-mlp", nil)
+	g := newTestGridWith(t, spec, nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{StreamMaxBytes: 64 << 20})
+	s, err := js.Stream(ctx, upstream.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.Config; c.MaxBytes != 64<<20 || c.MaxAge != time.Hour || c.MaxMsgsPerSubject < 64 || !c.DiscardNewPerSubject || c.Discard != jetstream.DiscardNew {
+		t.Fatalf("the stream after the upgrade: %+v", c)
+	}
+	cons, err := js.Consumer(ctx, upstream.Stream, upstream.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Config.MaxDeliver != 8 {
+		t.Fatalf("the consumer after the upgrade: MaxDeliver %d", ci.Config.MaxDeliver)
+	}
+}
+
+// In auto mode a relay is listed at its first join with the URL the
+// operator registered; an operator's withdrawal stands at its next joins.
+func TestRelayWithdrawalStandsInAutoMode(t *testing.T) {
+	box := startNATS(t)
+	g := newTestGridWith(t, jobSpec(t, "mnist-mlp", nil), nil)
+	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
+	text, err := g.srv.IssueRelayCredential("r1", "wss://r1.example/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r1.creds")
+	os.WriteFile(path, text, 0o600)
+	c, err := natsbox.ReadRelayCredential(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := fakeRelayWith(t, box, "r1", c)
+	join := func() {
+		var r upstream.JoinReply
+		r1.request(upstream.ControlSubject("r1", upstream.OpJoin), upstream.Join{URL: "wss://r1.example/ws"}, &r)
+		if r.Error != "" {
+			t.Fatal(r.Error)
+		}
+	}
+	join()
+	if l := g.srv.Relays(); len(l) != 1 || l[0].URL != "wss://r1.example/ws" {
+		t.Fatalf("auto mode, after the first join: %+v", l)
+	}
+	if ok, err := g.srv.ApproveRelay("r1", false); !ok || err != nil {
+		t.Fatalf("withdrawing: %v %v", ok, err)
+	}
+	join()
+	if l := g.srv.Relays(); len(l) != 0 {
+		t.Fatalf("a withdrawn relay listed again after a join: %+v", l)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,15 +27,22 @@ import (
 // and the admin page show.
 type relayGate struct {
 	s       *Server
-	nc      *nats.Conn
+	nc      *nats.Conn // control: joins, leases, releases, status, versions
+	bulk    *nats.Conn // the aggregate stream (nc unless RelayGateOptions.Bulk)
 	rootURL string
 	token   string // relays' HTTP token (upstream.HeaderRelayToken)
+	o       RelayGateOptions
 	cc      jetstream.ConsumeContext
 	subs    []*nats.Subscription
 
 	mu     sync.Mutex
 	relays map[string]*relayRecord
 	parts  map[string]*partialAggregate
+	// partsRefused counts every refused message, also of relays past
+	// maxRelayRecords.
+	partsRefused int64
+	// The NATS connection's trouble (nats.go's handlers).
+	slowConsumers, disconnects atomic.Int64
 }
 
 // relayRecord is what the root knows of one relay.
@@ -47,6 +55,26 @@ type relayRecord struct {
 	Duplicates int64 `json:"aggregates_duplicate"`
 	// BytesIn is the aggregate bytes the root took from it.
 	BytesIn int64 `json:"bytes_in"`
+	// Forged counts refusals for claims no honest relay makes (a subset
+	// of Refused); PartsRefused the messages dropped before they made an
+	// aggregate; StrikesRefused the strikes without evidence.
+	Forged         int64 `json:"aggregates_forged"`
+	PartsRefused   int64 `json:"parts_refused"`
+	StrikesRefused int64 `json:"strikes_refused"`
+	// Approved: the root vouches for URL, the one the relay registered
+	// (or first joined with), and lists it.
+	Approved bool `json:"approved"`
+	decided  bool // by an operator (external NATS: the root's memory)
+	// Quarantined: past the limit of forged aggregates the root takes
+	// nothing more from it (aggregates, leases, joins) until an operator
+	// lifts it; Reason is the last refusal.
+	Quarantined bool   `json:"quarantined"`
+	Reason      string `json:"quarantine_reason,omitempty"`
+	score       float64
+	// inflight is the bytes of its incomplete aggregates the root holds,
+	// partials how many there are.
+	inflight int64
+	partials int
 	// lastRound and inRound count the aggregates applied in the newest
 	// round it answered; MaxPerRound is the most in any round.
 	lastRound   uint64
@@ -59,61 +87,233 @@ type relayRecord struct {
 // partialAggregate gathers the parts of an aggregate split to fit the
 // payload limit.
 type partialAggregate struct {
-	parts [][]byte
-	msgs  []jetstream.Msg
-	got   int
-	first time.Time
+	relay, job string
+	parts      [][]byte
+	msgs       []jetstream.Msg
+	got, bytes int
+	first      time.Time
 }
 
 // Limits on what parts may hold: a relay cannot make the root keep
 // unbounded partial aggregates.
 const (
 	maxPartialAggregates = 64
-	relayAckWait         = 10 * time.Second
-	relayLostAfter       = 15 * time.Second
+	// maxRelayPartials is the most incomplete aggregates of one relay the
+	// root holds: a relay publishes its parts in order, so it has one
+	// most of the time, two while a part is delivered again.
+	maxRelayPartials = 4
+	// relayPartTimeout is how long an aggregate's parts wait for the rest
+	// before they are terminated.
+	relayPartTimeout = 30 * time.Second
+	// relayMinInflight is the least in-flight byte budget of a relay.
+	relayMinInflight = 8 << 20
+	relayAckWait     = 10 * time.Second
+	relayLostAfter   = 15 * time.Second
+	maxRelayRecords  = 1024
 )
+
+// DefaultRelayQuarantine is how many forged aggregates quarantine a relay
+// (RelayGateOptions.QuarantineAfter): each adds one to its score, each
+// applied one takes half away, and at this score it is quarantined.
+const DefaultRelayQuarantine = 8
 
 // RelayGateOptions configure ServeRelays.
 type RelayGateOptions struct {
 	// RootURL is the root's public HTTP URL, from which relays fetch
 	// snapshots.
 	RootURL string
+	// QuarantineAfter is the forged-aggregate score that quarantines a
+	// relay (0: DefaultRelayQuarantine).
+	QuarantineAfter int
+	// Bulk, if set, is the connection the aggregates are consumed on, so
+	// that joins and lease requests on the other never wait behind them
+	// (nor share its fate when the server drops a slow consumer).
+	Bulk *nats.Conn
+	// StreamMaxBytes bounds the aggregate stream on disk (0:
+	// DefaultRelayStreamBytes); each relay may hold a quarter of it, and
+	// a relay past its share has its publishes refused.
+	StreamMaxBytes int64
+	// StreamMaxAge drops aggregates nobody took (0: relayStreamMaxAge).
+	StreamMaxAge time.Duration
+	// RelayInflightBytes is the bytes of incomplete aggregates the root
+	// holds per relay (0: two aggregates of the job, at least 8 MiB).
+	RelayInflightBytes int64
+	// Approval is RelayApprovalAuto or RelayApprovalManual ("": auto):
+	// whether a relay reaches GET /api/v1/relays and the pages' CSP at
+	// its first join, or once an operator approved it.
+	Approval string
+	// Credentials issues and revokes the relays' NATS credentials (the
+	// embedded server's, internal/natsbox); nil with an external server,
+	// whose operator issues them.
+	Credentials RelayCredentials
 }
+
+// RelayCredentials is the NATS server's book of relay identities: each
+// relay its own credential, whose permissions bind it to its own
+// subjects (upstream.RelayPublish, RelaySubscribe).
+type RelayCredentials interface {
+	// IssueRelay makes name a new credential registered with url (its
+	// volunteers' websocket URL, "" for none yet) and returns the file's
+	// text; an earlier one of name stops working.
+	IssueRelay(name, url string) ([]byte, error)
+	// RevokeRelay cuts name off at once; false if it had no credential.
+	RevokeRelay(name string) (bool, error)
+	// RelayRegistered reports whether name holds a credential, its URL
+	// ("" until its first join) and whether the operator approved it.
+	RelayRegistered(name string) (url string, approved, ok bool)
+	// SetRelay records name's URL and approval (kept across restarts);
+	// false if name holds no credential.
+	SetRelay(name, url string, approved bool) (bool, error)
+}
+
+// Relay approval modes (RelayGateOptions.Approval, serve --relay-approval).
+const (
+	// RelayApprovalAuto lists a relay once it joins with a valid URL.
+	RelayApprovalAuto = "auto"
+	// RelayApprovalManual lists it once an operator approved it.
+	RelayApprovalManual = "manual"
+)
+
+// ErrNoRelayCredentials: the relays' NATS server is not this root's.
+var ErrNoRelayCredentials = errors.New("this root uses an external NATS server (serve --nats): its operator issues the relays' credentials, one NATS user per relay with the permissions in docs/RELAYS.md")
+
+// IssueRelayCredential issues relay name a NATS credential of its own
+// (docs/RELAYS.md), registered with its volunteers' websocket URL.
+func (s *Server) IssueRelayCredential(name, url string) ([]byte, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return nil, errors.New("this coordinator serves no relays: start it with --nats-listen")
+	}
+	if g.o.Credentials == nil {
+		return nil, ErrNoRelayCredentials
+	}
+	if url != "" {
+		if err := checkRelayURL(url); err != nil {
+			return nil, err
+		}
+	}
+	cred, err := g.o.Credentials.IssueRelay(name, url)
+	if err != nil {
+		return nil, err
+	}
+	if url != "" && g.o.Approval != RelayApprovalManual {
+		// Auto approval: the operator named the URL it vouches for.
+		if _, err := g.o.Credentials.SetRelay(name, url, true); err != nil {
+			return nil, err
+		}
+	}
+	g.s.cfg.Logf("relays: a credential was issued to relay %s (url %q); any earlier one of it is void", name, url)
+	return cred, nil
+}
+
+// RevokeRelayCredential cuts relay name off at once: NATS closes its
+// connections and refuses its credential, and its leases are requeued.
+// It reports whether the relay had a credential.
+func (s *Server) RevokeRelayCredential(name string) (bool, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return false, errors.New("this coordinator serves no relays: start it with --nats-listen")
+	}
+	if g.o.Credentials == nil {
+		return false, ErrNoRelayCredentials
+	}
+	ok, err := g.o.Credentials.RevokeRelay(name)
+	if err != nil || !ok {
+		return ok, err
+	}
+	g.mu.Lock()
+	delete(g.relays, name)
+	g.mu.Unlock()
+	g.dropLeases(name, "relay "+name+"'s credential was revoked")
+	g.s.cfg.Logf("relays: relay %s's credential was revoked: it is disconnected and its leases are queued again", name)
+	return true, nil
+}
+
+// checkRelayURL is why url cannot be a relay's volunteers' URL, or nil.
+func checkRelayURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("relay URL %q: want ws://HOST[:PORT]/PATH or wss://HOST[:PORT]/PATH, the websocket URL its volunteers connect to", raw)
+	}
+	return nil
+}
+
+// DefaultRelayStreamBytes bounds the aggregate stream (serve
+// --relay-stream-bytes).
+const DefaultRelayStreamBytes = 1 << 30
+
+// Limits of the aggregate stream and the root's consumer of it.
+const (
+	relayStreamMaxAge  = time.Hour
+	relayStreamMaxMsgs = 1 << 16
+	// relayMaxDeliver: a message delivered this often without an ack is
+	// given up by the server.
+	relayMaxDeliver    = 8
+	relayMaxAckPending = 1024
+)
 
 // ServeRelays lets relays connect through nc (a NATS connection with
 // JetStream and the root's permissions). It returns once the stream, the
 // consumer and the subscriptions are in place; Close stops them.
 func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOptions) error {
-	g := &relayGate{s: s, nc: nc, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
+	if o.QuarantineAfter <= 0 {
+		o.QuarantineAfter = DefaultRelayQuarantine
+	}
+	if o.StreamMaxBytes <= 0 {
+		o.StreamMaxBytes = DefaultRelayStreamBytes
+	}
+	if o.StreamMaxAge <= 0 {
+		o.StreamMaxAge = relayStreamMaxAge
+	}
+	bulk := o.Bulk
+	if bulk == nil {
+		bulk = nc
+	}
+	g := &relayGate{s: s, nc: nc, bulk: bulk, o: o, rootURL: strings.TrimRight(o.RootURL, "/"), token: NewAdminToken(),
 		relays: map[string]*relayRecord{}, parts: map[string]*partialAggregate{}}
-	js, err := jetstream.New(nc)
+	g.watch(nc, "control")
+	if bulk != nc {
+		g.watch(bulk, "aggregates")
+	}
+	js, err := jetstream.New(bulk)
 	if err != nil {
 		return err
 	}
+	payload := bulk.MaxPayload()
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
 		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
+		MaxBytes: o.StreamMaxBytes, MaxMsgs: relayStreamMaxMsgs, MaxAge: o.StreamMaxAge, MaxMsgSize: int32(payload),
+		// Each relay its share: a relay past it has its publishes refused
+		// and retries; the others go on.
+		MaxMsgsPerSubject: max(64, o.StreamMaxBytes/(4*payload)), Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
 	}); err != nil {
 		return fmt.Errorf("relays: the aggregates stream: %w", err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{
-		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait, MaxAckPending: 4096,
+		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait,
+		MaxAckPending: relayMaxAckPending, MaxDeliver: relayMaxDeliver,
 	})
 	if err != nil {
 		return fmt.Errorf("relays: the root's consumer: %w", err)
 	}
-	for subj, h := range map[string]nats.MsgHandler{
-		upstream.SubjectJoin: g.onJoin, upstream.SubjectLease: g.onLease, upstream.SubjectStatus: g.onStatus,
-		upstream.SubjectRelease: g.onRelease,
+	for op, h := range map[string]nats.MsgHandler{
+		upstream.OpJoin: g.onJoin, upstream.OpLease: g.onLease, upstream.OpStatus: g.onStatus,
+		upstream.OpRelease: g.onRelease,
 	} {
-		sub, err := nc.Subscribe(subj, h)
+		sub, err := nc.Subscribe(upstream.ControlWildcard(op), h)
 		if err != nil {
 			return err
 		}
 		g.subs = append(g.subs, sub)
 	}
-	if g.cc, err = cons.Consume(g.onAggregatePart); err != nil {
+	// The client buffers a few parts, not hundreds: a flood waits in the
+	// stream, on disk and bounded, not in the root's memory.
+	if g.cc, err = cons.Consume(g.onAggregatePart, jetstream.PullMaxBytes(int(8*payload))); err != nil {
 		return fmt.Errorf("relays: consuming aggregates: %w", err)
+	}
+	if err := bulk.Flush(); err != nil {
+		return err
 	}
 	s.gate.Store(g)
 	return nc.Flush()
@@ -128,6 +328,36 @@ func (g *relayGate) stop() {
 		sub.Unsubscribe()
 	}
 	g.nc.FlushTimeout(5 * time.Second)
+	if g.bulk != g.nc {
+		g.bulk.FlushTimeout(5 * time.Second)
+	}
+}
+
+// watch logs and counts what goes wrong with a connection of the root's:
+// a subscription falling behind (slow consumer), a disconnect.
+func (g *relayGate) watch(nc *nats.Conn, what string) {
+	var slowLogged atomic.Int64
+	nc.SetErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			n := g.slowConsumers.Add(1)
+			if last := slowLogged.Load(); time.Now().Unix()-last >= 10 && slowLogged.CompareAndSwap(last, time.Now().Unix()) {
+				subj := ""
+				if sub != nil {
+					subj = sub.Subject
+				}
+				g.s.cfg.Logf("relays: the root's NATS %s connection fell behind on %q and NATS dropped messages (%d times so far)", what, subj, n)
+			}
+			return
+		}
+		g.s.cfg.Logf("relays: the root's NATS %s connection: %v", what, err)
+	})
+	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+		g.disconnects.Add(1)
+		g.s.cfg.Logf("relays: the root's NATS %s connection was lost (%v); reconnecting", what, err)
+	})
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		g.s.cfg.Logf("relays: the root's NATS %s connection is back (%s)", what, c.ConnectedUrlRedacted())
+	})
 }
 
 func (g *relayGate) reply(m *nats.Msg, v any) {
@@ -139,11 +369,33 @@ func (g *relayGate) reply(m *nats.Msg, v any) {
 
 func (g *relayGate) onJoin(m *nats.Msg) {
 	var req upstream.Join
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) {
-		g.reply(m, upstream.JoinReply{Error: "a join names the relay (letters, digits, - and _, up to 64)"})
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		g.reply(m, upstream.JoinReply{Error: "a join is JSON: {\"relay\": NAME, \"url\": URL}"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.JoinReply{Error: why})
+		return
+	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.JoinReply{Error: why})
+		return
+	}
+	approved, why := g.vouch(req.Relay, req.URL)
+	if why != "" {
+		g.s.cfg.Logf("relays: relay %s's join REFUSED: %s", req.Relay, why)
+		g.reply(m, upstream.JoinReply{Error: why})
 		return
 	}
 	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL}, true)
+	g.mu.Lock()
+	if r := g.relays[req.Relay]; r != nil {
+		if !r.Approved && !approved {
+			defer g.s.cfg.Logf("relays: relay %s at %s joined; it is listed once an operator approves it (POST /api/v1/relays/%s/approve, or the admin page)", req.Relay, req.URL, req.Relay)
+		}
+		r.Approved = approved
+	}
+	g.mu.Unlock()
 	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
 	g.s.mu.Lock()
 	jobs := slices.Clone(g.s.jobs)
@@ -165,8 +417,16 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 
 func (g *relayGate) onLease(m *nats.Msg) {
 	var req upstream.LeaseRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || req.Want < 1 {
-		g.reply(m, upstream.LeaseReply{Error: "a lease request names the relay, the job and want >= 1"})
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Want < 1 {
+		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 1"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.LeaseReply{Error: why})
+		return
+	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.LeaseReply{Error: why})
 		return
 	}
 	j := g.s.job(req.Job)
@@ -183,8 +443,16 @@ func (g *relayGate) onLease(m *nats.Msg) {
 
 func (g *relayGate) onRelease(m *nats.Msg) {
 	var req upstream.Release
-	if err := json.Unmarshal(m.Data, &req); err != nil || !upstream.ValidName(req.Relay) || len(req.Leases) > 4*maxRelayBlock {
-		g.reply(m, upstream.Released{Error: "a release names the relay, the job and at most 1024 leases"})
+	if err := json.Unmarshal(m.Data, &req); err != nil || len(req.Leases) > 4*maxRelayBlock {
+		g.reply(m, upstream.Released{Error: "a release names the job and at most 1024 leases"})
+		return
+	}
+	if why := g.identify(m.Subject, &req.Relay); why != "" {
+		g.reply(m, upstream.Released{Error: why})
+		return
+	}
+	if why := g.quarantined(req.Relay); why != "" {
+		g.reply(m, upstream.Released{Error: why})
 		return
 	}
 	j := g.s.job(req.Job)
@@ -203,9 +471,112 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 
 func (g *relayGate) onStatus(m *nats.Msg) {
 	var st upstream.Status
-	if json.Unmarshal(m.Data, &st) == nil && upstream.ValidName(st.Relay) {
+	if json.Unmarshal(m.Data, &st) == nil && g.identify(m.Subject, &st.Relay) == "" {
 		g.seen(st, false)
 	}
+}
+
+// vouch checks the URL a relay advertises at its join: ws or wss, and the
+// one it was registered with (its credential's; else the first it joined
+// with, recorded then); it reports whether the relay is approved for
+// listing, or why the join is refused.
+func (g *relayGate) vouch(relay, url string) (approved bool, why string) {
+	if err := checkRelayURL(url); err != nil {
+		return false, err.Error()
+	}
+	auto := g.o.Approval != RelayApprovalManual
+	c := g.o.Credentials
+	if c == nil { // an external server: the root's memory only
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		r := g.relays[relay]
+		switch {
+		case r != nil && r.URL != "" && r.URL != url:
+			return false, fmt.Sprintf("relay %s advertises %s, but joined with %s before; the operator's relays keep one URL", relay, url, r.URL)
+		case r != nil && r.decided: // the operator's word stands
+			return r.Approved, ""
+		}
+		return auto, ""
+	}
+	registered, approved, ok := c.RelayRegistered(relay)
+	switch {
+	case !ok:
+		return false, fmt.Sprintf("relay %s holds no credential here (revoked?): ask the root's operator for one (crowdtrain relay-credential %s)", relay, relay)
+	case registered != "" && registered != url:
+		return false, fmt.Sprintf("relay %s advertises %s, but its credential was registered with %s: run it with --public-url %s, or have the operator issue a new credential with --url", relay, url, registered, registered)
+	}
+	if registered == "" {
+		// Its first join pins its URL; auto approves it then (a relay
+		// registered with a URL was approved when its credential was
+		// issued). An operator's withdrawal stands.
+		approved = auto
+		if _, err := c.SetRelay(relay, url, approved); err != nil {
+			return false, fmt.Sprintf("recording relay %s's URL: %v", relay, err)
+		}
+	}
+	return approved, ""
+}
+
+// ApproveRelay lets the root vouch for relay name at the URL it joined
+// with (approve false withdraws it): it is listed in GET /api/v1/relays
+// and the pages' Content-Security-Policy. It reports whether the relay is
+// known.
+func (s *Server) ApproveRelay(name string, approve bool) (bool, error) {
+	g := s.gate.Load()
+	if g == nil {
+		return false, nil
+	}
+	g.mu.Lock()
+	r := g.relays[name]
+	url := ""
+	if r != nil {
+		url = r.URL
+	}
+	g.mu.Unlock()
+	if c := g.o.Credentials; c != nil {
+		registered, _, ok := c.RelayRegistered(name)
+		if !ok {
+			return false, nil
+		}
+		if registered == "" {
+			registered = url
+		}
+		if registered == "" {
+			return false, fmt.Errorf("relay %s has not joined yet, and was registered with no URL: approve it once it joined", name)
+		}
+		if _, err := c.SetRelay(name, registered, approve); err != nil {
+			return false, err
+		}
+	} else if r == nil {
+		return false, nil
+	}
+	g.mu.Lock()
+	if r := g.relays[name]; r != nil {
+		r.Approved, r.decided = approve, true
+	}
+	g.mu.Unlock()
+	verb := "approved: it is listed"
+	if !approve {
+		verb = "no longer approved: it is not listed"
+	}
+	g.s.cfg.Logf("relays: relay %s %s", name, verb)
+	return true, nil
+}
+
+// identify sets *relay to the relay a control subject names: NATS lets a
+// relay publish on its own subjects alone, so the subject is its
+// identity. A message naming another relay in its body is refused.
+func (g *relayGate) identify(subject string, relay *string) string {
+	name := upstream.RelayOfControl(subject)
+	switch {
+	case name == "":
+		return fmt.Sprintf("%s is no relay's subject", subject)
+	case *relay != "" && *relay != name:
+		g.s.cfg.Logf("relays: relay %s sent a request as relay %q on %s: REFUSED", name, *relay, subject)
+		return fmt.Sprintf("this connection is relay %s's; it cannot speak for relay %q", name, *relay)
+	}
+	*relay = name
+	return ""
 }
 
 // seen records a relay's heartbeat, or its join (which says only its
@@ -215,14 +586,14 @@ func (g *relayGate) seen(st upstream.Status, join bool) {
 	defer g.mu.Unlock()
 	r := g.relays[st.Relay]
 	if r == nil {
-		if len(g.relays) >= 1024 {
+		if len(g.relays) >= maxRelayRecords {
 			return
 		}
 		r = &relayRecord{}
 		g.relays[st.Relay] = r
 	}
-	if st.URL == "" {
-		st.URL = r.URL
+	if !join || r.URL != "" {
+		st.URL = r.URL // a heartbeat's URL is not believed: the join's was checked
 	}
 	now := time.Now()
 	if join {
@@ -236,23 +607,62 @@ func (g *relayGate) seen(st upstream.Status, join bool) {
 	r.Status, r.LastSeen, r.statusAt = st, now, now
 }
 
-// record counts an aggregate's verdict for its relay.
-func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// recordOf is relay's record, made if there is room (g.mu held). Its
+// aggregates may come before its join (a root that restarts takes what
+// the stream kept first).
+func (g *relayGate) recordOf(relay string) *relayRecord {
 	r := g.relays[relay]
-	if r == nil {
-		if len(g.relays) >= 1024 {
-			return
-		}
-		// Its aggregates may come before its join (a root that restarts
-		// takes what the stream kept first).
+	if r == nil && len(g.relays) < maxRelayRecords {
 		r = &relayRecord{LastSeen: time.Now()}
 		g.relays[relay] = r
 	}
+	return r
+}
+
+// quarantined is why relay may not be served, or "".
+func (g *relayGate) quarantined(relay string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.relays[relay]; r != nil && r.Quarantined {
+		return fmt.Sprintf("relay %s is quarantined: the root refused %d of its aggregates as forged (the last: %s); the root's operator lifts it on the admin page (DELETE /api/v1/relays/%s/quarantine)",
+			relay, r.Forged, r.Reason, relay)
+	}
+	return ""
+}
+
+// refusePart counts a message of relay's dropped before it made an
+// aggregate, and logs it (every one for the first 16, then every 1000th:
+// a flood must not flood the log).
+func (g *relayGate) refusePart(relay, subject, why string) {
+	g.mu.Lock()
+	var n int64
+	if r := g.recordOf(relay); r != nil {
+		r.PartsRefused++
+		n = r.PartsRefused
+	}
+	g.partsRefused++
+	g.mu.Unlock()
+	if n <= 16 || n%1000 == 0 {
+		g.s.cfg.Logf("relays: relay %s: a message on %s REFUSED (%d so far): %s", relay, subject, n, why)
+	}
+}
+
+// record counts an aggregate's verdict for its relay, and quarantines a
+// relay whose forged aggregates pass the limit: its leases go back to the
+// queue at once.
+func (g *relayGate) record(relay, verdict, detail string, bytes, strikesRefused int, round uint64) {
+	g.mu.Lock()
+	r := g.recordOf(relay)
+	if r == nil {
+		g.mu.Unlock()
+		return
+	}
 	r.BytesIn += int64(bytes)
+	r.StrikesRefused += int64(strikesRefused)
+	quarantine := false
 	switch verdict {
 	case aggApplied:
+		r.score = max(0, r.score-0.5)
 		r.Applied++
 		if round != 0 {
 			if round != r.lastRound {
@@ -263,64 +673,206 @@ func (g *relayGate) record(relay, verdict string, bytes int, round uint64) {
 		}
 	case aggDuplicate:
 		r.Duplicates++
+	case aggForged:
+		r.Refused++
+		r.Forged++
+		r.score++
+		if !r.Quarantined && r.score >= float64(g.o.QuarantineAfter) {
+			r.Quarantined, r.Reason, quarantine = true, detail, true
+		}
 	default:
 		r.Refused++
 	}
+	g.mu.Unlock()
+	if quarantine {
+		g.s.cfg.Logf("relays: relay %s QUARANTINED: %d forged aggregates (the last: %s); its leases go back to the queue, and it gets nothing more until the operator lifts it",
+			relay, r.Forged, detail)
+		go g.dropLeases(relay, "relay "+relay+" was quarantined")
+	}
+}
+
+// dropLeases requeues every lease relay holds, in every job.
+func (g *relayGate) dropLeases(relay, reason string) {
+	g.s.mu.Lock()
+	jobs := slices.Clone(g.s.jobs)
+	g.s.mu.Unlock()
+	for _, j := range jobs {
+		if j.mirror != nil {
+			continue
+		}
+		_ = j.exec(g.s.ctx, func(st *jobState) {
+			if n := j.releaseWorker(relayWorker(relay)); n > 0 {
+				st.leasesReleased += int64(n)
+				st.lastRelease = reason
+			}
+		})
+	}
+}
+
+// LiftRelayQuarantine lets a quarantined relay back in, with a clean
+// score; it reports whether the relay was quarantined.
+func (s *Server) LiftRelayQuarantine(relay string) bool {
+	g := s.gate.Load()
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.relays[relay]
+	if r == nil || !r.Quarantined {
+		return false
+	}
+	r.Quarantined, r.score = false, 0
+	g.s.cfg.Logf("relays: the quarantine of relay %s was lifted", relay)
+	return true
 }
 
 // onAggregatePart takes one message of the stream: a whole aggregate, or
-// a part of one.
+// a part of one. Everything a part claims is bounded before the root
+// holds it: its count of parts and the bytes by its job's model size,
+// the partial aggregates and their bytes per relay. A part that cannot
+// complete is terminated, never left to be delivered again for ever.
 func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
+	relay := strings.TrimPrefix(msg.Subject(), upstream.SubjectAggregates+".")
+	if !upstream.ValidName(relay) { // an external server's permissions let it through
+		g.mu.Lock()
+		g.partsRefused++
+		g.mu.Unlock()
+		msg.Term()
+		return
+	}
+	if why := g.quarantined(relay); why != "" {
+		g.refusePart(relay, msg.Subject(), "the relay is quarantined")
+		msg.Term()
+		return
+	}
 	h := msg.Headers()
 	id := h.Get(upstream.HeaderAggregate)
 	i, n, err := upstream.ParsePart(h.Get(upstream.HeaderPart))
 	if id == "" || err != nil {
-		g.s.cfg.Logf("relays: a message on %s without a valid aggregate id and part (%v): dropped", msg.Subject(), err)
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("no valid aggregate id and part (%v)", err))
 		msg.Term()
 		return
 	}
+	size := len(msg.Data())
 	if n == 1 {
-		g.apply(msg.Subject(), msg.Data(), []jetstream.Msg{msg})
+		g.apply(relay, msg.Subject(), h.Get(upstream.HeaderJob), msg.Data(), []jetstream.Msg{msg})
 		return
 	}
-	g.mu.Lock()
-	p := g.parts[id]
-	if p != nil && len(p.parts) != n {
-		g.mu.Unlock()
-		g.s.cfg.Logf("relays: aggregate %s: part %d says %d parts, an earlier said %d: dropped", id, i, n, len(p.parts))
+	jobID := h.Get(upstream.HeaderJob)
+	j := g.s.job(jobID)
+	if j == nil || j.mirror != nil {
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: a part of %d names job %q, which is not here", id, n, jobID))
 		msg.Term()
 		return
 	}
-	if p == nil {
-		for k, old := range g.parts { // parts whose rest never came are redelivered anyway
-			if time.Since(old.first) > relayAckWait {
-				delete(g.parts, k)
-			}
-		}
-		if len(g.parts) >= maxPartialAggregates {
-			g.mu.Unlock()
-			msg.Nak() // later: the root is busy with others
-			return
-		}
-		p = &partialAggregate{parts: make([][]byte, n), msgs: make([]jetstream.Msg, n), first: time.Now()}
-		g.parts[id] = p
+	partSize := int(g.bulk.MaxPayload()) - 4096
+	if limit := upstream.MaxPartsFor(j.model.NumParams, partSize); n > limit || size > partSize || i < n-1 && size != partSize {
+		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: part %d/%d of %d bytes; an aggregate of job %s (%d parameters) is at most %d parts of %d bytes, each but the last full",
+			id, i, n, size, jobID, j.model.NumParams, limit, partSize))
+		msg.Term()
+		return
 	}
-	if p.parts[i] == nil {
-		p.got++
+	now := time.Now()
+	g.mu.Lock()
+	stale := g.evictStale(now)
+	key := relay + "\x00" + id
+	p := g.parts[key]
+	var refuse, busy string
+	switch {
+	case p != nil && (len(p.parts) != n || p.job != jobID):
+		refuse = fmt.Sprintf("aggregate %s: part %d says %d parts of job %s, an earlier said %d of job %s", id, i, n, jobID, len(p.parts), p.job)
+	case p == nil && len(g.parts) >= maxPartialAggregates:
+		busy = "the root holds too many incomplete aggregates"
+	case p == nil:
+		r := g.recordOf(relay)
+		if r == nil {
+			refuse = "too many relays"
+			break
+		}
+		if r.partials >= maxRelayPartials {
+			refuse = fmt.Sprintf("aggregate %s: relay %s has %d incomplete aggregates at the root already, at most %d", id, relay, r.partials, maxRelayPartials)
+			break
+		}
+		r.partials++
+		p = &partialAggregate{relay: relay, job: jobID, parts: make([][]byte, n), msgs: make([]jetstream.Msg, n), first: now}
+		g.parts[key] = p
 	}
-	p.parts[i], p.msgs[i] = msg.Data(), msg
-	done := p.got == n
+	if refuse == "" && busy == "" {
+		if r := g.relays[relay]; p.parts[i] == nil && r.inflight+int64(size) > g.inflightBudget(j) {
+			refuse = fmt.Sprintf("aggregate %s: relay %s holds %d bytes of incomplete aggregates at the root, its budget is %d", id, relay, r.inflight, g.inflightBudget(j))
+		} else if p.parts[i] == nil {
+			p.got++
+			r.inflight += int64(size)
+			p.bytes += size
+		}
+		if refuse == "" { // a part delivered again stands for the first delivery
+			p.parts[i], p.msgs[i] = msg.Data(), msg
+		}
+	}
+	done := p != nil && refuse == "" && busy == "" && p.got == n
 	if done {
-		delete(g.parts, id)
+		g.dropPartial(key, p)
 	}
 	g.mu.Unlock()
-	if done {
-		g.apply(msg.Subject(), bytes.Join(p.parts, nil), p.msgs)
+	for _, sp := range stale {
+		g.refusePart(sp.relay, upstream.AggregateSubject(sp.relay), fmt.Sprintf("an aggregate of %d parts got %d within %v: its parts are dropped", len(sp.parts), sp.got, relayPartTimeout))
+		sp.term()
+	}
+	switch {
+	case busy != "":
+		msg.NakWithDelay(time.Second)
+	case refuse != "":
+		g.refusePart(relay, msg.Subject(), refuse)
+		msg.Term()
+	case done:
+		g.apply(relay, msg.Subject(), jobID, bytes.Join(p.parts, nil), p.msgs)
 	}
 }
 
-// apply decodes an aggregate and hands it to its job.
-func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
+// evictStale takes out the partial aggregates older than relayPartTimeout
+// (g.mu held); the caller terminates their parts.
+func (g *relayGate) evictStale(now time.Time) []*partialAggregate {
+	var out []*partialAggregate
+	for k, p := range g.parts {
+		if now.Sub(p.first) > relayPartTimeout {
+			g.dropPartial(k, p)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dropPartial forgets a partial aggregate and frees its relay's budget
+// (g.mu held).
+func (g *relayGate) dropPartial(key string, p *partialAggregate) {
+	delete(g.parts, key)
+	if r := g.relays[p.relay]; r != nil {
+		r.partials--
+		r.inflight -= int64(p.bytes)
+	}
+}
+
+func (p *partialAggregate) term() {
+	for _, m := range p.msgs {
+		if m != nil {
+			m.Term()
+		}
+	}
+}
+
+// inflightBudget is the bytes of incomplete aggregates the root holds for
+// one relay: two of j's aggregates, and at least relayMinInflight.
+func (g *relayGate) inflightBudget(j *Job) int64 {
+	if g.o.RelayInflightBytes > 0 {
+		return g.o.RelayInflightBytes
+	}
+	return max(relayMinInflight, 2*int64(upstream.MaxBytes(j.model.NumParams)))
+}
+
+// apply decodes an aggregate of relay (its subject's) and hands it to its
+// job; jobHeader is the job its parts named, if any.
+func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []jetstream.Msg) {
 	term := func() {
 		for _, m := range msgs {
 			m.Term()
@@ -328,19 +880,22 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 	}
 	a, err := upstream.Decode(body)
 	if err != nil {
-		g.s.cfg.Logf("relays: on %s: %v: dropped", subject, err)
+		g.s.cfg.Logf("relays: aggregate of relay %s on %s REFUSED: %v", relay, subject, err)
+		g.record(relay, aggForged, err.Error(), len(body), 0, 0)
 		term()
 		return
 	}
-	if subject != upstream.AggregateSubject(a.Relay) {
-		g.s.cfg.Logf("relays: aggregate %s names relay %q but came on %s: refused", a.ID, a.Relay, subject)
+	if a.Relay != relay || jobHeader != "" && jobHeader != a.Job {
+		d := fmt.Sprintf("aggregate %s names relay %q and job %q but came on %s with parts of job %q", a.ID, a.Relay, a.Job, subject, jobHeader)
+		g.s.cfg.Logf("relays: aggregate of relay %s REFUSED: %s", relay, d)
+		g.record(relay, aggForged, d, len(body), 0, a.Round)
 		term()
 		return
 	}
 	j := g.s.job(a.Job)
 	if j == nil || j.mirror != nil {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: refused", a.ID, a.Relay, a.Job)
-		g.record(a.Relay, aggRefused, len(body), a.Round)
+		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: REFUSED", a.ID, a.Relay, a.Job)
+		g.record(a.Relay, aggRefused, "no such job", len(body), 0, a.Round)
 		term()
 		return
 	}
@@ -350,11 +905,19 @@ func (g *relayGate) apply(subject string, body []byte, msgs []jetstream.Msg) {
 		}
 	}
 	var verdict, detail string
-	if err := j.exec(g.s.ctx, func(*jobState) { verdict, detail = j.applyAggregate(a, ack) }); err != nil {
+	var dropped int64
+	if err := j.exec(g.s.ctx, func(st *jobState) {
+		before := st.relay.strikesDropped
+		verdict, detail = j.applyAggregate(a, ack)
+		dropped = st.relay.strikesDropped - before
+	}); err != nil {
 		return // shutting down: the stream delivers it again to the next run
 	}
-	g.record(a.Relay, verdict, len(body), a.Round)
-	if verdict == aggRefused {
+	g.record(a.Relay, verdict, detail, len(body), int(dropped), a.Round)
+	if dropped > 0 {
+		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s: %s", a.ID, a.Relay, a.Job, detail)
+	}
+	if verdict == aggRefused || verdict == aggForged {
 		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail)
 		term()
 		return
@@ -401,6 +964,42 @@ type RelayView struct {
 	LastSeen              time.Time `json:"last_seen"`
 }
 
+// RelayAdminView is one relay as the operator sees it
+// (GET /api/v1/relays/all): also those quarantined or gone quiet, and
+// what the root refused of it.
+type RelayAdminView struct {
+	RelayView
+	Approved         bool   `json:"approved"`
+	AggregatesForged int64  `json:"aggregates_forged"`
+	PartsRefused     int64  `json:"parts_refused"`
+	StrikesRefused   int64  `json:"strikes_refused"`
+	Quarantined      bool   `json:"quarantined"`
+	QuarantineReason string `json:"quarantine_reason,omitempty"`
+}
+
+func (r *relayRecord) view(name string) RelayView {
+	return RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes, UpstreamBytesPerSec: r.rate,
+		AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
+		AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen}
+}
+
+// RelaysAdmin lists every relay the root keeps a record of, by name.
+func (s *Server) RelaysAdmin() []RelayAdminView {
+	g := s.gate.Load()
+	out := []RelayAdminView{}
+	if g == nil {
+		return out
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, r := range g.relays {
+		out = append(out, RelayAdminView{RelayView: r.view(name), Approved: r.Approved, AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
+			StrikesRefused: r.StrikesRefused, Quarantined: r.Quarantined, QuarantineReason: r.Reason})
+	}
+	slices.SortFunc(out, func(a, b RelayAdminView) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // Relays lists the relays heard from lately, by name.
 func (s *Server) Relays() []RelayView {
 	g := s.gate.Load()
@@ -411,12 +1010,10 @@ func (s *Server) Relays() []RelayView {
 	defer g.mu.Unlock()
 	out := []RelayView{}
 	for name, r := range g.relays {
-		if time.Since(r.LastSeen) > relayLostAfter {
+		if time.Since(r.LastSeen) > relayLostAfter || r.Quarantined || !r.Approved || r.URL == "" {
 			continue
 		}
-		out = append(out, RelayView{Name: name, URL: r.URL, Workers: r.Workers, UpstreamBytes: r.UpstreamBytes, UpstreamBytesPerSec: r.rate,
-			AggregatesPublished: r.Aggregates, AggregatesApplied: r.Applied, AggregatesRefused: r.Refused,
-			AggregatesDuplicate: r.Duplicates, MaxAggregatesPerRound: r.MaxPerRound, LastSeen: r.LastSeen})
+		out = append(out, r.view(name))
 	}
 	slices.SortFunc(out, func(a, b RelayView) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -48,16 +48,29 @@ type mirror struct {
 	base                       int64
 	leases                     []uint64
 	tasks                      []upstream.Task
+	volunteers                 []string // who answered each of leases
 	released                   []uint64
 	// toRelease are leases handed back with no aggregate to carry them:
 	// the link tells the root (upstream.Release).
 	toRelease []uint64
 	credits   map[string]*upstream.Credit
 	since     time.Time // the sum's first result
-	// strikes counts the spot checks' strikes per volunteer not yet
-	// reported upstream.
-	strikes map[string]int
+	// strikes holds, per volunteer, the evidence of the spot checks'
+	// strikes not yet reported upstream: for each strike, the root lease
+	// id of a task the volunteer answered here (the root believes a
+	// strike only with one). answeredBy keeps each volunteer's latest
+	// such leases to draw that evidence from.
+	strikes    map[string][]uint64
+	answeredBy map[string][]uint64
 }
+
+// maxEvidence is how many answered root leases a relay keeps per
+// volunteer as evidence for strikes; volunteers past maxEvidenceKept are
+// forgotten, oldest first (the map is cleared).
+const (
+	maxEvidence     = 8
+	maxEvidenceKept = 4096
+)
 
 // upLease is a lease held from the root.
 type upLease struct {
@@ -120,7 +133,8 @@ func (a mirrorAggregator) Offer(c engine.Contribution) engine.Decision {
 // newMirror makes j a relay's copy of its root's job.
 func (j *Job) makeMirror(relay string, out *relayOutbox, bootID string) *mirror {
 	m := &mirror{relay: relay, out: out, wake: make(chan struct{}, 1), bootID: bootID,
-		sum: make([]float32, j.model.NumParams), credits: map[string]*upstream.Credit{}, strikes: map[string]int{}}
+		sum: make([]float32, j.model.NumParams), credits: map[string]*upstream.Credit{}, strikes: map[string][]uint64{},
+		answeredBy: map[string][]uint64{}}
 	j.mirror = m
 	st := &j.st
 	st.agg = mirrorAggregator{j}
@@ -147,6 +161,14 @@ func (j *Job) mirrorAnswered(l *engine.Lease, volunteer string, res *protocol.Re
 			u.answered = true
 			m.leases = append(m.leases, u.ID)
 			m.tasks = append(m.tasks, upstream.Task{Shard: u.Shard, Start: u.Start, Count: u.Count})
+			m.volunteers = append(m.volunteers, volunteer)
+			if volunteer != "" {
+				if len(m.answeredBy) >= maxEvidenceKept {
+					clear(m.answeredBy)
+				}
+				ids := append(m.answeredBy[volunteer], u.ID)
+				m.answeredBy[volunteer] = ids[max(0, len(ids)-maxEvidence):]
+			}
 			break
 		}
 	}
@@ -244,19 +266,29 @@ func (j *Job) mirrorFlush() {
 	m.seq++
 	a := &upstream.Aggregate{
 		ID: m.relay + "-" + m.bootID + "-" + strconv.FormatUint(m.seq, 10), Relay: m.relay, Job: j.ID, Run: m.run,
-		Base: m.base - m.offset, Round: m.round, Leases: m.leases, Tasks: m.tasks, Released: m.released,
+		Base: m.base - m.offset, Round: m.round, Leases: m.leases, Tasks: m.tasks, Volunteers: m.volunteers, Released: m.released,
 		Results: m.results, Examples: m.examples, Correct: m.correct, Sum: slices.Clone(m.sum),
 	}
-	for v, n := range m.strikes {
-		if n > 0 && m.credits[v] == nil {
+	strikes := 0
+	for v, ev := range m.strikes {
+		// The root takes at most upstream.MaxStrikes an aggregate; the
+		// rest wait for the next.
+		ev = ev[:min(len(ev), upstream.MaxStrikes-strikes)]
+		if len(ev) == 0 {
+			continue
+		}
+		strikes += len(ev)
+		if m.credits[v] == nil {
 			m.credits[v] = &upstream.Credit{Volunteer: v}
+		}
+		m.credits[v].Strikes, m.credits[v].Evidence = len(ev), ev
+		if m.strikes[v] = m.strikes[v][len(ev):]; len(m.strikes[v]) == 0 {
+			delete(m.strikes, v)
 		}
 	}
 	for _, c := range m.credits {
-		c.Strikes = m.strikes[c.Volunteer]
 		a.Credits = append(a.Credits, *c)
 	}
-	clear(m.strikes)
 	m.out.push(a)
 	if j.st.spec.Rounds() {
 		m.answered = max(m.answered, m.round)
@@ -266,7 +298,7 @@ func (j *Job) mirrorFlush() {
 		answered[id] = true
 	}
 	m.ups = slices.DeleteFunc(m.ups, func(u *upLease) bool { return answered[u.ID] })
-	m.leases, m.tasks, m.released = nil, nil, nil
+	m.leases, m.tasks, m.volunteers, m.released = nil, nil, nil, nil
 	m.results, m.examples, m.correct = 0, 0, 0
 	clear(m.credits)
 }
@@ -318,9 +350,12 @@ func (j *Job) mirrorBlock(r upstream.LeaseReply, params []float32, now time.Time
 // mirrorForget discards the sum gathered for a run of the root that is gone.
 func (j *Job) mirrorForget() {
 	m := j.mirror
-	m.leases, m.tasks, m.released = nil, nil, nil
+	m.leases, m.tasks, m.volunteers, m.released = nil, nil, nil, nil
 	m.results, m.examples, m.correct = 0, 0, 0
 	clear(m.credits)
+	// The new run's root knows none of the old run's leases.
+	clear(m.strikes)
+	clear(m.answeredBy)
 }
 
 func idsOf(ups []*upLease) []uint64 {
@@ -338,8 +373,14 @@ type strikeTap struct {
 	m *mirror
 }
 
+// Strike counts the strike here and queues it for the root with the
+// volunteer's latest answered root lease as evidence; a volunteer with
+// none (it answered no root lease here lately) is struck here only.
 func (t strikeTap) Strike(volunteer, job, detail string) int {
-	t.m.strikes[volunteer]++
+	if ids := t.m.answeredBy[volunteer]; len(ids) > 0 {
+		t.m.strikes[volunteer] = append(t.m.strikes[volunteer], ids[len(ids)-1])
+		t.m.answeredBy[volunteer] = ids[:len(ids)-1]
+	}
 	return t.ledger.Strike(volunteer, job, detail)
 }
 

@@ -42,6 +42,47 @@ type relayRootState struct {
 	// round it asked again for after answering it (round modes).
 	asked    map[string]time.Time
 	answered map[string]uint64
+	// owners remembers, per relay, who answered its recently applied
+	// leases: a strike is believed only with one of them as evidence.
+	owners map[string]*leaseOwners
+	// strikesDropped counts strikes refused for want of evidence.
+	strikesDropped int64
+}
+
+// leaseOwners is a bounded map of root lease id to the volunteer a relay
+// named for it, oldest dropped first.
+type leaseOwners struct {
+	by    map[uint64]string
+	order []uint64
+}
+
+// maxLeaseOwners is how many answered leases a job remembers per relay
+// as strike evidence; maxOwnerRelays bounds the relays remembered.
+const (
+	maxLeaseOwners = 4096
+	maxOwnerRelays = 256
+)
+
+func (o *leaseOwners) add(id uint64, volunteer string) {
+	if o.by == nil {
+		o.by = map[uint64]string{}
+	}
+	o.by[id] = volunteer
+	o.order = append(o.order, id)
+	if len(o.order) > maxLeaseOwners {
+		delete(o.by, o.order[0])
+		o.order = slices.Delete(o.order, 0, 1)
+	}
+}
+
+// take reports whether lease id was answered by volunteer, and forgets
+// it: one task is evidence for one strike.
+func (o *leaseOwners) take(id uint64, volunteer string) bool {
+	if o == nil || o.by[id] != volunteer || volunteer == "" {
+		return false
+	}
+	delete(o.by, id)
+	return true
 }
 
 // relayActive is how recently a relay must have asked for work to count
@@ -161,11 +202,15 @@ func (j *Job) grantRelay(req upstream.LeaseRequest) upstream.LeaseReply {
 	return reply
 }
 
-// Verdicts of applyAggregate.
+// Verdicts of applyAggregate. aggForged is a refusal for claims no
+// honest relay makes (credit, strikes, tasks or counts that disagree with
+// what the root leased): it counts towards the relay's quarantine. A
+// refusal for timing (a lease expired, a round closed) does not.
 const (
 	aggApplied   = "applied"
 	aggDuplicate = "duplicate"
 	aggRefused   = "refused"
+	aggForged    = "forged"
 )
 
 // applyAggregate checks a relay's aggregate and applies it whole, or
@@ -179,6 +224,10 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 		st.relay.refused++
 		return aggRefused, fmt.Sprintf(format, args...)
 	}
+	forged := func(format string, args ...any) (string, string) {
+		st.relay.refused++
+		return aggForged, fmt.Sprintf(format, args...)
+	}
 	if st.relay.applied.has(a.ID) {
 		st.relay.duplicates++
 		j.relayAck(ack)
@@ -188,7 +237,10 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 		return refuse("job is %s", st.state)
 	}
 	if d := j.checkAggregate(a); d != "" {
-		return refuse("%s", d)
+		return forged("%s", d)
+	}
+	if err := a.CheckCredits(); err != nil {
+		return forged("%v", err)
 	}
 	worker := relayWorker(a.Relay)
 	var leases []*engine.Lease
@@ -199,7 +251,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 		// computed from parameters this run has and its tasks are still
 		// queued, which are then taken out.
 		if a.Run > j.run {
-			return refuse("aggregate names run %d of the job, this is run %d", a.Run, j.run)
+			return forged("aggregate names run %d of the job, this is run %d", a.Run, j.run)
 		}
 		if a.Base > st.relay.resumedAt {
 			return refuse("aggregate of run %d computed from version %d, newer than the checkpoint this run resumed from (v%d): its base is lost", a.Run, a.Base, st.relay.resumedAt)
@@ -219,7 +271,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 				return refuse("lease %d is not held by relay %s (it expired, was answered, or was never granted)", id, a.Relay)
 			}
 			if t := a.Tasks[i]; l.Task != (engine.Task{Shard: t.Shard, Start: t.Start, Count: t.Count}) {
-				return refuse("lease %d is shard %d examples %d+%d, the aggregate says shard %d examples %d+%d",
+				return forged("lease %d is shard %d examples %d+%d, the aggregate says shard %d examples %d+%d",
 					id, l.Task.Shard, l.Task.Start, l.Task.Count, t.Shard, t.Start, t.Count)
 			}
 			if st.spec.Rounds() && l.Round != a.Round {
@@ -235,7 +287,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 	}
 	staleness := st.model.Version - a.Base
 	if staleness < 0 {
-		return refuse("aggregate computed from version %d, newer than the model's %d", a.Base, st.model.Version)
+		return forged("aggregate computed from version %d, newer than the model's %d", a.Base, st.model.Version)
 	}
 	// From here on the aggregate is taken: its leases are settled.
 	for _, l := range leases {
@@ -260,15 +312,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 		}
 		return refuse("%s: %s", d.Reason, d.Detail)
 	}
-	for _, c := range a.Credits {
-		if c.Volunteer == "" {
-			continue
-		}
-		j.ledger.Credit(c.Volunteer, j.ID, c.Examples, float64(c.Examples)*j.flopsPerExample)
-		for range min(c.Strikes, 100) {
-			j.ledger.Strike(c.Volunteer, j.ID, "refuted by a spot check at relay "+a.Relay)
-		}
-	}
+	dropped := j.creditAggregate(a)
 	st.relay.applied.add(a.ID)
 	st.relay.aggregates++
 	st.applied += int64(a.Results)
@@ -285,7 +329,49 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 		j.endEpoch()
 	}
 	j.relayAck(ack)
-	return aggApplied, fmt.Sprintf("%d results, %d examples at staleness %d: version %d", a.Results, a.Examples, staleness, st.model.Version)
+	detail = fmt.Sprintf("%d results, %d examples at staleness %d: version %d", a.Results, a.Examples, staleness, st.model.Version)
+	if dropped > 0 {
+		detail += fmt.Sprintf("; %d strikes REFUSED: their evidence is no task the relay answered for that volunteer (or was used already)", dropped)
+	}
+	return aggApplied, detail
+}
+
+// creditAggregate books an applied aggregate's credit (checked against
+// its leases by CheckCredits) and its strikes, each only where its
+// evidence is a lease of the relay answered by that volunteer, here or
+// in an earlier aggregate; it returns how many strikes it refused.
+func (j *Job) creditAggregate(a *upstream.Aggregate) (dropped int) {
+	st := &j.st
+	if st.relay.owners == nil {
+		st.relay.owners = map[string]*leaseOwners{}
+	}
+	owners := st.relay.owners[a.Relay]
+	if owners == nil {
+		if len(st.relay.owners) >= maxOwnerRelays {
+			clear(st.relay.owners)
+		}
+		owners = &leaseOwners{}
+		st.relay.owners[a.Relay] = owners
+	}
+	for i, id := range a.Leases {
+		if v := a.Volunteers[i]; v != "" {
+			owners.add(id, v)
+		}
+	}
+	for _, c := range a.Credits {
+		if c.Examples > 0 {
+			j.ledger.Credit(c.Volunteer, j.ID, c.Examples, float64(c.Examples)*j.flopsPerExample)
+		}
+		for _, id := range c.Evidence {
+			if !owners.take(id, c.Volunteer) {
+				dropped++
+				continue
+			}
+			j.ledger.Strike(c.Volunteer, j.ID, fmt.Sprintf("refuted by a spot check at relay %s (lease %d)", a.Relay, id))
+		}
+	}
+	st.relay.strikesDropped += int64(dropped)
+	return dropped
 }
 
 // checkAggregate is why a is malformed for this job, or "".

@@ -177,8 +177,8 @@ func (rt *relayRuntime) request(ctx context.Context, subject string, req, reply 
 // join asks the root for its jobs and starts a copy of each new one.
 func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
 	var reply upstream.JoinReply
-	if err := rt.request(ctx, upstream.SubjectJoin, upstream.Join{Relay: rt.o.Name, URL: rt.o.URL}, &reply); err != nil {
-		return fmt.Errorf("joining the root: %w (is `crowdtrain serve --nats-listen` running there, and are the credentials its relay.creds?)", err)
+	if err := rt.request(ctx, upstream.ControlSubject(rt.o.Name, upstream.OpJoin), upstream.Join{Relay: rt.o.Name, URL: rt.o.URL}, &reply); err != nil {
+		return fmt.Errorf("joining the root: %w (is `crowdtrain serve --nats-listen` running there, and is --creds the credential `crowdtrain relay-credential %s` wrote?)", err, rt.o.Name)
 	}
 	if reply.Error != "" {
 		return fmt.Errorf("the root refused the join: %s", reply.Error)
@@ -266,7 +266,7 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 			continue
 		}
 		var reply upstream.LeaseReply
-		err := rt.request(rt.ctx, upstream.SubjectLease, upstream.LeaseRequest{Relay: rt.o.Name, Job: j.ID, Want: want, Answered: answered}, &reply)
+		err := rt.request(rt.ctx, upstream.ControlSubject(rt.o.Name, upstream.OpLease), upstream.LeaseRequest{Relay: rt.o.Name, Job: j.ID, Want: want, Answered: answered}, &reply)
 		if err == nil && reply.Error != "" {
 			err = fmt.Errorf("%s", reply.Error)
 		}
@@ -308,7 +308,7 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 // release hands leases back to the root undone.
 func (rt *relayRuntime) release(job string, ids []uint64) {
 	var reply upstream.Released
-	if err := rt.request(rt.ctx, upstream.SubjectRelease, upstream.Release{Relay: rt.o.Name, Job: job, Leases: ids}, &reply); err != nil {
+	if err := rt.request(rt.ctx, upstream.ControlSubject(rt.o.Name, upstream.OpRelease), upstream.Release{Relay: rt.o.Name, Job: job, Leases: ids}, &reply); err != nil {
 		return // they expire at the root
 	}
 }
@@ -373,6 +373,7 @@ func (rt *relayRuntime) publish(s *Server) {
 			msg.Data = p
 			msg.Header.Set(upstream.HeaderAggregate, a.ID)
 			msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
+			msg.Header.Set(upstream.HeaderJob, a.Job)
 			ctx, cancel := context.WithTimeout(rt.ctx, 10*time.Second)
 			_, err = rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(i)))
 			cancel()
@@ -407,7 +408,7 @@ func (rt *relayRuntime) heartbeat(s *Server) {
 		st := upstream.Status{Relay: rt.o.Name, URL: rt.o.URL, Workers: s.connectedWorkers(),
 			UpstreamBytes: rt.out.bytes.Load(), Aggregates: rt.out.published.Load()}
 		b, _ := json.Marshal(st)
-		rt.o.NATS.Publish(upstream.SubjectStatus, b)
+		rt.o.NATS.Publish(upstream.ControlSubject(rt.o.Name, upstream.OpStatus), b)
 		if n%5 == 4 {
 			if err := rt.join(rt.ctx, s); err != nil && rt.ctx.Err() == nil {
 				s.cfg.Logf("relay: %v", err)

@@ -10,14 +10,23 @@ import (
 	"strings"
 )
 
-// Subjects. Relays publish under "crowdtrain.up." only (their NATS
-// permissions allow nothing else) and listen under "crowdtrain.down.".
+// Subjects. Each relay has subjects of its own, named after it, and its
+// NATS credential permits it those alone (internal/natsbox): the root
+// takes a request's relay from its subject, never from its body.
+//
+//	crowdtrain.relay.NAME.join     request: Join → JoinReply
+//	crowdtrain.relay.NAME.lease    request: LeaseRequest → LeaseReply
+//	crowdtrain.relay.NAME.release  request: Release → Released
+//	crowdtrain.relay.NAME.status   publish: Status, every few seconds
+//	crowdtrain.up.agg.NAME         the stream's aggregates
+//	_INBOX.NAME.>                  the relay's replies (its inbox prefix)
+//
+// Every relay may listen under "crowdtrain.down.".
 const (
-	SubjectJoin   = "crowdtrain.up.join"   // request: Join → JoinReply
-	SubjectLease  = "crowdtrain.up.lease"  // request: LeaseRequest → LeaseReply
-	SubjectStatus = "crowdtrain.up.status" // publish: Status, every few seconds
-	// SubjectRelease hands leases back undone: request Release → Released.
-	SubjectRelease = "crowdtrain.up.release"
+	// SubjectRelays prefixes the relays' control subjects.
+	SubjectRelays = "crowdtrain.relay"
+	// The last token of a control subject.
+	OpJoin, OpLease, OpRelease, OpStatus = "join", "lease", "release", "status"
 	// SubjectAggregates prefixes the stream's subjects: one per relay
 	// (SubjectAggregates + "." + relay name).
 	SubjectAggregates = "crowdtrain.up.agg"
@@ -30,10 +39,42 @@ const (
 	Stream   = "CROWDTRAIN_AGGREGATES"
 	Consumer = "crowdtrain-root"
 
-	// RootUser and RelayUser are the NATS users of an embedded server.
-	RootUser  = "crowdtrain-root"
-	RelayUser = "crowdtrain-relay"
+	// RootUser is the root's NATS user on an embedded server.
+	RootUser = "crowdtrain-root"
 )
+
+// ControlSubject is relay's subject for op (OpJoin, ...).
+func ControlSubject(relay, op string) string { return SubjectRelays + "." + relay + "." + op }
+
+// ControlWildcard is what the root subscribes to for op, all relays.
+func ControlWildcard(op string) string { return SubjectRelays + ".*." + op }
+
+// RelayOfControl is the relay a control subject names, or "".
+func RelayOfControl(subject string) string {
+	rest, ok := strings.CutPrefix(subject, SubjectRelays+".")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ".")
+	if !ValidName(name) {
+		return ""
+	}
+	return name
+}
+
+// InboxPrefix is relay's inbox prefix: its replies come under it.
+func InboxPrefix(relay string) string { return "_INBOX." + relay }
+
+// RelayPublish and RelaySubscribe are the subjects a relay's NATS
+// credential lets it publish and subscribe to: its own, and nothing of
+// another relay's.
+func RelayPublish(relay string) []string {
+	return []string{SubjectRelays + "." + relay + ".>", AggregateSubject(relay)}
+}
+
+func RelaySubscribe(relay string) []string {
+	return []string{InboxPrefix(relay) + ".>", "crowdtrain.down.>"}
+}
 
 // VersionSubject is where job's new versions are announced.
 func VersionSubject(job string) string { return SubjectVersions + "." + job }
@@ -144,11 +185,16 @@ type Status struct {
 }
 
 // Credit is what a relay's volunteer earned in an aggregate, and the
-// strikes the relay's spot checks gave it.
+// strikes the relay's spot checks gave it. Examples must be exactly the
+// examples of the aggregate's leases the relay names this volunteer for
+// (Aggregate.Volunteers); each strike needs one Evidence entry: the root
+// lease id of a task this volunteer answered through the relay (in this
+// aggregate or an earlier one the root applied), each used once.
 type Credit struct {
-	Volunteer string `json:"volunteer"`
-	Examples  int64  `json:"examples"`
-	Strikes   int    `json:"strikes,omitempty"`
+	Volunteer string   `json:"volunteer"`
+	Examples  int64    `json:"examples"`
+	Strikes   int      `json:"strikes,omitempty"`
+	Evidence  []uint64 `json:"evidence,omitempty"`
 }
 
 // Aggregate is a relay's sum of its workers' accepted results for leases
@@ -164,14 +210,18 @@ type Aggregate struct {
 	Round uint64 `json:"round,omitempty"`
 	// Leases are the leases the sum answers, each fully (Tasks their
 	// tasks, in the same order); Released are leases handed back undone.
-	Leases   []uint64 `json:"leases"`
-	Tasks    []Task   `json:"tasks"`
-	Released []uint64 `json:"released,omitempty"`
-	Results  int      `json:"results"`
-	Examples int      `json:"examples"`
-	Correct  int      `json:"correct"`
-	Loss     float64  `json:"loss"`
-	Credits  []Credit `json:"credits,omitempty"`
+	Leases []uint64 `json:"leases"`
+	Tasks  []Task   `json:"tasks"`
+	// Volunteers names, per lease, the volunteer whose accepted result
+	// answered it ("" for none known): the root credits only them, only
+	// for those tasks.
+	Volunteers []string `json:"volunteers"`
+	Released   []uint64 `json:"released,omitempty"`
+	Results    int      `json:"results"`
+	Examples   int      `json:"examples"`
+	Correct    int      `json:"correct"`
+	Loss       float64  `json:"loss"`
+	Credits    []Credit `json:"credits,omitempty"`
 	// Sum is the sum of the results' updates (not in the JSON header).
 	Sum []float32 `json:"-"`
 }
@@ -187,7 +237,28 @@ type Task struct {
 const (
 	HeaderAggregate = "Crowdtrain-Aggregate" // the aggregate's ID
 	HeaderPart      = "Crowdtrain-Part"      // "i/n", from 0
+	// HeaderJob names the aggregate's job on every part: the root bounds
+	// the parts and bytes it holds for it by the job's model size.
+	HeaderJob = "Crowdtrain-Job"
 )
+
+// HeaderAllowance is what an aggregate may take beyond its sum (4 bytes a
+// parameter): the length word and the JSON header, which grows with its
+// leases. MaxBytes is the most an aggregate of a model of params
+// parameters may take.
+const HeaderAllowance = 2 << 20
+
+// MaxBytes bounds an aggregate of a model of params parameters.
+func MaxBytes(params int) int { return 4*params + HeaderAllowance }
+
+// MaxPartsFor is the most parts such an aggregate needs in parts of
+// partSize bytes.
+func MaxPartsFor(params, partSize int) int {
+	if partSize <= 0 {
+		return 1
+	}
+	return min(MaxParts, (MaxBytes(params)+partSize-1)/partSize)
+}
 
 // Encode is a's bytes: a 4-byte header length, the JSON header, then Sum
 // as little-endian float32s.
@@ -206,7 +277,7 @@ func Encode(a *Aggregate) ([]byte, error) {
 }
 
 // MaxHeader bounds an aggregate's JSON header.
-const MaxHeader = 16 << 20
+const MaxHeader = HeaderAllowance - 4
 
 // Decode reads an aggregate Encode wrote. It checks the shape, not the
 // meaning: the root checks that against the job.
@@ -233,7 +304,73 @@ func Decode(b []byte) (*Aggregate, error) {
 	if len(a.Leases) != len(a.Tasks) {
 		return nil, fmt.Errorf("aggregate %s: %d leases but %d tasks", a.ID, len(a.Leases), len(a.Tasks))
 	}
+	if len(a.Volunteers) != len(a.Leases) {
+		return nil, fmt.Errorf("aggregate %s: %d leases but %d volunteers named for them", a.ID, len(a.Leases), len(a.Volunteers))
+	}
 	return &a, nil
+}
+
+// MaxStrikes bounds the strikes one aggregate may carry, all volunteers
+// together: a relay's spot checks strike rarely, and a relay cannot
+// flood the root's ledger with them.
+const MaxStrikes = 8
+
+// CheckCredits reports why a's credit list disagrees with its leases, or
+// nil: every credit is >= 0 and names a volunteer the aggregate names for
+// some of its leases, once; each volunteer's credit is exactly the
+// examples of its leases; so the credits add up to the examples of the
+// leases with a volunteer. Strikes are >= 0, at most MaxStrikes in all,
+// and each has one evidence lease id (CheckCredits does not say whose
+// task that is: the root knows).
+func (a *Aggregate) CheckCredits() error {
+	owed := map[string]int64{}
+	for i, v := range a.Volunteers {
+		if v == "" {
+			continue
+		}
+		if len(v) > 64 {
+			return fmt.Errorf("lease %d names a volunteer id of %d bytes", a.Leases[i], len(v))
+		}
+		owed[v] += int64(a.Tasks[i].Count)
+	}
+	seen := map[string]bool{}
+	strikes := 0
+	var sum, want int64
+	for _, n := range owed {
+		want += n
+	}
+	for _, c := range a.Credits {
+		switch {
+		case c.Examples < 0:
+			return fmt.Errorf("credit of %d examples to volunteer %q: credit is never negative", c.Examples, c.Volunteer)
+		case c.Strikes < 0:
+			return fmt.Errorf("%d strikes for volunteer %q", c.Strikes, c.Volunteer)
+		case seen[c.Volunteer]:
+			return fmt.Errorf("volunteer %q is credited twice", c.Volunteer)
+		case c.Volunteer == "":
+			return errors.New("a credit names no volunteer")
+		}
+		seen[c.Volunteer] = true
+		owe, ok := owed[c.Volunteer]
+		if !ok && c.Examples > 0 {
+			return fmt.Errorf("credit of %d examples to volunteer %q, whom the aggregate names for none of its leases", c.Examples, c.Volunteer)
+		}
+		if ok && c.Examples != owe {
+			return fmt.Errorf("credit of %d examples to volunteer %q, whose leases in the aggregate hold %d", c.Examples, c.Volunteer, owe)
+		}
+		if c.Strikes != len(c.Evidence) {
+			return fmt.Errorf("%d strikes for volunteer %q with %d tasks as evidence: each strike names the task it refuted", c.Strikes, c.Volunteer, len(c.Evidence))
+		}
+		strikes += c.Strikes
+		sum += c.Examples
+	}
+	if strikes > MaxStrikes {
+		return fmt.Errorf("%d strikes in one aggregate, at most %d", strikes, MaxStrikes)
+	}
+	if sum != want {
+		return fmt.Errorf("credits add up to %d examples, the leases named for volunteers hold %d", sum, want)
+	}
+	return nil
 }
 
 // Split cuts b into parts of at most max bytes.

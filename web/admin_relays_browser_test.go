@@ -26,17 +26,32 @@ func TestAdminPageShowsRelays(t *testing.T) {
 	do(t, ctx, 10*time.Second, chromedp.Click("#signin"))
 	waitPage(t, ctx, "the relay and its worker on the page", func() bool {
 		cells := get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#relays tbody tr:first-child td')).map((td) => td.textContent)`))
-		return len(cells) == 7 && cells[0] == "relay-one" && cells[1] == relayWS && cells[2] == "1" &&
+		return len(cells) == 8 && cells[0] == "relay-one" && cells[1] == relayWS && cells[2] == "1" &&
 			strings.Contains(text(t, ctx, "#topology-root"), "1 relays with 1 workers behind them")
 	})
 	// Its aggregates reach the root and move the model.
 	s.waitFor("the relay's aggregates applied", time.Minute, func() bool { return s.view().Version > 3 })
 	waitPage(t, ctx, "the relay's upstream rate and aggregates", func() bool {
 		cells := get(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#relays tbody tr:first-child td')).map((td) => td.textContent)`))
-		return len(cells) == 7 && strings.Contains(cells[3], "/s") && !strings.HasPrefix(cells[4], "0 /")
+		return len(cells) == 8 && strings.Contains(cells[3], "/s") && !strings.HasPrefix(cells[4], "0 /")
 	})
 	if !strings.Contains(text(t, ctx, "#topology-root"), "0 workers connected here") {
 		t.Errorf("topology: %q", text(t, ctx, "#topology-root"))
 	}
 	writeArtifact(t, "admin-relays.png", get(t, ctx, chromedp.FullScreenshot(100)))
+
+	// Withdrawn on the page: the public list loses it; approved again, it
+	// is back. Revoked: the relay is gone from the page.
+	publicRelays := func() int { return len(s.srv.Relays()) } // GET /api/v1/relays
+	get(t, ctx, chromedp.Evaluate[bool](`(() => { window.confirm = () => true; return true; })()`))
+	do(t, ctx, 10*time.Second, chromedp.Click(`#relays tbody tr:first-child button.approve`))
+	waitPage(t, ctx, "the relay withdrawn", func() bool {
+		return publicRelays() == 0 && strings.Contains(text(t, ctx, "#relays tbody tr:first-child td"), "awaiting approval")
+	})
+	do(t, ctx, 10*time.Second, chromedp.Click(`#relays tbody tr:first-child button.approve`))
+	waitPage(t, ctx, "the relay approved again", func() bool { return publicRelays() == 1 })
+	do(t, ctx, 10*time.Second, chromedp.Click(`#relays tbody tr:first-child button.revoke`))
+	waitPage(t, ctx, "the relay revoked", func() bool {
+		return publicRelays() == 0 && get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('#relays tbody tr').length`)) == 0
+	})
 }

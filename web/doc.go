@@ -28,7 +28,9 @@
 // unchanged with its license in static/vendor/uplot-<version>/ (see the
 // README there). Every response carries a Content-Security-Policy that
 // allows only the pages' own scripts and styles, so the pages have no
-// inline code or style attributes.
+// inline code or style attributes, lets them connect only to this
+// coordinator and the relays it vouches for (AllowConnect), and post
+// forms only to it.
 //
 // With Options.Downloads (serve --downloads DIR, the folder make dist
 // writes) it also serves the worker's release archives and SHA256SUMS under

@@ -72,26 +72,34 @@ type Handler struct {
 // origins returns, asked on each page load: a coordinator's relays.
 func (h *Handler) AllowConnect(origins func() []string) { h.connect.Store(&origins) }
 
-// policy is the page's Content-Security-Policy: contentSecurityPolicy,
-// with the relays' origins (scheme://host:port, checked) in connect-src.
-func (h *Handler) policy() string {
-	f := h.connect.Load()
-	if f == nil {
-		return contentSecurityPolicy
-	}
+// policy is the page's Content-Security-Policy for request r:
+// contentSecurityPolicy, whose connect-src names this coordinator (its
+// own origin, and its websocket at the request's host) and the relays'
+// origins AllowConnect gives (scheme://host:port, checked; each with its
+// websocket twin), not ws: and wss: at large.
+func (h *Handler) policy(r *http.Request) string {
 	var extra []string
-	for _, o := range (*f)() {
-		u, err := url.Parse(o)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
-			strings.ContainsAny(u.Host, " ;,'\"") {
-			continue
+	if host := r.Host; host != "" && !strings.ContainsAny(host, " ;,'\"/\\") {
+		extra = append(extra, "ws://"+host, "wss://"+host)
+	}
+	if f := h.connect.Load(); f != nil {
+		for _, o := range (*f)() {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
+				strings.ContainsAny(u.Host, " ;,'\"") {
+				continue
+			}
+			ws := "ws://"
+			if u.Scheme == "https" {
+				ws = "wss://"
+			}
+			extra = append(extra, u.Scheme+"://"+u.Host, ws+u.Host)
 		}
-		extra = append(extra, u.Scheme+"://"+u.Host)
 	}
 	if len(extra) == 0 {
 		return contentSecurityPolicy
 	}
-	return strings.Replace(contentSecurityPolicy, "connect-src 'self' ws: wss:", "connect-src 'self' ws: wss: "+strings.Join(extra, " "), 1)
+	return strings.Replace(contentSecurityPolicy, "connect-src 'self'", "connect-src 'self' "+strings.Join(extra, " "), 1)
 }
 
 // asset is one file held in memory with its ETag and, made on first
@@ -198,12 +206,13 @@ func newAsset(name string, body []byte) *asset {
 func (h *Handler) HasWorker() bool { return h.missing == "" }
 
 // contentSecurityPolicy lets the pages run only their own scripts, compile
-// WebAssembly and talk to their own origin (ws: and wss: for the worker's
-// socket). Styles come only from files: uPlot sizes its elements through
-// the CSSOM, which style-src does not restrict.
+// WebAssembly, talk to their own origin (policy adds the worker's socket
+// and the approved relays) and post forms only to it. Styles come only
+// from files: uPlot sizes its elements through the CSSOM, which style-src
+// does not restrict.
 const contentSecurityPolicy = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; " +
-	"connect-src 'self' ws: wss:; worker-src 'self'; img-src 'self' data:; style-src 'self'; " +
-	"object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+	"connect-src 'self'; worker-src 'self'; img-src 'self' data:; style-src 'self'; " +
+	"object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -211,7 +220,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	w.Header().Set("Content-Security-Policy", h.policy())
+	w.Header().Set("Content-Security-Policy", h.policy(r))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY") // for browsers without frame-ancestors
 	w.Header().Set("Referrer-Policy", "same-origin")

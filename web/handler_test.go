@@ -184,11 +184,22 @@ func TestAdminPage(t *testing.T) {
 	page := get(t, h, "/admin", nil)
 	hd := page.Header()
 	csp := hd.Get("Content-Security-Policy")
-	for _, want := range []string{"script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "object-src 'none'"} {
+	for _, want := range []string{"script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "object-src 'none'", "form-action 'self'"} {
 		if !strings.Contains(csp, want) {
 			t.Errorf("CSP %q lacks %q", csp, want)
 		}
 	}
+	// connect-src names this coordinator and the relays it vouches for,
+	// not every websocket.
+	if strings.Contains(csp, " ws: ") || strings.Contains(csp, " wss:;") || strings.Contains(csp, " wss: ") {
+		t.Errorf("CSP %q lets the pages connect to any websocket", csp)
+	}
+	h.AllowConnect(func() []string { return []string{"https://relay.example:8443", "http://bad;host", "ftp://x.example"} })
+	csp = get(t, h, "/", nil).Header().Get("Content-Security-Policy")
+	if !strings.Contains(csp, "connect-src 'self' ws://example.com wss://example.com https://relay.example:8443 wss://relay.example:8443;") {
+		t.Errorf("CSP with one approved relay and two bad origins: %q", csp)
+	}
+	h.AllowConnect(func() []string { return nil })
 	if strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("CSP %q allows inline code", csp)
 	}

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,15 +33,23 @@ func startRelay(t *testing.T, s *site, name string) (string, *coordinator.Server
 		t.Fatal(err)
 	}
 	t.Cleanup(rootNC.Close)
-	if err := s.srv.ServeRelays(context.Background(), rootNC, coordinator.RelayGateOptions{RootURL: s.http.URL}); err != nil {
+	if err := s.srv.ServeRelays(context.Background(), rootNC, coordinator.RelayGateOptions{RootURL: s.http.URL, Credentials: box}); err != nil {
 		t.Fatal(err)
 	}
 	s.pages.AllowConnect(s.srv.RelayOrigins) // as serve does
-	creds, err := natsbox.ReadCreds(box.RelayCredsFile)
+	text, err := s.srv.IssueRelayCredential(name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	relayNC, err := nats.Connect(box.URL, nats.UserInfo(creds.User, creds.Password))
+	credsFile := filepath.Join(t.TempDir(), name+".creds")
+	if err := os.WriteFile(credsFile, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := natsbox.ReadRelayCredential(credsFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayNC, err := nats.Connect(box.URL, creds.Options...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,10 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
-                    [--nats-listen HOST:PORT | --nats URL]
-  crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--name NAME] [--data DIR]
+                    [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
+  crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
+  crowdtrain relay-credential NAME [--out FILE] [--url wss://HOST/ws] [--coordinator URL] [--token T]
+  crowdtrain relay-credential --revoke NAME [--coordinator URL] [--token T]
   crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
                     [--join-token T] [--name NAME] [--key-file FILE]
   crowdtrain status --coordinator http://HOST:PORT [--token T]
@@ -60,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stdout, stderr)
 	case "relay":
 		err = relay(ctx, args[1:], stdout, stderr)
+	case "relay-credential":
+		err = relayCredential(ctx, args[1:], stdout, stderr)
 	case "work":
 		err = work(ctx, args[1:], stdout, stderr)
 	case "status":

@@ -46,6 +46,16 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"bench", "--model", "nope"}, []string{"nope", "mnist-mlp"}},
 		{[]string{"work", "--coordinator", "ftp://x"}, []string{"ws://"}},
 		{[]string{"frobnicate"}, []string{"unknown command"}},
+		{[]string{"relay-credential", "--token", "t"}, []string{"one relay NAME"}},
+		{[]string{"relay-credential", "a", "b", "--token", "t"}, []string{"one relay NAME"}},
+		{[]string{"relay-credential", "a.b", "--token", "t"}, []string{"a.b", "letters, digits"}},
+		{[]string{"relay-credential", "--revoke", "ra", "--out", "x", "--token", "t"}, []string{"--revoke takes no --out"}},
+		{[]string{"relay-credential", "ra", "--token", ""}, []string{"admin token"}},
+		{[]string{"relay", "--upstream", "nats://127.0.0.1:1"}, []string{"--creds is required", "relay-credential"}},
+		{[]string{"serve", "--relay-stream-bytes", "1000"}, []string{"--relay-stream-bytes", "16 MiB"}},
+		{[]string{"serve", "--relay-approval", "maybe"}, []string{"--relay-approval", "auto or manual"}},
+		{[]string{"serve", "--db", "x.db", "--nats-listen", "127.0.0.1:0", "--nats-tls-cert", "c.pem"}, []string{"--nats-tls-key", "together"}},
+		{[]string{"serve", "--nats-tls-cert", "c.pem", "--nats-tls-key", "k.pem"}, []string{"--nats-listen"}},
 		{nil, []string{"Usage"}},
 	}
 	for _, c := range cases {

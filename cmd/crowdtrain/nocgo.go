@@ -11,7 +11,8 @@ import (
 // volunteer runs, but not those that hold a SQLite database, which is
 // linked through cgo.
 
-// noDatabase is the answer of serve, relay and export in this build.
+// noDatabase is the answer of serve, relay, relay-credential and export
+// in this build.
 func noDatabase(cmd string) error {
 	return usagef("this build cannot hold a database (built without cgo), so it has no %s: "+
 		"build crowdtrain from source with CGO_ENABLED=1 and a C compiler (README, \"Contribute with a native worker\"); "+
@@ -21,3 +22,6 @@ func noDatabase(cmd string) error {
 func serve(context.Context, []string, io.Writer, io.Writer) error  { return noDatabase("serve") }
 func relay(context.Context, []string, io.Writer, io.Writer) error  { return noDatabase("relay") }
 func export(context.Context, []string, io.Writer, io.Writer) error { return noDatabase("export") }
+func relayCredential(context.Context, []string, io.Writer, io.Writer) error {
+	return noDatabase("relay-credential")
+}

@@ -1,7 +1,15 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +34,7 @@ type relayGrid struct {
 	rootArgs           []string
 	relays             map[string]*proc
 	relayAddrs         map[string]string
+	relayArgs          []string // more flags for each relay
 }
 
 // relaySpec trains mnist-mlp in diloco, whose rounds a relay answers with
@@ -35,11 +44,16 @@ type relayGrid struct {
 const relaySpec = "name: relayed\nmodel: mnist-mlp\nmode: diloco\nlocal_steps: 16\nround_size: 4\neval_every: 200\nlease_timeout: 8s\nmax_epochs: 30\n"
 
 func newRelayGrid(t *testing.T, rootArgs []string, relays ...string) *relayGrid {
+	return newRelayGridSpec(t, relaySpec, rootArgs, relays...)
+}
+
+// newRelayGridSpec is newRelayGrid for the job spec given.
+func newRelayGridSpec(t *testing.T, spec string, rootArgs []string, relays ...string) *relayGrid {
 	testenv.Long(t, "trains MNIST across processes")
 	g := &relayGrid{t: t, dir: t.TempDir(), rootAddr: freeAddr(t), natsAddr: freeAddr(t),
 		relays: map[string]*proc{}, relayAddrs: map[string]string{}, rootArgs: rootArgs}
 	g.spec = filepath.Join(g.dir, "job.yaml")
-	if err := os.WriteFile(g.spec, []byte(relaySpec), 0o600); err != nil {
+	if err := os.WriteFile(g.spec, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	g.startRoot()
@@ -71,8 +85,16 @@ func (g *relayGrid) startRoot() {
 }
 
 func (g *relayGrid) startRelay(name string) {
-	p := startProc(g.t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "root.db.nats", "relay.creds"),
-		"--addr", g.relayAddrs[name], "--name", name)
+	creds := filepath.Join(g.dir, name+".creds")
+	if _, err := os.Stat(creds); err != nil {
+		// The operator issues each relay its own credential.
+		issue := startProc(g.t, "relay-credential", name, "--out", creds, "--url", "ws://"+g.relayAddrs[name]+"/ws",
+			"--coordinator", "http://"+g.rootAddr, "--token", modesAdminToken)
+		if err := issue.waitExit(time.Minute); err != nil {
+			g.t.Fatalf("relay-credential %s: %v\n%s", name, err, issue.logText())
+		}
+	}
+	p := startProc(g.t, append([]string{"relay", "--upstream", "nats://" + g.natsAddr, "--creds", creds, "--addr", g.relayAddrs[name]}, g.relayArgs...)...)
 	p.waitLine("listening on", time.Minute)
 	g.relays[name] = p
 }
@@ -238,6 +260,87 @@ func TestRootRestartWithRelays(t *testing.T) {
 	t.Logf("done at version %d (run 2), accuracy %.4f; relays %+v", v.Version, v.Eval.Accuracy, g.relaysView())
 }
 
+// The operator revokes a relay with relay-credential --revoke: NATS cuts
+// it off at once, the root forgets it and queues its leases again, the
+// job goes on through the other relay, and the revoked credential no
+// longer connects.
+func TestRelayCredentialRevoked(t *testing.T) {
+	// No target: the job runs until the test is done.
+	g := newRelayGridSpec(t, strings.Replace(relaySpec, "max_epochs: 30", "max_epochs: 30\ntarget_accuracy: 0", 1), nil, "ra", "rb")
+	g.addWorker("ra")
+	g.addWorker("rb")
+	g.waitRelays("aggregates of both applied", 2*time.Minute, func(m map[string]coordinator.RelayView) bool {
+		return m["ra"].AggregatesApplied >= 2 && m["rb"].AggregatesApplied >= 2
+	})
+	before := waitJob(t, g.rootAddr, time.Minute, "the job view", func(coordinator.JobView) bool { return true })
+	revoke := startProc(t, "relay-credential", "--revoke", "ra", "--coordinator", "http://"+g.rootAddr, "--token", modesAdminToken)
+	if err := revoke.waitExit(time.Minute); err != nil || !strings.Contains(revoke.logText(), "revoked") {
+		t.Fatalf("relay-credential --revoke ra: %v\n%s", err, revoke.logText())
+	}
+	g.waitRelays("ra gone from the list", 5*time.Second, func(m map[string]coordinator.RelayView) bool { _, ok := m["ra"]; return !ok })
+	if err := g.relays["ra"].waitExit(30 * time.Second); err == nil || !strings.Contains(strings.ToLower(g.relays["ra"].logText()), "authorization") {
+		t.Errorf("the revoked relay: exit %v; want it to stop saying its credential was refused; log:\n%s", err, tail(g.relays["ra"].logText(), 10))
+	}
+	v := waitJob(t, g.rootAddr, time.Minute, "the job going on through rb", func(v coordinator.JobView) bool { return v.Version >= before.Version+3 })
+	if !strings.Contains(g.root.logText(), "relay ra's credential was revoked") {
+		t.Errorf("the root did not log the revocation")
+	}
+	if v.LeasesReleased <= before.LeasesReleased {
+		t.Errorf("ra's leases were not queued again: released %d before, %d after", before.LeasesReleased, v.LeasesReleased)
+	}
+	// Started again with the revoked credential, it cannot join.
+	p := startProc(t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "ra.creds"), "--addr", freeAddr(t))
+	if err := p.waitExit(30 * time.Second); err == nil || !strings.Contains(strings.ToLower(p.logText()), "authorization") {
+		t.Errorf("a relay started with a revoked credential: exit %v; log:\n%s", err, tail(p.logText(), 10))
+	}
+	if m := g.relaysView(); m["ra"].Name != "" {
+		t.Fatalf("the revoked relay is listed again: %+v", m["ra"])
+	}
+}
+
+// serve --nats-tls-cert: the embedded NATS server takes TLS only; a relay
+// given the certificate with --nats-ca trains through it, one without it
+// cannot connect.
+func TestRelaysOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSignedCert(t, dir)
+	g := newRelayGridSpec(t, relaySpec, []string{"--nats-tls-cert", cert, "--nats-tls-key", key})
+	g.relayArgs = []string{"--nats-ca", cert}
+	g.relayAddrs["ra"] = freeAddr(t)
+	g.startRelay("ra")
+	g.addWorker("ra")
+	g.waitRelays("aggregates over TLS", 2*time.Minute, func(m map[string]coordinator.RelayView) bool { return m["ra"].AggregatesApplied >= 3 })
+	if !strings.Contains(g.root.logText(), "tls://") {
+		t.Errorf("the root does not print its tls:// NATS URL:\n%s", tail(g.root.logText(), 20))
+	}
+	// Without the certificate: refused by TLS, the relay says so.
+	p := startProc(t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "ra.creds"), "--addr", freeAddr(t))
+	p.waitLine("certificate", 30*time.Second)
+	p.kill()
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key.
+func selfSignedCert(t *testing.T, dir string) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "crowdtrain root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(k)
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return cert, key
+}
+
 // serve --nats uses an external NATS server (one the test runs) with the
 // root's credentials from --nats-creds; a worker given the root's http
 // URL finds the relay through GET /api/v1/relays and trains through it.
@@ -260,7 +363,16 @@ func TestServeWithExternalNATS(t *testing.T) {
 	root := startProc(t, "serve", "--addr", rootAddr, "--db", filepath.Join(dir, "root.db"), "--job", spec,
 		"--nats", box.URL, "--nats-creds", rootCreds, "--admin-token", modesAdminToken)
 	root.waitLine("coordinator listening", time.Minute)
-	startProc(t, "relay", "--upstream", box.URL, "--creds", box.RelayCredsFile, "--addr", relayAddr, "--name", "ext").
+	// The external server's operator issues the relay its user.
+	text, err := box.IssueRelay("ext", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayCreds := filepath.Join(dir, "ext.creds")
+	if err := os.WriteFile(relayCreds, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProc(t, "relay", "--upstream", box.URL, "--creds", relayCreds, "--addr", relayAddr).
 		waitLine("listening on", time.Minute)
 	g := &relayGrid{t: t, rootAddr: rootAddr, root: root}
 	g.waitRelays("the relay listed", time.Minute, func(m map[string]coordinator.RelayView) bool { _, ok := m["ext"]; return ok })

@@ -11,7 +11,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,29 +21,51 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
 // relayFlags are serve's flags for relays (docs/RELAYS.md).
 type relayFlags struct {
 	listen, url, creds string
 	dir                string // the embedded server's, beside --db
+	streamBytes        int64
+	approval           string
+	tlsCert, tlsKey    string
 }
 
 func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "nats-listen", "", "`HOST:PORT` of an embedded NATS server with JetStream for relays (its data and the relays' credentials go beside --db)")
 	fs.StringVar(&f.url, "nats", "", "`URL` of an external NATS server with JetStream for relays, instead of --nats-listen")
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
+	fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate `FILE`: the embedded NATS server takes TLS connections only (relays: --upstream tls://HOST:PORT, and --nats-ca for a certificate of your own CA)")
+	fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key `FILE` of --nats-tls-cert")
+	fs.StringVar(&f.approval, "relay-approval", "", "`auto` (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
+	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
 
-func (f *relayFlags) check(db string) error {
+func (f *relayFlags) check(db, join string) error {
 	f.dir = db + ".nats"
+	if f.approval == "" {
+		f.approval = coordinator.RelayApprovalAuto
+		if join == coordinator.JoinToken {
+			f.approval = coordinator.RelayApprovalManual
+		}
+	}
 	switch {
+	case f.approval != coordinator.RelayApprovalAuto && f.approval != coordinator.RelayApprovalManual:
+		return usagef("--relay-approval %q: want auto or manual", f.approval)
 	case f.listen != "" && f.url != "":
 		return usagef("--nats-listen runs a NATS server, --nats uses one: give one of them")
 	case f.listen != "" && db == "":
 		return usagef("--nats-listen keeps JetStream's data beside --db: give a --db")
 	case f.creds != "" && f.url == "":
 		return usagef("--nats-creds goes with --nats")
+	case (f.tlsCert != "" || f.tlsKey != "") && f.listen == "":
+		return usagef("--nats-tls-cert and --nats-tls-key are for the embedded server (--nats-listen); an external one has its own TLS")
+	case (f.tlsCert == "") != (f.tlsKey == ""):
+		return usagef("--nats-tls-cert and --nats-tls-key go together")
+	case f.streamBytes < 16<<20:
+		return usagef("--relay-stream-bytes %d: at least 16 MiB (16777216), room for a few aggregates", f.streamBytes)
 	}
 	return nil
 }
@@ -56,11 +80,13 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	url, opts := f.url, []nats.Option{nats.Name("crowdtrain root"), nats.MaxReconnects(-1)}
 	if f.listen != "" {
 		var err error
-		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir}); err != nil {
+		// JetStream's own bound, beyond the stream's: room for it twice.
+		if box, err = natsbox.Start(natsbox.Options{Listen: f.listen, Dir: f.dir, MaxStore: 2*f.streamBytes + 64<<20,
+			TLSCert: f.tlsCert, TLSKey: f.tlsKey}); err != nil {
 			return nil, err
 		}
-		url = box.URL
-		opts = append(opts, nats.UserInfo(box.Root.User, box.Root.Password))
+		url = box.InProcessURL()
+		opts = append(opts, nats.UserInfo(box.Root.User, box.Root.Password), box.InProcess())
 	} else if f.creds != "" {
 		c, err := natsbox.ReadCreds(f.creds)
 		if err != nil {
@@ -78,22 +104,35 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 		stop()
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
 	}
+	// Aggregates come on a connection of their own: joins and leases
+	// never wait behind a flood of parts.
+	bulk, err := nats.Connect(url, append(opts, nats.Name("crowdtrain root (aggregates)"))...)
+	if err != nil {
+		nc.Close()
+		stop()
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
+	}
 	rootURL := base
 	if len(public) > 0 {
 		rootURL = public[0]
 	}
-	if err := srv.ServeRelays(ctx, nc, coordinator.RelayGateOptions{RootURL: rootURL}); err != nil {
+	o := coordinator.RelayGateOptions{RootURL: rootURL, Bulk: bulk, StreamMaxBytes: f.streamBytes, Approval: f.approval}
+	if box != nil {
+		o.Credentials = box
+	}
+	if err := srv.ServeRelays(ctx, nc, o); err != nil {
+		bulk.Close()
 		nc.Close()
 		stop()
 		return nil, err
 	}
 	if box != nil {
-		logger.Printf("relays: NATS with JetStream on %s; a relay joins with: crowdtrain relay --upstream %s --creds %s --addr HOST:PORT",
-			box.URL, box.URL, box.RelayCredsFile)
+		logger.Printf("relays: NATS with JetStream on %s; issue each relay its credential with: crowdtrain relay-credential NAME --url wss://RELAY-HOST/ws --out NAME.creds; it joins with: crowdtrain relay --upstream %s --creds NAME.creds --addr HOST:PORT",
+			box.URL, box.URL)
 	} else {
 		logger.Printf("relays: through NATS at %s", url)
 	}
-	return func() { nc.Close(); stop() }, nil
+	return func() { bulk.Close(); nc.Close(); stop() }, nil
 }
 
 // relay runs `crowdtrain relay`.
@@ -101,38 +140,78 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	up := fs.String("upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
 	addr := fs.String("addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
-	credsFile := fs.String("creds", "", "`FILE` with the relays' user:password (the root's relay.creds, beside its --db)")
-	name := fs.String("name", "", "this relay's `NAME` among the root's relays (default: relay-PORT)")
+	credsFile := fs.String("creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
+	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
 	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
 	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *up == "" {
 		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
 	}
+	if *credsFile == "" {
+		return usagef("--creds is required: the relay's credential, which the root's operator makes with crowdtrain relay-credential NAME --out FILE")
+	}
+	cred, err := natsbox.ReadRelayCredential(*credsFile, *name)
+	if err != nil {
+		return usagef("--creds: %v", err)
+	}
+	*name = cred.Name
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
 	}
 	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if *name == "" {
-		*name = "relay-" + port
+	if *publicURL == "" {
+		*publicURL = cred.URL // the one the root registered
 	}
 	if *publicURL == "" {
 		*publicURL = "ws://" + loopbackAddr(ln.Addr()) + "/ws"
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	opts := []nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
-		nats.RetryOnFailedConnect(true)}
-	if *credsFile != "" {
-		c, err := natsbox.ReadCreds(*credsFile)
-		if err != nil {
-			return usagef("--creds: %v", err)
-		}
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	closed := make(chan error, 1)
+	var (
+		connErrMu   sync.Mutex
+		connErrLast string
+		connErrAt   time.Time
+	)
+	cutOff := func(err error) error {
+		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", *name, err, *name)
 	}
+	if *natsCA != "" {
+		cred.Options = append(cred.Options, nats.RootCAs(*natsCA))
+	}
+	opts := append([]nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// A revoked credential shows here: "authorization violation".
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Printf("relay %s: the NATS connection to the root was lost: %v", *name, err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Printf("relay %s: NATS: %v", *name, err)
+		}),
+		// Why connecting fails (a TLS certificate not trusted, a refused
+		// credential), when it changes or every half minute.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			connErrMu.Lock()
+			defer connErrMu.Unlock()
+			if msg := fmt.Sprint(err); msg != connErrLast || time.Since(connErrAt) > 30*time.Second {
+				connErrLast, connErrAt = msg, time.Now()
+				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", *name, err)
+			}
+		}),
+		// nats.go gives up reconnecting when the server refuses the
+		// credential: the relay stops too, saying why.
+		nats.ClosedHandler(func(c *nats.Conn) {
+			select {
+			case closed <- c.LastError():
+			default:
+			}
+		})}, cred.Options...)
 	nc, err := nats.Connect(*up, opts...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", *up, err)
@@ -166,6 +245,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-closed:
+			return cutOff(err)
 		case <-time.After(wait):
 		}
 	}
@@ -173,8 +254,12 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
+	var stopErr error
 	select {
 	case <-ctx.Done():
+	case err := <-closed:
+		stopErr = cutOff(err)
+		logger.Print(stopErr)
 	case err := <-serveErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
@@ -184,5 +269,76 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hs.Shutdown(sctx)
-	return srv.Close()
+	if err := srv.Close(); err != nil {
+		return err
+	}
+	return stopErr
+}
+
+// relayCredential runs `crowdtrain relay-credential NAME [--out FILE]` and
+// `crowdtrain relay-credential --revoke NAME`: the root's operator issues
+// or revokes a relay's own NATS credential, through the admin API.
+func relayCredential(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay-credential", flag.ContinueOnError)
+	coord, token := apiFlags(fs, "")
+	out := fs.String("out", "", "`FILE` to write the credential to, mode 0600 (default: standard output)")
+	url := fs.String("url", "", "the websocket `URL` the relay's volunteers connect to (ws:// or wss://); it may advertise that one alone (default: the first it joins with)")
+	revoke := fs.Bool("revoke", false, "revoke NAME's credential: it is disconnected at once and its leases are queued again")
+	// NAME may come before or after the flags.
+	var names []string
+	fs.SetOutput(stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usagef("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(names) != 1 {
+		return usagef("relay-credential takes one relay NAME (got %d): crowdtrain relay-credential NAME [--out FILE], or --revoke NAME", len(names))
+	}
+	if *token == "" {
+		return needsToken("issuing or revoking a relay credential")
+	}
+	c := apiClient{base: apiBase(*coord), token: *token}
+	name := names[0]
+	if !upstream.ValidName(name) {
+		return usagef("relay name %q: use letters, digits, - and _ (up to 64)", name)
+	}
+	if *revoke {
+		if *out != "" || *url != "" {
+			return usagef("--revoke takes no --out or --url")
+		}
+		if err := c.do(ctx, http.MethodDelete, "/api/v1/relays/"+name+"/credential", nil, nil); err != nil {
+			return badRequestIsUsage(err)
+		}
+		fmt.Fprintf(stdout, "relay %s's credential is revoked: it is disconnected and its leases are queued again\n", name)
+		return nil
+	}
+	var reply coordinator.RelayCredentialReply
+	if err := c.do(ctx, http.MethodPost, "/api/v1/relays/credentials", coordinator.RelayCredentialRequest{Name: name, URL: *url}, &reply); err != nil {
+		return badRequestIsUsage(err)
+	}
+	if *out == "" {
+		_, err := io.WriteString(stdout, reply.Credential)
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(f, reply.Credential); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote relay %s's credential to %s; the relay runs with: crowdtrain relay --upstream nats://ROOT:PORT --creds %s\n", name, *out, *out)
+	return nil
 }

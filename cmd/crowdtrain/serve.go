@@ -71,7 +71,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := abuse.check(); err != nil {
 		return err
 	}
-	if err := relays.check(*dbPath); err != nil {
+	if err := relays.check(*dbPath, *join); err != nil {
 		return err
 	}
 	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 || *maxConnsPerAddr < 1 {

@@ -1,9 +1,10 @@
 // Package natsbox runs the NATS server a root coordinator embeds for its
 // relays (serve --nats-listen): JetStream on, its data in a directory of
-// its own, and two users whose passwords it makes once and keeps there,
-// the root's (everything) and the relays' (publish under crowdtrain.up.,
-// subscribe under crowdtrain.down. and their inboxes). Volunteers never
-// speak NATS; only relays and the root do.
+// its own, the root's user (everything; a password it makes once and
+// keeps there), and one nkey user per relay, issued and revoked at run
+// time (IssueRelay, RevokeRelay), whose permissions bind it to its own
+// subjects and inbox (upstream.RelayPublish, RelaySubscribe). Volunteers
+// never speak NATS; only relays and the root do.
 package natsbox
 
 import (
@@ -18,9 +19,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
@@ -30,9 +34,23 @@ type Box struct {
 	srv *server.Server
 	// URL is its client URL, without credentials.
 	URL string
-	// Root is the root's credentials; RelayCredsFile holds the relays'.
-	Root           Creds
-	RelayCredsFile string
+	// Root is the root's credentials.
+	Root Creds
+
+	mu     sync.Mutex
+	opts   server.Options // as started; reloaded with the relays' keys
+	path   string         // relays.json
+	relays map[string]relayKey
+}
+
+// relayKey is an issued relay credential as the server keeps it: the
+// public key only, and the URL it was registered with.
+type relayKey struct {
+	PublicKey string    `json:"public_key"`
+	URL       string    `json:"url,omitempty"`
+	Issued    time.Time `json:"issued"`
+	// Approved: the operator vouches for URL (the root lists the relay).
+	Approved bool `json:"approved,omitempty"`
 }
 
 // Creds is a NATS user and password.
@@ -44,7 +62,7 @@ type Creds struct {
 // String is the creds as a file holds them: "user:password".
 func (c Creds) String() string { return c.User + ":" + c.Password }
 
-// ReadCreds reads a file of "user:password" (a relay's --creds).
+// ReadCreds reads a file of "user:password" (the root's --nats-creds).
 func ReadCreds(path string) (Creds, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -52,7 +70,7 @@ func ReadCreds(path string) (Creds, error) {
 	}
 	u, p, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
 	if !ok || u == "" || p == "" {
-		return Creds{}, fmt.Errorf("%s: want one line user:password (the root writes it as relay.creds beside its database)", path)
+		return Creds{}, fmt.Errorf("%s: want one line user:password", path)
 	}
 	return Creds{User: u, Password: p}, nil
 }
@@ -66,6 +84,12 @@ type Options struct {
 	// MaxPayload bounds a message (0: NATS's default, 1 MB); aggregates
 	// larger than it are split into parts.
 	MaxPayload int32
+	// MaxStore bounds JetStream's disk use (0: NATS's default, most of
+	// the free disk); the aggregate stream has its own, lower limit.
+	MaxStore int64
+	// TLSCert and TLSKey, PEM files, make the server take TLS connections
+	// only (the root's own connects in process, InProcess).
+	TLSCert, TLSKey string
 }
 
 // Start runs the server and waits until it takes connections.
@@ -88,24 +112,36 @@ func Start(o Options) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	relayFile := filepath.Join(o.Dir, "relay.creds")
-	if err := os.WriteFile(relayFile, []byte(creds.Relay.String()+"\n"), 0o600); err != nil {
+	// The shared relay credential of earlier versions is no more.
+	os.Remove(filepath.Join(o.Dir, "relay.creds"))
+	b := &Box{Root: creds.Root, path: filepath.Join(o.Dir, "relays.json"), relays: map[string]relayKey{}}
+	if raw, err := os.ReadFile(b.path); err == nil {
+		if err := json.Unmarshal(raw, &b.relays); err != nil {
+			return nil, fmt.Errorf("%s: %v (move it away: every relay then needs a new credential)", b.path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	opts := &server.Options{
 		ServerName: "crowdtrain-root",
 		Host:       host, Port: port,
 		JetStream: true, StoreDir: filepath.Join(o.Dir, "jetstream"),
-		MaxPayload: o.MaxPayload,
-		NoSigs:     true, NoLog: true,
-		Users: []*server.User{
-			{Username: creds.Root.User, Password: creds.Root.Password},
-			{Username: creds.Relay.User, Password: creds.Relay.Password, Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"crowdtrain.up.>"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "crowdtrain.down.>"}},
-			}},
-		},
+		MaxPayload: o.MaxPayload, JetStreamMaxStore: o.MaxStore,
+		NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: creds.Root.User, Password: creds.Root.Password}},
 	}
+	if o.TLSCert != "" || o.TLSKey != "" {
+		if o.TLSCert == "" || o.TLSKey == "" {
+			return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
+		}
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLSCert, KeyFile: o.TLSKey})
+		if err != nil {
+			return nil, fmt.Errorf("NATS TLS: %w", err)
+		}
+		opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, tc, 5
+	}
+	b.opts = *opts
+	opts.Nkeys = b.nkeys()
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
@@ -122,8 +158,139 @@ func Start(o Options) (*Box, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats server: no TCP address")
 	}
-	u := url.URL{Scheme: "nats", Host: net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))}
-	return &Box{srv: srv, URL: u.String(), Root: creds.Root, RelayCredsFile: relayFile}, nil
+	scheme := "nats"
+	if o.TLSCert != "" {
+		scheme = "tls"
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))}
+	b.srv, b.URL = srv, u.String()
+	b.opts.Port = addr.Port // a reload keeps the port it has
+	return b, nil
+}
+
+// nkeys are the relays' users (b.mu held, or before the start).
+func (b *Box) nkeys() []*server.NkeyUser {
+	var out []*server.NkeyUser
+	for name, k := range b.relays {
+		out = append(out, &server.NkeyUser{Nkey: k.PublicKey, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: upstream.RelayPublish(name)},
+			Subscribe: &server.SubjectPermission{Allow: upstream.RelaySubscribe(name)},
+		}})
+	}
+	return out
+}
+
+// apply saves the relays' keys and reloads the server with them: a relay
+// whose key is gone is disconnected at once (b.mu held).
+func (b *Box) apply() error {
+	raw, _ := json.MarshalIndent(b.relays, "", "  ")
+	tmp := b.path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, b.path); err != nil {
+		return err
+	}
+	o := b.opts
+	o.Nkeys = b.nkeys()
+	if err := b.srv.ReloadOptions(&o); err != nil {
+		return fmt.Errorf("nats server: reloading the relays' keys: %w", err)
+	}
+	return nil
+}
+
+// IssueRelay makes relay name a new credential (a new nkey; one issued
+// before stops working at once) registered with url, its volunteers'
+// websocket URL ("" to take the one it first joins with), and returns the
+// credential file's text.
+func (b *Box) IssueRelay(name, url string) ([]byte, error) {
+	if !upstream.ValidName(name) {
+		return nil, fmt.Errorf("relay name %q: use letters, digits, - and _ (up to 64)", name)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, had := b.relays[name]
+	b.relays[name] = relayKey{PublicKey: pub, URL: url, Issued: time.Now().UTC()}
+	if err := b.apply(); err != nil {
+		if had {
+			b.relays[name] = old
+		} else {
+			delete(b.relays, name)
+		}
+		return nil, err
+	}
+	return FormatRelayCredential(name, url, seed), nil
+}
+
+// RevokeRelay removes relay name's credential: its connections are closed
+// at once and it cannot connect again. It reports whether there was one.
+func (b *Box) RevokeRelay(name string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, ok := b.relays[name]
+	if !ok {
+		return false, nil
+	}
+	delete(b.relays, name)
+	if err := b.apply(); err != nil {
+		b.relays[name] = old
+		return false, err
+	}
+	return true, nil
+}
+
+// RelayRegistered reports whether relay name holds a credential, the URL
+// it was registered with ("" for none yet), and whether the operator
+// approved it.
+func (b *Box) RelayRegistered(name string) (url string, approved, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, ok := b.relays[name]
+	return k.URL, k.Approved, ok
+}
+
+// SetRelay records relay name's URL and approval, kept across restarts;
+// false if it holds no credential.
+func (b *Box) SetRelay(name, url string, approved bool) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, ok := b.relays[name]
+	if !ok {
+		return false, nil
+	}
+	if k.URL == url && k.Approved == approved {
+		return true, nil
+	}
+	old := k
+	k.URL, k.Approved = url, approved
+	b.relays[name] = k
+	raw, _ := json.MarshalIndent(b.relays, "", "  ")
+	tmp := b.path + ".tmp"
+	err := os.WriteFile(tmp, raw, 0o600)
+	if err == nil {
+		err = os.Rename(tmp, b.path)
+	}
+	if err != nil {
+		b.relays[name] = old
+		return false, err
+	}
+	return true, nil
+}
+
+// InProcess connects a client to the server within the process, with no
+// socket and no TLS: the root's own connections. Give it InProcessURL.
+func (b *Box) InProcess() nats.Option { return nats.InProcessServer(b.srv) }
+
+// InProcessURL is the URL to connect with InProcess (a tls:// URL would
+// ask for TLS the in-process connection does without).
+func (b *Box) InProcessURL() string {
+	return "nats://" + strings.TrimPrefix(strings.TrimPrefix(b.URL, "tls://"), "nats://")
 }
 
 // Close shuts the server down and waits for it.
@@ -133,8 +300,7 @@ func (b *Box) Close() {
 }
 
 type credsFile struct {
-	Root  Creds `json:"root"`
-	Relay Creds `json:"relay"`
+	Root Creds `json:"root"`
 }
 
 // loadCreds reads the credentials made at the first start, or makes them:
@@ -143,7 +309,7 @@ func loadCreds(path string) (credsFile, error) {
 	var c credsFile
 	b, err := os.ReadFile(path)
 	if err == nil {
-		if err := json.Unmarshal(b, &c); err != nil || c.Root.Password == "" || c.Relay.Password == "" {
+		if err := json.Unmarshal(b, &c); err != nil || c.Root.Password == "" {
 			return c, fmt.Errorf("%s: not the credentials this server wrote (%v); move it away to make new ones", path, err)
 		}
 		return c, nil
@@ -151,7 +317,7 @@ func loadCreds(path string) (credsFile, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return c, err
 	}
-	c = credsFile{Root: Creds{upstream.RootUser, secret()}, Relay: Creds{upstream.RelayUser, secret()}}
+	c = credsFile{Root: Creds{upstream.RootUser, secret()}}
 	b, _ = json.Marshal(c)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {

@@ -386,7 +386,8 @@ async function refresh() {
 // so it is polled every few seconds while signed in.
 async function refreshRelays() {
   try {
-    const rs = await api('GET', '/api/v1/relays');
+    // The operator's list: also relays quarantined or not yet approved.
+    const rs = await api('GET', '/api/v1/relays/all');
     if (rs && Array.isArray(rs.relays)) setRelays(rs.relays);
     text($('relays-error'), '');
   } catch (e) {
@@ -981,26 +982,76 @@ function renderRelays() {
   const behind = relays.reduce((n, r) => n + (num(r.workers) ? r.workers : 0), 0);
   text($('topology-root'), 'This coordinator: ' + fmtInt(state.workers.length) + ' workers connected here' +
     (relays.length ? '; ' + fmtInt(relays.length) + ' relays with ' + fmtInt(behind) + ' workers behind them' : '') + '.');
-  const numeric = [false, false, true, true, true, true, false];
+  const numeric = [false, false, true, true, true, true, false, false];
   syncRows($('relays').tBodies[0], relays, 'relayName', (tr) => {
     numeric.forEach((n) => {
       const td = tr.insertCell();
       if (n) td.className = 'num';
     });
+    // The operator's say over a relay: vouch for its URL, let it back in
+    // after a quarantine, cut it off.
+    for (const [cls, label, act] of [['approve', 'Approve', relayApprove], ['lift', 'Lift quarantine', relayLift],
+      ['revoke danger', 'Revoke', relayRevoke]]) {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = cls;
+      b.textContent = label;
+      b.addEventListener('click', () => act(tr.dataset.relayName, b));
+      tr.cells[7].append(b);
+    }
   }, (tr, r) => {
     const cells = [
-      r.name,
+      r.name + (r.quarantined ? ' (quarantined)' : (r.approved === false ? ' (awaiting approval)' : '')),
       r.url || '–',
       fmtInt(r.workers),
       fmtBytes(Math.round(r.upstream_bytes_per_sec)) + '/s (' + fmtBytes(r.upstream_bytes) + ' in all)',
-      fmtInt(r.aggregates_applied) + ' / ' + fmtInt(r.aggregates_refused) + ' / ' + fmtInt(r.aggregates_duplicate),
+      fmtInt(r.aggregates_applied) + ' / ' + fmtInt(r.aggregates_refused) + ' / ' + fmtInt(r.aggregates_duplicate) +
+        (num(r.aggregates_forged) && r.aggregates_forged > 0 ? ' (' + fmtInt(r.aggregates_forged) + ' forged)' : ''),
       r.max_aggregates_per_round ? fmtInt(r.max_aggregates_per_round) : '–',
       ago(r.last_seen),
     ];
     cells.forEach((s, i) => text(tr.cells[i], s));
+    tr.cells[0].title = r.quarantined ? 'Quarantined: ' + (r.quarantine_reason || '') +
+      '. DELETE /api/v1/relays/' + r.name + '/quarantine lets it back in.' :
+      (r.approved === false ? 'Not listed to volunteers: POST /api/v1/relays/' + r.name + '/approve vouches for its URL.' : '');
+    tr.classList.toggle('error', !!r.quarantined);
     tr.cells[6].title = when(r.last_seen);
+    const approve = tr.querySelector('button.approve');
+    approve.textContent = r.approved ? 'Withdraw' : 'Approve';
+    approve.dataset.approved = r.approved ? '1' : '';
+    tr.querySelector('button.lift').hidden = !r.quarantined;
   });
   $('relays-empty').hidden = relays.length > 0;
+}
+
+// relayAction calls the admin API for a relay and reads the list again.
+async function relayAction(method, path, btn, doing) {
+  text($('relays-error'), '');
+  btn.disabled = true;
+  try {
+    await api(method, path);
+    await refreshRelays();
+  } catch (e) {
+    if (e.status !== 401) text($('relays-error'), doing + ': ' + e.message);
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+function relayApprove(name, btn) {
+  const approved = btn.dataset.approved === '1';
+  if (approved && !confirm('Withdraw relay ' + name + '? Volunteers no longer find it, and pages may no longer connect to it.')) return;
+  return relayAction(approved ? 'DELETE' : 'POST', '/api/v1/relays/' + encodeURIComponent(name) + '/approve', btn,
+    (approved ? 'Withdrawing ' : 'Approving ') + name);
+}
+
+function relayLift(name, btn) {
+  return relayAction('DELETE', '/api/v1/relays/' + encodeURIComponent(name) + '/quarantine', btn, 'Lifting ' + name + "'s quarantine");
+}
+
+function relayRevoke(name, btn) {
+  if (!confirm('Revoke relay ' + name + "'s credential? It is disconnected at once, its leases go back to the queue, and it needs a new credential to come back.")) return;
+  return relayAction('DELETE', '/api/v1/relays/' + encodeURIComponent(name) + '/credential', btn, 'Revoking ' + name);
 }
 
 async function disconnectWorker(id, btn) {
