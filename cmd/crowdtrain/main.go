@@ -30,7 +30,12 @@ Usage:
   crowdtrain relay-credential --revoke NAME [--coordinator URL] [--token T]
   crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
                     [--join-token T] [--name NAME] [--key-file FILE]
-  crowdtrain status --coordinator http://HOST:PORT [--token T]
+  crowdtrain status --coordinator http://HOST:PORT [--token T | --token-file FILE] [--json]
+  crowdtrain jobs   list [--json] | show ID | pause ID | resume ID | stop ID | patch ID KEY=VALUE...
+  crowdtrain tokens issue NAME | list [--json]
+  crowdtrain volunteers list [--json] | ban ID [--reason TEXT] | pardon ID
+                    (jobs, tokens, volunteers: [--coordinator URL] [--token T | --token-file FILE])
+  crowdtrain backup --db FILE --out FILE [--force]    (a live database, while serve runs)
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
@@ -70,6 +75,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = status(ctx, args[1:], stdout, stderr)
 	case "submit":
 		err = submit(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		err = jobsCmd(ctx, args[1:], stdout, stderr)
+	case "tokens":
+		err = tokensCmd(ctx, args[1:], stdout, stderr)
+	case "volunteers":
+		err = volunteersCmd(ctx, args[1:], stdout, stderr)
+	case "backup":
+		err = backup(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
 	case "export":
