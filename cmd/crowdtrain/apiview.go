@@ -2,7 +2,8 @@ package main
 
 import "time"
 
-// The coordinator's JSON API as status, sample and submit read it: only the
+// The coordinator's JSON API as status, sample, submit and the controls
+// (jobs, tokens, volunteers) read it: only the
 // fields they show. These commands are in the worker build, which has no
 // cgo and so no coordinator package (it links SQLite through the store);
 // the client keeps its own copies, and TestClientViewsMatchTheAPI holds
@@ -13,6 +14,11 @@ type jobView struct {
 	ID                string             `json:"id"`
 	Name              string             `json:"name"`
 	State             string             `json:"state"`
+	Mode              string             `json:"mode"`
+	LR                float64            `json:"lr"`
+	MaxStaleness      int                `json:"max_staleness"`
+	Weight            float64            `json:"weight"`
+	Priority          int                `json:"priority"`
 	Version           int64              `json:"version"`
 	Epoch             int                `json:"epoch"`
 	ExamplesSeen      int64              `json:"examples_seen"`
@@ -59,6 +65,44 @@ type workerView struct {
 	Rejected    int64     `json:"rejected"`
 	ConnectedAt time.Time `json:"connected_at"`
 	LastSeen    time.Time `json:"last_seen"`
+}
+
+// volunteerView is what the client reads of coordinator.VolunteerView.
+type volunteerView struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	TokenName string    `json:"token_name"`
+	Examples  int64     `json:"examples"`
+	Strikes   int       `json:"strikes"`
+	Banned    bool      `json:"banned"`
+	BanReason string    `json:"ban_reason"`
+	Connected int       `json:"connected"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+// tokenView is what the client reads of coordinator.TokenView.
+type tokenView struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	Revoked   bool      `json:"revoked"`
+}
+
+// issuedToken is coordinator.IssuedToken.
+type issuedToken struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Token string `json:"token"`
+}
+
+// tokenRequest and banRequest are the bodies of POST /api/v1/tokens and
+// POST /api/v1/volunteers/{id}/ban (docs/VOLUNTEERS.md).
+type tokenRequest struct {
+	Name string `json:"name"`
+}
+
+type banRequest struct {
+	Reason string `json:"reason"`
 }
 
 // submitRequest is coordinator.SubmitRequest.

@@ -15,6 +15,9 @@ func TestClientViewsMatchTheAPI(t *testing.T) {
 	for _, c := range []struct{ client, api any }{
 		{jobView{}, coordinator.JobView{}},
 		{workerView{}, coordinator.WorkerView{}},
+		{volunteerView{}, coordinator.VolunteerView{}},
+		{tokenView{}, coordinator.TokenView{}},
+		{issuedToken{}, coordinator.IssuedToken{}},
 		{submitRequest{}, coordinator.SubmitRequest{}},
 		{sampleRequest{}, coordinator.SampleRequest{}},
 		{sampleView{}, coordinator.Sample{}},

@@ -23,19 +23,24 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 const usage = `crowdtrain — a volunteer compute grid for training neural networks
 
 Usage:
-  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N (0)] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
                     [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
   crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
   crowdtrain relay-credential NAME [--out FILE] [--url wss://HOST/ws] [--coordinator URL] [--token T]
   crowdtrain relay-credential --revoke NAME [--coordinator URL] [--token T]
   crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
-                    [--join-token T] [--name NAME] [--key-file FILE]
-  crowdtrain status --coordinator http://HOST:PORT [--token T]
+                    [--join-token T] [--name NAME] [--key-file FILE] [--job ID] [--kernel auto|avx512|avx2|neon|openblas|gonum|go] [--memory-mb MB]
+  crowdtrain status --coordinator http://HOST:PORT [--token T | --token-file FILE] [--json]
+  crowdtrain jobs   list [--json] | show ID | pause ID | resume ID | stop ID | patch ID KEY=VALUE...
+  crowdtrain tokens issue NAME | list [--json]
+  crowdtrain volunteers list [--json] | ban ID [--reason TEXT] | pardon ID
+                    (jobs, tokens, volunteers: [--coordinator URL] [--token T | --token-file FILE])
+  crowdtrain backup --db FILE --out FILE [--force]    (a live database, while serve runs)
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
-  crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID]
-  crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--token T]
+  crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID] [--fraction F]
+  crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--token T]
   crowdtrain version                   (or --version): version, commit, platform, cgo, GEMM kernels
 
 Run 'crowdtrain COMMAND -h' for a command's flags.
@@ -70,6 +75,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = status(ctx, args[1:], stdout, stderr)
 	case "submit":
 		err = submit(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		err = jobsCmd(ctx, args[1:], stdout, stderr)
+	case "tokens":
+		err = tokensCmd(ctx, args[1:], stdout, stderr)
+	case "volunteers":
+		err = volunteersCmd(ctx, args[1:], stdout, stderr)
+	case "backup":
+		err = backup(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
 	case "export":

@@ -11,12 +11,12 @@ import (
 // volunteer runs, but not those that hold a SQLite database, which is
 // linked through cgo.
 
-// noDatabase is the answer of serve, relay, relay-credential and export
+// noDatabase is the answer of serve, relay, relay-credential, export and backup
 // in this build.
 func noDatabase(cmd string) error {
 	return usagef("this build cannot hold a database (built without cgo), so it has no %s: "+
 		"build crowdtrain from source with CGO_ENABLED=1 and a C compiler (README, \"Contribute with a native worker\"); "+
-		"this binary runs work, bench, status, submit, sample and version", cmd)
+		"this binary runs work, bench, status, submit, sample, jobs, tokens, volunteers and version", cmd)
 }
 
 func serve(context.Context, []string, io.Writer, io.Writer) error  { return noDatabase("serve") }
@@ -25,3 +25,5 @@ func export(context.Context, []string, io.Writer, io.Writer) error { return noDa
 func relayCredential(context.Context, []string, io.Writer, io.Writer) error {
 	return noDatabase("relay-credential")
 }
+
+func backup(context.Context, []string, io.Writer, io.Writer) error { return noDatabase("backup") }

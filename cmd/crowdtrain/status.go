@@ -18,10 +18,31 @@ import (
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	coord, token := apiFlags(fs, "; without it the workers are not listed")
+	asJSON := fs.Bool("json", false, "print {\"jobs\": [...], \"workers\": [...]} as the API answers them (workers: null without the token)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
+	if *asJSON {
+		var out struct {
+			Jobs    json.RawMessage `json:"jobs"`
+			Workers json.RawMessage `json:"workers"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/api/v1/jobs", nil, &out.Jobs); err != nil {
+			return err
+		}
+		out.Workers = json.RawMessage("null")
+		if c.token != "" {
+			if err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &out.Workers); err != nil {
+				return err
+			}
+		}
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, raw)
+	}
 	var jobs []jobView
 	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs", nil, &jobs); err != nil {
 		return err
@@ -88,6 +109,18 @@ const adminTokenEnv = "CROWDTRAIN_ADMIN_TOKEN"
 func apiFlags(fs *flag.FlagSet, tokenNote string) (coord, token *string) {
 	coord = fs.String("coordinator", "http://127.0.0.1:8080", "coordinator `URL`")
 	token = fs.String("token", os.Getenv(adminTokenEnv), "admin `TOKEN` (default $"+adminTokenEnv+")"+tokenNote)
+	// A file keeps the token out of the process list and shell history.
+	fs.Func("token-file", "read the admin token from `FILE` (its first line; instead of --token)", func(path string) error {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("cannot read the admin token: %w", err)
+		}
+		line, _, _ := strings.Cut(string(raw), "\n")
+		if *token = strings.TrimSpace(line); *token == "" {
+			return fmt.Errorf("%s: the first line is empty; it should hold the admin token", path)
+		}
+		return nil
+	})
 	return coord, token
 }
 
