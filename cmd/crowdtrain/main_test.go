@@ -39,6 +39,7 @@ func TestBadInputExitsWithStatus2(t *testing.T) {
 		{[]string{"serve", "--job", unknownKey}, []string{"learning_rate", "unknown key"}},
 		{[]string{"serve", "--job", badValue}, []string{"batch_size", "-3"}},
 		{[]string{"serve", "--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"serve", "--progress", "0s"}, []string{"--progress must be positive"}},
 		{[]string{"serve", "--checkpoint-retry-min", "2m", "--checkpoint-retry-max", "1m"}, []string{"--checkpoint-retry-min", "--checkpoint-retry-max"}},
 		{[]string{"serve", "--max-worker-records", "0"}, []string{"--max-worker-records"}},
 		{[]string{"serve", "--ping-misses", "0"}, []string{"--ping-misses"}},

@@ -92,6 +92,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *localWorkers < 0 || *threads < 1 {
 		return usagef("--local-workers must be >= 0 and --threads >= 1")
 	}
+	if *progressEvery <= 0 {
+		return usagef("--progress must be positive (how often to log training progress, e.g. 5s), got %v", *progressEvery)
+	}
 	if *ckptInterval <= 0 || *keepCkpts < 1 {
 		return usagef("--checkpoint-interval must be positive and --keep-checkpoints >= 1")
 	}
