@@ -1,15 +1,7 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +13,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/internal/testcert"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
@@ -303,7 +296,7 @@ func TestRelayCredentialRevoked(t *testing.T) {
 // cannot connect.
 func TestRelaysOverTLS(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSignedCert(t, dir)
+	cert, key := testcert.SelfSigned(t, dir)
 	g := newRelayGridSpec(t, relaySpec, []string{"--nats-tls-cert", cert, "--nats-tls-key", key})
 	g.relayArgs = []string{"--nats-ca", cert}
 	g.relayAddrs["ra"] = freeAddr(t)
@@ -317,28 +310,6 @@ func TestRelaysOverTLS(t *testing.T) {
 	p := startProc(t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "ra.creds"), "--addr", freeAddr(t))
 	p.waitLine("certificate", 30*time.Second)
 	p.kill()
-}
-
-// selfSignedCert writes a certificate for 127.0.0.1 and its key.
-func selfSignedCert(t *testing.T, dir string) (cert, key string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "crowdtrain root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(k)
-	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return cert, key
 }
 
 // serve --nats uses an external NATS server (one the test runs) with the

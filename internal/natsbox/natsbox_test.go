@@ -1,13 +1,6 @@
 package natsbox
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,37 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/internal/testcert"
 	"github.com/nats-io/nats.go"
 )
-
-// selfSigned writes a certificate for 127.0.0.1 and its key.
-func selfSigned(t *testing.T, dir string) (cert, key string) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "crowdtrain root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(k)
-	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return cert, key
-}
 
 // With --nats-tls-cert the server takes TLS only: a relay trusting the
 // certificate connects with its credential, one that does not trust it
 // and a plain connection do not; the root connects in process.
 func TestTLSServer(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := testcert.SelfSigned(t, dir)
 	box, err := Start(Options{Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "nats"), TLSCert: cert, TLSKey: key})
 	if err != nil {
 		t.Fatal(err)
