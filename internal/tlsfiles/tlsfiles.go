@@ -54,9 +54,12 @@ func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error
 // Leaf is the certificate being served.
 func (r *Reloader) Leaf() *x509.Certificate { return r.cert.Load().Leaf }
 
-// TLSConfig is a server configuration presenting r's certificate.
+// TLSConfig is a server configuration presenting r's certificate. It
+// offers HTTP/1.1 only: websockets need it, and the coordinator's limits
+// (connections per address, read deadlines) count connections, which
+// HTTP/2 would multiplex.
 func (r *Reloader) TLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate, NextProtos: []string{"http/1.1"}}
 }
 
 // Reload loads the pair again, whether or not the files changed (SIGHUP).
