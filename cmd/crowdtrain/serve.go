@@ -242,7 +242,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tctx, stopTLS := context.WithCancel(ctx)
 	defer stopTLS()
-	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
+	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout,
+		ErrorLog: logger}
 	serveErr := make(chan error, 1)
 	go func(ln net.Listener) { serveErr <- hs.Serve(ln) }(tlsf.wrap(tctx, ln, logger))
 	base := tlsf.scheme() + "://" + ln.Addr().String()
