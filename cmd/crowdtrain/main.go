@@ -24,12 +24,14 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
+                    [--tls-cert FILE --tls-key FILE] [--public-url https://...]
                     [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
   crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
+                    [--tls-cert FILE --tls-key FILE] [--ca-file FILE]
   crowdtrain relay-credential NAME [--out FILE] [--url wss://HOST/ws] [--coordinator URL] [--token T]
   crowdtrain relay-credential --revoke NAME [--coordinator URL] [--token T]
-  crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
-                    [--join-token T] [--name NAME] [--key-file FILE]
+  crowdtrain work   --coordinator ws[s]://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
+                    [--join-token T] [--name NAME] [--key-file FILE] [--ca-file FILE]
   crowdtrain status --coordinator http://HOST:PORT [--token T]
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
