@@ -24,7 +24,7 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
-                    [--tls-cert FILE --tls-key FILE] [--public-url https://...]
+                    [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--public-url https://...]
                     [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
   crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
                     [--tls-cert FILE --tls-key FILE] [--ca-file FILE]

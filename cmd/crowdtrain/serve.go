@@ -67,8 +67,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	relays.register(fs)
 	var tlsf tlsFlags // servetls.go: HTTPS and WSS
 	tlsf.register(fs)
+	tlsf.registerACME(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if len(tlsf.acmeDomains) > 0 {
+		if tlsf.acmeCache == "" && *dbPath != "" {
+			tlsf.acmeCache = *dbPath + ".acme"
+		}
+		// The names certificates are obtained for are names volunteers
+		// reach the coordinator by.
+		if _, port, err := net.SplitHostPort(*addr); err == nil {
+			for _, d := range tlsf.acmeDomains {
+				access.publicURLs = append(access.publicURLs, "https://"+net.JoinHostPort(d, port))
+			}
+		}
 	}
 	if err := abuse.check(); err != nil {
 		return err

@@ -224,6 +224,10 @@ func TestServeTLSBadCertificateExits2(t *testing.T) {
 		{[]string{"--tls-cert", ecert, "--tls-key", key}, []string{"--tls-key " + key}},
 		{[]string{"--tls-cert", ecert}, []string{"--tls-cert and --tls-key go together"}},
 		{[]string{"--tls-cert", ecert, "--tls-key", ekey}, []string{"--tls-cert " + ecert, "expired"}},
+		{[]string{"--acme-domain", "grid.example.org", "--tls-cert", ecert, "--tls-key", ekey}, []string{"one or the other"}},
+		{[]string{"--acme-domain", "10.0.0.1"}, []string{"--acme-domain \"10.0.0.1\"", "DNS name"}},
+		{[]string{"--acme-email", "ops@example.org"}, []string{"go with --acme-domain"}},
+		{[]string{"--acme-domain", "grid.example.org", "--acme-ca-file", cert}, []string{"--acme-ca-file " + cert}},
 	} {
 		code, _, stderr := runCmd(t, context.Background(), append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, c.args...)...)
 		if code != 2 {
