@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -298,5 +299,68 @@ func TestWorkerTrainsOverWSSWithCAFile(t *testing.T) {
 	<-wdone
 	if strings.Contains(wlogs.String(), "certificate signed by unknown authority") {
 		t.Errorf("the worker did not trust --ca-file:\n%s", wlogs.String())
+	}
+}
+
+// A root and a relay each serving TLS with certificates of a private CA:
+// the relay fetches the root's snapshots over https trusting --ca-file,
+// a worker joins the relay over wss:// with --ca-file, and the root
+// applies the relay's aggregates. The admin clients (relay-credential)
+// trust the CA through SSL_CERT_FILE.
+func TestRelayOverTLS(t *testing.T) {
+	testenv.Long(t, "trains MNIST through a relay, every hop over TLS")
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "crowdtrain test CA")
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rootCert, rootKey := filepath.Join(dir, "root.pem"), filepath.Join(dir, "root.key")
+	relayCert, relayKey := filepath.Join(dir, "relay.pem"), filepath.Join(dir, "relay.key")
+	ca.Valid(t, "127.0.0.1").Write(t, rootCert, rootKey)
+	ca.Valid(t, "127.0.0.1").Write(t, relayCert, relayKey)
+	spec := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(spec, []byte(relaySpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rootAddr, natsAddr, relayAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	root := startProc(t, "serve", "--addr", rootAddr, "--db", filepath.Join(dir, "root.db"), "--job", spec,
+		"--nats-listen", natsAddr, "--admin-token", modesAdminToken, "--tls-cert", rootCert, "--tls-key", rootKey)
+	root.waitLine("coordinator listening on https://", time.Minute)
+
+	creds := filepath.Join(dir, "ra.creds")
+	issueCmd := exec.Command(crowdtrainBinary(t), "relay-credential", "ra", "--out", creds, "--url", "wss://"+relayAddr+"/ws",
+		"--coordinator", "https://"+rootAddr, "--token", modesAdminToken)
+	issueCmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)
+	issue := startCmd(t, issueCmd)
+	if err := issue.waitExit(time.Minute); err != nil {
+		t.Fatalf("relay-credential over https: %v\n%s", err, issue.logText())
+	}
+	relay := startProc(t, "relay", "--upstream", "nats://"+natsAddr, "--creds", creds, "--addr", relayAddr,
+		"--tls-cert", relayCert, "--tls-key", relayKey, "--ca-file", caFile)
+	relay.waitLine("listening on", time.Minute)
+	w := startProc(t, "work", "--coordinator", "wss://"+relayAddr+"/ws", "--ca-file", caFile, "--key-file", "")
+
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var body struct {
+			Relays []coordinator.RelayView `json:"relays"`
+		}
+		if resp, err := client.Get("https://" + rootAddr + "/api/v1/relays"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+		}
+		if len(body.Relays) == 1 && body.Relays[0].Workers == 1 && body.Relays[0].AggregatesApplied >= 3 {
+			t.Logf("relay over TLS: %d aggregates applied at the root", body.Relays[0].AggregatesApplied)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no aggregates through the TLS relay within 2 minutes: %+v\nroot:\n%s\nrelay:\n%s\nworker:\n%s",
+				body.Relays, tail(root.logText(), 30), tail(relay.logText(), 30), tail(w.logText(), 30))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
