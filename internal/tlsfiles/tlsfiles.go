@@ -97,12 +97,17 @@ func (r *Reloader) Check() (changed bool, err error) {
 func (r *Reloader) Watch(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	last := "" // a file gone for a while is said once, not every poll
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := r.Check(); err != nil {
+			_, err := r.Check()
+			if err == nil {
+				last = ""
+			} else if err.Error() != last {
+				last = err.Error()
 				r.logf("tls: %v", err)
 			}
 		}
