@@ -55,6 +55,9 @@ type hostPolicy struct {
 	// relay's root, whose contribute page connects its tabs here
 	// (AllowPages). Their scripts may also read the bulk data (CORS).
 	pages atomic.Pointer[[]siteName]
+	// secure: a public URL is https, so browsers reach the coordinator
+	// over TLS only: cookies are Secure and responses carry HSTS.
+	secure bool
 }
 
 // allowPages lets pages at the URLs use the coordinator.
@@ -91,6 +94,7 @@ func newHostPolicy(publicURLs []string, proxies trustedProxies) (*hostPolicy, er
 			return nil, fmt.Errorf("public URL %q: give the scheme, host and port volunteers use, such as https://grid.example.org or http://10.0.0.5:8080", raw)
 		}
 		p.names = append(p.names, siteName{u.Scheme, normalHost(u.Hostname()), portOr(u.Port(), u.Scheme)})
+		p.secure = p.secure || u.Scheme == "https"
 	}
 	return p, nil
 }
@@ -185,6 +189,11 @@ func (p *hostPolicy) originAllowed(r *http.Request, origin string) bool {
 // checkAccess refuses requests whose Host or Origin does not name this
 // coordinator, on every route but /healthz (which load balancers probe by
 // address and which shows nothing).
+// hstsValue is the Strict-Transport-Security header of a coordinator with
+// an https public URL. No includeSubDomains: the operator's other hosts are
+// not the coordinator's to pin.
+const hstsValue = "max-age=31536000"
+
 func (s *Server) checkAccess(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A body trickled a byte at a time would hold the connection and
@@ -194,6 +203,10 @@ func (s *Server) checkAccess(next http.Handler) http.Handler {
 		// request's), and a websocket upgrade has no body.
 		if r.ContentLength != 0 {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadBodyTimeout))
+		}
+		if s.hosts.secure {
+			// Browsers keep to https for a year; they ignore it over http.
+			w.Header().Set("Strict-Transport-Security", hstsValue)
 		}
 		if r.URL.Path == "/healthz" {
 			next.ServeHTTP(w, r)

@@ -331,3 +331,28 @@ func TestSessionCookieIsSecureBehindATLSProxy(t *testing.T) {
 		}
 	}
 }
+
+// An https --public-url says browsers reach the coordinator over TLS
+// (here or at a proxy): the session cookie is Secure whatever the request
+// says, and every response carries HSTS. Without one, neither.
+func TestHTTPSPublicURLMeansSecureCookieAndHSTS(t *testing.T) {
+	login, _ := json.Marshal(map[string]string{"token": testAdminToken})
+	for _, c := range []struct {
+		public string
+		secure bool
+	}{{"https://grid.example.org", true}, {"http://10.1.2.3:8080", false}} {
+		g := newTestGridWith(t, quietJob(t), func(cfg *coordinator.Config) { cfg.PublicURLs = []string{c.public} })
+		resp, body := g.send(clientFrom(t, "127.0.0.1"), http.MethodPost, "/admin/login", bytes.NewReader(login), nil)
+		if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+			t.Fatalf("--public-url %s: sign-in: %d %s", c.public, resp.StatusCode, body)
+		}
+		if got := resp.Cookies()[0].Secure; got != c.secure {
+			t.Errorf("--public-url %s: session cookie Secure %v, want %v", c.public, got, c.secure)
+		}
+		resp, _ = g.send(clientFrom(t, "127.0.0.1"), http.MethodGet, "/api/v1/jobs", nil, nil)
+		hsts := resp.Header.Get("Strict-Transport-Security")
+		if c.secure && !strings.HasPrefix(hsts, "max-age=") || !c.secure && hsts != "" {
+			t.Errorf("--public-url %s: Strict-Transport-Security %q", c.public, hsts)
+		}
+	}
+}

@@ -187,7 +187,8 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: s.auth.newSession(time.Now()), Path: "/",
 		MaxAge: int(sessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: s.hosts.scheme(r) == "https", // TLS here or at a trusted proxy
+		// TLS here or at a trusted proxy, or an https --public-url
+		Secure: s.hosts.scheme(r) == "https" || s.hosts.secure,
 	})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -3,7 +3,9 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,11 +21,12 @@ import (
 // one write per 4 KiB: a 940 KB update would cost 230 syscalls. The
 // session holds the connection's writes for the length of each message and
 // sends them in one.
-func dial(ctx context.Context, url string) (*websocket.Conn, batcher, error) {
+func dial(ctx context.Context, url string, tlsConfig *tls.Config) (*websocket.Conn, batcher, error) {
 	var bc *batchConn
 	dialer := &net.Dialer{}
 	client := &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
+		Proxy:           http.ProxyFromEnvironment,
+		TLSClientConfig: tlsConfig,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dialer.DialContext(ctx, network, addr)
 			if err != nil {
@@ -50,6 +53,10 @@ func refusal(err error, resp *http.Response) error {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024)) // the library keeps only the first 1024 bytes
+	if bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+		// Go's answer to plain HTTP on a TLS port (serve --tls-cert).
+		return fmt.Errorf("the coordinator serves TLS on this port: connect with a wss:// URL (%w)", err)
+	}
 	var msg struct {
 		Error string `json:"error"`
 	}

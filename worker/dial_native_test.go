@@ -59,7 +59,7 @@ func TestRefusedDialSaysWhy(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err := dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws")
+	_, _, err := dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws", nil)
 	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "--public-url") {
 		t.Fatalf("dial error %v; want the status and the coordinator's reason", err)
 	}

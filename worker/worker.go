@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -47,8 +48,13 @@ type Config struct {
 	// Name is the display name on the coordinator's leaderboard
 	// (protocol.CheckVolunteerName); empty stays anonymous.
 	Name string
-	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient.
+	// HTTPClient fetches snapshots and shards; nil means http.DefaultClient,
+	// or a client with TLSConfig when that is set.
 	HTTPClient *http.Client
+	// TLSConfig is for wss:// and https:// coordinators: nil trusts the
+	// system's CAs; set RootCAs for a private CA (work --ca-file). It is
+	// used for the websocket, and for downloads when HTTPClient is nil.
+	TLSConfig *tls.Config
 	// Deltas says how a new snapshot comes down once one is held:
 	// DeltasAuto (the zero value) measures both ways and takes the
 	// cheaper, DeltasAlways asks for a delta every time it can.
@@ -209,6 +215,11 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: job id of %d bytes; ids are at most %d", len(cfg.Job), protocol.MaxShortText)
 	}
 	w := &Worker{cfg: cfg, addrs: addrs, http: cfg.HTTPClient, shards: map[string]cachedShard{}}
+	if w.http == nil && cfg.TLSConfig != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg.TLSConfig
+		w.http = &http.Client{Transport: t}
+	}
 	if w.http == nil {
 		w.http = http.DefaultClient
 	}
@@ -379,7 +390,7 @@ type session struct {
 
 func (w *Worker) session(ctx context.Context, addr string) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, batch, err := dial(dctx, addr)
+	conn, batch, err := dial(dctx, addr, w.cfg.TLSConfig)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("%w: failed to dial %s: %w", errDial, addr, err)

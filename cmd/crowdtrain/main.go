@@ -24,12 +24,15 @@ const usage = `crowdtrain — a volunteer compute grid for training neural netwo
 
 Usage:
   crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N (0)] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
+                    [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--public-url https://...]
                     [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
   crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
+                    [--tls-cert FILE --tls-key FILE] [--ca-file FILE]
   crowdtrain relay-credential NAME [--out FILE] [--url wss://HOST/ws] [--coordinator URL] [--token T]
   crowdtrain relay-credential --revoke NAME [--coordinator URL] [--token T]
-  crowdtrain work   --coordinator ws://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
-                    [--join-token T] [--name NAME] [--key-file FILE] [--job ID] [--kernel auto|avx512|avx2|neon|openblas|gonum|go] [--memory-mb MB]
+  crowdtrain work   --coordinator ws[s]://HOST:PORT/ws[,ws://...] [--backend auto|cpu|cuda] [--device N] [--threads N]
+                    [--join-token T] [--name NAME] [--key-file FILE] [--ca-file FILE] [--job ID]
+                    [--kernel auto|avx512|avx2|neon|openblas|gonum|go] [--memory-mb MB]
   crowdtrain status --coordinator http://HOST:PORT [--token T | --token-file FILE] [--json]
   crowdtrain jobs   list [--json] | show ID | pause ID | resume ID | stop ID | patch ID KEY=VALUE...
   crowdtrain tokens issue NAME | list [--json]

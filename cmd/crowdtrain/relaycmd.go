@@ -21,6 +21,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/internal/tlsfiles"
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
@@ -144,6 +145,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
 	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
 	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	caFile := fs.String("ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for the root's https:// URL, where the relay fetches snapshots, beside the system's CAs")
+	var tlsf tlsFlags // servetls.go: this relay's own HTTPS and WSS
+	tlsf.register(fs)
 	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -159,6 +163,20 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--creds: %v", err)
 	}
 	*name = cred.Name
+	logger := log.New(stderr, "", log.LstdFlags)
+	if err := tlsf.load(logger); err != nil {
+		return err
+	}
+	rootHTTP := &http.Client{Timeout: time.Minute}
+	if *caFile != "" {
+		cfg, err := tlsfiles.ClientConfig("--ca-file", *caFile)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = cfg
+		rootHTTP.Transport = t
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
@@ -168,9 +186,8 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*publicURL = cred.URL // the one the root registered
 	}
 	if *publicURL == "" {
-		*publicURL = "ws://" + loopbackAddr(ln.Addr()) + "/ws"
+		*publicURL = tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws"
 	}
-	logger := log.New(stderr, "", log.LstdFlags)
 	closed := make(chan error, 1)
 	var (
 		connErrMu   sync.Mutex
@@ -234,7 +251,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer srv.Close()
 	// The root may not be up yet, or may be restarting: keep asking.
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: *name, URL: *publicURL, NATS: nc})
+		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: *name, URL: *publicURL, NATS: nc, HTTP: rootHTTP})
 		if err == nil {
 			break
 		}
@@ -252,7 +269,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	tctx, stopTLS := context.WithCancel(ctx)
+	defer stopTLS()
+	go func(ln net.Listener) { serveErr <- hs.Serve(ln) }(tlsf.wrap(tctx, ln, logger))
 	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
 	var stopErr error
 	select {

@@ -65,8 +65,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	abuse.register(fs)
 	var relays relayFlags // relaycmd.go: NATS for relays
 	relays.register(fs)
+	var tlsf tlsFlags // servetls.go: HTTPS and WSS
+	tlsf.register(fs)
+	tlsf.registerACME(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if len(tlsf.acmeDomains) > 0 {
+		if tlsf.acmeCache == "" && *dbPath != "" {
+			tlsf.acmeCache = *dbPath + ".acme"
+		}
+		// The names certificates are obtained for are names volunteers
+		// reach the coordinator by.
+		if _, port, err := net.SplitHostPort(*addr); err == nil {
+			for _, d := range tlsf.acmeDomains {
+				access.publicURLs = append(access.publicURLs, "https://"+net.JoinHostPort(d, port))
+			}
+		}
 	}
 	if err := abuse.check(); err != nil {
 		return err
@@ -127,6 +142,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
+	// A certificate that cannot be served exits 2 before anything changes.
+	if err := tlsf.load(logger); err != nil {
+		return err
+	}
 	// The job's data set is loaded, and the model checked against it,
 	// before the database is opened: bad data exits 2 with nothing
 	// changed. Resumed jobs and jobs submitted later load theirs through
@@ -194,7 +213,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		MaxConnsPerAddress: *maxConnsPerAddr + *localWorkers,
 	}
 	abuse.apply(&cfg, *localWorkers)
-	if err := access.apply(&cfg, *addr); err != nil {
+	if err := access.apply(&cfg, *addr, tlsf.scheme()); err != nil {
 		return err
 	}
 	srv, err := coordinator.New(cfg)
@@ -237,18 +256,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout}
+	tctx, stopTLS := context.WithCancel(ctx)
+	defer stopTLS()
+	hs := &http.Server{Handler: srv.Handler(), ConnState: srv.ConnState, ReadHeaderTimeout: access.readHeaderTimeout, IdleTimeout: access.idleTimeout,
+		ErrorLog: logger}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
-	base := "http://" + ln.Addr().String()
+	go func(ln net.Listener) { serveErr <- hs.Serve(ln) }(tlsf.wrap(tctx, ln, logger))
+	base := tlsf.scheme() + "://" + ln.Addr().String()
 	closeRelays, err := relays.serve(ctx, srv, base, cfg.PublicURLs, logger)
 	if err != nil {
 		hs.Close()
 		return err
 	}
 	defer closeRelays()
-	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator ws://%s/ws",
-		base, base, ln.Addr())
+	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator %s://%s/ws",
+		base, base, tlsf.wsScheme(), ln.Addr())
 	if msg := access.advice(*addr); msg != "" {
 		logger.Print(msg)
 	}
@@ -281,8 +303,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// The operator's own workers send no volunteer key; in token
 		// mode they get a token of their own.
 		w, err := worker.New(worker.Config{
-			Coordinator: "ws://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
-			Client: "crowdtrain/" + version + " (local)", Logf: wl.Printf,
+			Coordinator: tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
+			TLSConfig: tlsf.loopbackClient(),
+			Client:    "crowdtrain/" + version + " (local)", Logf: wl.Printf,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 			Caps: workerCaps(b, 0),
 		})

@@ -50,8 +50,9 @@ func (a *accessFlags) register(fs *flag.FlagSet) {
 }
 
 // apply checks the flags and sets them in cfg. listen is --addr: its host,
-// when not a wildcard, is one of the names the coordinator answers to.
-func (a *accessFlags) apply(cfg *coordinator.Config, listen string) error {
+// when not a wildcard, is one of the names the coordinator answers to, by
+// scheme (https with --tls-cert).
+func (a *accessFlags) apply(cfg *coordinator.Config, listen, scheme string) error {
 	if a.authFailBurst < 1 || a.authFailEvery <= 0 || a.anonBulkRate < 1 || a.anonBulkBurst < 1 ||
 		a.minReadRate < 1 || a.minReadGrace <= 0 || a.metricsPageMax < 2 || a.idleTimeout <= 0 || a.readHeaderTimeout <= 0 || a.readBodyTimeout <= 0 || a.maxHTTPConns < 1 {
 		return usagef("--auth-fail-burst, --anon-bulk-rate, --anon-bulk-burst, --min-read-rate and --max-http-conns-per-address must be >= 1, --metrics-page-max >= 2, and the durations positive")
@@ -61,7 +62,7 @@ func (a *accessFlags) apply(cfg *coordinator.Config, listen string) error {
 	}
 	urls := append([]string(nil), a.publicURLs...)
 	if host, port, err := net.SplitHostPort(listen); err == nil && !isWildcard(host) {
-		urls = append(urls, "http://"+net.JoinHostPort(host, port))
+		urls = append(urls, scheme+"://"+net.JoinHostPort(host, port))
 	}
 	cfg.PublicURLs, cfg.TrustedProxies = urls, a.trustedProxies
 	cfg.MetricsToken = a.metricsToken

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/internal/tlsfiles"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nativeworker/polite"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -19,6 +21,7 @@ import (
 func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
 	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URLs`, comma-separated (a coordinator's relays): the worker moves to the next when the one in use cannot be reached; an http(s)://HOST:PORT entry is a coordinator whose relays (GET /api/v1/relays) the worker joins, the least busy first")
+	caFile := fs.String("ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for a wss:// or https:// --coordinator, beside the system's CAs")
 	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	joinToken := fs.String("join-token", "", "join `TOKEN` from the coordinator's operator, for a coordinator run with --join token")
 	name := fs.String("name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")
@@ -83,6 +86,13 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--idle-only: %v", err)
 		}
 	}
+	var tlsConfig *tls.Config
+	if *caFile != "" {
+		var err error
+		if tlsConfig, err = tlsfiles.ClientConfig("--ca-file", *caFile); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
 	if err != nil {
 		return err
@@ -90,7 +100,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer release()
 	w, err := worker.New(worker.Config{
 		Coordinator: *coord, Backend: b, Kind: workerKind(b), Token: *joinToken, VolunteerKey: key, Name: *name,
-		Client: "crowdtrain/" + version, Logf: logger.Printf,
+		Client: "crowdtrain/" + version, Logf: logger.Printf, TLSConfig: tlsConfig,
 		Job: *pin, Caps: workerCaps(b, *memoryMB),
 		Duty: maxCPU.v, Idle: idle, Hours: hours.h, ResumeAfter: idleResumeAfter,
 	})

@@ -42,8 +42,9 @@ const startAttempts = 3
 // New starts headless Chromium with a fresh profile and returns a tab's
 // context; the tab's console goes to the test log, and the browser is
 // closed when t ends. Chromium's background services are off: the test
-// machines have no network beyond loopback.
-func New(t testing.TB) context.Context {
+// machines have no network beyond loopback. extra adds flags (a test
+// server's certificate to trust, say).
+func New(t testing.TB, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(Chromium(t)),
@@ -57,6 +58,7 @@ func New(t testing.TB) context.Context {
 		chromedp.Flag("enable-unsafe-webgpu", true),
 		chromedp.WindowSize(1000, 900),
 	)
+	opts = append(opts, extra...)
 	// Chromium now and then exits at start on a loaded machine (its crash
 	// handler, a busy /dev/shm) before it prints its DevTools address; a
 	// second start almost always works, so a test fails only on the third.
