@@ -163,12 +163,13 @@ type jobState struct {
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
 	normCount      int64
-	normRef        normRef      // the gate's reference (normgate.go)
-	outliers       normOutliers // tasks the gate refused (normoutliers.go)
-	empty          emptyUpdates // updates that move nothing (emptyupdates.go)
-	grantShares    grantShares  // volunteers of the recent grants (volunteershare.go)
-	validationSeen int64        // accepted updates, for observeValidation's sample
-	nonFiniteRun   int          // results with NaN/Inf since the last accepted one
+	normRef        normRef              // the gate's reference (normgate.go)
+	outliers       normOutliers         // tasks the gate refused (normoutliers.go)
+	empty          emptyUpdates         // updates that move nothing (emptyupdates.go)
+	grantShares    grantShares          // volunteers of the recent grants (volunteershare.go)
+	starved        map[string]time.Time // volunteers that asked and got nothing, when (volunteershare.go)
+	validationSeen int64                // accepted updates, for observeValidation's sample
+	nonFiniteRun   int                  // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	eval           *EvalResult

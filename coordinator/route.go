@@ -148,6 +148,9 @@ func (s *Server) route(ctx context.Context, wc *workerConn, n int) {
 				if len(leases) == 0 {
 					leases = job.backup(wc.id, "") // stragglers.go
 				}
+				if len(leases) == 0 {
+					job.noteStarved(wc.id) // volunteershare.go
+				}
 			}
 		})
 		if err != nil {

@@ -1,6 +1,9 @@
 package coordinator
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // A volunteer's share of the tasks. Per-address limits bound the leases
 // one address holds at once, but not how fast it turns them over: twenty
@@ -11,6 +14,11 @@ import "fmt"
 // share of the volunteers connected, until spot checks have vouched for it
 // (engine.SpotChecks.Vouched): a fast honest volunteer, a GPU beside CPUs,
 // earns its way past the bound by results that agree with others'.
+//
+// The bound holds only while another volunteer goes without: one that
+// asked for work within starvedFor and got none (a round's places all
+// taken, the queue empty). A volunteer alone at work, or beside ones
+// that do not ask (a hostage sitting on its leases), is never held back.
 const (
 	shareWindow = 256
 	// shareSlack above the even share: volunteers differ in speed, and an
@@ -18,7 +26,42 @@ const (
 	shareSlack = 1.5
 	// shareMinSamples: below this many grants in the window, no bound.
 	shareMinSamples = 32
+	// starvedFor: how long a request that got nothing counts as a
+	// volunteer going without.
+	starvedFor = 2 * time.Second
 )
+
+// noteStarved records that worker asked for work and got none. Call on
+// the loop.
+func (j *Job) noteStarved(worker string) {
+	st := &j.st
+	m, ok := st.members[worker]
+	if !ok {
+		return
+	}
+	if st.starved == nil {
+		st.starved = map[string]time.Time{}
+	}
+	now := st.sched.Now()
+	st.starved[m.volunteer] = now
+	for v, at := range st.starved {
+		if now.Sub(at) > starvedFor {
+			delete(st.starved, v) // stays as small as the volunteers going without
+		}
+	}
+}
+
+// othersStarved reports whether a volunteer other than v went without
+// work within starvedFor.
+func (j *Job) othersStarved(v string) bool {
+	now := j.st.sched.Now()
+	for u, at := range j.st.starved {
+		if u != v && now.Sub(at) <= starvedFor {
+			return true
+		}
+	}
+	return false
+}
 
 // grantShares is the ring of the volunteers of the last shareWindow
 // primary grants.
@@ -51,7 +94,7 @@ func (g *grantShares) add(v string) {
 func (j *Job) volunteerShare(v string) (int, string) {
 	st := &j.st
 	g := &st.grantShares
-	if g.n < shareMinSamples || st.spot.Vouched(v) {
+	if g.n < shareMinSamples || st.spot.Vouched(v) || !j.othersStarved(v) {
 		return shareWindow, ""
 	}
 	// The limit is at least shareSlack·n over the members (connections):
@@ -73,6 +116,6 @@ func (j *Job) volunteerShare(v string) (int, string) {
 	if left > 0 {
 		return left, ""
 	}
-	return 0, fmt.Sprintf("this volunteer took %d of the last %d tasks, more than its share among %d volunteers (%.1fx even); ask again when the others have had theirs (spot checks that agree with others lift this bound)",
+	return 0, fmt.Sprintf("this volunteer took %d of the last %d tasks, more than its share among %d volunteers (%.1fx even), while others go without; ask again when they have had theirs (spot checks that agree with others lift this bound)",
 		g.count[v], g.n, len(vols), shareSlack)
 }
