@@ -168,8 +168,9 @@ type jobState struct {
 	empty          emptyUpdates         // updates that move nothing (emptyupdates.go)
 	grantShares    grantShares          // volunteers of the recent grants (volunteershare.go)
 	starved        map[string]time.Time // volunteers that asked and got nothing, when (volunteershare.go)
-	validationSeen int64                // accepted updates, for observeValidation's sample
-	nonFiniteRun   int                  // results with NaN/Inf since the last accepted one
+	starvedPruned  time.Time
+	validationSeen int64 // accepted updates, for observeValidation's sample
+	nonFiniteRun   int   // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	eval           *EvalResult

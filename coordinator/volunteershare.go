@@ -44,9 +44,14 @@ func (j *Job) noteStarved(worker string) {
 	}
 	now := st.sched.Now()
 	st.starved[m.volunteer] = now
-	for v, at := range st.starved {
-		if now.Sub(at) > starvedFor {
-			delete(st.starved, v) // stays as small as the volunteers going without
+	if now.Sub(st.starvedPruned) > starvedFor {
+		// Once per starvedFor, not per request: thousands of idle
+		// volunteers asking must not each scan the others.
+		st.starvedPruned = now
+		for v, at := range st.starved {
+			if now.Sub(at) > starvedFor {
+				delete(st.starved, v)
+			}
 		}
 	}
 }
