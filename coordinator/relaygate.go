@@ -373,11 +373,7 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 		g.reply(m, upstream.JoinReply{Error: "a join is JSON: {\"relay\": NAME, \"url\": URL}"})
 		return
 	}
-	if why := g.identify(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.JoinReply{Error: why})
-		return
-	}
-	if why := g.quarantined(req.Relay); why != "" {
+	if why := g.admit(m.Subject, &req.Relay); why != "" {
 		g.reply(m, upstream.JoinReply{Error: why})
 		return
 	}
@@ -421,11 +417,7 @@ func (g *relayGate) onLease(m *nats.Msg) {
 		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 1"})
 		return
 	}
-	if why := g.identify(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.LeaseReply{Error: why})
-		return
-	}
-	if why := g.quarantined(req.Relay); why != "" {
+	if why := g.admit(m.Subject, &req.Relay); why != "" {
 		g.reply(m, upstream.LeaseReply{Error: why})
 		return
 	}
@@ -447,11 +439,7 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 		g.reply(m, upstream.Released{Error: "a release names the job and at most 1024 leases"})
 		return
 	}
-	if why := g.identify(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.Released{Error: why})
-		return
-	}
-	if why := g.quarantined(req.Relay); why != "" {
+	if why := g.admit(m.Subject, &req.Relay); why != "" {
 		g.reply(m, upstream.Released{Error: why})
 		return
 	}
@@ -617,6 +605,15 @@ func (g *relayGate) recordOf(relay string) *relayRecord {
 		g.relays[relay] = r
 	}
 	return r
+}
+
+// admit identifies the relay of a control request (identify) and says
+// why it may not be served (identify, quarantined), or "".
+func (g *relayGate) admit(subject string, relay *string) string {
+	if why := g.identify(subject, relay); why != "" {
+		return why
+	}
+	return g.quarantined(*relay)
 }
 
 // quarantined is why relay may not be served, or "".
