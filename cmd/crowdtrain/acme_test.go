@@ -96,9 +96,16 @@ func TestServeACMEWithPebble(t *testing.T) {
 	mini := x509.NewCertPool()
 	mini.AppendCertsFromPEM(caPEM)
 	mgmt := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: mini}}}
-	resp, err := mgmt.Get("https://" + mgmtAddr + "/roots/0")
-	if err != nil {
-		t.Fatal(err)
+	// Pebble logs "Listening on" for its ACME listener; the management
+	// listener may come up a moment later.
+	var resp *http.Response
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if resp, err = mgmt.Get("https://" + mgmtAddr + "/roots/0"); err == nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("Pebble's management API did not answer within 30s: %v\npebble log:\n%s", err, pp.logText())
+		}
 	}
 	rootPEM, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
