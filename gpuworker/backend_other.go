@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !windows
 
 package gpuworker
 
@@ -10,8 +10,8 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
-// errUnsupported: the CUDA binding is built for Linux only.
-var errUnsupported = errors.New("the CUDA backend runs on Linux only, not " + runtime.GOOS)
+// errUnsupported: the CUDA binding is built for Linux and Windows only.
+var errUnsupported = errors.New("the CUDA backend runs on Linux and Windows only, not " + runtime.GOOS)
 
 // Backend exists so callers build everywhere; Open always fails here.
 type Backend struct{}

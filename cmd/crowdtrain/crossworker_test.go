@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,10 +138,17 @@ __declspec(dllexport) BOOL WINAPI ProcessPrng(PBYTE data, SIZE_T len) {
 }
 `
 
-// The windows/amd64 worker build, run under Wine against a coordinator on
-// this machine, trains mnist-mlp with its results accepted.
-func TestWindowsWorkerUnderWine(t *testing.T) {
-	testenv.Long(t, "cross-builds the worker and runs it under Wine against a coordinator process")
+// wineWorker is the windows/amd64 worker build and the Wine that runs it,
+// with a prefix of its own.
+type wineWorker struct {
+	wine, bin string
+	env       []string
+}
+
+// newWineWorker cross-builds the worker for windows/amd64 and prepares a
+// Wine prefix that runs it, or skips t saying why Wine cannot.
+func newWineWorker(t *testing.T) *wineWorker {
+	t.Helper()
 	wine := wine64(t)
 	bin := crossBuild(t, "windows", "amd64")
 	prefix := t.TempDir()
@@ -177,14 +185,77 @@ func TestWindowsWorkerUnderWine(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "os/arch: windows/amd64") {
 		t.Skipf("Wine cannot run the windows/amd64 build here: %v\n%s", err, out)
 	}
+	return &wineWorker{wine: wine, bin: bin, env: env}
+}
 
+// start runs the worker with args (and extra environment) as a proc.
+func (w *wineWorker) start(t *testing.T, env []string, args ...string) *proc {
+	cmd := exec.Command(w.wine, append([]string{w.bin}, args...)...)
+	cmd.Env = append(slices.Clone(w.env), env...)
+	return startCmd(t, cmd)
+}
+
+// The windows/amd64 worker build, run under Wine against a coordinator on
+// this machine, trains mnist-mlp with its results accepted.
+func TestWindowsWorkerUnderWine(t *testing.T) {
+	testenv.Long(t, "cross-builds the worker and runs it under Wine against a coordinator process")
+	ww := newWineWorker(t)
 	addr := serveForCross(t)
-	cmd := exec.Command(wine, append([]string{bin}, workArgs(addr)...)...) // --kernel auto, as a volunteer runs it
-	cmd.Env = env
-	w := startCmd(t, cmd)
+	w := ww.start(t, nil, workArgs(addr)...) // --kernel auto, as a volunteer runs it
 	v := waitWorkerAccepted(t, addr, 5, 3*time.Minute, w)
 	if v.Kind != "native" || !strings.HasPrefix(v.Backend, "cpu-") {
 		t.Errorf("the coordinator sees the Windows worker as %s backend %q; want native, cpu-<kernel>", v.Kind, v.Backend)
 	}
 	t.Logf("windows/amd64 worker under Wine: backend %s, %d results accepted, %d rejected, %d examples", v.Backend, v.Accepted, v.Rejected, v.Examples)
+}
+
+// The windows/amd64 worker's CUDA backend loads nvcuda.dll, NVRTC and
+// cuBLAS as DLLs: under Wine, with the CPU emulation of those libraries
+// (gpuworker's testdata, built as Windows DLLs with mingw-w64) in
+// $CROWDTRAIN_CUDA_LIBS, it trains mnist-mlp as a gpu worker with its
+// results accepted. Without them it says which DLL is missing.
+func TestWindowsGPUWorkerUnderWine(t *testing.T) {
+	testenv.Long(t, "cross-builds the worker and runs its CUDA backend under Wine against a coordinator process")
+	gxx, err := exec.LookPath("x86_64-w64-mingw32-g++")
+	if err != nil {
+		testenv.Missing(t, "x86_64-w64-mingw32-g++ not found: install Debian's g++-mingw-w64-x86-64-win32 to build the CUDA emulator as Windows DLLs")
+	}
+	ww := newWineWorker(t)
+
+	cmd := exec.Command(ww.wine, ww.bin, "bench", "--backend", "cuda", "--model", "mnist-mlp")
+	cmd.Env = append(slices.Clone(ww.env), "CROWDTRAIN_CUDA_LIBS=")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "nvcuda.dll not found: install the NVIDIA driver") {
+		t.Errorf("bench --backend cuda without a driver under Wine: want nvcuda.dll named as missing, got:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	dll := filepath.Join(dir, "nvcuda.dll")
+	args := []string{"-shared", "-O2", "-DEMU", "-o", dll,
+		"-x", "c", filepath.Join("..", "..", "gpuworker", "cuda", "testdata", "fakecuda.c"),
+		"-x", "c++", "-fno-exceptions", filepath.Join("..", "..", "gpuworker", "testdata", "emu.cpp"),
+		"-static", "-static-libgcc", "-static-libstdc++", "-Wl,-Bstatic", "-lpthread"}
+	if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", gxx, strings.Join(args, " "), err, out)
+	}
+	body, err := os.ReadFile(dll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"nvrtc64_130_0.dll", "cublas64_13.dll"} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := serveForCross(t)
+	w := ww.start(t, []string{"CROWDTRAIN_CUDA_LIBS=Z:" + filepath.FromSlash(dir)},
+		"work", "--coordinator", "ws://"+addr+"/ws", "--key-file", "", "--backend", "cuda")
+	v := waitWorkerAccepted(t, addr, 5, 5*time.Minute, w)
+	if v.Kind != "gpu" {
+		t.Errorf("the coordinator sees the Windows CUDA worker as %s backend %q; want gpu\nworker log:\n%s", v.Kind, v.Backend, w.logText())
+	}
+	if !strings.Contains(w.logText(), "nvcuda.dll") {
+		t.Errorf("the worker's log does not name the nvcuda.dll it loaded:\n%s", w.logText())
+	}
+	t.Logf("windows/amd64 CUDA worker under Wine on the emulator: backend %s, %d results accepted, %d rejected", v.Backend, v.Accepted, v.Rejected)
 }

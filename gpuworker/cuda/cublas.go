@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || windows
 
 package cuda
 
@@ -22,15 +22,13 @@ type BLAS struct {
 	alpha, beta float32
 }
 
-const cublasHint = "install cuBLAS (the CUDA toolkit's libcublas package, or pip install nvidia-cublas)"
-
 // BLASNames are the file names tried for cuBLAS, newest first.
-var BLASNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
+var BLASNames = blasNames
 
 // LoadBLAS opens cuBLAS (see LoadDriver for dirs). It needs a current
 // context only from Init on.
 func LoadBLAS(dirs []string) (*BLAS, error) {
-	lib, err := openLibrary(BLASNames, dirs, cublasHint, "libcublasLt.so*")
+	lib, err := openLibrary(BLASNames, dirs, cublasHint, blasCompanions...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || windows
 
 package cuda
 
@@ -66,12 +66,10 @@ type Driver struct {
 
 const maxKernelArgs = 24
 
-const driverHint = "install the NVIDIA driver (the package that provides libcuda.so.1, e.g. nvidia-driver or libnvidia-compute)"
-
 // LoadDriver opens libcuda and binds the functions the worker uses. dirs,
 // when non-nil, are the only folders searched.
 func LoadDriver(dirs []string) (*Driver, error) {
-	lib, err := openLibrary([]string{"libcuda.so.1", "libcuda.so"}, dirs, driverHint)
+	lib, err := openLibrary(driverNames, dirs, driverHint)
 	if err != nil {
 		return nil, err
 	}

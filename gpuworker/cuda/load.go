@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || windows
 
 package cuda
 
@@ -7,56 +7,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/ebitengine/purego"
 )
 
 // EnvLibs names the environment variable with extra folders to search
-// first, separated by colons.
+// first, in the OS's list form (colons on Linux, semicolons on Windows).
 const EnvLibs = "CROWDTRAIN_CUDA_LIBS"
 
-// commonDirs are where CUDA libraries usually live when the system loader
-// does not know them.
-var commonDirs = []string{
-	"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib",
-	"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
-	"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib",
-}
-
-// wheelGlobs find the libraries that PyTorch's nvidia-* pip wheels carry
-// (nvidia/cuda_nvrtc/lib, nvidia/cublas/lib, nvidia/cu13/lib, ...).
-var wheelGlobs = []string{
-	"/opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib",
-	"/opt/*/lib/python3*/site-packages/nvidia/*/lib",
-	"/usr/local/lib/python3*/dist-packages/nvidia/*/lib",
-	"/usr/local/lib/python3*/site-packages/nvidia/*/lib",
-	"/usr/lib/python3/dist-packages/nvidia/*/lib",
-	"~/.local/lib/python3*/site-packages/nvidia/*/lib",
-}
-
-// SearchDirs returns the folders searched after the system loader, in
-// order: $CROWDTRAIN_CUDA_LIBS is searched before the loader and is not
-// part of this list.
-func SearchDirs() []string {
-	dirs := append([]string(nil), commonDirs...)
-	home, _ := os.UserHomeDir()
-	for _, g := range wheelGlobs {
-		if strings.HasPrefix(g, "~/") {
-			if home == "" {
-				continue
-			}
-			g = filepath.Join(home, g[2:])
-		}
-		m, _ := filepath.Glob(g)
-		dirs = append(dirs, m...)
-	}
-	return dirs
-}
-
+// envDirs are the folders $CROWDTRAIN_CUDA_LIBS names.
 func envDirs() []string {
 	var dirs []string
-	for _, d := range strings.Split(os.Getenv(EnvLibs), ":") {
+	for _, d := range filepath.SplitList(os.Getenv(EnvLibs)) {
 		if d != "" {
 			dirs = append(dirs, d)
 		}
@@ -107,11 +69,11 @@ func openLibrary(names []string, dirs []string, hint string, companions ...strin
 			for _, pat := range companions {
 				m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), pat))
 				for _, c := range m {
-					_, _ = purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+					_, _ = dlopen(c)
 				}
 			}
 		}
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(path)
 		if err != nil {
 			e.Tried = append(e.Tried, fmt.Sprintf("%s: %v", path, err))
 			return nil
@@ -139,9 +101,11 @@ func openLibrary(names []string, dirs []string, hint string, companions ...strin
 				}
 			}
 		}
-		if l := try(name, name); l != nil {
-			l.path = loadedPath(name)
-			return l, nil
+		if path, ok := systemPath(name); ok {
+			if l := try(name, path); l != nil {
+				l.path = loadedPath(name, path)
+				return l, nil
+			}
 		}
 		for _, d := range SearchDirs() {
 			if p := filepath.Join(d, name); exists(p) {
@@ -154,29 +118,9 @@ func openLibrary(names []string, dirs []string, hint string, companions ...strin
 	return nil, e
 }
 
-// loadedPath returns the file the system loader opened for name, read from
-// /proc/self/maps, or name itself if it cannot tell.
-func loadedPath(name string) string {
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return name
-	}
-	stem := name[:strings.Index(name, ".so")+3] // libcuda.so.1 → libcuda.so
-	for _, line := range strings.Split(string(maps), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 {
-			continue
-		}
-		if p := f[len(f)-1]; strings.HasPrefix(filepath.Base(p), stem) {
-			return p
-		}
-	}
-	return name
-}
-
 // bind points fptr at the named function.
 func (l *library) bind(fptr any, symbol string) error {
-	addr, err := purego.Dlsym(l.handle, symbol)
+	addr, err := dlsym(l.handle, symbol)
 	if err != nil || addr == 0 {
 		return &SymbolError{Library: l.name, Path: l.path, Symbol: symbol, Hint: l.hint}
 	}

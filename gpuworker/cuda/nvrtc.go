@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux || windows
 
 package cuda
 
@@ -30,10 +30,8 @@ type NVRTC struct {
 	nvrtcGetSupportedArchs    func(archs *int32) int32
 }
 
-const nvrtcHint = "install NVRTC, the CUDA runtime compiler (the CUDA toolkit's cuda-nvrtc package, or pip install nvidia-cuda-nvrtc)"
-
 // NVRTCNames are the file names tried for NVRTC, newest first.
-var NVRTCNames = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}
+var NVRTCNames = nvrtcNames
 
 // LoadNVRTC opens the newest NVRTC found (see LoadDriver for dirs). The
 // builtins library it needs is preloaded from the same folder.
@@ -42,7 +40,7 @@ func LoadNVRTC(dirs []string) (*NVRTC, error) {
 }
 
 func loadNVRTC(names, dirs []string) (*NVRTC, error) {
-	lib, err := openLibrary(names, dirs, nvrtcHint, "libnvrtc-builtins.so*")
+	lib, err := openLibrary(names, dirs, nvrtcHint, nvrtcCompanions...)
 	if err != nil {
 		return nil, err
 	}
