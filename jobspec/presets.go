@@ -180,13 +180,29 @@ func modeDefaults(s *Spec, g given) {
 			s.MaxLocalSteps = max(16, s.LocalSteps)
 		}
 	}
-	if s.UpdateCodec == CodecTopK && !g["spot_check"] {
-		// A topk update carries the worker's error-feedback residual,
-		// which no copy can reproduce: spot checks cannot judge it.
+	if (s.UpdateCodec == CodecTopK || s.UpdateCodec == CodecSparse) && !g["spot_check"] {
+		// A topk or sparse update carries the worker's error-feedback
+		// residual, which no copy can reproduce: spot checks cannot judge
+		// it.
 		s.SpotCheck = 0
 	}
+	s.sparseDefaults(g)
 	if !g["shard_size"] {
 		s.ShardSize = max(1000, s.BatchSize*s.TaskSteps())
+	}
+}
+
+// sparseDefaults fills sparse_k and sparse_chunk of a sparse spec that
+// left them out; other codecs have neither.
+func (s *Spec) sparseDefaults(g given) {
+	if s.UpdateCodec != CodecSparse {
+		return
+	}
+	if !g["sparse_k"] && s.SparseK == 0 {
+		s.SparseK = DefaultSparseK
+	}
+	if !g["sparse_chunk"] && s.SparseChunk == 0 {
+		s.SparseChunk = DefaultSparseChunk
 	}
 }
 
