@@ -324,3 +324,15 @@ func TestDiLoCoSparseTrainsMNIST(t *testing.T) {
 		v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections,
 		protocol.SparseLen(n, jobspec.DefaultSparseChunk, protocol.SparseCount(jobspec.DefaultSparseChunk, jobspec.DefaultSparseK)), 4*n)
 }
+
+// The job spec's sparse bounds and defaults are the protocol's: a spec
+// that validates is one every worker encodes and the coordinator decodes.
+func TestSparseSpecBoundsAreTheProtocols(t *testing.T) {
+	if jobspec.MinSparseChunk != protocol.SparseMinChunk || jobspec.MaxSparseChunk != protocol.SparseMaxChunk ||
+		jobspec.MaxSparseK != protocol.SparseMaxFraction || jobspec.DefaultSparseChunk != protocol.DefaultSparseChunk ||
+		jobspec.DefaultSparseK != protocol.DefaultSparseFraction {
+		t.Fatalf("jobspec sparse bounds %d..%d, k <= %v, defaults %d, %v; protocol's %d..%d, k <= %v, defaults %d, %v",
+			jobspec.MinSparseChunk, jobspec.MaxSparseChunk, jobspec.MaxSparseK, jobspec.DefaultSparseChunk, jobspec.DefaultSparseK,
+			protocol.SparseMinChunk, protocol.SparseMaxChunk, protocol.SparseMaxFraction, protocol.DefaultSparseChunk, protocol.DefaultSparseFraction)
+	}
+}

@@ -26,8 +26,8 @@ import (
 // proportionally fewer (at least 1) for the last.
 
 // Sparse codec bounds and defaults: a chunk's offsets fit 16 bits, and a
-// quarter of the entries is the most a sparse update sends (past that,
-// i8 sends everything for little more).
+// quarter of the entries is the most a sparse update sends (at a quarter
+// it costs half of i8's bytes, which send every entry).
 const (
 	SparseMinChunk        = 64
 	SparseMaxChunk        = 1 << 16
