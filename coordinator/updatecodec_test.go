@@ -297,32 +297,44 @@ func TestInt8JobTrainsMNIST(t *testing.T) {
 		v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections, v.SpotChecks)
 }
 
-// DiLoCo with the sparse codec (1% of each 4096-value chunk, 2-bit
-// values, about 200x fewer bytes than f32) trains mnist-mlp with two real
-// workers to 90% within 3 epochs: error feedback carries what each round
-// did not send into the next. Every result arrives sparse and decodes.
+// DiLoCo and async DiLoCo with the sparse codec (1% of each 4096-value
+// chunk, 2-bit values, about 200x fewer bytes than f32) train mnist-mlp
+// with two real workers to 90% within 3 epochs: error feedback carries
+// what each round did not send into the next. Every result arrives sparse
+// and decodes, and the result frames received are over 50x smaller than
+// f32 updates would be.
 func TestDiLoCoSparseTrainsMNIST(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	spec := modeSpec(t, "mode: diloco\nlocal_steps: 16\nround_size: 2\nupdate_codec: sparse\n"+
-		"target_accuracy: 0.9\nmax_epochs: 3\neval_every: 20\n")
-	if spec.SparseK != jobspec.DefaultSparseK || spec.SparseChunk != jobspec.DefaultSparseChunk || spec.SpotCheck != 0 {
-		t.Fatalf("spec sparse_k %v, sparse_chunk %d, spot_check %v", spec.SparseK, spec.SparseChunk, spec.SpotCheck)
+	for _, c := range []struct{ name, mode string }{
+		{"diloco", "mode: diloco\n"},
+		{"async_diloco", "mode: diloco\nasync_diloco: true\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := modeSpec(t, c.mode+"local_steps: 16\nround_size: 2\nupdate_codec: sparse\n"+
+				"target_accuracy: 0.9\nmax_epochs: 3\neval_every: 20\n")
+			if spec.SparseK != jobspec.DefaultSparseK || spec.SparseChunk != jobspec.DefaultSparseChunk || spec.SpotCheck != 0 {
+				t.Fatalf("spec sparse_k %v, sparse_chunk %d, spot_check %v", spec.SparseK, spec.SparseChunk, spec.SpotCheck)
+			}
+			g := newTestGrid(t, spec)
+			for range 2 {
+				g.addWorker(1, nil)
+			}
+			v := g.waitDone(4 * time.Minute)
+			if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.9 {
+				t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.9", v.State, v.Reason, v.Eval)
+			}
+			if v.Rejections["invalid"] != 0 {
+				t.Errorf("rejections %v", v.Rejections)
+			}
+			full := 4 * float64(v.NumParams)
+			perResult := float64(v.BytesIn) / float64(v.UpdatesApplied+v.UpdatesRejected)
+			t.Logf("%s sparse: accuracy %.4f at version %d, %d examples, %d results, rejections %v; %.0f bytes a result frame against %.0f for an f32 update (%.0fx)",
+				c.name, v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections, perResult, full, full/perResult)
+			if perResult > full/50 {
+				t.Errorf("%.0f bytes a result, over 1/50 of f32's %.0f", perResult, full)
+			}
+		})
 	}
-	g := newTestGrid(t, spec)
-	for range 2 {
-		g.addWorker(1, nil)
-	}
-	v := g.waitDone(4 * time.Minute)
-	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Accuracy < 0.9 {
-		t.Fatalf("job ended %s (%s) with eval %+v, want done at >= 0.9", v.State, v.Reason, v.Eval)
-	}
-	if v.Rejections["invalid"] != 0 {
-		t.Errorf("rejections %v", v.Rejections)
-	}
-	n := modelParams(t, spec)
-	t.Logf("diloco sparse: accuracy %.4f at version %d, %d examples, %d results, rejections %v; an update is %d bytes against %d in f32",
-		v.Eval.Accuracy, v.Eval.Version, v.ExamplesSeen, v.UpdatesApplied, v.Rejections,
-		protocol.SparseLen(n, jobspec.DefaultSparseChunk, protocol.SparseCount(jobspec.DefaultSparseChunk, jobspec.DefaultSparseK)), 4*n)
 }
 
 // The job spec's sparse bounds and defaults are the protocol's: a spec
