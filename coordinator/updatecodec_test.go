@@ -299,8 +299,9 @@ func TestInt8JobTrainsMNIST(t *testing.T) {
 
 // DiLoCo and async DiLoCo with the sparse codec (1% of each 4096-value
 // chunk, 2-bit values, about 200x fewer bytes than f32) train mnist-mlp
-// with two real workers to 90% within 3 epochs: error feedback carries
-// what each round did not send into the next. Every result arrives sparse
+// with two real workers to 90% within 3 epochs, at the outer momentum
+// sparse defaults to (0.7): error feedback carries what each round did not
+// send into the next. Every result arrives sparse
 // and decodes, and the result frames received are over 50x smaller than
 // f32 updates would be.
 func TestDiLoCoSparseTrainsMNIST(t *testing.T) {

@@ -15,6 +15,18 @@ func TestSparseCodecKeys(t *testing.T) {
 				mode, s.SparseK, s.SparseChunk, s.SpotCheck, DefaultSparseK, DefaultSparseChunk)
 		}
 	}
+	// DiLoCo's outer momentum is lower with sparse, unless given.
+	for spec, want := range map[string]float64{
+		"mode: diloco\nupdate_codec: sparse\n":                     SparseOuterMomentum,
+		"mode: diloco\nasync_diloco: true\nupdate_codec: sparse\n": SparseOuterMomentum,
+		"mode: diloco\nupdate_codec: topk\nspot_check: 0\n":        0.9,
+		"mode: diloco\nupdate_codec: sparse\n" +
+			"outer_optimizer: {type: momentum, lr: 0.7, momentum: 0.9, nesterov: true}\n": 0.9,
+	} {
+		if o := mustParse(t, "name: t\nmodel: mnist-mlp\n"+spec).OuterOptimizer; o.Momentum != want || o.LR != 0.7 || !o.Nesterov {
+			t.Errorf("%q: outer optimizer %+v, want Nesterov momentum %v at lr 0.7", spec, o, want)
+		}
+	}
 	s := mustParse(t, "name: t\nmodel: mnist-mlp\nmode: diloco\nupdate_codec: sparse\nsparse_k: 0.25\nsparse_chunk: 64\n")
 	if s.SparseK != 0.25 || s.SparseChunk != 64 {
 		t.Fatalf("given: sparse_k %v, sparse_chunk %d", s.SparseK, s.SparseChunk)

@@ -157,6 +157,10 @@ const (
 	DefaultSparseChunk     = 4096
 )
 
+// SparseOuterMomentum is DiLoCo's default outer momentum with
+// update_codec sparse (0.9 with the other codecs).
+const SparseOuterMomentum = 0.7
+
 // Sparse codec bounds (the protocol's: a chunk's offsets fit 16 bits).
 const (
 	MaxSparseK     = 0.25
