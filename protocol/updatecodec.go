@@ -23,8 +23,9 @@ import (
 //	sparse per chunk, the largest entries' offsets in the fewest bits and
 //	      2-bit codes against two float32 levels (sparse.go)
 //
-// i8, topk and sparse are lossy with error feedback: the sender keeps what it did
-// not send (the residual) and adds it to its next update (UpdateEncoder).
+// i8, topk and sparse are lossy with error feedback: the sender keeps what
+// it did not send (the residual) and adds it to its next update
+// (UpdateEncoder).
 
 // I8Block is how many values share an i8 block's min and step.
 const I8Block = 256

@@ -74,9 +74,9 @@ const testSparseChunk = 64
 
 // A worker sends its results in the codec its welcome names, with error
 // feedback carried from one result to the next; a spot check's copy in
-// an i8, topk or sparse job goes as f32 and leaves the residual alone (the next
-// result is what it would have been without the copy); an f16 copy goes
-// as f16.
+// an i8, topk or sparse job goes as f32 and leaves the residual alone
+// (the next result is what it would have been without the copy); an f16
+// copy goes as f16.
 func TestWorkerSendsTheWelcomesCodec(t *testing.T) {
 	for _, codec := range []string{protocol.CodecF16, protocol.CodecI8, protocol.CodecTopK, protocol.CodecSparse} {
 		t.Run(codec, func(t *testing.T) {
