@@ -45,8 +45,11 @@ func SparseCount(chunk int, frac float64) int {
 }
 
 // sparseChunkCount is k_c, the entries a chunk of length values sends
-// when a full chunk sends k.
-func sparseChunkCount(length, chunk, k int) int { return (k*length + chunk - 1) / chunk }
+// when a full chunk sends k. In int64: k·length reaches 2^32 (a header's
+// k may be its chunk, 2^16), past a 32-bit int.
+func sparseChunkCount(length, chunk, k int) int {
+	return int((int64(k)*int64(length) + int64(chunk) - 1) / int64(chunk))
+}
 
 // sparseOffsetBits is the bits of one offset in a chunk of chunk values.
 func sparseOffsetBits(chunk int) int { return max(1, bits.Len(uint(chunk-1))) }
