@@ -26,6 +26,8 @@ func wireUpdateCodec(s jobspec.Spec) string {
 		return protocol.CodecI8
 	case jobspec.CodecTopK:
 		return protocol.CodecTopK
+	case jobspec.CodecSparse:
+		return protocol.CodecSparse
 	}
 	return protocol.CodecF32
 }
@@ -50,21 +52,35 @@ func (j *Job) updateCodecFor(codecs []string) string {
 // welcomeCodec fills info's update codec for a worker that speaks codecs.
 func (j *Job) welcomeCodec(info *protocol.JobInfo, codecs []string) {
 	info.UpdateCodec = j.updateCodecFor(codecs)
-	if info.UpdateCodec == protocol.CodecTopK {
+	switch info.UpdateCodec {
+	case protocol.CodecTopK:
 		info.TopKFraction = j.Spec.TopKFraction
+	case protocol.CodecSparse:
+		info.SparseFraction, info.SparseChunk = j.Spec.SparseK, j.Spec.SparseChunk
 	}
 }
 
 // unpackUpdate decodes a result's packed update into buf's update storage
 // and sets res.Update. It returns why the result must be refused as
-// invalid, or "": a codec other than f32 and the job's, or a packed update
-// that does not decode (protocol.DecodeUpdate says what is wrong).
+// invalid, or "": a codec other than f32 and the job's, a sparse update
+// whose chunk size or count is not the job's, or a packed update that does
+// not decode (protocol.DecodeUpdate says what is wrong).
 func (j *Job) unpackUpdate(res *protocol.Result, buf *decodeBuf) string {
 	if res.Codec == "" || res.Codec == protocol.CodecF32 {
 		return ""
 	}
 	if want := wireUpdateCodec(j.Spec); res.Codec != want {
 		return fmt.Sprintf("update codec %q is neither %q nor this job's (%q)", res.Codec, protocol.CodecF32, want)
+	}
+	if res.Codec == protocol.CodecSparse {
+		// The header says how to read the rest; it must say what the
+		// welcome asked for, or a worker could send more than its share.
+		chunk, k, ok := protocol.SparseParams(res.Packed)
+		wantK := protocol.SparseCount(j.Spec.SparseChunk, j.Spec.SparseK)
+		if ok && (chunk != j.Spec.SparseChunk || k != wantK) {
+			return fmt.Sprintf("sparse update: chunk %d with %d entries, want this job's chunk %d with %d (sparse_chunk %d, sparse_k %v)",
+				chunk, k, j.Spec.SparseChunk, wantK, j.Spec.SparseChunk, j.Spec.SparseK)
+		}
 	}
 	u, err := protocol.DecodeUpdate(res.Codec, res.Packed, j.model.NumParams, buf.update)
 	buf.update = u[:0]

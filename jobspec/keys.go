@@ -82,6 +82,8 @@ var keys = []key{
 	{name: "spot_check_tolerance"},
 	{name: "update_codec"},
 	{name: "topk_fraction"},
+	{name: "sparse_k"},
+	{name: "sparse_chunk"},
 	{name: "snapshot_codec"},
 	{name: "max_comm_fraction", live: true},
 	{name: "weight", decode: decodeWeight, live: true},

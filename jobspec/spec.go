@@ -83,10 +83,14 @@ type Spec struct {
 	SpotCheckTolerance float64 `json:"spot_check_tolerance" yaml:"spot_check_tolerance"`
 
 	// UpdateCodec is how workers send their updates: CodecFP32, CodecFP16,
-	// CodecInt8 or CodecTopK (docs/PROTOCOL.md, Update codecs);
-	// TopKFraction is the share of entries a topk update sends.
+	// CodecInt8, CodecTopK or CodecSparse (docs/PROTOCOL.md, Update
+	// codecs); TopKFraction is the share of entries a topk update sends.
 	UpdateCodec  string  `json:"update_codec" yaml:"update_codec"`
 	TopKFraction float64 `json:"topk_fraction" yaml:"topk_fraction"`
+	// SparseK is the share of each chunk a sparse update sends, and
+	// SparseChunk the values per chunk; both 0 unless the codec is sparse.
+	SparseK     float64 `json:"sparse_k,omitempty" yaml:"sparse_k"`
+	SparseChunk int     `json:"sparse_chunk,omitempty" yaml:"sparse_chunk"`
 	// SnapshotCodec is how snapshots are served to workers that read it:
 	// CodecFP32 or CodecFP16.
 	SnapshotCodec string `json:"snapshot_codec" yaml:"snapshot_codec"`
@@ -140,12 +144,28 @@ const (
 	CodecFP16 = "fp16"
 	CodecInt8 = "int8"
 	CodecTopK = "topk"
+	// CodecSparse is SparseLoCo's compression: per chunk, the largest
+	// entries with 2-bit values.
+	CodecSparse = "sparse"
 )
 
 // Codec defaults.
 const (
 	DefaultTopKFraction    = 0.01
 	DefaultMaxCommFraction = 0.1
+	DefaultSparseK         = 0.01
+	DefaultSparseChunk     = 4096
+)
+
+// SparseOuterMomentum is DiLoCo's default outer momentum with
+// update_codec sparse (0.9 with the other codecs).
+const SparseOuterMomentum = 0.7
+
+// Sparse codec bounds (the protocol's: a chunk's offsets fit 16 bits).
+const (
+	MaxSparseK     = 0.25
+	MinSparseChunk = 64
+	MaxSparseChunk = 1 << 16
 )
 
 // Robust is the `robust` key: the method and its parameters (see
@@ -328,6 +348,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	if s.TopKFraction == 0 {
 		s.TopKFraction = DefaultTopKFraction
 	}
+	s.sparseDefaults(given{})
 	if s.SnapshotCodec == "" {
 		s.SnapshotCodec = CodecFP32
 	}

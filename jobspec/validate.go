@@ -124,12 +124,14 @@ func (s Spec) validateTraining() error {
 		return Errorf("spot_check_strikes", "must be in 1..1000 (strikes that ban a volunteer), got %d", s.SpotCheckStrikes)
 	case !(s.SpotCheckTolerance > 0 && s.SpotCheckTolerance < 1):
 		return Errorf("spot_check_tolerance", "must be a relative difference in (0, 1), got %v", s.SpotCheckTolerance)
-	case !slices.Contains([]string{CodecFP32, CodecFP16, CodecInt8, CodecTopK}, s.UpdateCodec):
-		return Errorf("update_codec", "%q is not a codec (want fp32, fp16, int8 or topk)", s.UpdateCodec)
+	case !slices.Contains([]string{CodecFP32, CodecFP16, CodecInt8, CodecTopK, CodecSparse}, s.UpdateCodec):
+		return Errorf("update_codec", "%q is not a codec (want fp32, fp16, int8, topk or sparse)", s.UpdateCodec)
 	case !(s.TopKFraction > 0 && s.TopKFraction <= 0.5):
 		return Errorf("topk_fraction", "must be a fraction in (0, 0.5] of the entries a topk update sends, got %v", s.TopKFraction)
 	case s.UpdateCodec == CodecTopK && s.SpotCheck > 0:
 		return Errorf("spot_check", "must be 0 with update_codec topk: a topk update carries the worker's error-feedback residual, which a spot check's copy cannot reproduce; use int8 or fp16 where spot checks matter")
+	case s.validateSparse() != nil:
+		return s.validateSparse()
 	case s.SnapshotCodec != CodecFP32 && s.SnapshotCodec != CodecFP16:
 		return Errorf("snapshot_codec", "%q is not a snapshot codec (want fp32 or fp16)", s.SnapshotCodec)
 	case !(s.MaxCommFraction > 0 && s.MaxCommFraction < 1):
@@ -146,6 +148,33 @@ func (s Spec) validateTraining() error {
 		return Errorf("weight", "must be a number above 0 and at most %g (left out: 1), got %v: a job's share of the grid is its weight over the running jobs' sum", float64(MaxWeight), s.Weight)
 	case s.Priority < -MaxPriority || s.Priority > MaxPriority:
 		return Errorf("priority", "must be a whole number in -%d..%d, got %d", MaxPriority, MaxPriority, s.Priority)
+	}
+	return nil
+}
+
+// validateSparse checks sparse_k and sparse_chunk: set with update_codec
+// sparse only, and within the codec's bounds. Every mode takes sparse, as
+// every mode takes topk: DiLoCo's pseudo-gradients are what SparseLoCo
+// compresses, and the asynchronous and sync modes' gradients go the same
+// way, their error feedback kept on the worker. Spot checks cannot judge
+// it (the residual), so it refuses spot_check > 0.
+func (s Spec) validateSparse() error {
+	if s.UpdateCodec != CodecSparse {
+		switch {
+		case s.SparseK != 0:
+			return Errorf("sparse_k", "applies to update_codec sparse only, not %s: remove it, or set update_codec: sparse", s.UpdateCodec)
+		case s.SparseChunk != 0:
+			return Errorf("sparse_chunk", "applies to update_codec sparse only, not %s: remove it, or set update_codec: sparse", s.UpdateCodec)
+		}
+		return nil
+	}
+	switch {
+	case !(s.SparseK > 0 && s.SparseK <= MaxSparseK):
+		return Errorf("sparse_k", "must be a fraction in (0, %g] of each chunk's entries a sparse update sends (0.01 sends 1%%), got %v", float64(MaxSparseK), s.SparseK)
+	case s.SparseChunk < MinSparseChunk || s.SparseChunk > MaxSparseChunk:
+		return Errorf("sparse_chunk", "must be in %d..%d values (the offsets in a chunk fit 16 bits), got %d", MinSparseChunk, MaxSparseChunk, s.SparseChunk)
+	case s.SpotCheck > 0:
+		return Errorf("spot_check", "must be 0 with update_codec sparse: a sparse update carries the worker's error-feedback residual, which a spot check's copy cannot reproduce; use int8 or fp16 where spot checks matter")
 	}
 	return nil
 }

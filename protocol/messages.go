@@ -62,10 +62,14 @@ const (
 	// CodecTopK is the largest entries by magnitude (indices and float32
 	// values) in Result.Packed, with error feedback kept on the worker.
 	CodecTopK = "topk"
+	// CodecSparse is per-chunk top-k with 2-bit values and bit-packed
+	// offsets (SparseLoCo's) in Result.Packed, with error feedback kept
+	// on the worker.
+	CodecSparse = "sparse"
 )
 
 // UpdateCodecs are the update codecs this package encodes and decodes.
-var UpdateCodecs = []string{CodecF32, CodecF16, CodecI8, CodecTopK}
+var UpdateCodecs = []string{CodecF32, CodecF16, CodecI8, CodecTopK, CodecSparse}
 
 // Snapshot codecs: how a snapshot's parameters travel. A worker names
 // those it reads in hello (SnapshotCodecs); absent means f32 only.
@@ -186,6 +190,10 @@ type JobInfo struct {
 	UpdateCodec string `msgpack:"update_codec,omitempty"`
 	// TopKFraction is the share of entries a CodecTopK update sends.
 	TopKFraction float64 `msgpack:"topk_fraction,omitempty"`
+	// SparseFraction is the share of each chunk a CodecSparse update
+	// sends, and SparseChunk the values per chunk.
+	SparseFraction float64 `msgpack:"sparse_k,omitempty"`
+	SparseChunk    int     `msgpack:"sparse_chunk,omitempty"`
 	// SnapshotCodec is how this worker's snapshot URLs encode the
 	// parameters (SnapshotF32 when absent).
 	SnapshotCodec string `msgpack:"snapshot_codec,omitempty"`

@@ -20,9 +20,12 @@ import (
 //	      float32 before the add: no fused multiply-add)
 //	topk  uint32 k, k uint32 indices (strictly increasing, each < n),
 //	      k float32 values; every other entry is 0
+//	sparse per chunk, the largest entries' offsets in the fewest bits and
+//	      2-bit codes against two float32 levels (sparse.go)
 //
-// i8 and topk are lossy with error feedback: the sender keeps what it did
-// not send (the residual) and adds it to its next update (UpdateEncoder).
+// i8, topk and sparse are lossy with error feedback: the sender keeps what
+// it did not send (the residual) and adds it to its next update
+// (UpdateEncoder).
 
 // I8Block is how many values share an i8 block's min and step.
 const I8Block = 256
@@ -47,7 +50,8 @@ func I8Len(n int) int { return i8Header*((n+I8Block-1)/I8Block) + n }
 func i8Value(lo, step float32, code byte) float32 { return lo + float32(float32(code)*step) }
 
 // UpdateEncoder encodes updates in Codec, keeping the error-feedback
-// residual of the lossy codecs (CodecI8, CodecTopK) between calls. Its
+// residual of the lossy codecs (CodecI8, CodecTopK, CodecSparse) between
+// calls. Its
 // buffers are reused: once warm (one call at a given n), Encode allocates
 // nothing beyond growing dst. The zero value with Codec set is ready; an
 // encoder is not safe for concurrent use.
@@ -55,11 +59,16 @@ type UpdateEncoder struct {
 	Codec string
 	// TopKFraction is the share of entries CodecTopK sends (0: 0.01).
 	TopKFraction float64
+	// SparseChunk is the values per CodecSparse chunk (0: 4096), and
+	// SparseFraction the share of each chunk it sends (0: 0.01).
+	SparseChunk    int
+	SparseFraction float64
 
-	residual []float32 // what was not sent yet (i8, topk)
+	residual []float32 // what was not sent yet (i8, topk, sparse)
 	acc      []float32 // scratch: update + residual, then the new residual
 	keys     []uint64  // scratch: topk selection keys
-	idx      []uint32  // scratch: topk indices
+	idx      []uint32  // scratch: topk indices, sparse offsets
+	mags     []float64 // scratch: sparse kept magnitudes
 }
 
 // DefaultTopKFraction is the topk fraction when none is given.
@@ -69,7 +78,9 @@ const DefaultTopKFraction = 0.01
 func (e *UpdateEncoder) Reset() { clear(e.residual) }
 
 // feedbackCodec reports whether codec keeps a residual.
-func feedbackCodec(codec string) bool { return codec == CodecI8 || codec == CodecTopK }
+func feedbackCodec(codec string) bool {
+	return codec == CodecI8 || codec == CodecTopK || codec == CodecSparse
+}
 
 // Encode writes u in e.Codec into dst's storage (dst[:0], grown as
 // needed) and returns it. With feedback, a lossy codec sends u plus the
@@ -113,6 +124,8 @@ func (e *UpdateEncoder) Encode(dst []byte, u []float32, feedback bool) ([]byte, 
 		out, err = e.appendI8(dst[:0], src, feedback)
 	case CodecTopK:
 		out, err = e.appendTopK(dst[:0], src, feedback)
+	case CodecSparse:
+		out, err = e.appendSparse(dst[:0], src, feedback)
 	default:
 		return dst[:0], fmt.Errorf("update codec %q is not one of %v", e.Codec, UpdateCodecs)
 	}
@@ -285,8 +298,9 @@ func selectLargest(keys []uint64, k int) {
 // storage (grown as needed) and returns it. Whatever is malformed is an
 // error wrapping ErrMalformed that says what: a wrong length, an i8 block
 // with a non-finite min or step or a negative step, a topk k of 0 or over
-// n, an index out of range or not strictly after the one before, and any
-// value that is not finite.
+// n, an index out of range or not strictly after the one before, a sparse
+// chunk size or count out of bounds, a level not finite, negative or out of
+// order, nonzero padding, and any value that is not finite.
 func DecodeUpdate(codec string, packed []byte, n int, dst []float32) ([]float32, error) {
 	if n <= 0 {
 		return dst[:0], fmt.Errorf("%w: update of %d values", ErrMalformed, n)
@@ -385,6 +399,8 @@ func DecodeUpdate(codec string, packed []byte, n int, dst []float32) ([]float32,
 			prev = int64(j)
 			dst[j] = v
 		}
+	case CodecSparse:
+		return decodeSparse(packed, n, dst, bad, length)
 	default:
 		return dst[:0], fmt.Errorf("%w: %q is not an update codec (want one of %v)", ErrMalformed, codec, UpdateCodecs)
 	}
@@ -399,11 +415,11 @@ func finite32(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(fl
 // minus the residual left now. For i8 that is 3·sqrt(Σ over blocks of
 // count·(step/2)²); 0 for f32 and f16 (rounded alike on both sides); +Inf
 // for topk, whose jobs run no spot checks, and for an i8 update that does
-// not parse.
+// not parse. Sparse jobs run no spot checks either: +Inf.
 func UpdateSlack(codec string, packed []byte) float64 {
 	switch codec {
 	case CodecI8:
-	case CodecTopK:
+	case CodecTopK, CodecSparse:
 		return math.Inf(1)
 	default:
 		return 0

@@ -194,10 +194,10 @@ func norm(v []float64) float64 {
 // the true updates; the gap is the one residual still held.
 func TestUpdateCodecErrorFeedback(t *testing.T) {
 	const n, steps = 3000, 200
-	for _, codec := range []string{CodecI8, CodecTopK} {
+	for _, codec := range []string{CodecI8, CodecTopK, CodecSparse} {
 		t.Run(codec, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
-			e := &UpdateEncoder{Codec: codec, TopKFraction: 0.05}
+			e := &UpdateEncoder{Codec: codec, TopKFraction: 0.05, SparseFraction: 0.05, SparseChunk: 256}
 			sumTrue, sumSent := make([]float64, n), make([]float64, n)
 			var buf []byte
 			var dec []float32
@@ -256,7 +256,7 @@ func TestUpdateCodecErrorFeedback(t *testing.T) {
 // A spot check's copy (feedback false) leaves the residual as it was.
 func TestUpdateEncoderNoFeedback(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, codec := range []string{CodecI8, CodecTopK} {
+	for _, codec := range []string{CodecI8, CodecTopK, CodecSparse} {
 		e := &UpdateEncoder{Codec: codec}
 		if _, err := e.Encode(nil, randUpdate(r, 1000, 1), true); err != nil {
 			t.Fatal(err)
@@ -408,6 +408,9 @@ func TestUpdateSlack(t *testing.T) {
 	}
 	if s := UpdateSlack(CodecTopK, encodeOnce(t, CodecTopK, u)); !math.IsInf(s, 1) {
 		t.Fatalf("topk slack %v", s)
+	}
+	if s := UpdateSlack(CodecSparse, encodeOnce(t, CodecSparse, u)); !math.IsInf(s, 1) {
+		t.Fatalf("sparse slack %v", s)
 	}
 	if s := UpdateSlack(CodecI8, []byte{1, 2, 3}); !math.IsInf(s, 1) {
 		t.Fatalf("slack of a broken i8 update %v", s)

@@ -17,8 +17,8 @@ type encoder struct {
 }
 
 // newEncoder is the encoder for welcome's job: f32 when the welcome names
-// no codec. A codec this worker does not speak, or a topk fraction
-// outside (0, 1], gets f32 (which every coordinator takes) and a warning
+// no codec. A codec this worker does not speak, a topk fraction outside
+// (0, 1], or sparse parameters out of bounds get f32 (which every coordinator takes) and a warning
 // saying why, for the log.
 func newEncoder(job protocol.JobInfo) (*encoder, string) {
 	c, warn := job.UpdateCodec, ""
@@ -31,8 +31,13 @@ func newEncoder(job protocol.JobInfo) (*encoder, string) {
 	case c == protocol.CodecTopK && !(job.TopKFraction > 0 && job.TopKFraction <= 1):
 		warn = fmt.Sprintf("the coordinator asked for topk with fraction %v, outside (0, 1]; sending %s", job.TopKFraction, protocol.CodecF32)
 		c = protocol.CodecF32
+	case c == protocol.CodecSparse && protocol.CheckSparseParams(job.SparseChunk, job.SparseFraction) != nil:
+		warn = fmt.Sprintf("the coordinator asked for sparse with sparse_chunk %d and sparse_k %v: %v; sending %s",
+			job.SparseChunk, job.SparseFraction, protocol.CheckSparseParams(job.SparseChunk, job.SparseFraction), protocol.CodecF32)
+		c = protocol.CodecF32
 	}
-	return &encoder{enc: protocol.UpdateEncoder{Codec: c, TopKFraction: job.TopKFraction}}, warn
+	return &encoder{enc: protocol.UpdateEncoder{Codec: c, TopKFraction: job.TopKFraction,
+		SparseChunk: job.SparseChunk, SparseFraction: job.SparseFraction}}, warn
 }
 
 // codec is the session's update codec.

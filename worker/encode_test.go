@@ -35,7 +35,7 @@ func (tc *testCoordinator) acceptCodec(ctx context.Context, codec string, frac f
 		tc.t.Fatal("first message is not hello")
 	}
 	s.send(&protocol.Welcome{WorkerID: "w1", Job: protocol.JobInfo{ID: "j", Name: "test", Model: smallSpec, NumParams: tc.model.NumParams,
-		UpdateCodec: codec, TopKFraction: frac},
+		UpdateCodec: codec, TopKFraction: frac, SparseFraction: frac, SparseChunk: testSparseChunk},
 		Limits: protocol.Limits{MaxMessageBytes: 1 << 20, LeaseTimeoutMs: 60000, MaxLeases: 8}})
 	if _, ok := s.recv().(*protocol.Want); !ok {
 		tc.t.Fatal("the worker did not ask for leases after welcome")
@@ -68,13 +68,17 @@ func (tc *testCoordinator) resultOf(s *coordSide, l *protocol.Lease, params []fl
 	return res, w.Update
 }
 
+// testSparseChunk is the sparse chunk of the test welcomes: a few chunks
+// of the small model.
+const testSparseChunk = 64
+
 // A worker sends its results in the codec its welcome names, with error
 // feedback carried from one result to the next; a spot check's copy in
-// an i8 or topk job goes as f32 and leaves the residual alone (the next
-// result is what it would have been without the copy); an f16 copy goes
-// as f16.
+// an i8, topk or sparse job goes as f32 and leaves the residual alone
+// (the next result is what it would have been without the copy); an f16
+// copy goes as f16.
 func TestWorkerSendsTheWelcomesCodec(t *testing.T) {
-	for _, codec := range []string{protocol.CodecF16, protocol.CodecI8, protocol.CodecTopK} {
+	for _, codec := range []string{protocol.CodecF16, protocol.CodecI8, protocol.CodecTopK, protocol.CodecSparse} {
 		t.Run(codec, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -84,7 +88,7 @@ func TestWorkerSendsTheWelcomesCodec(t *testing.T) {
 				t.Fatalf("hello codecs %v, want %v", h.Codecs, protocol.UpdateCodecs)
 			}
 			p := tc.publish(3)
-			ref := &protocol.UpdateEncoder{Codec: codec, TopKFraction: 0.05}
+			ref := &protocol.UpdateEncoder{Codec: codec, TopKFraction: 0.05, SparseFraction: 0.05, SparseChunk: testSparseChunk}
 			check := func(res *protocol.Result, want []float32, wantCodec string, feedback bool) {
 				t.Helper()
 				if res.Codec != wantCodec {
@@ -135,7 +139,7 @@ func TestEncoderPackAllocatesNothing(t *testing.T) {
 		u[i] = float32(i%17) - 8
 	}
 	for _, codec := range protocol.UpdateCodecs {
-		e, _ := newEncoder(protocol.JobInfo{UpdateCodec: codec, TopKFraction: 0.01})
+		e, _ := newEncoder(protocol.JobInfo{UpdateCodec: codec, TopKFraction: 0.01, SparseFraction: 0.01, SparseChunk: 4096})
 		var res protocol.Result
 		pack := func() {
 			res = protocol.Result{Codec: protocol.CodecF32, Update: u}
@@ -153,13 +157,16 @@ func TestEncoderPackAllocatesNothing(t *testing.T) {
 	}
 }
 
-// A welcome naming a codec the worker does not speak, or a topk fraction
-// out of range, gets f32 and a warning.
+// A welcome naming a codec the worker does not speak, a topk fraction out
+// of range, or sparse parameters out of bounds, gets f32 and a warning.
 func TestNewEncoderFallsBackToF32(t *testing.T) {
 	for _, job := range []protocol.JobInfo{
 		{UpdateCodec: "zip"},
 		{UpdateCodec: protocol.CodecTopK, TopKFraction: 0},
 		{UpdateCodec: protocol.CodecTopK, TopKFraction: 1.5},
+		{UpdateCodec: protocol.CodecSparse, SparseFraction: 0.01},                       // no chunk
+		{UpdateCodec: protocol.CodecSparse, SparseFraction: 0.5, SparseChunk: 4096},     // over a quarter
+		{UpdateCodec: protocol.CodecSparse, SparseFraction: 0.01, SparseChunk: 1 << 20}, // offsets past 16 bits
 	} {
 		e, warn := newEncoder(job)
 		if e.codec() != protocol.CodecF32 || warn == "" {
@@ -171,5 +178,8 @@ func TestNewEncoderFallsBackToF32(t *testing.T) {
 	}
 	if e, warn := newEncoder(protocol.JobInfo{UpdateCodec: protocol.CodecTopK, TopKFraction: 0.01}); e.codec() != protocol.CodecTopK || warn != "" {
 		t.Errorf("topk: %q, warning %q", e.codec(), warn)
+	}
+	if e, warn := newEncoder(protocol.JobInfo{UpdateCodec: protocol.CodecSparse, SparseFraction: 0.01, SparseChunk: 4096}); e.codec() != protocol.CodecSparse || warn != "" {
+		t.Errorf("sparse: %q, warning %q", e.codec(), warn)
 	}
 }
