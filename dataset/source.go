@@ -31,6 +31,8 @@ func (s Spec) Source() (Source, error) {
 	switch {
 	case s.Name == BibleKJV:
 		return BibleSource{}, nil
+	case s.Name == GoSource:
+		return GoSourceSource{}, nil
 	case s.Name != "":
 		return BuiltinSource{Name: s.Name}, nil
 	case s.Type == TypeIDX:

@@ -78,7 +78,7 @@ func (s *Spec) Files() []File {
 }
 
 // IsText reports whether the spec is text (a language model's data).
-func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV }
+func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV || s.Name == GoSource }
 
 // IsImageBuiltin reports whether the spec is a built-in 28x28 grey image
 // set.

@@ -30,6 +30,7 @@ func TestDatasetForms(t *testing.T) {
 		{"dataset: {type: text, path: corpus}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "corpus"), ValFraction: 0.05}},
 		{"dataset: {type: text, path: corpus.txt, val_fraction: 0.1}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "corpus.txt"), ValFraction: 0.1}},
 		{"dataset: {type: text, path: src, glob: \"**/*.go\", val_fraction: 0.01}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "src"), Glob: "**/*.go", ValFraction: 0.01}},
+		{"dataset: go-source\n", dataset.Spec{Name: "go-source"}},
 	}
 	for i, c := range cases {
 		file := filepath.Join(dir, "job.yaml")

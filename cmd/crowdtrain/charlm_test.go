@@ -190,3 +190,25 @@ func TestServeCharlmBadTextExits2(t *testing.T) {
 		}
 	}
 }
+
+// A job on go-source without the Go source: serve says where it looked and
+// what to do, exits 2 and creates no database.
+func TestServeGoSourceMissingExits2(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "gpt.yaml")
+	os.WriteFile(job, []byte("name: gpt\nmodel: charlm-tiny\ndataset: go-source\n"), 0o644)
+	t.Setenv(dataset.EnvGoSource, filepath.Join(dir, "no-such-tree"))
+	db := filepath.Join(dir, "ct.db")
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", "127.0.0.1:0", "--db", db, "--job", job)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"go-source", "$" + dataset.EnvGoSource + "=" + filepath.Join(dir, "no-such-tree"), "apt-get install golang-go", "--data DIR"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+		}
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the database exists (stat: %v)", err)
+	}
+}
