@@ -291,8 +291,7 @@ func TextSplits(name, key string, text []byte, t int, valFraction float64) (trai
 	if !(valFraction > 0 && valFraction <= 0.5) {
 		return nil, nil, &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", valFraction)}
 	}
-	nVal := int(float64(len(text)) * valFraction)
-	cut := len(text) - nVal
+	cut := trainCut(len(text), valFraction)
 	return textSets(name, key, text[:cut:cut], text[cut:], len(text), t)
 }
 

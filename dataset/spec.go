@@ -95,6 +95,9 @@ func (s Spec) String() string {
 			parts = append(parts, f.Key+"="+*f.Path)
 		}
 	}
+	if s.Glob != "" {
+		parts = append(parts, "glob="+s.Glob)
+	}
 	return strings.Join(parts, " ")
 }
 
