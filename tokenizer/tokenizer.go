@@ -20,18 +20,13 @@ type Tokenizer struct {
 	merges []Pair
 	tokens [][]byte         // the bytes of each id
 	rank   map[uint64]int32 // pair key -> the id it merges into
-	cache  sync.Map         // string piece -> []int32, while small
-	cached countedEntries
+
+	mu    sync.RWMutex
+	cache map[string][]int32 // piece -> ids, emptied past maxCached pieces
 }
 
-// countedEntries bounds the per-piece cache: past maxCached pieces it is
-// emptied and starts again, so a stream of unique pieces cannot grow it
-// without bound.
-type countedEntries struct {
-	mu sync.Mutex
-	n  int
-}
-
+// maxCached bounds the per-piece cache: past it the cache starts again,
+// so a stream of unique pieces cannot grow it without bound.
 const maxCached = 1 << 18
 
 // New builds a tokenizer from its merges, in order: merge i joins two
@@ -80,32 +75,40 @@ func (t *Tokenizer) Encode(text []byte) []int32 { return t.AppendEncode(nil, tex
 
 // AppendEncode appends the ids of text to dst.
 func (t *Tokenizer) AppendEncode(dst []int32, text []byte) []int32 {
+	var fresh map[string][]int32 // pieces first met in this call
+	t.mu.RLock()
 	for p := range Pieces(text) {
 		if len(p) == 1 {
 			dst = append(dst, int32(p[0]))
 			continue
 		}
-		if ids, ok := t.cache.Load(string(p)); ok {
-			dst = append(dst, ids.([]int32)...)
+		if ids, ok := t.cache[string(p)]; ok {
+			dst = append(dst, ids...)
+			continue
+		}
+		if ids, ok := fresh[string(p)]; ok {
+			dst = append(dst, ids...)
 			continue
 		}
 		ids := t.encodePiece(p)
 		dst = append(dst, ids...)
-		t.remember(string(p), ids)
+		if fresh == nil {
+			fresh = make(map[string][]int32)
+		}
+		fresh[string(p)] = ids
+	}
+	t.mu.RUnlock()
+	if len(fresh) > 0 {
+		t.mu.Lock()
+		if t.cache == nil || len(t.cache)+len(fresh) > maxCached {
+			t.cache = make(map[string][]int32, len(fresh))
+		}
+		for k, v := range fresh {
+			t.cache[k] = v
+		}
+		t.mu.Unlock()
 	}
 	return dst
-}
-
-func (t *Tokenizer) remember(piece string, ids []int32) {
-	t.cached.mu.Lock()
-	defer t.cached.mu.Unlock()
-	if t.cached.n >= maxCached {
-		t.cache.Clear()
-		t.cached.n = 0
-	}
-	if _, loaded := t.cache.LoadOrStore(piece, ids); !loaded {
-		t.cached.n++
-	}
 }
 
 // encodePiece applies the merges to one piece as training did: the pair of

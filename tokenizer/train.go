@@ -14,19 +14,25 @@ const MinPairCount = 2
 // merges from the counts. The counts are all it keeps, so the texts added
 // may be dropped after Add.
 type Trainer struct {
-	counts map[string]int64
+	counts map[string]*int64 // a pointer: counting a known piece is a lookup, not an assignment
 	bytes  int64
 }
 
 // NewTrainer returns a Trainer with no text.
-func NewTrainer() *Trainer { return &Trainer{counts: make(map[string]int64)} }
+func NewTrainer() *Trainer { return &Trainer{counts: make(map[string]*int64)} }
 
 // Add counts the pieces of text, a document: no piece crosses from one
 // document into the next.
 func (tr *Trainer) Add(text []byte) {
 	tr.bytes += int64(len(text))
 	for p := range Pieces(text) {
-		tr.counts[string(p)]++
+		if c := tr.counts[string(p)]; c != nil {
+			*c++
+			continue
+		}
+		c := new(int64)
+		*c = 1
+		tr.counts[string(p)] = c
 	}
 }
 
@@ -86,10 +92,11 @@ func (tr *Trainer) learn(n int) ([]Pair, []word) {
 			syms[i] = int32(p[i])
 		}
 		wi := int32(len(words))
-		words = append(words, word{piece: p, syms: syms, freq: tr.counts[p]})
+		freq := *tr.counts[p]
+		words = append(words, word{piece: p, syms: syms, freq: freq})
 		for j := 0; j+1 < len(syms); j++ {
 			k := Pair{syms[j], syms[j+1]}.key()
-			counts[k] += tr.counts[p]
+			counts[k] += freq
 			where[k] = append(where[k], wi)
 		}
 	}
