@@ -44,25 +44,32 @@ func matchGlob(glob, rel string) bool {
 	return matchSegments(strings.Split(glob, "/"), strings.Split(rel, "/"))
 }
 
+// matchSegments matches by dynamic programming over (pattern segment,
+// name segment), so no run of ** segments can make it backtrack
+// exponentially: at most len(pat)*len(name) segment matches. ok[j] says
+// whether pat[i:] matches name[j:], for i from the end down.
 func matchSegments(pat, name []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			// Zero or more whole directories; a trailing ** matches the
-			// rest, whatever its depth.
-			for skip := 0; skip <= len(name); skip++ {
-				if matchSegments(pat[1:], name[skip:]) {
-					return true
-				}
+	ok := make([]bool, len(name)+1)
+	next := make([]bool, len(name)+1)
+	ok[len(name)] = true
+	for i := len(pat) - 1; i >= 0; i-- {
+		if pat[i] == "**" {
+			// Zero directories, or one more and still **.
+			next[len(name)] = ok[len(name)]
+			for j := len(name) - 1; j >= 0; j-- {
+				next[j] = ok[j] || next[j+1]
 			}
-			return false
+		} else {
+			next[len(name)] = false
+			for j := len(name) - 1; j >= 0; j-- {
+				m := false
+				if ok[j+1] {
+					m, _ = path.Match(pat[i], name[j])
+				}
+				next[j] = m
+			}
 		}
-		if len(name) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], name[0]); !ok {
-			return false
-		}
-		pat, name = pat[1:], name[1:]
+		ok, next = next, ok
 	}
-	return len(name) == 0
+	return ok[0]
 }

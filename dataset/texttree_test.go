@@ -197,3 +197,35 @@ func TestSpecGlob(t *testing.T) {
 		t.Fatalf("Source() = %#v, %v", src, err)
 	}
 }
+
+// Any glob is either refused by CheckGlob or matched without panicking; a
+// glob without pattern characters matches itself, and under "**/" it
+// matches itself at any depth.
+func FuzzGlob(f *testing.F) {
+	for _, s := range [][2]string{{"**/*.go", "a/b/c.go"}, {"*.go", "x.go"}, {"a/**/b/**", "a/b"}, {"[a-", "a"}, {"a//b", "a/b"}, {"\\*", "*"}, {"**", ""}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, glob, rel string) {
+		if CheckGlob(glob) != nil {
+			return
+		}
+		matchGlob(glob, rel)
+		if !strings.ContainsAny(glob, `*?[\`) {
+			if !matchGlob(glob, glob) || !matchGlob("**/"+glob, "x/y/"+glob) {
+				t.Fatalf("literal glob %q does not match itself", glob)
+			}
+		}
+	})
+}
+
+// Many ** segments against a deep path cost a product, not an explosion.
+func TestGlobManyDoubleStars(t *testing.T) {
+	glob := strings.Repeat("**/a/", 30) + "b"
+	rel := strings.Repeat("a/", 200) + "c"
+	if err := CheckGlob(glob); err != nil {
+		t.Fatal(err)
+	}
+	if matchGlob(glob, rel) || !matchGlob(glob, strings.Repeat("a/", 200)+"b") {
+		t.Fatal("wrong match")
+	}
+}

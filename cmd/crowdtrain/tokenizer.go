@@ -183,6 +183,9 @@ func tokenizerCode(cmd string, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return usagef("stdin: a line longer than %d KiB; want one token id a line", bufio.MaxScanTokenSize>>10)
+		}
 		return fmt.Errorf("reading stdin: %w", err)
 	}
 	b, _ := tok.Decode(ids)

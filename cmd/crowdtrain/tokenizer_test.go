@@ -93,6 +93,7 @@ func TestTokenizerCommands(t *testing.T) {
 		{"", []string{"tokenizer", "encode", "--tokenizer", filepath.Join(dir, "pkg0", "f0.go")}, "f0.go, line 1: does not start with \"crowdtrain-bpe\""},
 		{"12\n300\n", []string{"tokenizer", "decode", "--tokenizer", out}, "stdin line 2: \"300\" is not a token id"},
 		{"12\nabc\n", []string{"tokenizer", "decode", "--tokenizer", out}, "stdin line 2: \"abc\""},
+		{strings.Repeat("1", 70000), []string{"tokenizer", "decode", "--tokenizer", out}, "longer than 64 KiB"},
 	} {
 		code, _, stderr := runWithStdin(t, c.input, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {
