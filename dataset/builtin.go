@@ -16,8 +16,9 @@ const (
 	BibleKJV = "bible-kjv"
 )
 
-// Builtins lists the built-in data set names in documentation order.
-var Builtins = []string{MNIST, FashionMNIST, BibleKJV}
+// Builtins lists the built-in data set names in documentation order
+// (GoSource: the Go standard library's source, gosrcsource.go).
+var Builtins = []string{MNIST, FashionMNIST, BibleKJV, GoSource}
 
 // Fashion-MNIST comes from Debian: the package installs the four IDX files,
 // gzipped, under FashionMNISTDir.
@@ -37,7 +38,7 @@ var ErrFashionMNISTNotFound = errors.New("Fashion-MNIST files not found")
 // IsNotFound reports whether err says a built-in data set's files are
 // missing (rather than present but broken).
 func IsNotFound(err error) bool {
-	return errors.Is(err, ErrMNISTNotFound) || errors.Is(err, ErrFashionMNISTNotFound) || errors.Is(err, ErrBibleNotFound)
+	return errors.Is(err, ErrMNISTNotFound) || errors.Is(err, ErrFashionMNISTNotFound) || errors.Is(err, ErrBibleNotFound) || errors.Is(err, ErrGoSourceNotFound)
 }
 
 // LoadFashionMNIST loads Fashion-MNIST from dir, or when dir is "" from

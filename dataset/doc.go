@@ -1,7 +1,8 @@
 // Package dataset loads labelled data sets and cuts them into the shards
 // the coordinator serves to workers: the built-in MNIST and Fashion-MNIST
-// (IDX files) and bible-kjv (text), and a job's own data as IDX, .npy or
-// UTF-8 text (docs/JOBS.md).
+// (IDX files), bible-kjv and go-source (text), and a job's own data as IDX,
+// .npy or UTF-8 text, a file or a tree of files selected by a glob and
+// split by file (docs/JOBS.md).
 //
 // The coordinator loads each data set a job names once (LoadBuiltin for
 // the built-in ones, each from its own place), fixes a seeded permutation of

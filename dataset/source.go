@@ -31,6 +31,8 @@ func (s Spec) Source() (Source, error) {
 	switch {
 	case s.Name == BibleKJV:
 		return BibleSource{}, nil
+	case s.Name == GoSource:
+		return GoSourceSource{}, nil
 	case s.Name != "":
 		return BuiltinSource{Name: s.Name}, nil
 	case s.Type == TypeIDX:
@@ -38,7 +40,7 @@ func (s Spec) Source() (Source, error) {
 	case s.Type == TypeNPY:
 		return NPYSource{TrainX: s.TrainX, TrainY: s.TrainY, TestX: s.TestX, TestY: s.TestY}, nil
 	}
-	return TextSource{Path: s.Path, ValFraction: s.ValFraction}, nil
+	return TextSource{Path: s.Path, Glob: s.Glob, ValFraction: s.ValFraction}, nil
 }
 
 // Load loads the spec's train and test splits.
@@ -193,13 +195,23 @@ func (p NPYSource) Load(Options) (train, test *Set, err error) {
 
 // TextSource is UTF-8 text: a file, or a directory whose regular files
 // (not hidden ones, not subdirectories) are read in name order and
-// concatenated. The model reads bytes: vocabulary 256.
+// concatenated, or with a Glob the tree of files it selects under the
+// directory, split by file (ReadTextTree). The model reads bytes:
+// vocabulary 256.
 type TextSource struct {
 	Path        string
+	Glob        string
 	ValFraction float64
 }
 
 func (t TextSource) Load(o Options) (train, test *Set, err error) {
+	if t.Glob != "" {
+		tree, err := ReadTextTree(t.Path, t.Glob, t.ValFraction)
+		if err != nil {
+			return nil, nil, err
+		}
+		return TreeSplits("text", "dataset.path", tree, o.Context)
+	}
 	text, err := ReadText(t.Path)
 	if err != nil {
 		return nil, nil, err
@@ -279,8 +291,24 @@ func TextSplits(name, key string, text []byte, t int, valFraction float64) (trai
 	if !(valFraction > 0 && valFraction <= 0.5) {
 		return nil, nil, &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", valFraction)}
 	}
-	nVal := int(float64(len(text)) * valFraction)
-	cut := len(text) - nVal
+	cut := trainCut(len(text), valFraction)
+	return textSets(name, key, text[:cut:cut], text[cut:], len(text), t)
+}
+
+// TreeSplits makes a text tree's training and held-out files into windows
+// of t+1 bytes as TextSplits does, each split's files concatenated in path
+// order.
+func TreeSplits(name, key string, tree *TextTree, t int) (train, val *Set, err error) {
+	if t < 1 {
+		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", t)}
+	}
+	tr, va := Text(tree.Train), Text(tree.Val)
+	return textSets(name, key, tr, va, len(tr)+len(va), t)
+}
+
+// textSets cuts the training and validation texts into windows of t+1
+// bytes starting at multiples of t; total is the bytes of both, for errors.
+func textSets(name, key string, trainText, valText []byte, total, t int) (train, val *Set, err error) {
 	mk := func(split string, b []byte) (*Set, error) {
 		n := 0
 		if len(b) > t {
@@ -288,15 +316,15 @@ func TextSplits(name, key string, text []byte, t int, valFraction float64) (trai
 		}
 		if n < 1 {
 			return nil, &KeyError{Key: key, Problem: fmt.Sprintf("the %s split holds %d bytes of the %d; a window needs context+1 = %d: the context (model input [%d]) is longer than the data. Use more text, a shorter context, or a larger val_fraction",
-				split, len(b), len(text), t+1, t)}
+				split, len(b), total, t+1, t)}
 		}
 		s := &Set{Name: name + "-" + split, Elem: Tokens8, Shape: []int{t}, Kind: NextTokens, Classes: 256, N: n, U8: b, Stride: t}
 		return s, s.Validate()
 	}
-	if train, err = mk("train", text[:cut:cut]); err != nil {
+	if train, err = mk("train", trainText); err != nil {
 		return nil, nil, err
 	}
-	if val, err = mk("validation", text[cut:]); err != nil {
+	if val, err = mk("validation", valText); err != nil {
 		return nil, nil, err
 	}
 	return train, val, nil

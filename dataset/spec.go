@@ -28,7 +28,7 @@ const DefaultValFraction = 0.05
 // a Type. In JSON and YAML it is a string (the built-in name) or an object
 // {type: idx, train_images, train_labels, test_images, test_labels},
 // {type: npy, train_x, train_y, test_x, test_y} or {type: text, path,
-// val_fraction}.
+// glob, val_fraction}.
 type Spec struct {
 	Name string `json:"-"`
 	Type string `json:"type"`
@@ -43,7 +43,10 @@ type Spec struct {
 	TestX  string `json:"test_x,omitempty"`
 	TestY  string `json:"test_y,omitempty"`
 
-	Path        string  `json:"path,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Glob selects the files of a text tree under Path (CheckGlob); without
+	// it a directory's top-level files are read as one text.
+	Glob        string  `json:"glob,omitempty"`
 	ValFraction float64 `json:"val_fraction,omitempty"`
 }
 
@@ -54,7 +57,7 @@ func Builtin(name string) Spec { return Spec{Name: name} }
 var SpecKeys = map[string][]string{
 	TypeIDX:  {"train_images", "train_labels", "test_images", "test_labels"},
 	TypeNPY:  {"train_x", "train_y", "test_x", "test_y"},
-	TypeText: {"path", "val_fraction"},
+	TypeText: {"path", "glob", "val_fraction"},
 }
 
 // File is one file a spec names: its key and a pointer to its path.
@@ -75,7 +78,7 @@ func (s *Spec) Files() []File {
 }
 
 // IsText reports whether the spec is text (a language model's data).
-func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV }
+func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV || s.Name == GoSource }
 
 // IsImageBuiltin reports whether the spec is a built-in 28x28 grey image
 // set.
@@ -91,6 +94,9 @@ func (s Spec) String() string {
 		if *f.Path != "" {
 			parts = append(parts, f.Key+"="+*f.Path)
 		}
+	}
+	if s.Glob != "" {
+		parts = append(parts, "glob="+s.Glob)
 	}
 	return strings.Join(parts, " ")
 }
@@ -159,12 +165,19 @@ func (s Spec) Validate() error {
 		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", s.ValFraction)}
 	case s.Type != TypeText && s.ValFraction != 0:
 		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("is a key of type text, not %s", s.Type)}
+	case s.Type != TypeText && s.Glob != "":
+		return &KeyError{Key: "dataset.glob", Problem: fmt.Sprintf("is a key of type text, not %s", s.Type)}
+	case s.Glob != "":
+		if err := CheckGlob(s.Glob); err != nil {
+			return &KeyError{Key: "dataset.glob", Problem: err.Error()}
+		}
 	}
 	return nil
 }
 
+// fileKeys are the keys that name files: all but glob and val_fraction.
 func fileKeys(keys []string) []string {
-	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == "val_fraction" })
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == "val_fraction" || k == "glob" })
 }
 
 // KeyError is a data spec or data file problem, naming the spec key

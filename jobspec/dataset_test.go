@@ -29,6 +29,8 @@ func TestDatasetForms(t *testing.T) {
 			dataset.Spec{Type: "npy", TrainX: filepath.Join(dir, "x.npy"), TrainY: filepath.Join(dir, "y.npy"), TestX: filepath.Join(filepath.Dir(dir), "tx.npy"), TestY: filepath.Join(dir, "ty.npy")}},
 		{"dataset: {type: text, path: corpus}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "corpus"), ValFraction: 0.05}},
 		{"dataset: {type: text, path: corpus.txt, val_fraction: 0.1}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "corpus.txt"), ValFraction: 0.1}},
+		{"dataset: {type: text, path: src, glob: \"**/*.go\", val_fraction: 0.01}\n", dataset.Spec{Type: "text", Path: filepath.Join(dir, "src"), Glob: "**/*.go", ValFraction: 0.01}},
+		{"dataset: go-source\n", dataset.Spec{Name: "go-source"}},
 	}
 	for i, c := range cases {
 		file := filepath.Join(dir, "job.yaml")
@@ -73,6 +75,9 @@ func TestDatasetErrorsNameTheKey(t *testing.T) {
 		{"dataset: {type: text, path: x, val_fraction: 0}\n", "dataset.val_fraction", "(0, 0.5]"},
 		{"dataset: {type: text, path: x, val_fraction: abc}\n", "dataset.val_fraction", "abc"},
 		{"dataset: {type: text, path: [a, b]}\n", "dataset.path", "path of a file"},
+		{"dataset: {type: text, path: x, glob: \"\"}\n", "dataset.glob", "a pattern"},
+		{"dataset: {type: text, path: x, glob: \"/abs/*.go\"}\n", "dataset.glob", "absolute"},
+		{"dataset: {type: idx, train_images: a, train_labels: b, test_images: c, test_labels: d, glob: \"*\"}\n", "dataset.glob", "unknown key"},
 		{"dataset: [mnist]\n", "dataset", "built-in name"},
 	} {
 		_, err := Parse([]byte("name: j\n" + model + c.yaml))

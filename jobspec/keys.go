@@ -407,6 +407,13 @@ func decodeDataset(val *yaml.Node, s *Spec, _ given) error {
 			}
 			continue
 		}
+		if k == "glob" {
+			if v.Kind != yaml.ScalarNode || v.Value == "" {
+				return Errorf("dataset.glob", "want a pattern of the files under path, such as \"**/*.go\" (quoted: YAML reads a bare * as an alias)")
+			}
+			d.Glob = v.Value
+			continue
+		}
 		for _, f := range d.Files() {
 			if f.Key == k {
 				if v.Kind != yaml.ScalarNode || v.Value == "" {

@@ -190,3 +190,43 @@ func TestServeCharlmBadTextExits2(t *testing.T) {
 		}
 	}
 }
+
+// A job on go-source without the Go source: serve says where it looked and
+// what to do, exits 2 and creates no database.
+func TestServeGoSourceMissingExits2(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "gpt.yaml")
+	os.WriteFile(job, []byte("name: gpt\nmodel: charlm-tiny\ndataset: go-source\n"), 0o644)
+	t.Setenv(dataset.EnvGoSource, filepath.Join(dir, "no-such-tree"))
+	db := filepath.Join(dir, "ct.db")
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", "127.0.0.1:0", "--db", db, "--job", job)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"go-source", "$" + dataset.EnvGoSource + "=" + filepath.Join(dir, "no-such-tree"), "apt-get install golang-go", "--data DIR"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, stderr)
+		}
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the database exists (stat: %v)", err)
+	}
+}
+
+// serve --data DIR for a job on go-source reads DIR as go-source reads
+// GOROOT/src: its .go files at any depth (here a binary one, refused by
+// name), not only the files at its top.
+func TestServeGoSourceDataDirKeepsTheGlob(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "gpt.yaml")
+	os.WriteFile(job, []byte("name: gpt\nmodel: charlm-tiny\ndataset: go-source\n"), 0o644)
+	tree := filepath.Join(dir, "tree")
+	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
+	os.WriteFile(filepath.Join(tree, "sub", "a.go"), []byte("package a\n"), 0o644)
+	os.WriteFile(filepath.Join(tree, "sub", "b.go"), []byte("package b\x00"), 0o644)
+	os.WriteFile(filepath.Join(tree, "sub", "notes.bin"), []byte("\x00\xff"), 0o644)
+	code, _, stderr := runCmd(t, context.Background(), "serve", "--addr", "127.0.0.1:0", "--db", "", "--job", job, "--data", tree)
+	if code != 2 || !strings.Contains(stderr, filepath.Join(tree, "sub", "b.go")) || !strings.Contains(stderr, "NUL byte") {
+		t.Fatalf("exit %d, want 2 naming sub/b.go's NUL byte; stderr:\n%s", code, stderr)
+	}
+}

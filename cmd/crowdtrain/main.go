@@ -44,6 +44,8 @@ Usage:
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
   crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID] [--fraction F]
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--token T]
+  crowdtrain tokenizer train --data go-source|SPEC|DIR|FILE --vocab N --out FILE [--glob PATTERN]
+  crowdtrain tokenizer encode|decode --tokenizer FILE   (text <-> token ids, one a line, stdin to stdout)
   crowdtrain version                   (or --version): version, commit, platform, cgo, GEMM kernels
 
 Run 'crowdtrain COMMAND -h' for a command's flags.
@@ -94,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = sample(ctx, args[1:], stdout, stderr)
 	case "attack":
 		err = attackCmd(ctx, args[1:], stdout, stderr)
+	case "tokenizer":
+		err = tokenizerCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		err = versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

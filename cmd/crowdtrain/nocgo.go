@@ -16,7 +16,7 @@ import (
 func noDatabase(cmd string) error {
 	return usagef("this build cannot hold a database (built without cgo), so it has no %s: "+
 		"build crowdtrain from source with CGO_ENABLED=1 and a C compiler (README, \"Contribute with a native worker\"); "+
-		"this binary runs work, bench, status, submit, sample, jobs, tokens, volunteers and version", cmd)
+		"this binary runs work, bench, status, submit, sample, jobs, tokens, volunteers, tokenizer and version", cmd)
 }
 
 func serve(context.Context, []string, io.Writer, io.Writer) error  { return noDatabase("serve") }

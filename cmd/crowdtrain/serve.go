@@ -32,7 +32,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
 	join := fs.String("join", coordinator.JoinOpen, "who may volunteer: `open` (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
 	threads := fs.Int("threads", 1, "threads per local worker")
-	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints); "+
+	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints; "+
+		"for a job on go-source or a text tree with a glob, the DIR the glob reads); "+
 		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
 	dataRoot := fs.String("data-root", ".", "`DIR` whose files job specs submitted over the API may name (their relative paths are relative to it)")
 	dataLoadTimeout := fs.Duration("data-load-timeout", coordinator.DefaultDataLoadTimeout, "longest a submitted job waits for its data to load; a slower load (a file that blocks) is refused and holds up no other submission")
@@ -134,11 +135,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			vf := spec.Dataset.ValFraction
-			if vf == 0 {
-				vf = dataset.DefaultValFraction
+			// A tree keeps its glob: go-source's .go files, or the spec's.
+			d := dataset.Spec{Type: dataset.TypeText, Path: abs, Glob: spec.Dataset.Glob, ValFraction: spec.Dataset.ValFraction}
+			if spec.Dataset.Name == dataset.GoSource {
+				d.Glob, d.ValFraction = dataset.GoSourceGlob, dataset.GoSourceValFraction
 			}
-			spec.Dataset = dataset.Spec{Type: dataset.TypeText, Path: abs, ValFraction: vf}
+			if d.ValFraction == 0 {
+				d.ValFraction = dataset.DefaultValFraction
+			}
+			spec.Dataset = d
 		}
 	}
 	logger := log.New(stderr, "", log.LstdFlags)

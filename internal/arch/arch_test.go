@@ -74,6 +74,8 @@ func TestImportDirections(t *testing.T) {
 		"placement": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"search":    {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/placement"},
 		"jobspec":   {"/coordinator", "/store", "/protocol", "/worker", "/web"},
+		// The tokenizer is a leaf: bytes in, ids out, standard library only.
+		"tokenizer": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/compute", "/internal"},
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
 		// neither; it builds on nn, protocol and dataset only.
