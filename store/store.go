@@ -451,20 +451,15 @@ func openPools(path, abs string, mode writeMode) (*Store, error) {
 	return s, nil
 }
 
-// migrate applies the migrations the database lacks, one transaction each.
+// migrate brings the database up to SchemaVersion in one transaction:
+// every migration it lacks, the new user_version and, for a new
+// database, the application id commit together or not at all, so a
+// failing disk or a crash mid-upgrade leaves the database at the version
+// it had, never half-migrated. (SQLite's DDL is transactional.)
 func (s *Store) migrate(ctx context.Context) error {
-	for {
-		done, err := s.migrateOne(ctx)
-		if err != nil || done {
-			return err
-		}
-	}
-}
-
-func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 	tx, err := s.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE: re-read under the write lock
 	if err != nil {
-		return false, classify(s.path, "starting the schema migration", err)
+		return classify(s.path, "starting the schema migration", err)
 	}
 	defer tx.Rollback()
 	var version, appID, objects int64
@@ -476,36 +471,45 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 		err = tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&objects)
 	}
 	if err != nil {
-		return false, classify(s.path, "reading the schema version", err)
+		return classify(s.path, "reading the schema version", err)
 	}
 	// Another process may have changed the file since inspect.
 	if appID != ApplicationID && (appID != 0 || objects > 0) {
-		return false, fmt.Errorf("store: %s: %w: another application wrote to it while crowdtrain was opening it; "+
+		return fmt.Errorf("store: %s: %w: another application wrote to it while crowdtrain was opening it; "+
 			"the file was left as it is", s.path, ErrNotCrowdtrain)
 	}
-	if version > int64(len(migrations)) {
-		return false, newerErr(s.path, version)
+	target := int64(len(migrations))
+	if version > target {
+		return newerErr(s.path, version)
 	}
-	if version == int64(len(migrations)) {
-		return true, nil
+	if version == target {
+		return nil
 	}
-	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
-		return false, classify(s.path, fmt.Sprintf("migrating the schema from version %d to %d", version, version+1), err)
+	from := version
+	failed := func(doing string, err error) error {
+		err = classify(s.path, doing, err)
+		if from == 0 {
+			return err
+		}
+		return fmt.Errorf("%w: the database was left at schema %d, as it was", err, from)
 	}
-	// Header fields are written in the transaction, so a crash leaves
-	// either the old version or the new one with its tables.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
-		return false, classify(s.path, "setting the schema version", err)
+	for ; version < target; version++ {
+		if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+			return failed(fmt.Sprintf("migrating the schema from version %d to %d", version, version+1), err)
+		}
 	}
-	if version == 0 {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", target)); err != nil {
+		return failed("setting the schema version", err)
+	}
+	if from == 0 {
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", ApplicationID)); err != nil {
-			return false, classify(s.path, "setting the application id", err)
+			return failed("setting the application id", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, classify(s.path, fmt.Sprintf("committing schema version %d", version+1), err)
+		return failed(fmt.Sprintf("committing schema version %d", target), err)
 	}
-	return false, nil
+	return nil
 }
 
 // Helpers shared by the record methods.

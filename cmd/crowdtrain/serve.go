@@ -171,6 +171,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	storeStuck := false // a frozen store: closing it would hang
 	if *dbPath != "" {
 		if db, err = store.Open(*dbPath); err != nil {
+			if errors.Is(err, store.ErrNewerSchema) {
+				// A newer crowdtrain's database: the fix is the binary,
+				// and the file was left as it is.
+				return &usageError{err.Error()}
+			}
 			return err
 		}
 		defer func() {
