@@ -12,7 +12,7 @@ import (
 )
 
 // Attribute keys of the coordinator's log lines, so that an operator can
-// pick out one job, worker, volunteer or relay (docs/DAEMON.md, Logs).
+// pick out one job, worker, volunteer or relay (README.md, "Logs").
 // The message keeps the words it had as a printf line; the attributes
 // repeat the identities in it in a form a log pipeline can filter on.
 const (

@@ -12,7 +12,7 @@ import (
 // logFlags are the logging flags of serve, work and relay: the format and
 // the least level written. Logs go to stderr as log/slog records, so a
 // collector can filter on the job, worker, volunteer and relay attributes
-// the coordinator adds (docs/DAEMON.md, Logs).
+// the coordinator adds (README.md, "Logs").
 type logFlags struct {
 	format, level string
 }
