@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -201,4 +202,40 @@ INSERT INTO filler VALUES (zeroblob(1000000));`)
 	if c, err := s.LatestCheckpoint(context.Background(), "job-run"); err != nil || c.Version != 20 {
 		t.Fatalf("latest checkpoint after the upgrade: %+v, %v", c, err)
 	}
+}
+
+// OpenNoUpgrade (export's) refuses an older schema by both versions and
+// leaves the file as it was; Open then upgrades it.
+func TestOpenNoUpgradeRefusesAnOlderSchema(t *testing.T) {
+	path := fromFixture(t, 1)
+	before := fileHash(t, path)
+	s, err := OpenNoUpgrade(path)
+	if err == nil {
+		s.Close()
+		t.Fatal("OpenNoUpgrade opened a schema 1 database")
+	}
+	for _, want := range []string{path, "schema 1", fmt.Sprintf("this build writes %d", SchemaVersion()), "back it up first"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if !errors.Is(err, ErrOlderSchema) {
+		t.Errorf("error %v is not ErrOlderSchema", err)
+	}
+	if fileHash(t, path) != before {
+		t.Fatal("OpenNoUpgrade changed the file")
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Current and new databases open as with Open.
+	if s, err = OpenNoUpgrade(path); err != nil {
+		t.Fatalf("OpenNoUpgrade of a current database: %v", err)
+	}
+	s.Close()
+	if s, err = OpenNoUpgrade(filepath.Join(t.TempDir(), "new.db")); err != nil {
+		t.Fatalf("OpenNoUpgrade of a new database: %v", err)
+	}
+	s.Close()
 }

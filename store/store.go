@@ -28,6 +28,9 @@ var (
 	// ErrNewerSchema: a crowdtrain database of a schema this build does
 	// not know.
 	ErrNewerSchema = errors.New("written by a newer crowdtrain")
+	// ErrOlderSchema: OpenNoUpgrade found a database of an older schema,
+	// which Open would upgrade.
+	ErrOlderSchema = errors.New("written by an older crowdtrain")
 	// ErrCorrupt: not a SQLite database at all, one that fails SQLite's
 	// checks, or a checkpoint whose data fails its checksum.
 	ErrCorrupt = errors.New("corrupt or not a database")
@@ -126,9 +129,16 @@ var (
 // (ErrNotCrowdtrain), a crowdtrain database of a newer schema
 // (ErrNewerSchema), or not a database or damaged (ErrCorrupt). Paths that
 // cannot be created or written get an error naming the path and the fix.
-func Open(path string) (*Store, error) { return open(path, durableWrites) }
+func Open(path string) (*Store, error) { return open(path, durableWrites, true) }
 
-func open(path string, mode writeMode) (*Store, error) {
+// OpenNoUpgrade is Open for commands that only read a coordinator's
+// database (export): a database of an older schema is refused
+// (ErrOlderSchema) rather than upgraded, so that running one beside an
+// older serve never changes the schema under it. An upgrade is serve's to
+// make, after a backup.
+func OpenNoUpgrade(path string) (*Store, error) { return open(path, durableWrites, false) }
+
+func open(path string, mode writeMode, upgrade bool) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("store: empty database path: give a file path such as crowdtrain.db")
 	}
@@ -141,7 +151,7 @@ func open(path string, mode writeMode) (*Store, error) {
 		return nil, err
 	}
 	if !created {
-		if err := inspect(path, abs); err != nil {
+		if err := inspect(path, abs, upgrade); err != nil {
 			return nil, err
 		}
 		// SQLite silently opens a write-protected file read-only, and
@@ -155,7 +165,7 @@ func open(path string, mode writeMode) (*Store, error) {
 	}
 	s, err := openPools(path, abs, mode)
 	if err == nil {
-		if err = s.migrate(context.Background()); err != nil {
+		if err = s.migrate(context.Background(), upgrade); err != nil {
 			s.Close()
 		}
 	}
@@ -248,8 +258,9 @@ func staleWAL(path, abs string) error {
 
 // inspect vets an existing file without writing to it: a read-only
 // connection, and no PRAGMA that writes. An empty file passes (Open
-// initialises it).
-func inspect(path, abs string) error {
+// initialises it). Without upgrade, a database of an older schema is
+// refused too.
+func inspect(path, abs string, upgrade bool) error {
 	f, err := os.Open(abs)
 	if err != nil {
 		return fmt.Errorf("store: cannot read %s: %w: check its permissions", path, err)
@@ -307,6 +318,9 @@ func inspect(path, abs string) error {
 	if version > int64(len(migrations)) {
 		return newerErr(path, version)
 	}
+	if !upgrade && version > 0 && version < int64(len(migrations)) {
+		return olderErr(path, version)
+	}
 	problems, err := check(ctx, db, "quick_check")
 	if err != nil {
 		return classify(path, "quick_check", err)
@@ -354,6 +368,12 @@ func interruptedCreation(abs string) bool {
 func newerErr(path string, version int64) error {
 	return fmt.Errorf("store: %s: %w (schema %d, this build knows %d): upgrade crowdtrain; the file was left as it is",
 		path, ErrNewerSchema, version, len(migrations))
+}
+
+func olderErr(path string, version int64) error {
+	return fmt.Errorf("store: %s: %w (schema %d, this build writes %d): `crowdtrain serve` of this version upgrades it "+
+		"when it opens it (back it up first: crowdtrain backup), or use the crowdtrain that wrote it; the file was left as it is",
+		path, ErrOlderSchema, version, len(migrations))
 }
 
 // check runs PRAGMA quick_check or integrity_check and returns "" for ok,
@@ -455,8 +475,10 @@ func openPools(path, abs string, mode writeMode) (*Store, error) {
 // every migration it lacks, the new user_version and, for a new
 // database, the application id commit together or not at all, so a
 // failing disk or a crash mid-upgrade leaves the database at the version
-// it had, never half-migrated. (SQLite's DDL is transactional.)
-func (s *Store) migrate(ctx context.Context) error {
+// it had, never half-migrated. (SQLite's DDL is transactional.) Without
+// upgrade, an existing database of an older schema is refused untouched;
+// a new one is still created.
+func (s *Store) migrate(ctx context.Context, upgrade bool) error {
 	tx, err := s.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE: re-read under the write lock
 	if err != nil {
 		return classify(s.path, "starting the schema migration", err)
@@ -484,6 +506,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	if version == target {
 		return nil
+	}
+	if version > 0 && !upgrade {
+		return olderErr(s.path, version)
 	}
 	from := version
 	failed := func(doing string, err error) error {
