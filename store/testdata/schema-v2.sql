@@ -62,9 +62,10 @@ CREATE TABLE workers (
 ) STRICT;
 CREATE INDEX workers_by_last_seen ON workers (last_seen, id);
 
--- Rows as a coordinator of that version wrote them: a running job with two
--- checkpoints (the CRC-32C of params, opt_state and progress in turn), its
--- metrics and a worker, and a finished job.
+-- A row or two in every table: a running job with two checkpoints, its
+-- metrics and a worker, and a finished job. The store treats specs and
+-- checkpoint BLOBs as opaque, so they are small stand-ins; crc32c is the
+-- CRC-32C of params, opt_state and progress in turn, as the store checks.
 INSERT INTO jobs VALUES ('job-run', 'fixture', CAST('{"name":"fixture","model":"mnist-mlp"}' AS BLOB), 'running', '', 1764400000000000000, NULL, 2);
 INSERT INTO jobs VALUES ('job-done', 'finished', CAST('{"name":"finished","model":"mnist-mlp"}' AS BLOB), 'done', 'target accuracy reached', 1764300000000000000, 1764350000000000000, 1);
 INSERT INTO checkpoints VALUES ('job-run', 10, 0, 1764400010000000000, 2152940307, X'01020304', X'0506', CAST('{"shard":3}' AS BLOB));
