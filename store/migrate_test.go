@@ -82,8 +82,8 @@ func TestMigrateFromEveryKeptSchema(t *testing.T) {
 				t.Fatalf("opening a schema %d database: %v", n, err)
 			}
 			defer s.Close()
-			if _, v, _ := header(t, s); v != int64(SchemaVersion()) {
-				t.Fatalf("user_version %d after migrating, want %d", v, SchemaVersion())
+			if _, v, _ := header(t, s); v != int64(SchemaVersion()) || s.UpgradedFrom() != n {
+				t.Fatalf("user_version %d after migrating from %d (UpgradedFrom says %d), want %d", v, n, s.UpgradedFrom(), SchemaVersion())
 			}
 
 			jobs, err := s.Jobs(ctx)
@@ -196,8 +196,8 @@ INSERT INTO filler VALUES (zeroblob(1000000));`)
 		t.Fatalf("upgrading after the failure: %v", err)
 	}
 	defer s.Close()
-	if _, v, _ := header(t, s); v != int64(SchemaVersion()) {
-		t.Fatalf("user_version %d, want %d", v, SchemaVersion())
+	if _, v, _ := header(t, s); v != int64(SchemaVersion()) || s.UpgradedFrom() != 1 {
+		t.Fatalf("user_version %d, upgraded from %d; want %d, from 1", v, s.UpgradedFrom(), SchemaVersion())
 	}
 	if c, err := s.LatestCheckpoint(context.Background(), "job-run"); err != nil || c.Version != 20 {
 		t.Fatalf("latest checkpoint after the upgrade: %+v, %v", c, err)
@@ -236,6 +236,9 @@ func TestOpenNoUpgradeRefusesAnOlderSchema(t *testing.T) {
 	s.Close()
 	if s, err = OpenNoUpgrade(filepath.Join(t.TempDir(), "new.db")); err != nil {
 		t.Fatalf("OpenNoUpgrade of a new database: %v", err)
+	}
+	if s.UpgradedFrom() != 0 {
+		t.Errorf("a new database reports an upgrade from %d", s.UpgradedFrom())
 	}
 	s.Close()
 }

@@ -104,6 +104,9 @@ type Store struct {
 	// checkpoint does not hold up the writer, and no read can write.
 	r    *sql.DB
 	mode writeMode
+	// upgradedFrom is the schema version Open upgraded the database
+	// from; 0 when it was current or new.
+	upgradedFrom int
 }
 
 // writeMode is how the writer trades speed for durability. Open uses
@@ -185,6 +188,10 @@ func open(path string, mode writeMode, upgrade bool) (*Store, error) {
 func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
+
+// UpgradedFrom returns the schema version Open upgraded the database
+// from, for the caller to log; 0 when it was already current or new.
+func (s *Store) UpgradedFrom() int { return s.upgradedFrom }
 
 // Path returns the path Open was given.
 func (s *Store) Path() string { return s.path }
@@ -534,6 +541,7 @@ func (s *Store) migrate(ctx context.Context, upgrade bool) error {
 	if err := tx.Commit(); err != nil {
 		return failed(fmt.Sprintf("committing schema version %d", target), err)
 	}
+	s.upgradedFrom = int(from)
 	return nil
 }
 

@@ -182,6 +182,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return err
 		}
+		if from := db.UpgradedFrom(); from > 0 {
+			logger.Printf("database %s: schema upgraded from version %d to %d (an older crowdtrain can no longer open it)",
+				*dbPath, from, store.SchemaVersion())
+		}
 		defer func() {
 			if !storeStuck {
 				db.Close()
