@@ -191,7 +191,8 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil {
 		// Quoted: the error may carry what the client sent.
-		s.cfg.Logger.Warn(fmt.Sprintf("worker %s: refused: %q", r.RemoteAddr, err.Error()), "remote", r.RemoteAddr)
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, "bad_hello"),
+			fmt.Sprintf("worker %s: refused: %q", r.RemoteAddr, err.Error()), "remote", r.RemoteAddr)
 		code := websocket.StatusPolicyViolation
 		var tooBig *frameTooBigError
 		switch {
@@ -212,14 +213,16 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	adm := s.admit(hello, key, time.Now())
 	if adm.code != "" {
 		// Quoted: a ban's reason may carry what a worker sent.
-		s.cfg.Logger.Warn(fmt.Sprintf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message),
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, adm.code),
+			fmt.Sprintf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message),
 			"remote", r.RemoteAddr, logVolunteer, adm.volunteer, "reason", adm.code)
 		s.refuse(ws, websocket.StatusPolicyViolation, adm.code, adm.message)
 		return
 	}
 	// hostages.go: a dropped volunteer's cool-off.
 	if left := s.coolOff.left(adm.volunteer); left > 0 {
-		s.cfg.Logger.Warn(fmt.Sprintf("worker %s: refused: volunteer %s is cooling off for %v", r.RemoteAddr, adm.volunteer, left.Round(time.Second)),
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, "cool_off"),
+			fmt.Sprintf("worker %s: refused: volunteer %s is cooling off for %v", r.RemoteAddr, adm.volunteer, left.Round(time.Second)),
 			"remote", r.RemoteAddr, logVolunteer, adm.volunteer)
 		s.refuse(ws, websocket.StatusTryAgainLater, protocol.ReasonRateLimited,
 			fmt.Sprintf("this volunteer let %d leases expire in a row with no result and is refused for a while; retry after %d s", s.cfg.MaxExpiriesInARow, retryAfterSeconds(left)))
@@ -299,16 +302,17 @@ func (s *Server) session(wc *workerConn) {
 	// The welcome names the job the worker is placed on first, if any
 	// fits (route.go); later moves come as assigns.
 	welcome := s.welcome(wc)
-	first, job := "no job yet", ""
+	first := "no job yet"
+	attrs := []any{logWorker, wc.id, logVolunteer, wc.volunteer, "name", hello.Name, "client", hello.Client, "remote", wc.remote}
 	if j := wc.cur.Load(); j != nil {
-		first, job = "job "+j.ID, j.ID
+		first = "job " + j.ID
+		attrs = append(attrs, logJob, j.ID)
 	}
 	// Every string a worker chooses is quoted: a newline or an escape
 	// sequence in it must not forge or garble log lines. (The handlers
 	// quote the attributes; %q quotes them in the message.)
 	s.cfg.Logger.Info(fmt.Sprintf("worker %s joined (%s): %s/%q, %d threads, client %q, volunteer %s %q, from %s",
-		wc.id, first, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote),
-		logWorker, wc.id, logVolunteer, wc.volunteer, logJob, job, "name", hello.Name, "client", hello.Client, "remote", wc.remote)
+		wc.id, first, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote), attrs...)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"

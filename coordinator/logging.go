@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 )
 
@@ -116,6 +117,16 @@ func quoteIfControl(s string) string {
 // attributes of their own still go through Config.Logger.
 func printfLogger(l *slog.Logger) func(string, ...any) {
 	return func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) }
+}
+
+// helloRefusalWarnEvery is how often refused hellos of one address and
+// reason may log at WARN; in between they log at DEBUG.
+const helloRefusalWarnEvery = 10 * time.Second
+
+// helloRefusalLevel is the level of a refused hello's line from the
+// client key (its address) for reason.
+func (s *Server) helloRefusalLevel(key, reason string) slog.Level {
+	return s.refusedHellos.level(key+"\x00"+reason, time.Now().UnixNano(), int64(helloRefusalWarnEvery))
 }
 
 // warnLimiter lets a warning through once per key per interval; the rest

@@ -36,6 +36,9 @@ type Server struct {
 
 	leaseIDs atomic.Uint64
 	workerN  atomic.Uint64
+	// refusedHellos keeps an address whose hellos are refused over and
+	// over from repeating the WARN line (logging.go).
+	refusedHellos warnLimiter
 
 	mu      sync.Mutex
 	closed  bool // set by Close before it waits; guards conns.Add
