@@ -230,7 +230,7 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request, name stri
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		s.cfg.Logger.Info(fmt.Sprintf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err), "remote", r.RemoteAddr)
 	}
 }
 
@@ -243,7 +243,7 @@ func (s *Server) DisconnectWorker(id string) bool {
 	if wc == nil {
 		return false
 	}
-	s.cfg.Logf("worker %s: disconnected by the operator", id)
+	s.cfg.Logger.Info(fmt.Sprintf("worker %s: disconnected by the operator", id), logWorker, id)
 	go wc.ws.Close(websocket.StatusPolicyViolation, "disconnected by the operator")
 	return true
 }

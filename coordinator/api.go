@@ -146,7 +146,7 @@ func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, j *Job, 
 		return
 	}
 	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		s.cfg.Logger.Info(fmt.Sprintf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err), "remote", r.RemoteAddr)
 		return
 	}
 	s.countServed(r, j, kind, len(body))

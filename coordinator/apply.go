@@ -46,6 +46,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		st.rejected++
 		st.rejections[reason]++
 		ack.Reason, ack.Detail = reason, detail
+		j.logRefusal(sub, reason, detail)
 		return ack
 	}
 	if st.state != StateRunning {
@@ -81,7 +82,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			now := time.Now()
 			if st.nonFiniteRun++; st.nonFiniteRun >= nonFiniteCheck && !st.evalRunning &&
 				(st.nonFiniteEvalAt.IsZero() || now.Sub(st.nonFiniteEvalAt) >= j.nonFiniteEvalEvery) {
-				j.logf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, st.nonFiniteRun)
+				j.log.Warn(fmt.Sprintf("job %s: %d results in a row had NaN or Inf; evaluating the model for divergence", j.ID, st.nonFiniteRun))
 				st.nonFiniteRun = 0
 				st.nonFiniteEvalAt = now
 				j.startEval(false)
@@ -124,8 +125,8 @@ func (j *Job) apply(sub submission) protocol.Ack {
 			j.requeue(l)
 			j.spotRefused(sub, l)
 			if st.normRef.refused(sub.volunteer) {
-				j.logf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
-					j.ID, normStaleRun, ref)
+				j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
+					j.ID, normStaleRun, ref))
 				st.normMean, st.normCount = 0, 0
 			}
 			return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
@@ -135,8 +136,8 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		// record is clean, or two computed it alike (normoutliers.go).
 		update, outlier = scaledCopy(res.Update, limit/sub.norm), true
 		if st.outliers.kept++; st.outliers.kept == 1 || st.outliers.kept%100 == 0 {
-			j.logf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (the robust clip bounds it, its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
-				j.ID, sub.norm, sub.norm/ref, l.Task, limit, st.outliers.kept)
+			j.log.Info(fmt.Sprintf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (the robust clip bounds it, its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
+				j.ID, sub.norm, sub.norm/ref, l.Task, limit, st.outliers.kept))
 		}
 		sub.norm = limit
 	} else if st.spec.MaxUpdateNormRatio > 0 {

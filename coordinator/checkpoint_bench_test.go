@@ -35,7 +35,7 @@ func benchCheckpoint(b *testing.B, model nn.ModelSpec) {
 	spec.Name, spec.Model = "bench", model
 	spec.ShardSize = 100
 	var ids atomic.Uint64
-	j, err := newJob("bench", spec, set, set, &ids, b.Logf)
+	j, err := newJob("bench", spec, set, set, &ids, LogfLogger(b.Logf))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func (j *Job) writeLoop(keep int, policy backoff, deadline func() time.Time) err
 		wait := policy.delay(failures)
 		now := time.Now()
 		j.health.failed(pending, err, failures, now, now.Add(wait))
-		j.logf("job %s: checkpoint v%d NOT written (attempt %d; retrying in %v): %v", j.ID, pending.c.Version, failures, wait, err)
+		j.log.Error(fmt.Sprintf("job %s: checkpoint v%d NOT written (attempt %d; retrying in %v): %v", j.ID, pending.c.Version, failures, wait, err), "version", pending.c.Version)
 		retry.Reset(wait)
 	}
 	for {
@@ -151,7 +151,7 @@ func (j *Job) writeLoop(keep int, policy backoff, deadline func() time.Time) err
 			attempt()
 		case m := <-j.metricCh:
 			if err := j.store.AddMetric(ctx, m); err != nil {
-				j.logf("job %s: recording metrics: %v", j.ID, err)
+				j.log.Error(fmt.Sprintf("job %s: recording metrics: %v", j.ID, err))
 			}
 		}
 	}
@@ -181,7 +181,7 @@ func (j *Job) finalWrite(ctx context.Context, op *checkpointOp, keep int, policy
 			return fmt.Errorf("job %s: %w: v%d (state %s) failed %d times at shutdown, last: %v; free space or fix the file system: "+
 				"the next start resumes the job from %s", j.ID, errCheckpointNotWritten, op.c.Version, op.state, failures, err, durable)
 		}
-		j.logf("job %s: checkpoint v%d NOT written at shutdown (attempt %d; retrying in %v): %v", j.ID, op.c.Version, failures, wait, err)
+		j.log.Error(fmt.Sprintf("job %s: checkpoint v%d NOT written at shutdown (attempt %d; retrying in %v): %v", j.ID, op.c.Version, failures, wait, err), "version", op.c.Version)
 		time.Sleep(wait)
 	}
 }
@@ -191,7 +191,7 @@ func (j *Job) flushMetrics(ctx context.Context) {
 		select {
 		case m := <-j.metricCh:
 			if err := j.store.AddMetric(ctx, m); err != nil {
-				j.logf("job %s: recording metrics: %v", j.ID, err)
+				j.log.Error(fmt.Sprintf("job %s: recording metrics: %v", j.ID, err))
 			}
 		default:
 			return
@@ -224,8 +224,8 @@ func (j *Job) writeCheckpoint(ctx context.Context, op *checkpointOp, keep int) e
 		j.onCheckpoint(took)
 	}
 	if j.verbose || op.state != StateRunning && op.state != StatePaused {
-		j.logf("job %s: checkpoint v%d written (%s): %.1f MB in %v (loop paused %v)", j.ID, op.c.Version, op.state,
-			float64(info.Bytes)/1e6, took.Round(time.Millisecond), op.pause.Round(time.Microsecond))
+		j.log.Info(fmt.Sprintf("job %s: checkpoint v%d written (%s): %.1f MB in %v (loop paused %v)", j.ID, op.c.Version, op.state,
+			float64(info.Bytes)/1e6, took.Round(time.Millisecond), op.pause.Round(time.Microsecond)), "version", op.c.Version)
 	}
 	return nil
 }

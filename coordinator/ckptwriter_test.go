@@ -56,7 +56,7 @@ var errDiskFull = errors.New("database or disk is full")
 
 // writerJob is a job with just what writeLoop needs.
 func writerJob(t *testing.T, f *fakeSaver) *Job {
-	return &Job{ID: "j", logf: t.Logf, ckptCh: make(chan *checkpointOp, 1), ckptPool: make(chan *ckptBuffers, 2),
+	return &Job{ID: "j", log: LogfLogger(t.Logf), ckptCh: make(chan *checkpointOp, 1), ckptPool: make(chan *ckptBuffers, 2),
 		metricCh: make(chan store.Metric, 1), saveCheckpoint: f.save}
 }
 

@@ -1,7 +1,7 @@
 package coordinator
 
 import (
-	"log"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -33,7 +33,13 @@ type Config struct {
 	// 0 takes any model; serve's default is DefaultMaxParams. Jobs
 	// resumed from the store are not checked again.
 	MaxParams int64
-	// Logf receives progress and problems; nil means log.Printf.
+	// Logger receives progress and problems, with job, worker, volunteer
+	// and relay attributes where they apply (logging.go). Nil means a
+	// logger made from Logf when that is set, else slog.Default().
+	Logger *slog.Logger
+	// Logf is the printf-style logger of before Logger, for callers (and
+	// tests) that still have one: used only when Logger is nil, through
+	// LogfLogger.
 	Logf func(format string, args ...any)
 	// IdleRetry is how soon a worker with nothing to do asks again.
 	IdleRetry time.Duration
@@ -198,9 +204,15 @@ const DefaultMaxHTTPConnsPerAddress = 64
 const DefaultDataLoadTimeout = 2 * time.Minute
 
 func (c *Config) setDefaults() {
-	if c.Logf == nil {
-		c.Logf = log.Printf
+	if c.Logger == nil {
+		if c.Logf != nil {
+			c.Logger = LogfLogger(c.Logf)
+		} else {
+			c.Logger = slog.Default()
+		}
 	}
+	// Lines not yet given a level and attributes of their own.
+	c.Logf = printfLogger(c.Logger)
 	if c.Join == "" {
 		c.Join = JoinOpen
 	}

@@ -25,7 +25,7 @@ func tinyJob(t *testing.T, yaml string) *Job {
 	}
 	spec.Model = nn.ModelSpec{Input: []int{1, 2, 2}, Layers: spec.Model.Layers}
 	var ids atomic.Uint64
-	j, err := newJob("tiny", spec, set, set, &ids, t.Logf)
+	j, err := newJob("tiny", spec, set, set, &ids, LogfLogger(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}

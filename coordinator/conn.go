@@ -191,7 +191,8 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil {
 		// Quoted: the error may carry what the client sent.
-		s.cfg.Logf("worker %s: refused: %q", r.RemoteAddr, err.Error())
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, "bad_hello"),
+			fmt.Sprintf("worker %s: refused: %q", r.RemoteAddr, err.Error()), "remote", r.RemoteAddr)
 		code := websocket.StatusPolicyViolation
 		var tooBig *frameTooBigError
 		switch {
@@ -212,13 +213,17 @@ func (s *Server) serveWorker(w http.ResponseWriter, r *http.Request) {
 	adm := s.admit(hello, key, time.Now())
 	if adm.code != "" {
 		// Quoted: a ban's reason may carry what a worker sent.
-		s.cfg.Logf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message)
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, adm.code),
+			fmt.Sprintf("worker %s: refused (%s): %q", r.RemoteAddr, adm.code, adm.message),
+			"remote", r.RemoteAddr, logVolunteer, adm.volunteer, "reason", adm.code)
 		s.refuse(ws, websocket.StatusPolicyViolation, adm.code, adm.message)
 		return
 	}
 	// hostages.go: a dropped volunteer's cool-off.
 	if left := s.coolOff.left(adm.volunteer); left > 0 {
-		s.cfg.Logf("worker %s: refused: volunteer %s is cooling off for %v", r.RemoteAddr, adm.volunteer, left.Round(time.Second))
+		s.cfg.Logger.Log(context.Background(), s.helloRefusalLevel(key, "cool_off"),
+			fmt.Sprintf("worker %s: refused: volunteer %s is cooling off for %v", r.RemoteAddr, adm.volunteer, left.Round(time.Second)),
+			"remote", r.RemoteAddr, logVolunteer, adm.volunteer)
 		s.refuse(ws, websocket.StatusTryAgainLater, protocol.ReasonRateLimited,
 			fmt.Sprintf("this volunteer let %d leases expire in a row with no result and is refused for a while; retry after %d s", s.cfg.MaxExpiriesInARow, retryAfterSeconds(left)))
 		return
@@ -298,13 +303,16 @@ func (s *Server) session(wc *workerConn) {
 	// fits (route.go); later moves come as assigns.
 	welcome := s.welcome(wc)
 	first := "no job yet"
+	attrs := []any{logWorker, wc.id, logVolunteer, wc.volunteer, "name", hello.Name, "client", hello.Client, "remote", wc.remote}
 	if j := wc.cur.Load(); j != nil {
 		first = "job " + j.ID
+		attrs = append(attrs, logJob, j.ID)
 	}
 	// Every string a worker chooses is quoted: a newline or an escape
-	// sequence in it must not forge or garble log lines.
-	s.cfg.Logf("worker %s joined (%s): %s/%q, %d threads, client %q, volunteer %s %q, from %s",
-		wc.id, first, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote)
+	// sequence in it must not forge or garble log lines. (The handlers
+	// quote the attributes; %q quotes them in the message.)
+	s.cfg.Logger.Info(fmt.Sprintf("worker %s joined (%s): %s/%q, %d threads, client %q, volunteer %s %q, from %s",
+		wc.id, first, hello.Kind, hello.Backend, hello.Threads, hello.Client, wc.volunteer, hello.Name, wc.remote), attrs...)
 	s.saveWorker(wc)
 
 	code, reason := websocket.StatusInternalError, "could not send the welcome"
@@ -332,8 +340,9 @@ func (s *Server) session(wc *workerConn) {
 		why = "connection closed"
 	}
 	// Quoted: a decoding error may quote what the worker sent.
-	s.cfg.Logf("worker %s left (%q; %d leases queued again): %d accepted, %d rejected",
-		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load())
+	s.cfg.Logger.Info(fmt.Sprintf("worker %s left (%q; %d leases queued again): %d accepted, %d rejected",
+		wc.id, why, n, wc.accepted.Load(), wc.rejected.Load()),
+		logWorker, wc.id, logVolunteer, wc.volunteer, "why", why)
 	// A last error message goes out before the close frame.
 	wc.out.flush()
 	ws.Close(code, reason)
@@ -389,7 +398,7 @@ func truncateReason(s string) string {
 func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 	b, err := protocol.Encode(m)
 	if err != nil {
-		s.cfg.Logf("worker %s: encode %s: %v", wc.id, m.MessageType(), err)
+		s.cfg.Logger.Error(fmt.Sprintf("worker %s: encode %s: %v", wc.id, m.MessageType(), err), logWorker, wc.id)
 		return false
 	}
 	ok, full := s.push(wc, b)
@@ -399,7 +408,7 @@ func (s *Server) enqueue(wc *workerConn, m protocol.Message) bool {
 	if ok || !full {
 		return ok // not queued when a write failed: the connection is going
 	}
-	s.cfg.Logf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue)
+	s.cfg.Logger.Warn(fmt.Sprintf("worker %s: %d messages unsent; disconnecting", wc.id, sendQueue), logWorker, wc.id, logVolunteer, wc.volunteer)
 	wc.ws.Close(websocket.StatusPolicyViolation, "too slow to read its messages")
 	return false
 }

@@ -61,7 +61,7 @@ func TestCreditIsDurableWithItsCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	book := newVolunteerBook()
-	if err := book.load(ctx, db, t.Logf); err != nil {
+	if err := book.load(ctx, db, LogfLogger(t.Logf)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { book.close(time.Now().Add(10 * time.Second)) })

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"unsafe"
@@ -55,8 +56,8 @@ const duplicateWarning = 64
 func (j *Job) duplicateRun() {
 	a := &j.st.abuse
 	if a.dupRun++; a.dupRun == duplicateWarning {
-		j.logf("job %s: %d results in a row were bit-identical to accepted ones and refused as replays: replay attacks, or a model that no longer learns (a dead network gives every batch the same update); check its evaluations",
-			j.ID, a.dupRun)
+		j.log.Warn(fmt.Sprintf("job %s: %d results in a row were bit-identical to accepted ones and refused as replays: replay attacks, or a model that no longer learns (a dead network gives every batch the same update); check its evaluations",
+			j.ID, a.dupRun))
 	}
 }
 

@@ -20,6 +20,10 @@
 // the root's and whose Aggregator sums instead of stepping
 // (relaymirror.go); what the root says travels as package upstream.
 //
+// Logs go through Config.Logger (log/slog): each message reads as the
+// printf line it was, and carries the job, worker, volunteer and relay it
+// concerns as attributes, for an operator's log pipeline (logging.go).
+//
 // coordinator imports engine, jobspec, nn, dataset, protocol, store and
 // upstream; no worker package imports it.
 package coordinator

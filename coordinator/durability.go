@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,7 @@ type workerRecorder struct {
 	maxRows int
 	maxAge  time.Duration
 	limit   int
-	logf    func(string, ...any)
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]store.WorkerRecord
@@ -92,8 +93,8 @@ type workerRecorder struct {
 	failed  atomic.Int64 // failed batch writes
 }
 
-func newWorkerRecorder(db *store.Store, maxRows int, maxAge time.Duration, limit int, logf func(string, ...any)) *workerRecorder {
-	r := &workerRecorder{db: db, maxRows: maxRows, maxAge: maxAge, limit: limit, logf: logf,
+func newWorkerRecorder(db *store.Store, maxRows int, maxAge time.Duration, limit int, log *slog.Logger) *workerRecorder {
+	r := &workerRecorder{db: db, maxRows: maxRows, maxAge: maxAge, limit: limit, log: log,
 		pending: map[string]store.WorkerRecord{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run()
 	return r
@@ -106,8 +107,8 @@ func (r *workerRecorder) record(w store.WorkerRecord) {
 	if !queued && len(r.pending) >= r.limit {
 		r.mu.Unlock()
 		if r.dropped.Add(1)%1000 == 1 {
-			r.logf("worker records: %d waiting to be written (the limit); dropping worker %s's record (%d dropped so far)",
-				r.limit, w.ID, r.dropped.Load())
+			r.log.Warn(fmt.Sprintf("worker records: %d waiting to be written (the limit); dropping worker %s's record (%d dropped so far)",
+				r.limit, w.ID, r.dropped.Load()), logWorker, w.ID)
 		}
 		return
 	}
@@ -146,7 +147,7 @@ func (r *workerRecorder) flush() {
 	ctx := context.Background()
 	if err := r.db.UpsertWorkers(ctx, batch); err != nil {
 		r.failed.Add(1)
-		r.logf("worker records: %d not written: %v", len(batch), err)
+		r.log.Error(fmt.Sprintf("worker records: %d not written: %v", len(batch), err))
 		return
 	}
 	var cut time.Time
@@ -154,7 +155,7 @@ func (r *workerRecorder) flush() {
 		cut = time.Now().Add(-r.maxAge)
 	}
 	if _, err := r.db.PruneWorkers(ctx, r.maxRows, cut); err != nil {
-		r.logf("worker records: pruning: %v", err)
+		r.log.Error(fmt.Sprintf("worker records: pruning: %v", err))
 	}
 }
 

@@ -146,10 +146,10 @@ func (j *Job) strike(v, detail string) {
 	p := j.st.spot
 	j.st.normRef.forget(v) // a liar's norms are no reference (normgate.go)
 	total := j.ledger.Strike(v, j.ID, detail)
-	j.logf("job %s: volunteer %s struck (%d strikes of %d): %s", j.ID, v, total, p.Strikes, detail)
+	j.log.Warn(fmt.Sprintf("job %s: volunteer %s struck (%d strikes of %d): %s", j.ID, v, total, p.Strikes, detail), logVolunteer, v, "strikes", total)
 	if p.SyncStrikes(v, total) {
 		reason := fmt.Sprintf("%d strikes: results that spot checks or the coordinator's own checks proved false", total)
 		j.ledger.Ban(v, reason)
-		j.logf("job %s: volunteer %s banned: %s", j.ID, v, reason)
+		j.log.Warn(fmt.Sprintf("job %s: volunteer %s banned: %s", j.ID, v, reason), logVolunteer, v)
 	}
 }

@@ -94,14 +94,14 @@ func (j *Job) leaseExpired(l *engine.Lease) {
 	c.expired++
 	c.at = st.sched.Now()
 	if c.inARow < lim.expiriesInARow {
-		j.logf("job %s: volunteer %s (worker %s, %s) let lease %d expire without a result (%d in a row): it may hold %d leases now",
-			j.ID, m.volunteer, l.Worker, m.address, l.ID, c.inARow, c.cap)
+		j.log.Info(fmt.Sprintf("job %s: volunteer %s (worker %s, %s) let lease %d expire without a result (%d in a row): it may hold %d leases now",
+			j.ID, m.volunteer, l.Worker, m.address, l.ID, c.inARow, c.cap), logVolunteer, m.volunteer, logWorker, l.Worker)
 		return
 	}
 	a.dropped++
 	until := time.Now().Add(lim.coolOff)
 	reason := fmt.Sprintf("%d leases expired in a row with no result: refused for %v", c.inARow, lim.coolOff)
-	j.logf("job %s: volunteer %s (worker %s, %s) dropped: %s", j.ID, m.volunteer, l.Worker, m.address, reason)
+	j.log.Warn(fmt.Sprintf("job %s: volunteer %s (worker %s, %s) dropped: %s", j.ID, m.volunteer, l.Worker, m.address, reason), logVolunteer, m.volunteer, logWorker, l.Worker)
 	c.inARow = 0
 	if lim.drop != nil {
 		lim.drop(m.volunteer, reason, until)

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -76,7 +78,11 @@ type Job struct {
 	onVersion func(version int64)
 	parent    string
 	epochSize int // examples per epoch
-	logf      func(format string, args ...any)
+	// log carries the job attribute on every line (logging.go).
+	log *slog.Logger
+	// refusals keeps a worker repeating one refusal from repeating its
+	// WARN line (refusals.go).
+	refusals warnLimiter
 
 	reqs    chan func()
 	stopped chan struct{}
@@ -238,7 +244,7 @@ func (j *Job) updateRates(now time.Time) {
 
 // newJob builds a job at version 0 from spec.
 // sets, when not nil, shares the encoded shards with other jobs.
-func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.Uint64, logf func(string, ...any), sets ...*shardSets) (*Job, error) {
+func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.Uint64, log *slog.Logger, sets ...*shardSets) (*Job, error) {
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
 		return nil, &SpecError{Key: "model", Problem: err.Error()}
@@ -256,7 +262,7 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		test = sub
 	}
 	j := &Job{
-		ID: id, Spec: spec, model: model, test: test, logf: logf, text: train.Kind == dataset.NextTokens || isTextModel(model),
+		ID: id, Spec: spec, model: model, test: test, log: log.With(logJob, id), text: train.Kind == dataset.NextTokens || isTextModel(model),
 		reqs:        make(chan func()),
 		stopped:     make(chan struct{}),
 		snapshots:   map[int64]*snapshot{},
@@ -369,7 +375,11 @@ func (j *Job) finish(state, reason string) {
 	j.setState(state)
 	st.sched.SetQueue(nil)
 	st.sched.Clear()
-	j.logf("job %s: %s: %s", j.ID, state, reason)
+	level := slog.LevelInfo
+	if state == StateFailed {
+		level = slog.LevelWarn
+	}
+	j.log.Log(context.Background(), level, fmt.Sprintf("job %s: %s: %s", j.ID, state, reason), "state", state)
 	j.checkpoint(true)
 }
 
@@ -562,3 +572,7 @@ func (j *Job) view(st *jobState) JobView {
 	}
 	return v
 }
+
+// logf logs an INFO line with the job's attribute: the lines not yet
+// given a level of their own.
+func (j *Job) logf(format string, args ...any) { j.log.Info(fmt.Sprintf(format, args...)) }

@@ -246,8 +246,8 @@ func (j *Job) expireLeases() {
 	for _, l := range j.st.sched.Expire() {
 		j.unleased([]*engine.Lease{l})
 		j.st.leasesExpired++
-		j.logf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; %s",
-			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker, lostTo(l))
+		j.log.Debug(fmt.Sprintf("job %s: lease %d (shard %d, examples %d..%d) of worker %s passed its deadline; %s",
+			j.ID, l.ID, l.Task.Shard, l.Task.Start, l.Task.Start+l.Task.Count-1, l.Worker, lostTo(l)), logWorker, l.Worker)
 		j.leaseExpired(l) // hostages.go
 	}
 	j.spotExpire()

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -23,8 +24,8 @@ const ledgerFlushEvery = time.Second
 // the changed volunteers' rows and the address bans and lifts in one
 // transaction, at most once per ledgerFlushEvery.
 type ledgerWriter struct {
-	db   *store.Store
-	logf func(string, ...any)
+	db  *store.Store
+	log *slog.Logger
 	// Guarded by the book's mu.
 	dirty map[string]bool
 	lifts []string
@@ -38,7 +39,7 @@ type ledgerWriter struct {
 }
 
 // load fills the book from db and starts writing to it behind.
-func (b *volunteerBook) load(ctx context.Context, db *store.Store, logf func(string, ...any)) error {
+func (b *volunteerBook) load(ctx context.Context, db *store.Store, log *slog.Logger) error {
 	vols, err := db.Volunteers(ctx)
 	if err != nil {
 		return err
@@ -68,13 +69,13 @@ func (b *volunteerBook) load(ctx context.Context, db *store.Store, logf func(str
 		copy(jt.Sum[:], t.SecretHash)
 		b.tokens[t.ID] = jt
 	}
-	b.w = newLedgerWriter(db, logf)
+	b.w = newLedgerWriter(db, log)
 	go b.w.run(b)
 	return nil
 }
 
-func newLedgerWriter(db *store.Store, logf func(string, ...any)) *ledgerWriter {
-	return &ledgerWriter{db: db, logf: logf, dirty: map[string]bool{},
+func newLedgerWriter(db *store.Store, log *slog.Logger) *ledgerWriter {
+	return &ledgerWriter{db: db, log: log, dirty: map[string]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -152,7 +153,7 @@ func (w *ledgerWriter) flush(b *volunteerBook) {
 	}
 	if err := w.db.SaveVolunteers(context.Background(), batch); err != nil {
 		if w.failed.Add(1)%100 == 1 {
-			w.logf("volunteer ledger: %d volunteers not written (retried with the next write): %v", len(batch.Volunteers), err)
+			w.log.Error(fmt.Sprintf("volunteer ledger: %d volunteers not written (retried with the next write): %v", len(batch.Volunteers), err))
 		}
 		b.mu.Lock()
 		for _, id := range ids {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -112,6 +113,6 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err)
+		s.cfg.Logger.Info(fmt.Sprintf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err), "remote", r.RemoteAddr)
 	}
 }

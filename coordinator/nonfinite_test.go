@@ -37,7 +37,7 @@ func TestNonFiniteEvaluationsAreRateLimited(t *testing.T) {
 			}
 		}
 		var ids atomic.Uint64
-		j, err := newJob("nonfinite", spec, set, set, &ids, logf)
+		j, err := newJob("nonfinite", spec, set, set, &ids, LogfLogger(logf))
 		if err != nil {
 			t.Fatal(err)
 		}

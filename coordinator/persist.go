@@ -306,16 +306,16 @@ func (j *Job) restore(c store.Checkpoint) error {
 	if want, _ := st.model.Opt.State(); len(vectors) != len(want) {
 		// The spec was stored with a new mode whose own checkpoint did not
 		// land before the coordinator died: the state is the old optimizer's.
-		j.logf("job %s: checkpoint v%d holds the state of another outer optimizer (%d vectors, this one has %d): a mode change not yet checkpointed; starting the optimizer fresh",
-			j.ID, c.Version, len(vectors), len(want))
+		j.log.Warn(fmt.Sprintf("job %s: checkpoint v%d holds the state of another outer optimizer (%d vectors, this one has %d): a mode change not yet checkpointed; starting the optimizer fresh",
+			j.ID, c.Version, len(vectors), len(want)))
 	} else if err := st.model.Opt.SetState(vectors, steps); err != nil {
 		return fmt.Errorf("checkpoint v%d optimizer state: %w", c.Version, err)
 	}
 	if _, async := st.agg.(*engine.Async); async && partial.Results > 0 {
 		// Same window, the other way: a round mode's partial round under a
 		// spec stored as async. Its results mean nothing to async.
-		j.logf("job %s: checkpoint v%d holds %d results of a round, but the job is now async (a mode change not yet checkpointed); dropping them",
-			j.ID, c.Version, partial.Results)
+		j.log.Warn(fmt.Sprintf("job %s: checkpoint v%d holds %d results of a round, but the job is now async (a mode change not yet checkpointed); dropping them",
+			j.ID, c.Version, partial.Results))
 	} else if err := st.agg.Restore(partial); err != nil {
 		return fmt.Errorf("checkpoint v%d: %w", c.Version, err)
 	}
@@ -420,6 +420,6 @@ func (j *Job) restoreClip(version int64, p *clipProgress) {
 		err = a.Clip.SetState(engine.ClipState{Centre: centre, Dists: p.Dists, Next: p.Next})
 	}
 	if err != nil {
-		j.logf("job %s: checkpoint v%d: the robust clip's state does not fit (%v); it warms up again", j.ID, version, err)
+		j.log.Warn(fmt.Sprintf("job %s: checkpoint v%d: the robust clip's state does not fit (%v); it warms up again", j.ID, version, err))
 	}
 }

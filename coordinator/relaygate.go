@@ -202,7 +202,7 @@ func (s *Server) IssueRelayCredential(name, url string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	g.s.cfg.Logf("relays: a credential was issued to relay %s (url %q); any earlier one of it is void", name, url)
+	g.s.cfg.Logger.Info(fmt.Sprintf("relays: a credential was issued to relay %s (url %q); any earlier one of it is void", name, url), logRelay, name)
 	return cred, nil
 }
 
@@ -225,7 +225,7 @@ func (s *Server) RevokeRelayCredential(name string) (bool, error) {
 	delete(g.relays, name)
 	g.mu.Unlock()
 	g.dropLeases(name, "relay "+name+"'s credential was revoked")
-	g.s.cfg.Logf("relays: relay %s's credential was revoked: it is disconnected and its leases are queued again", name)
+	g.s.cfg.Logger.Info(fmt.Sprintf("relays: relay %s's credential was revoked: it is disconnected and its leases are queued again", name), logRelay, name)
 	return true, nil
 }
 
@@ -345,15 +345,15 @@ func (g *relayGate) watch(nc *nats.Conn, what string) {
 				if sub != nil {
 					subj = sub.Subject
 				}
-				g.s.cfg.Logf("relays: the root's NATS %s connection fell behind on %q and NATS dropped messages (%d times so far)", what, subj, n)
+				g.s.cfg.Logger.Warn(fmt.Sprintf("relays: the root's NATS %s connection fell behind on %q and NATS dropped messages (%d times so far)", what, subj, n))
 			}
 			return
 		}
-		g.s.cfg.Logf("relays: the root's NATS %s connection: %v", what, err)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: the root's NATS %s connection: %v", what, err))
 	})
 	nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
 		g.disconnects.Add(1)
-		g.s.cfg.Logf("relays: the root's NATS %s connection was lost (%v); reconnecting", what, err)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: the root's NATS %s connection was lost (%v); reconnecting", what, err))
 	})
 	nc.SetReconnectHandler(func(c *nats.Conn) {
 		g.s.cfg.Logf("relays: the root's NATS %s connection is back (%s)", what, c.ConnectedUrlRedacted())
@@ -363,7 +363,7 @@ func (g *relayGate) watch(nc *nats.Conn, what string) {
 func (g *relayGate) reply(m *nats.Msg, v any) {
 	b, _ := json.Marshal(v)
 	if err := m.Respond(b); err != nil {
-		g.s.cfg.Logf("relays: answering on %s: %v", m.Subject, err)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: answering on %s: %v", m.Subject, err))
 	}
 }
 
@@ -379,7 +379,7 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 	}
 	approved, why := g.vouch(req.Relay, req.URL)
 	if why != "" {
-		g.s.cfg.Logf("relays: relay %s's join REFUSED: %s", req.Relay, why)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s's join REFUSED: %s", req.Relay, why), logRelay, req.Relay)
 		g.reply(m, upstream.JoinReply{Error: why})
 		return
 	}
@@ -387,7 +387,7 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 	g.mu.Lock()
 	if r := g.relays[req.Relay]; r != nil {
 		if !r.Approved && !approved {
-			defer g.s.cfg.Logf("relays: relay %s at %s joined; it is listed once an operator approves it (POST /api/v1/relays/%s/approve, or the admin page)", req.Relay, req.URL, req.Relay)
+			defer g.s.cfg.Logger.Info(fmt.Sprintf("relays: relay %s at %s joined; it is listed once an operator approves it (POST /api/v1/relays/%s/approve, or the admin page)", req.Relay, req.URL, req.Relay), logRelay, req.Relay)
 		}
 		r.Approved = approved
 	}
@@ -547,7 +547,7 @@ func (s *Server) ApproveRelay(name string, approve bool) (bool, error) {
 	if !approve {
 		verb = "no longer approved: it is not listed"
 	}
-	g.s.cfg.Logf("relays: relay %s %s", name, verb)
+	g.s.cfg.Logger.Info(fmt.Sprintf("relays: relay %s %s", name, verb), logRelay, name)
 	return true, nil
 }
 
@@ -560,7 +560,7 @@ func (g *relayGate) identify(subject string, relay *string) string {
 	case name == "":
 		return fmt.Sprintf("%s is no relay's subject", subject)
 	case *relay != "" && *relay != name:
-		g.s.cfg.Logf("relays: relay %s sent a request as relay %q on %s: REFUSED", name, *relay, subject)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s sent a request as relay %q on %s: REFUSED", name, *relay, subject), logRelay, name)
 		return fmt.Sprintf("this connection is relay %s's; it cannot speak for relay %q", name, *relay)
 	}
 	*relay = name
@@ -640,7 +640,7 @@ func (g *relayGate) refusePart(relay, subject, why string) {
 	g.partsRefused++
 	g.mu.Unlock()
 	if n <= 16 || n%1000 == 0 {
-		g.s.cfg.Logf("relays: relay %s: a message on %s REFUSED (%d so far): %s", relay, subject, n, why)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s: a message on %s REFUSED (%d so far): %s", relay, subject, n, why), logRelay, relay)
 	}
 }
 
@@ -682,8 +682,8 @@ func (g *relayGate) record(relay, verdict, detail string, bytes, strikesRefused 
 	}
 	g.mu.Unlock()
 	if quarantine {
-		g.s.cfg.Logf("relays: relay %s QUARANTINED: %d forged aggregates (the last: %s); its leases go back to the queue, and it gets nothing more until the operator lifts it",
-			relay, r.Forged, detail)
+		g.s.cfg.Logger.Error(fmt.Sprintf("relays: relay %s QUARANTINED: %d forged aggregates (the last: %s); its leases go back to the queue, and it gets nothing more until the operator lifts it",
+			relay, r.Forged, detail), logRelay, relay)
 		go g.dropLeases(relay, "relay "+relay+" was quarantined")
 	}
 }
@@ -720,7 +720,7 @@ func (s *Server) LiftRelayQuarantine(relay string) bool {
 		return false
 	}
 	r.Quarantined, r.score = false, 0
-	g.s.cfg.Logf("relays: the quarantine of relay %s was lifted", relay)
+	g.s.cfg.Logger.Info(fmt.Sprintf("relays: the quarantine of relay %s was lifted", relay), logRelay, relay)
 	return true
 }
 
@@ -877,21 +877,21 @@ func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []
 	}
 	a, err := upstream.Decode(body)
 	if err != nil {
-		g.s.cfg.Logf("relays: aggregate of relay %s on %s REFUSED: %v", relay, subject, err)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate of relay %s on %s REFUSED: %v", relay, subject, err), logRelay, relay)
 		g.record(relay, aggForged, err.Error(), len(body), 0, 0)
 		term()
 		return
 	}
 	if a.Relay != relay || jobHeader != "" && jobHeader != a.Job {
 		d := fmt.Sprintf("aggregate %s names relay %q and job %q but came on %s with parts of job %q", a.ID, a.Relay, a.Job, subject, jobHeader)
-		g.s.cfg.Logf("relays: aggregate of relay %s REFUSED: %s", relay, d)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate of relay %s REFUSED: %s", relay, d), logRelay, relay)
 		g.record(relay, aggForged, d, len(body), 0, a.Round)
 		term()
 		return
 	}
 	j := g.s.job(a.Job)
 	if j == nil || j.mirror != nil {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s names job %q, which is not here: REFUSED", a.ID, a.Relay, a.Job)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate %s of relay %s names job %q, which is not here: REFUSED", a.ID, a.Relay, a.Job), logRelay, a.Relay)
 		g.record(a.Relay, aggRefused, "no such job", len(body), 0, a.Round)
 		term()
 		return
@@ -912,15 +912,15 @@ func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []
 	}
 	g.record(a.Relay, verdict, detail, len(body), int(dropped), a.Round)
 	if dropped > 0 {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s: %s", a.ID, a.Relay, a.Job, detail)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate %s of relay %s for job %s: %s", a.ID, a.Relay, a.Job, detail), logRelay, a.Relay, logJob, a.Job)
 	}
 	if verdict == aggRefused || verdict == aggForged {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail)
+		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate %s of relay %s for job %s REFUSED: %s", a.ID, a.Relay, a.Job, detail), logRelay, a.Relay, logJob, a.Job)
 		term()
 		return
 	}
 	if verdict == aggDuplicate || j.verbose {
-		g.s.cfg.Logf("relays: aggregate %s of relay %s for job %s %s: %s", a.ID, a.Relay, a.Job, verdict, detail)
+		g.s.cfg.Logger.Debug(fmt.Sprintf("relays: aggregate %s of relay %s for job %s %s: %s", a.ID, a.Relay, a.Job, verdict, detail), logRelay, a.Relay, logJob, a.Job, "verdict", verdict)
 	}
 }
 
@@ -938,7 +938,7 @@ func (g *relayGate) announce(job string, version int64) {
 		Version int64 `json:"version"`
 	}{version})
 	if err := g.nc.Publish(upstream.VersionSubject(job), b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		g.s.cfg.Logf("relays: announcing version %d of job %s: %v", version, job, err)
+		g.s.cfg.Logger.Error(fmt.Sprintf("relays: announcing version %d of job %s: %v", version, job, err), logJob, job)
 	}
 }
 

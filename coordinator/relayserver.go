@@ -196,7 +196,7 @@ func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
 			continue
 		}
 		if err := rt.startMirror(s, info); err != nil {
-			s.cfg.Logf("relay: job %s of the root: %v; not relayed", info.ID, err)
+			s.cfg.Logger.Warn(fmt.Sprintf("relay: job %s of the root: %v; not relayed", info.ID, err), logJob, info.ID)
 		}
 	}
 	return nil
@@ -215,7 +215,7 @@ func (rt *relayRuntime) startMirror(s *Server, info upstream.JobInfo) error {
 	if err != nil {
 		return err
 	}
-	j, err := newJob(info.ID, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
+	j, err := newJob(info.ID, spec, train, test, &s.leaseIDs, s.cfg.Logger, &s.shardSets)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (rt *relayRuntime) startMirror(s *Server, info upstream.JobInfo) error {
 	rt.mirrors[info.ID], rt.wakes[info.ID] = j, wake
 	rt.mu.Unlock()
 	s.startJob(j)
-	s.cfg.Logf("relay: relaying job %s (%q) of the root: %d parameters, mode %s", j.ID, spec.Name, j.model.NumParams, spec.Mode)
+	s.cfg.Logger.Info(fmt.Sprintf("relay: relaying job %s (%q) of the root: %d parameters, mode %s", j.ID, spec.Name, j.model.NumParams, spec.Mode), logJob, j.ID)
 	rt.wg.Add(1)
 	go rt.feed(s, j, wake)
 	return nil
@@ -288,7 +288,7 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 		}
 		if err != nil {
 			if failures++; failures == 1 || failures%40 == 0 {
-				s.cfg.Logf("relay: job %s: leasing from the root: %v (trying again)", j.ID, err)
+				s.cfg.Logger.Warn(fmt.Sprintf("relay: job %s: leasing from the root: %v (trying again)", j.ID, err), logJob, j.ID)
 			}
 			continue
 		}
@@ -361,7 +361,7 @@ func (rt *relayRuntime) publish(s *Server) {
 		}
 		body, err := upstream.Encode(a)
 		if err != nil {
-			s.cfg.Logf("relay: aggregate %s: %v: dropped", a.ID, err)
+			s.cfg.Logger.Error(fmt.Sprintf("relay: aggregate %s: %v: dropped", a.ID, err))
 			rt.out.pop()
 			continue
 		}
@@ -382,7 +382,7 @@ func (rt *relayRuntime) publish(s *Server) {
 			}
 		}
 		if err != nil {
-			s.cfg.Logf("relay: publishing aggregate %s upstream: %v (retrying in %v)", a.ID, err, wait)
+			s.cfg.Logger.Warn(fmt.Sprintf("relay: publishing aggregate %s upstream: %v (retrying in %v)", a.ID, err, wait))
 			select {
 			case <-rt.ctx.Done():
 				return

@@ -249,7 +249,7 @@ func (s *Server) assign(wc *workerConn, job *Job, chosen bool) bool {
 	prev := wc.cur.Swap(job)
 	info, limits := s.jobInfo(wc, job)
 	if prev != nil {
-		s.cfg.Logf("worker %s moves from job %s to job %s", wc.id, prev.ID, job.ID)
+		s.cfg.Logger.Info(fmt.Sprintf("worker %s moves from job %s to job %s", wc.id, prev.ID, job.ID), logWorker, wc.id, logVolunteer, wc.volunteer, logJob, job.ID, "from", prev.ID)
 	}
 	return s.enqueue(wc, &protocol.Assign{Job: info, Limits: limits})
 }

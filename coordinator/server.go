@@ -36,6 +36,9 @@ type Server struct {
 
 	leaseIDs atomic.Uint64
 	workerN  atomic.Uint64
+	// refusedHellos keeps an address whose hellos are refused over and
+	// over from repeating the WARN line (logging.go).
+	refusedHellos warnLimiter
 
 	mu      sync.Mutex
 	closed  bool // set by Close before it waits; guards conns.Add
@@ -116,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 	s.volunteers = newVolunteerBook()
 	s.volunteers.onBan = s.closeVolunteer
 	if cfg.Store != nil {
-		if err := s.volunteers.load(context.Background(), cfg.Store, cfg.Logf); err != nil {
+		if err := s.volunteers.load(context.Background(), cfg.Store, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("coordinator: loading the volunteer ledger: %w", err)
 		}
 	}
@@ -126,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	s.decodeBufs = newDecodePool(cfg.DecodeBuffers)
 	s.metrics = newPromMetrics(s)
 	if cfg.Store != nil {
-		s.workerRecords = newWorkerRecorder(cfg.Store, cfg.MaxWorkerRecords, cfg.WorkerRecordMaxAge, cfg.WorkerRecordQueue, cfg.Logf)
+		s.workerRecords = newWorkerRecorder(cfg.Store, cfg.MaxWorkerRecords, cfg.WorkerRecordMaxAge, cfg.WorkerRecordQueue, cfg.Logger)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopCtx, s.stopLoops = context.WithCancel(context.Background())
@@ -160,7 +163,7 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := s.checkModelSize(spec); err != nil {
 		return nil, err
 	}
-	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
+	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logger, &s.shardSets)
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +182,9 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 		}
 	}
 	s.startJob(j)
-	s.cfg.Logf("job %s (%q): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
-		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy)
+	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
+		"name", spec.Name)
 	return j, nil
 }
 
@@ -274,7 +278,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}
-		j, err := newJob(rec.ID, spec, train, test, &s.leaseIDs, s.cfg.Logf, &s.shardSets)
+		j, err := newJob(rec.ID, spec, train, test, &s.leaseIDs, s.cfg.Logger, &s.shardSets)
 		if err != nil {
 			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}
@@ -295,7 +299,8 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 				return nil, err
 			}
 			resumed = append(resumed, j)
-			s.cfg.Logf("job %s (%q): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.model.Version, j.st.epoch, j.run)
+			j.log.Info(fmt.Sprintf("job %s (%q): resumed at version %d, epoch %d (run %d)", j.ID, spec.Name, j.st.model.Version, j.st.epoch, j.run),
+				"name", spec.Name, "version", j.st.model.Version)
 		} else {
 			j.run = rec.Incarnation
 			j.st.sched.SetQueue(nil)

@@ -237,7 +237,7 @@ func (j *Job) spotSettle(o engine.Outcome) {
 	}
 	for _, r := range o.Refute {
 		j.ledger.Refute(r.Volunteer, j.ID, int64(r.Examples), j.spotFLOPs(r.Examples))
-		j.logf("job %s: volunteer %s: an applied result of %d examples was refuted by a spot check; its credit is taken back", j.ID, r.Volunteer, r.Examples)
+		j.log.Warn(fmt.Sprintf("job %s: volunteer %s: an applied result of %d examples was refuted by a spot check; its credit is taken back", j.ID, r.Volunteer, r.Examples), logVolunteer, r.Volunteer)
 	}
 	for _, v := range o.Struck {
 		j.strike(v, "a spot check: "+o.Detail) // emptyupdates.go

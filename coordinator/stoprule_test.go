@@ -26,7 +26,7 @@ func stopJob(t *testing.T, yaml string) *Job {
 	}
 	spec.Model = nn.ModelSpec{Input: []int{1, 2, 2}, Layers: spec.Model.Layers}
 	var ids atomic.Uint64
-	j, err := newJob("stop", spec, set, set, &ids, t.Logf)
+	j, err := newJob("stop", spec, set, set, &ids, LogfLogger(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}

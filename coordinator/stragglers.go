@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -114,8 +115,8 @@ func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 	st.leasesIssued++
 	st.abuse.backupsGranted++
 	if j.verbose {
-		j.logf("job %s: lease %d of worker %s held %v (straggling after %v): backup lease %d to worker %s",
-			j.ID, oldest.ID, oldest.Worker, now.Sub(oldest.Since).Round(time.Millisecond), after, b.ID, worker)
+		j.log.Debug(fmt.Sprintf("job %s: lease %d of worker %s held %v (straggling after %v): backup lease %d to worker %s",
+			j.ID, oldest.ID, oldest.Worker, now.Sub(oldest.Since).Round(time.Millisecond), after, b.ID, worker))
 	}
 	return []protocol.Lease{j.leaseMessage(b, baseURL)}
 }
@@ -135,8 +136,8 @@ func (j *Job) reclaimClosed(now time.Time, open uint64, after time.Duration) boo
 		st.sched.Lost(st.sched.Take(l.Worker, l.ID)) // its round's place went with the round
 		st.abuse.reclaimed++
 		any = true
-		j.logf("job %s: lease %d (round %d, closed) of worker %s held %v: taken back, %s",
-			j.ID, l.ID, l.Round, l.Worker, now.Sub(l.Since).Round(time.Millisecond), lostTo(l))
+		j.log.Debug(fmt.Sprintf("job %s: lease %d (round %d, closed) of worker %s held %v: taken back, %s",
+			j.ID, l.ID, l.Round, l.Worker, now.Sub(l.Since).Round(time.Millisecond), lostTo(l)))
 	}
 	return any
 }
@@ -149,7 +150,7 @@ func (j *Job) answered(l *engine.Lease, hash uint64) {
 	if other := st.sched.Answered(l); other != nil && l.IsCopy() {
 		st.abuse.backupsAnswered++
 		if j.verbose {
-			j.logf("job %s: backup lease %d of worker %s answered before lease %d of worker %s", j.ID, l.ID, l.Worker, other.ID, other.Worker)
+			j.log.Debug(fmt.Sprintf("job %s: backup lease %d of worker %s answered before lease %d of worker %s", j.ID, l.ID, l.Worker, other.ID, other.Worker))
 		}
 	}
 	j.resultAccepted(l.Worker)

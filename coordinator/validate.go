@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"fmt"
+
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/jobspec"
@@ -81,7 +83,7 @@ func (j *Job) validate(u []float32) string {
 	v.zeno.Gamma = zenoGamma(&j.st.spec)
 	d := v.zeno.Check(j.st.model.Version, j.st.model.Params, u)
 	if d != "" && j.verbose {
-		j.logf("job %s: quarantined an update: %s", j.ID, d)
+		j.log.Warn(fmt.Sprintf("job %s: quarantined an update: %s", j.ID, d))
 	}
 	return d
 }

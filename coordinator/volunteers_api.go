@@ -176,7 +176,7 @@ func (s *Server) BanVolunteer(id, reason string) error {
 	if !s.volunteers.known(id) {
 		return fmt.Errorf("%w %q; GET /api/v1/volunteers/standing lists them", ErrNoVolunteer, id)
 	}
-	s.cfg.Logf("volunteer %s banned by the operator: %q", id, reason)
+	s.cfg.Logger.Info(fmt.Sprintf("volunteer %s banned by the operator: %q", id, reason), logVolunteer, id)
 	s.volunteers.Ban(id, reason)
 	return nil
 }
@@ -186,7 +186,7 @@ func (s *Server) PardonVolunteer(id string) error {
 	if !s.volunteers.Pardon(id) {
 		return fmt.Errorf("%w %q; GET /api/v1/volunteers/standing lists them", ErrNoVolunteer, id)
 	}
-	s.cfg.Logf("volunteer %s pardoned by the operator", id)
+	s.cfg.Logger.Info(fmt.Sprintf("volunteer %s pardoned by the operator", id), logVolunteer, id)
 	return nil
 }
 
@@ -210,7 +210,7 @@ func (s *Server) closeVolunteer(v, reason string) {
 		wc.closedBy.Store(&why)
 		go wc.ws.Close(websocket.StatusPolicyViolation, truncateReason(why))
 	}
-	s.cfg.Logf("volunteer %s banned (%q): %d connections closed", v, reason, n)
+	s.cfg.Logger.Warn(fmt.Sprintf("volunteer %s banned (%q): %d connections closed", v, reason, n), logVolunteer, v)
 }
 
 // checkBanReason checks a ban's reason: bounded, UTF-8, and no control

@@ -124,7 +124,7 @@ func TestLedgerSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	book := newVolunteerBook()
-	if err := book.load(ctx, db, t.Logf); err != nil {
+	if err := book.load(ctx, db, LogfLogger(t.Logf)); err != nil {
 		t.Fatal(err)
 	}
 	book.seen("k-a", "alice", "", "127.0.0.2")
@@ -153,7 +153,7 @@ func TestLedgerSurvivesReopen(t *testing.T) {
 	}
 	defer db.Close()
 	again := newVolunteerBook()
-	if err := again.load(ctx, db, t.Logf); err != nil {
+	if err := again.load(ctx, db, LogfLogger(t.Logf)); err != nil {
 		t.Fatal(err)
 	}
 	defer again.close(time.Now().Add(10 * time.Second))
@@ -190,8 +190,8 @@ func TestLedgerKeepsFailedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	book := newVolunteerBook()
-	book.w = newLedgerWriter(db, t.Logf) // flushed by hand below, not by its goroutine
-	db.Close()                           // every write fails from now on
+	book.w = newLedgerWriter(db, LogfLogger(t.Logf)) // flushed by hand below, not by its goroutine
+	db.Close()                                       // every write fails from now on
 	book.seen("k-a", "", "", "127.0.0.2")
 	book.Credit("k-a", "j", 10, 100)
 	book.Ban("k-a", "strikes")

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -163,8 +164,8 @@ func (s *Server) observeResult(wc *workerConn, res *protocol.Result) {
 		}
 		if c != got && !w.clamped {
 			w.clamped = true
-			s.cfg.Logf("worker %s: link estimate clamped (logged once per worker): received down_bps %g, up_bps %g, rtt_ms %g; using %g, %g, %g (bps within [%g, %g], rtt_ms within [0, %d])",
-				wc.id, got.DownBps, got.UpBps, got.RttMs, c.DownBps, c.UpBps, c.RttMs, float64(minLinkBps), float64(maxLinkBps), maxLinkRttMs)
+			s.cfg.Logger.Info(fmt.Sprintf("worker %s: link estimate clamped (logged once per worker): received down_bps %g, up_bps %g, rtt_ms %g; using %g, %g, %g (bps within [%g, %g], rtt_ms within [0, %d])",
+				wc.id, got.DownBps, got.UpBps, got.RttMs, c.DownBps, c.UpBps, c.RttMs, float64(minLinkBps), float64(maxLinkBps), maxLinkRttMs), logWorker, wc.id)
 		}
 		w.link = c
 	}

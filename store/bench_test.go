@@ -22,7 +22,7 @@ func BenchmarkSaveCheckpoint(b *testing.B) {
 		}{{"durable", durableWrites}, {"fast", fastWrites}} {
 			b.Run(fmt.Sprintf("params=%d/mode=%s", n, m.name), func(b *testing.B) {
 				ctx := context.Background()
-				s, err := open(filepath.Join(b.TempDir(), "crowdtrain.db"), m.mode)
+				s, err := open(filepath.Join(b.TempDir(), "crowdtrain.db"), m.mode, true)
 				if err != nil {
 					b.Fatal(err)
 				}

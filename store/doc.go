@@ -11,7 +11,9 @@
 // so it never holds more than about one. Open refuses, without
 // writing a byte, files that are not ours, were written by a newer
 // crowdtrain, or are corrupt (see ErrNotCrowdtrain, ErrNewerSchema,
-// ErrCorrupt). Checkpoint data carries a CRC-32C, so damage inside a
+// ErrCorrupt). The schema version is PRAGMA user_version; Open upgrades
+// an older database in one transaction (schema.go), so a failed upgrade
+// leaves it at the version it had. Checkpoint data carries a CRC-32C, so damage inside a
 // BLOB, which SQLite cannot see, is an error rather than a model quietly
 // resumed from garbage. Times round-trip to the nanosecond and come back
 // in UTC.

@@ -6,10 +6,12 @@ package store
 const ApplicationID = 0x43524F57
 
 // migrations bring the schema from version i (PRAGMA user_version) to
-// i+1, each in its own transaction together with the user_version bump,
-// so a crash leaves the database at a whole version. Append only: never
-// edit a migration that has shipped, since databases in the field have
-// already run it.
+// i+1. Open runs all a database lacks in one transaction with the
+// user_version bump (Store.migrate), so a crash or a failing disk leaves
+// the version the database had. Append only: never edit a migration
+// that has shipped, since databases in the field have already run it;
+// each shipped schema is kept as a test fixture, testdata/schema-vN.sql,
+// that TestMigrateFromEveryKeptSchema upgrades.
 //
 // Times are INTEGER unix nanoseconds in UTC (exact round trip, sortable);
 // NULL where the Go value is the zero time. Tables are STRICT so a wrong

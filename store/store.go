@@ -28,6 +28,9 @@ var (
 	// ErrNewerSchema: a crowdtrain database of a schema this build does
 	// not know.
 	ErrNewerSchema = errors.New("written by a newer crowdtrain")
+	// ErrOlderSchema: OpenNoUpgrade found a database of an older schema,
+	// which Open would upgrade.
+	ErrOlderSchema = errors.New("written by an older crowdtrain")
 	// ErrCorrupt: not a SQLite database at all, one that fails SQLite's
 	// checks, or a checkpoint whose data fails its checksum.
 	ErrCorrupt = errors.New("corrupt or not a database")
@@ -101,6 +104,9 @@ type Store struct {
 	// checkpoint does not hold up the writer, and no read can write.
 	r    *sql.DB
 	mode writeMode
+	// upgradedFrom is the schema version Open upgraded the database
+	// from; 0 when it was current or new.
+	upgradedFrom int
 }
 
 // writeMode is how the writer trades speed for durability. Open uses
@@ -126,9 +132,16 @@ var (
 // (ErrNotCrowdtrain), a crowdtrain database of a newer schema
 // (ErrNewerSchema), or not a database or damaged (ErrCorrupt). Paths that
 // cannot be created or written get an error naming the path and the fix.
-func Open(path string) (*Store, error) { return open(path, durableWrites) }
+func Open(path string) (*Store, error) { return open(path, durableWrites, true) }
 
-func open(path string, mode writeMode) (*Store, error) {
+// OpenNoUpgrade is Open for commands that only read a coordinator's
+// database (export): a database of an older schema is refused
+// (ErrOlderSchema) rather than upgraded, so that running one beside an
+// older serve never changes the schema under it. An upgrade is serve's to
+// make, after a backup.
+func OpenNoUpgrade(path string) (*Store, error) { return open(path, durableWrites, false) }
+
+func open(path string, mode writeMode, upgrade bool) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("store: empty database path: give a file path such as crowdtrain.db")
 	}
@@ -141,7 +154,7 @@ func open(path string, mode writeMode) (*Store, error) {
 		return nil, err
 	}
 	if !created {
-		if err := inspect(path, abs); err != nil {
+		if err := inspect(path, abs, upgrade); err != nil {
 			return nil, err
 		}
 		// SQLite silently opens a write-protected file read-only, and
@@ -155,7 +168,7 @@ func open(path string, mode writeMode) (*Store, error) {
 	}
 	s, err := openPools(path, abs, mode)
 	if err == nil {
-		if err = s.migrate(context.Background()); err != nil {
+		if err = s.migrate(context.Background(), upgrade); err != nil {
 			s.Close()
 		}
 	}
@@ -175,6 +188,10 @@ func open(path string, mode writeMode) (*Store, error) {
 func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
+
+// UpgradedFrom returns the schema version Open upgraded the database
+// from, for the caller to log; 0 when it was already current or new.
+func (s *Store) UpgradedFrom() int { return s.upgradedFrom }
 
 // Path returns the path Open was given.
 func (s *Store) Path() string { return s.path }
@@ -248,8 +265,9 @@ func staleWAL(path, abs string) error {
 
 // inspect vets an existing file without writing to it: a read-only
 // connection, and no PRAGMA that writes. An empty file passes (Open
-// initialises it).
-func inspect(path, abs string) error {
+// initialises it). Without upgrade, a database of an older schema is
+// refused too.
+func inspect(path, abs string, upgrade bool) error {
 	f, err := os.Open(abs)
 	if err != nil {
 		return fmt.Errorf("store: cannot read %s: %w: check its permissions", path, err)
@@ -307,6 +325,9 @@ func inspect(path, abs string) error {
 	if version > int64(len(migrations)) {
 		return newerErr(path, version)
 	}
+	if !upgrade && version > 0 && version < int64(len(migrations)) {
+		return olderErr(path, version)
+	}
 	problems, err := check(ctx, db, "quick_check")
 	if err != nil {
 		return classify(path, "quick_check", err)
@@ -354,6 +375,12 @@ func interruptedCreation(abs string) bool {
 func newerErr(path string, version int64) error {
 	return fmt.Errorf("store: %s: %w (schema %d, this build knows %d): upgrade crowdtrain; the file was left as it is",
 		path, ErrNewerSchema, version, len(migrations))
+}
+
+func olderErr(path string, version int64) error {
+	return fmt.Errorf("store: %s: %w (schema %d, this build writes %d): `crowdtrain serve` of this version upgrades it "+
+		"when it opens it (back it up first: crowdtrain backup), or use the crowdtrain that wrote it; the file was left as it is",
+		path, ErrOlderSchema, version, len(migrations))
 }
 
 // check runs PRAGMA quick_check or integrity_check and returns "" for ok,
@@ -451,20 +478,17 @@ func openPools(path, abs string, mode writeMode) (*Store, error) {
 	return s, nil
 }
 
-// migrate applies the migrations the database lacks, one transaction each.
-func (s *Store) migrate(ctx context.Context) error {
-	for {
-		done, err := s.migrateOne(ctx)
-		if err != nil || done {
-			return err
-		}
-	}
-}
-
-func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
+// migrate brings the database up to SchemaVersion in one transaction:
+// every migration it lacks, the new user_version and, for a new
+// database, the application id commit together or not at all, so a
+// failing disk or a crash mid-upgrade leaves the database at the version
+// it had, never half-migrated. (SQLite's DDL is transactional.) Without
+// upgrade, an existing database of an older schema is refused untouched;
+// a new one is still created.
+func (s *Store) migrate(ctx context.Context, upgrade bool) error {
 	tx, err := s.w.BeginTx(ctx, nil) // BEGIN IMMEDIATE: re-read under the write lock
 	if err != nil {
-		return false, classify(s.path, "starting the schema migration", err)
+		return classify(s.path, "starting the schema migration", err)
 	}
 	defer tx.Rollback()
 	var version, appID, objects int64
@@ -476,36 +500,49 @@ func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
 		err = tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&objects)
 	}
 	if err != nil {
-		return false, classify(s.path, "reading the schema version", err)
+		return classify(s.path, "reading the schema version", err)
 	}
 	// Another process may have changed the file since inspect.
 	if appID != ApplicationID && (appID != 0 || objects > 0) {
-		return false, fmt.Errorf("store: %s: %w: another application wrote to it while crowdtrain was opening it; "+
+		return fmt.Errorf("store: %s: %w: another application wrote to it while crowdtrain was opening it; "+
 			"the file was left as it is", s.path, ErrNotCrowdtrain)
 	}
-	if version > int64(len(migrations)) {
-		return false, newerErr(s.path, version)
+	target := int64(len(migrations))
+	if version > target {
+		return newerErr(s.path, version)
 	}
-	if version == int64(len(migrations)) {
-		return true, nil
+	if version == target {
+		return nil
 	}
-	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
-		return false, classify(s.path, fmt.Sprintf("migrating the schema from version %d to %d", version, version+1), err)
+	if version > 0 && !upgrade {
+		return olderErr(s.path, version)
 	}
-	// Header fields are written in the transaction, so a crash leaves
-	// either the old version or the new one with its tables.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
-		return false, classify(s.path, "setting the schema version", err)
+	from := version
+	failed := func(doing string, err error) error {
+		err = classify(s.path, doing, err)
+		if from == 0 {
+			return err
+		}
+		return fmt.Errorf("%w: the database was left at schema %d, as it was", err, from)
 	}
-	if version == 0 {
+	for ; version < target; version++ {
+		if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+			return failed(fmt.Sprintf("migrating the schema from version %d to %d", version, version+1), err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", target)); err != nil {
+		return failed("setting the schema version", err)
+	}
+	if from == 0 {
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", ApplicationID)); err != nil {
-			return false, classify(s.path, "setting the application id", err)
+			return failed("setting the application id", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, classify(s.path, fmt.Sprintf("committing schema version %d", version+1), err)
+		return failed(fmt.Sprintf("committing schema version %d", target), err)
 	}
-	return false, nil
+	s.upgradedFrom = int(from)
+	return nil
 }
 
 // Helpers shared by the record methods.

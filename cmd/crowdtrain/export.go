@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,8 +31,12 @@ func export(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := os.Stat(*dbPath); err != nil {
 		return usagef("no database at %s: pass the --db the coordinator was started with", *dbPath)
 	}
-	db, err := store.Open(*dbPath)
+	// Reading never upgrades: serve may be running an older version on it.
+	db, err := store.OpenNoUpgrade(*dbPath)
 	if err != nil {
+		if errors.Is(err, store.ErrNewerSchema) || errors.Is(err, store.ErrOlderSchema) {
+			return &usageError{err.Error()}
+		}
 		return err
 	}
 	defer db.Close()

@@ -38,7 +38,7 @@ func TestFashionCNNReachesNinetyPercent(t *testing.T) {
 		"--local-workers", "2", "--progress", "2s")
 	// The job says which data it trains on: the Fashion-MNIST sets, not
 	// MNIST's files of the same names.
-	srv.waitLine(`("fashion-cnn")`, 30*time.Second)
+	srv.waitLine("name=fashion-cnn", 30*time.Second) // the job-created line's attribute
 	// A bound, not a speed: about a minute alone on 2 cores, but a
 	// slower machine running the other packages' tests beside it took
 	// over 4 minutes.

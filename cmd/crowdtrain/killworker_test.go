@@ -20,8 +20,9 @@ import (
 // rejected.
 var leftLine = regexp.MustCompile(`worker \S+ left \(.*; (\d+) leases queued again\): (\d+) accepted, (\d+) rejected`)
 
-// connectedAs matches a worker's log line naming the id it got.
-var connectedAs = regexp.MustCompile(`connected as "([^"]+)"`)
+// connectedAs matches a worker's log line naming the id it got (quoted
+// in the message, which the text log quotes again).
+var connectedAs = regexp.MustCompile(`connected as \\"([^"\\]+)\\"`)
 
 // DiLoCo (H=16, inner AdamW, rounds of 2) with each of its two native
 // worker processes SIGKILLed every 5 s and started again (in turn, one

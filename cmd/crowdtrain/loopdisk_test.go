@@ -95,7 +95,7 @@ func TestPowerCutAtTheReportLosesNothingReported(t *testing.T) {
 
 	// 1. Killed, power cut, the moment the job is reported created.
 	srv := startProc(t, args...)
-	created := regexp.MustCompile(`job (\S+) \("mnist-mlp"\): \d+ parameters`).FindStringSubmatch(srv.waitLine("parameters,", time.Minute))
+	created := regexp.MustCompile(`\d+ parameters.* job=(\S+) name=mnist-mlp`).FindStringSubmatch(srv.waitLine("parameters,", time.Minute))
 	srv.kill()
 	if created == nil {
 		t.Fatalf("no job-created line in the log:\n%s", srv.logText())

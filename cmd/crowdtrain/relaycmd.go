@@ -149,7 +149,12 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var tlsf tlsFlags // servetls.go: this relay's own HTTPS and WSS
 	tlsf.register(fs)
 	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
+	logFlags := addLogFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	sl, err := logFlags.logger(stderr)
+	if err != nil {
 		return err
 	}
 	if *up == "" {
@@ -163,7 +168,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--creds: %v", err)
 	}
 	*name = cred.Name
-	logger := log.New(stderr, "", log.LstdFlags)
+	// Every line of this relay names it, as the root's lines about it do.
+	sl = sl.With("relay", *name)
+	logger := stdLogger(sl)
 	if err := tlsf.load(logger); err != nil {
 		return err
 	}
@@ -242,7 +249,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return dataset.Load(d, o)
 		},
-		Logf: logger.Printf, AdminToken: coordinator.NewAdminToken(), Join: coordinator.JoinOpen,
+		Logger: sl, AdminToken: coordinator.NewAdminToken(), Join: coordinator.JoinOpen,
 		MaxConnsPerAddress: coordinator.DefaultMaxConnsPerAddress,
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -69,7 +68,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var tlsf tlsFlags // servetls.go: HTTPS and WSS
 	tlsf.register(fs)
 	tlsf.registerACME(fs)
+	logFlags := addLogFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	sl, err := logFlags.logger(stderr)
+	if err != nil {
 		return err
 	}
 	if len(tlsf.acmeDomains) > 0 {
@@ -146,7 +150,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			spec.Dataset = d
 		}
 	}
-	logger := log.New(stderr, "", log.LstdFlags)
+	logger := stdLogger(sl)
 	// A certificate that cannot be served exits 2 before anything changes.
 	if err := tlsf.load(logger); err != nil {
 		return err
@@ -176,7 +180,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	storeStuck := false // a frozen store: closing it would hang
 	if *dbPath != "" {
 		if db, err = store.Open(*dbPath); err != nil {
+			if errors.Is(err, store.ErrNewerSchema) {
+				// A newer crowdtrain's database: the fix is the binary,
+				// and the file was left as it is.
+				return &usageError{err.Error()}
+			}
 			return err
+		}
+		if from := db.UpgradedFrom(); from > 0 {
+			logger.Printf("database %s: schema upgraded from version %d to %d (an older crowdtrain can no longer open it)",
+				*dbPath, from, store.SchemaVersion())
 		}
 		defer func() {
 			if !storeStuck {
@@ -207,7 +220,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return loadData(d, o)
 		},
-		Logf: logger.Printf, Store: db, DataRoot: *dataRoot, DataLoadTimeout: *dataLoadTimeout, MaxParams: *maxParams,
+		Logger: sl, Store: db, DataRoot: *dataRoot, DataLoadTimeout: *dataLoadTimeout, MaxParams: *maxParams,
 		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
 		Pages: pages, AdminToken: token, Join: *join,
 		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
@@ -304,13 +317,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			stopWorkers()
 			return err
 		}
-		wl := log.New(stderr, fmt.Sprintf("local worker %d: ", i+1), log.LstdFlags)
+		wl := printf(sl.With("local_worker", i+1), fmt.Sprintf("local worker %d: ", i+1))
 		// The operator's own workers send no volunteer key; in token
 		// mode they get a token of their own.
 		w, err := worker.New(worker.Config{
 			Coordinator: tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws", Backend: b, Token: localToken,
 			TLSConfig: tlsf.loopbackClient(),
-			Client:    "crowdtrain/" + version + " (local)", Logf: wl.Printf,
+			Client:    "crowdtrain/" + version + " (local)", Logf: wl,
 			MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second,
 			Caps: workerCaps(b, 0),
 		})
@@ -322,7 +335,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go func() {
 			defer wg.Done()
 			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
-				wl.Printf("stopped: %v", err)
+				wl("stopped: %v", err)
 			}
 		}()
 	}
@@ -362,19 +375,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			if v.State == coordinator.StateRunning {
 				if f := v.CheckpointFailure; f != nil {
-					logger.Printf("job %s: checkpoint v%d not written yet (%d failures since %s, retrying): %s",
-						v.ID, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError)
+					sl.Error(fmt.Sprintf("job %s: checkpoint v%d not written yet (%d failures since %s, retrying): %s",
+						v.ID, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError), "job", v.ID)
 				}
-				logger.Printf("job %s: epoch %d (%.0f%%), version %d, %.0f examples/s, %d workers, rejected %d, test accuracy %s",
-					v.ID, v.Epoch, 100*v.EpochProgress, v.Version, rate, v.Workers, v.UpdatesRejected, acc)
+				sl.Info(fmt.Sprintf("job %s: epoch %d (%.0f%%), version %d, %.0f examples/s, %d workers, rejected %d, test accuracy %s",
+					v.ID, v.Epoch, 100*v.EpochProgress, v.Version, rate, v.Workers, v.UpdatesRejected, acc), "job", v.ID)
 			} else if v.State == coordinator.StateFinishing {
 				if f := v.CheckpointFailure; f != nil {
-					logger.Printf("job %s has ended (%s) but its final checkpoint v%d is not written yet (%d failures since %s, retrying): %s",
-						v.ID, v.Reason, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError)
+					sl.Error(fmt.Sprintf("job %s has ended (%s) but its final checkpoint v%d is not written yet (%d failures since %s, retrying): %s",
+						v.ID, v.Reason, f.Version, f.Failures, f.PendingSince.Format(time.TimeOnly), f.LastError), "job", v.ID)
 				}
 			} else if announced != v.State {
 				announced = v.State
-				logger.Printf("job %s is %s: %s. Still serving the API; Ctrl-C to stop.", v.ID, v.State, v.Reason)
+				sl.Info(fmt.Sprintf("job %s is %s: %s. Still serving the API; Ctrl-C to stop.", v.ID, v.State, v.Reason), "job", v.ID, "state", v.State)
 			}
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"os"
 	"strings"
 	"time"
@@ -43,6 +42,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
 	var priority priorityFlag
 	fs.Var(&priority, "priority", "`low` (nice 10; below normal on Windows) or normal")
+	logFlags := addLogFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -67,7 +67,11 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	logger := log.New(stderr, "", log.LstdFlags)
+	sl, err := logFlags.logger(stderr)
+	if err != nil {
+		return err
+	}
+	logger := stdLogger(sl)
 	if *config != "" {
 		logger.Printf("settings from %s, and the command line over them", *config)
 	}
