@@ -136,22 +136,48 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	return func() { bulk.Close(); nc.Close(); stop() }, nil
 }
 
+// relayOptions are relay's settings, as its flags set them.
+type relayOptions struct {
+	up, addr, credsFile, name, publicURL, dataDir, caFile, natsCA string
+	tls                                                           tlsFlags // servetls.go: this relay's own HTTPS and WSS
+}
+
+// newRelayFlags builds relay's flag set, grouped for its help; parsing it
+// starts nothing.
+func newRelayFlags() (*cliFlags, *relayOptions) {
+	o := &relayOptions{}
+	fs := newCLIFlags("relay", "relay --upstream nats://HOST:PORT --creds FILE [flags]   (every flag also as CROWDTRAIN_<FLAG> or in --config FILE)")
+	fs.StringVar(&o.up, "upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
+	fs.StringVar(&o.credsFile, "creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
+	fs.StringVar(&o.name, "name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
+	fs.StringVar(&o.caFile, "ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for the root's https:// URL, where the relay fetches snapshots, beside the system's CAs")
+	fs.StringVar(&o.natsCA, "nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
+	fs.group("Root")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
+	fs.StringVar(&o.publicURL, "public-url", "", "the websocket `URL` volunteers reach this relay at (default: the URL its credential was issued for, else ws://ADDR/ws)")
+	o.tls.register(fs.FlagSet)
+	fs.group("Network and TLS")
+	fs.StringVar(&o.dataDir, "data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	fs.group("Jobs")
+	fs.addConfigFlags()
+	fs.group("Configuration")
+	return fs, o
+}
+
 // relay runs `crowdtrain relay`.
 func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	up := fs.String("upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
-	addr := fs.String("addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
-	credsFile := fs.String("creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
-	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
-	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
-	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
-	caFile := fs.String("ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for the root's https:// URL, where the relay fetches snapshots, beside the system's CAs")
-	var tlsf tlsFlags // servetls.go: this relay's own HTTPS and WSS
-	tlsf.register(fs)
-	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	fs, o := newRelayFlags()
+	set, err := fs.parseLayered(ctx, args, "", stdout, stderr)
+	if err != nil {
 		return err
 	}
+	return set.locate(o.run(ctx, stderr))
+}
+
+// run checks the settings and runs the relay until ctx ends.
+func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
+	up, addr, credsFile, name, publicURL, dataDir, caFile, natsCA := &o.up, &o.addr, &o.credsFile, &o.name, &o.publicURL, &o.dataDir, &o.caFile, &o.natsCA
+	tlsf := &o.tls
 	if *up == "" {
 		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
 	}
@@ -298,25 +324,15 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // `crowdtrain relay-credential --revoke NAME`: the root's operator issues
 // or revokes a relay's own NATS credential, through the admin API.
 func relayCredential(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("relay-credential", flag.ContinueOnError)
-	coord, token := apiFlags(fs, "")
+	fs := newCLIFlags("relay-credential", "relay-credential NAME [--out FILE] [--url wss://HOST/ws] | --revoke NAME   [--coordinator URL] [--token T | --token-file FILE]")
+	coord, token := apiFlags(fs.FlagSet, "")
 	out := fs.String("out", "", "`FILE` to write the credential to, mode 0600 (default: standard output)")
 	url := fs.String("url", "", "the websocket `URL` the relay's volunteers connect to (ws:// or wss://); it may advertise that one alone (default: the first it joins with)")
 	revoke := fs.Bool("revoke", false, "revoke NAME's credential: it is disconnected at once and its leases are queued again")
 	// NAME may come before or after the flags.
 	var names []string
-	fs.SetOutput(stderr)
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+	if err := fs.parseMixed(ctx, args, stderr, &names); err != nil {
+		return err
 	}
 	if len(names) != 1 {
 		return usagef("relay-credential takes one relay NAME (got %d): crowdtrain relay-credential NAME [--out FILE], or --revoke NAME", len(names))
