@@ -85,8 +85,10 @@ func flagWords(flags []*flag.Flag) string {
 // one beside each flag.
 func summary(f *flag.Flag) string {
 	_, u := flag.UnquoteUsage(f)
-	if i := strings.IndexAny(u, ";:("); i > 0 {
-		u = u[:i]
+	for _, stop := range []string{"; ", ": ", " ("} {
+		if i := strings.Index(u, stop); i > 0 {
+			u = u[:i]
+		}
 	}
 	u = strings.TrimSpace(u)
 	if len(u) > 60 {
