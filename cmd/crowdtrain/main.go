@@ -45,7 +45,7 @@ Usage:
   crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
   crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID] [--fraction F]
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--token T]
-  crowdtrain version                   (or --version): version, commit, platform, cgo, GEMM kernels
+  crowdtrain version                   (or crowdtrain --version): version, commit, platform, cgo, GEMM kernels
   crowdtrain completion bash|zsh|fish  a shell completion script: source <(crowdtrain completion bash)
 
 serve, work and relay take every flag also from the environment, as CROWDTRAIN_<FLAG>
