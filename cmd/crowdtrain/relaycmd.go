@@ -176,26 +176,25 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // run checks the settings and runs the relay until ctx ends.
 func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
-	up, addr, credsFile, name, publicURL, dataDir, caFile, natsCA := &o.up, &o.addr, &o.credsFile, &o.name, &o.publicURL, &o.dataDir, &o.caFile, &o.natsCA
 	tlsf := &o.tls
-	if *up == "" {
+	if o.up == "" {
 		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
 	}
-	if *credsFile == "" {
+	if o.credsFile == "" {
 		return usagef("--creds is required: the relay's credential, which the root's operator makes with crowdtrain relay-credential NAME --out FILE")
 	}
-	cred, err := natsbox.ReadRelayCredential(*credsFile, *name)
+	cred, err := natsbox.ReadRelayCredential(o.credsFile, o.name)
 	if err != nil {
 		return usagef("--creds: %v", err)
 	}
-	*name = cred.Name
+	o.name = cred.Name
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := tlsf.load(logger); err != nil {
 		return err
 	}
 	rootHTTP := &http.Client{Timeout: time.Minute}
-	if *caFile != "" {
-		cfg, err := tlsfiles.ClientConfig("--ca-file", *caFile)
+	if o.caFile != "" {
+		cfg, err := tlsfiles.ClientConfig("--ca-file", o.caFile)
 		if err != nil {
 			return usagef("%v", err)
 		}
@@ -203,16 +202,16 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 		t.TLSClientConfig = cfg
 		rootHTTP.Transport = t
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
+		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", o.addr, err)
 	}
 	defer ln.Close()
-	if *publicURL == "" {
-		*publicURL = cred.URL // the one the root registered
+	if o.publicURL == "" {
+		o.publicURL = cred.URL // the one the root registered
 	}
-	if *publicURL == "" {
-		*publicURL = tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws"
+	if o.publicURL == "" {
+		o.publicURL = tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws"
 	}
 	closed := make(chan error, 1)
 	var (
@@ -221,21 +220,21 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 		connErrAt   time.Time
 	)
 	cutOff := func(err error) error {
-		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", *name, err, *name)
+		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", o.name, err, o.name)
 	}
-	if *natsCA != "" {
-		cred.Options = append(cred.Options, nats.RootCAs(*natsCA))
+	if o.natsCA != "" {
+		cred.Options = append(cred.Options, nats.RootCAs(o.natsCA))
 	}
-	opts := append([]nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+	opts := append([]nats.Option{nats.Name("crowdtrain relay " + o.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		// A revoked credential shows here: "authorization violation".
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				logger.Printf("relay %s: the NATS connection to the root was lost: %v", *name, err)
+				logger.Printf("relay %s: the NATS connection to the root was lost: %v", o.name, err)
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			logger.Printf("relay %s: NATS: %v", *name, err)
+			logger.Printf("relay %s: NATS: %v", o.name, err)
 		}),
 		// Why connecting fails (a TLS certificate not trusted, a refused
 		// credential), when it changes or every half minute.
@@ -244,7 +243,7 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 			defer connErrMu.Unlock()
 			if msg := fmt.Sprint(err); msg != connErrLast || time.Since(connErrAt) > 30*time.Second {
 				connErrLast, connErrAt = msg, time.Now()
-				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", *name, err)
+				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", o.name, err)
 			}
 		}),
 		// nats.go gives up reconnecting when the server refuses the
@@ -255,18 +254,18 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 			default:
 			}
 		})}, cred.Options...)
-	nc, err := nats.Connect(*up, opts...)
+	nc, err := nats.Connect(o.up, opts...)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", *up, err)
+		return fmt.Errorf("connecting to %s: %w", o.up, err)
 	}
 	defer nc.Close()
 	srv, err := coordinator.New(coordinator.Config{
-		LoadData: func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
-			o.MNISTDir = *dataDir
-			if d.IsText() && *dataDir != "" {
-				d.Path = *dataDir
+		LoadData: func(d dataset.Spec, opts dataset.Options) (*dataset.Set, *dataset.Set, error) {
+			opts.MNISTDir = o.dataDir
+			if d.IsText() && o.dataDir != "" {
+				d.Path = o.dataDir
 			}
-			return dataset.Load(d, o)
+			return dataset.Load(d, opts)
 		},
 		Logf: logger.Printf, AdminToken: coordinator.NewAdminToken(), Join: coordinator.JoinOpen,
 		MaxConnsPerAddress: coordinator.DefaultMaxConnsPerAddress,
@@ -277,14 +276,14 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 	defer srv.Close()
 	// The root may not be up yet, or may be restarting: keep asking.
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: *name, URL: *publicURL, NATS: nc, HTTP: rootHTTP})
+		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: o.name, URL: o.publicURL, NATS: nc, HTTP: rootHTTP})
 		if err == nil {
 			break
 		}
 		if strings.Contains(err.Error(), "refused the join") || strings.Contains(err.Error(), "relay name") {
 			return usagef("%v", err)
 		}
-		logger.Printf("relay %s: %v; trying again in %v", *name, err, wait)
+		logger.Printf("relay %s: %v; trying again in %v", o.name, err, wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -298,7 +297,7 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 	tctx, stopTLS := context.WithCancel(ctx)
 	defer stopTLS()
 	go func(ln net.Listener) { serveErr <- hs.Serve(ln) }(tlsf.wrap(tctx, ln, logger))
-	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
+	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", o.name, ln.Addr(), o.publicURL)
 	var stopErr error
 	select {
 	case <-ctx.Done():
@@ -310,7 +309,7 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 			return fmt.Errorf("http server: %w", err)
 		}
 	}
-	logger.Printf("relay %s: shutting down", *name)
+	logger.Printf("relay %s: shutting down", o.name)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hs.Shutdown(sctx)
