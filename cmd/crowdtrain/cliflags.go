@@ -26,6 +26,7 @@ type cliFlags struct {
 	hints map[string]string
 	// layered commands also read CROWDTRAIN_<FLAG> and --config (config.go).
 	layered     bool
+	fresh       func() *cliFlags
 	configPath  string
 	printConfig bool
 }

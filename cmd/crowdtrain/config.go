@@ -38,10 +38,12 @@ func envName(name string) string {
 var envReserved = []string{"data"}
 
 // addConfigFlags adds --config and --print-config and makes c layered.
-// defaultFile, when not "", is read when neither --config nor
-// $CROWDTRAIN_CONFIG names a file.
-func (c *cliFlags) addConfigFlags() {
+// fresh builds another flag set of the command, on which the file's
+// values are checked even where the command line or the environment
+// overrides them: a mistake in the file shows before it takes effect.
+func (c *cliFlags) addConfigFlags(fresh func() *cliFlags) {
 	c.layered = true
+	c.fresh = fresh
 	c.StringVar(&c.configPath, "config", "", "YAML `FILE` of settings: a mapping whose keys are these flags' names (addr: 127.0.0.1:8080); the command line and CROWDTRAIN_<FLAG> variables win over it")
 	c.BoolVar(&c.printConfig, "print-config", false, "print the settings in effect (YAML: each flag, its value and where it came from; secrets redacted) and exit")
 }
@@ -189,6 +191,7 @@ func (s *settings) parseYAML(fromFile map[string][]string) ff.ConfigFileParser {
 		if m.Kind != yaml.MappingNode {
 			return &configError{file, m.Line, "", fmt.Errorf("want a mapping of settings (addr: 127.0.0.1:8080, ...), not a %s", kindName(m.Kind))}
 		}
+		var scratch *cliFlags
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			k, v := m.Content[i], m.Content[i+1]
 			name := strings.ReplaceAll(k.Value, "_", "-")
@@ -220,7 +223,14 @@ func (s *settings) parseYAML(fromFile map[string][]string) ff.ConfigFileParser {
 					value = ""
 				}
 				fromFile[name] = append(fromFile[name], value)
-				if err := set(name, value); err != nil {
+				if scratch == nil {
+					scratch = s.flags.fresh()
+				}
+				err := scratch.Set(name, value)
+				if err == nil {
+					err = set(name, value) // unless the command line or environment set it
+				}
+				if err != nil {
 					if inner := errors.Unwrap(err); inner != nil {
 						err = inner // ff's wrapping repeats the name
 					}

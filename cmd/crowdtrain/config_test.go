@@ -151,6 +151,8 @@ func TestBadConfigFileNamesFileLineAndKey(t *testing.T) {
 		{"serve", "addr: 127.0.0.1:0\nadmin_token: short\n", []string{"line 2", "admin_token", "16 characters"}},
 		{"serve", "keep-checkpoints: 1\nkeep_checkpoints: 2\n", []string{"line 2", "keep_checkpoints", "set twice", "line 1"}},
 		{"serve", "config: other.yaml\n", []string{"line 1", "config", "command line"}},
+		{"serve", "addr: [a, b]\n", []string{"line 1", "addr", "takes one value"}},
+		{"serve", "db: x.db\nthreads: -x\n", []string{"line 2", "threads", `"-x"`}}, // checked though --db and --threads override it below
 		{"serve", "- addr\n", []string{"line 1", "want a mapping"}},
 		{"serve", "addr: [unclosed\n", []string{"line 1"}},
 		{"work", "coordinator: ws://127.0.0.1:1/ws\nmax_cpus: 50%\n", []string{"line 2", `"max_cpus"`, "did you mean max-cpu?"}},
@@ -161,7 +163,7 @@ func TestBadConfigFileNamesFileLineAndKey(t *testing.T) {
 		db := filepath.Join(dir, "ct.db")
 		args := []string{c.cmd, "--config", path}
 		if c.cmd == "serve" {
-			args = append(args, "--db", db)
+			args = append(args, "--db", db, "--threads", "1")
 		}
 		if c.cmd == "work" {
 			args = append(args, "--key-file", "")

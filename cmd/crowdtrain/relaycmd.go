@@ -159,7 +159,7 @@ func newRelayFlags() (*cliFlags, *relayOptions) {
 	fs.group("Network and TLS")
 	fs.StringVar(&o.dataDir, "data", "", "`DIR` of the jobs' data, as the root's serve --data")
 	fs.group("Jobs")
-	fs.addConfigFlags()
+	fs.addConfigFlags(func() *cliFlags { f, _ := newRelayFlags(); return f })
 	fs.group("Configuration")
 	return fs, o
 }

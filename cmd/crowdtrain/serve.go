@@ -80,7 +80,7 @@ func newServeFlags() (*cliFlags, *serveOptions) {
 	o.relays.register(fs.FlagSet)
 	o.tls.register(fs.FlagSet)
 	o.tls.registerACME(fs.FlagSet)
-	fs.addConfigFlags()
+	fs.addConfigFlags(func() *cliFlags { f, _ := newServeFlags(); return f })
 
 	fs.place("Network and TLS", "addr", "public-url", "trusted-proxy", "tls-cert", "tls-key", "tls-reload-interval",
 		"acme-domain", "acme-email", "acme-cache", "acme-directory", "acme-ca-file")

@@ -54,7 +54,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.Var(&o.maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
 	fs.Var(&o.priority, "priority", "`low` (nice 10; below normal on Windows) or normal")
 	fs.group("Manners (docs/DAEMON.md)")
-	fs.addConfigFlags()
+	fs.addConfigFlags(func() *cliFlags { f, _ := newWorkFlags(); return f })
 	fs.Lookup("config").Usage += "; default ~/.config/crowdtrain/" + workConfigName + " or the OS's config directory, if there"
 	fs.group("Configuration")
 	fs.hints["token"] = "--token is the admin token of status and submit; the join token is --join-token"
