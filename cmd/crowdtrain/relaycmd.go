@@ -40,7 +40,7 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
 	fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate `FILE`: the embedded NATS server takes TLS connections only (relays: --upstream tls://HOST:PORT, and --nats-ca for a certificate of your own CA)")
 	fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key `FILE` of --nats-tls-cert")
-	fs.StringVar(&f.approval, "relay-approval", "", "`auto` (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
+	fs.StringVar(&f.approval, "relay-approval", "", "`MODE`: auto (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
 	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
 

@@ -46,7 +46,7 @@ func newServeFlags() (*cliFlags, *serveOptions) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
 	fs.StringVar(&o.jobArg, "job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	fs.IntVar(&o.localWorkers, "local-workers", 0, "native workers to run inside this process")
-	fs.StringVar(&o.join, "join", coordinator.JoinOpen, "who may volunteer: `open` (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
+	fs.StringVar(&o.join, "join", coordinator.JoinOpen, "who may volunteer, `MODE`: open (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
 	fs.IntVar(&o.threads, "threads", 1, "threads per local worker")
 	fs.StringVar(&o.dataDir, "data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints); "+
 		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir+

@@ -41,7 +41,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.StringVar(&o.name, "name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")
 	fs.StringVar(&o.keyFile, "key-file", defaultKeyFile(), "`FILE` holding this volunteer's key, made on first use; '' sends no key (credit then goes to the address)")
 	fs.group("Volunteer")
-	fs.StringVar(&o.backend, "backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
+	fs.StringVar(&o.backend, "backend", backendAuto, "`BACKEND`: auto (the GPU if usable, else the CPU), cpu or cuda")
 	fs.IntVar(&o.device, "device", 0, "CUDA device number (--backend cuda or auto)")
 	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
@@ -52,7 +52,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.Var(&o.idleCPU, "idle-cpu", "--idle-only: the machine counts as idle while other programs use at most this `PERCENT` of its CPUs")
 	fs.Var(&o.hours, "hours", "compute only in this daily window of local time, `FROM-TO` on a 24-hour clock (22-07 wraps midnight; 9:30-17)")
 	fs.Var(&o.maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
-	fs.Var(&o.priority, "priority", "`low` (nice 10; below normal on Windows) or normal")
+	fs.Var(&o.priority, "priority", "`PRIORITY`: low (nice 10; below normal on Windows) or normal")
 	fs.group("Manners (docs/DAEMON.md)")
 	fs.addConfigFlags(func() *cliFlags { f, _ := newWorkFlags(); return f })
 	fs.Lookup("config").Usage += "; default ~/.config/crowdtrain/" + workConfigName + " or the OS's config directory, if there"
