@@ -217,7 +217,9 @@ func (c *cliFlags) parseError(err error, stderr io.Writer) error {
 	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
 		return usagef("%s", c.unknownFlag(strings.TrimPrefix(name, "-")))
 	}
-	return usagef("%v ('crowdtrain %s -h' lists the flags)", err, c.cmd)
+	// The flag package names flags with one dash; our help, with two.
+	msg := strings.NewReplacer("for flag -", "for flag --", "argument: -", "argument: --").Replace(err.Error())
+	return usagef("%s ('crowdtrain %s -h' lists the flags)", msg, c.cmd)
 }
 
 // unknownFlag says that name is not one of the command's flags, and which

@@ -86,7 +86,7 @@ func (o *workOptions) run(ctx context.Context, config string, stdout, stderr io.
 	}
 	logger := log.New(stderr, "", log.LstdFlags)
 	if config != "" {
-		logger.Printf("settings from %s, and the command line over them", config)
+		logger.Printf("settings from %s, and CROWDTRAIN_ variables and the command line over them", config)
 	}
 	if !priority.normal {
 		if err := polite.LowerPriority(); err != nil {
