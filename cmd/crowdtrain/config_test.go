@@ -93,6 +93,9 @@ func TestSettingsPrecedenceFlagEnvFile(t *testing.T) {
 			if err != nil || got != "from-file" {
 				t.Errorf("default file: --%s = %q (%v), want from-file", c.flag, got, err)
 			}
+			if got, _, err := c.parse([]string{"--config", ""}, file); err != nil || got == "from-file" {
+				t.Errorf("--config '': --%s = %q (%v); want the default file left unread", c.flag, got, err)
+			}
 			other := filepath.Join(dir, "other.yaml")
 			os.WriteFile(other, []byte(c.flag+": from-other\n"), 0o600)
 			t.Setenv(envName("config"), other)

@@ -213,7 +213,8 @@ the same; ` + "`crowdtrain completion bash|zsh|fish`" + ` prints a shell complet
    the MNIST search looks, and does not set ` + "`--data`" + `;
 3. the YAML file ` + "`--config FILE`" + ` (or ` + "`$CROWDTRAIN_CONFIG`" + `) names: a mapping whose keys are the flags'
    names, with ` + "`-`" + ` or ` + "`_`" + ` between words, and a list for a repeatable flag. For ` + "`work`" + ` the file
-   is ` + "`~/.config/crowdtrain/worker.yaml`" + ` (or the OS's config directory) when there is one;
+   is ` + "`~/.config/crowdtrain/worker.yaml`" + ` (or the OS's config directory) when there is one
+   (` + "`--config ''`" + ` reads none);
 4. the flag's default.
 
 An unknown key, a value the flag refuses, or one a later check refuses stops the command with
