@@ -24,7 +24,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", backendCPU, "cpu, cuda, or auto (the GPU if usable, else the CPU)")
 	device := fs.Int("device", 0, "CUDA device number")
 	localSteps := fs.Int("local-steps", 1, "GPU: inner steps per lease (the update is downloaded once per lease)")
-	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}

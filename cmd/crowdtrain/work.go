@@ -44,7 +44,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.StringVar(&o.backend, "backend", backendAuto, "`BACKEND`: auto (the GPU if usable, else the CPU), cpu or cuda")
 	fs.IntVar(&o.device, "device", 0, "CUDA device number (--backend cuda or auto)")
 	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
-	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
 	fs.group("Compute")
 	fs.BoolVar(&o.idleOnly, "idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
