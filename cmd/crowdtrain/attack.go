@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -14,7 +13,7 @@ import (
 
 // attackCmd runs hostile volunteers against a coordinator (docs/ATTACKS.md).
 func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
+	fs := newCLIFlags("attack", "attack --coordinator ws://HOST:PORT/ws --kind KIND [flags]   (docs/ATTACKS.md)")
 	coord := fs.String("coordinator", "", "coordinator websocket `URL` (ws://HOST:PORT/ws)")
 	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage, sybil or zero")
 	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil; with a --bind range, one per address)")
@@ -25,7 +24,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
 	joinToken := fs.String("join-token", "", "join `TOKEN` every attacker presents, for a coordinator run with --join token")
 	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *coord == "" {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -15,11 +14,11 @@ import (
 
 // backup copies a live database (store.Backup): serve may keep running.
 func backup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
+	fs := newCLIFlags("backup", "backup --db FILE --out FILE [--force]   (a live database, while serve runs)")
 	db := fs.String("db", "", "the database `FILE` of `crowdtrain serve --db` (it may be running)")
 	out := fs.String("out", "", "write the copy to `FILE`")
 	force := fs.Bool("force", false, "replace --out if it exists")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *db == "" || *out == "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -15,8 +14,8 @@ import (
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
-func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newCLIFlags("bench", "bench [--model NAME] [flags]")
 	model := fs.String("model", "mnist-mlp", "model preset `NAME` ("+strings.Join(nn.PresetNames(), ", ")+")")
 	batch := fs.Int("batch", 64, "examples per training step")
 	threads := fs.Int("threads", 1, "CPU threads (0 = one per CPU)")
@@ -25,8 +24,8 @@ func bench(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", backendCPU, "cpu, cuda, or auto (the GPU if usable, else the CPU)")
 	device := fs.Int("device", 0, "CUDA device number")
 	localSteps := fs.Int("local-steps", 1, "GPU: inner steps per lease (the update is downloaded once per lease)")
-	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if _, err := nn.Preset(*model); err != nil {

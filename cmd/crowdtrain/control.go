@@ -44,34 +44,19 @@ type controlCmd struct {
 // parseControl parses a control's flags, which may come before, between
 // or after its arguments (`jobs pause ID --coordinator URL`). extra adds
 // the subcommand's own flags.
-func parseControl(name, usage string, args []string, stderr io.Writer, json bool, extra func(*flag.FlagSet)) (*controlCmd, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage:\n%s\n\nFlags:\n", usage)
-		fs.PrintDefaults()
-	}
-	coord, token := apiFlags(fs, "")
+func parseControl(ctx context.Context, name, usage string, args []string, stderr io.Writer, json bool, extra func(*flag.FlagSet)) (*controlCmd, error) {
+	fs := newCLIFlags(name, strings.ReplaceAll(strings.TrimPrefix(usage, "crowdtrain "), "\n", "\n       "))
+	coord, token := apiFlags(fs.FlagSet, "")
 	var asJSON *bool
 	if json {
 		asJSON = fs.Bool("json", false, "print the API's JSON answer instead of a table")
 	}
 	if extra != nil {
-		extra(fs)
+		extra(fs.FlagSet)
 	}
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil, err
-			}
-			return nil, usagef("%v", err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos, args = append(pos, args[0]), args[1:]
+	if err := fs.parseMixed(ctx, args, stderr, &pos); err != nil {
+		return nil, err
 	}
 	cmd := &controlCmd{c: apiClient{base: apiBase(*coord), token: *token}, args: pos}
 	if asJSON != nil {
@@ -123,7 +108,7 @@ func jobsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	cmd, err := parseControl("jobs "+sub, jobsUsage, args, stderr, sub == "list", nil)
+	cmd, err := parseControl(ctx, "jobs "+sub, jobsUsage, args, stderr, sub == "list", nil)
 	if err != nil {
 		return err
 	}
@@ -226,7 +211,7 @@ func tokensCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	cmd, err := parseControl("tokens "+sub, tokensUsage, args, stderr, sub == "list", nil)
+	cmd, err := parseControl(ctx, "tokens "+sub, tokensUsage, args, stderr, sub == "list", nil)
 	if err != nil {
 		return err
 	}
@@ -282,7 +267,7 @@ func volunteersCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	var reason *string
-	cmd, err := parseControl("volunteers "+sub, volunteersUsage, args, stderr, sub == "list", func(fs *flag.FlagSet) {
+	cmd, err := parseControl(ctx, "volunteers "+sub, volunteersUsage, args, stderr, sub == "list", func(fs *flag.FlagSet) {
 		if sub == "ban" {
 			reason = fs.String("reason", "", "why, at most 200 bytes on one line (default \"banned by the operator\")")
 		}

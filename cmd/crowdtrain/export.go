@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,12 +15,12 @@ import (
 )
 
 func export(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	fs := newCLIFlags("export", "export --db FILE --job ID [--version V] --out model.safetensors")
 	dbPath := fs.String("db", "crowdtrain.db", "the coordinator's SQLite `FILE`")
 	jobID := fs.String("job", "", "job `ID` (crowdtrain status lists them)")
 	version := fs.Int64("version", -1, "checkpoint `V` to export (default: the latest)")
 	out := fs.String("out", "", "safetensors `FILE` to write")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *jobID == "" || *out == "" {

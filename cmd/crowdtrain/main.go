@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -23,7 +24,7 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 const usage = `crowdtrain — a volunteer compute grid for training neural networks
 
 Usage:
-  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N (0)] [--data DIR] [--db FILE] [--admin-token T] [--join open|token]
+  crowdtrain serve  --addr HOST:PORT --job NAME|FILE [--local-workers N (0)] [--data DIR] [--db FILE] [--admin-token T (16+ chars)] [--join open|token]
                     [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--public-url https://...]
                     [--nats-listen HOST:PORT [--nats-tls-cert F --nats-tls-key F] | --nats URL] [--relay-approval auto|manual]
   crowdtrain relay  --upstream nats://HOST:PORT --creds FILE --addr HOST:PORT [--public-url wss://...] [--nats-ca FILE] [--data DIR]
@@ -46,9 +47,13 @@ Usage:
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--token T]
   crowdtrain tokenizer train --data go-source|SPEC|DIR|FILE --vocab N --out FILE [--glob PATTERN]
   crowdtrain tokenizer encode|decode --tokenizer FILE   (text <-> token ids, one a line, stdin to stdout)
-  crowdtrain version                   (or --version): version, commit, platform, cgo, GEMM kernels
+  crowdtrain version                   (or crowdtrain --version): version, commit, platform, cgo, GEMM kernels
+  crowdtrain completion bash|zsh|fish  a shell completion script: source <(crowdtrain completion bash)
 
-Run 'crowdtrain COMMAND -h' for a command's flags.
+serve, work and relay take every flag also from the environment, as CROWDTRAIN_<FLAG>
+(CROWDTRAIN_ADMIN_TOKEN), and from a YAML file, --config FILE (admin-token: ...): the command
+line wins over the environment, the environment over the file; --print-config shows the result.
+Run 'crowdtrain COMMAND -h' for a command's flags by concern; docs/CLI.md lists them all.
 `
 
 func main() {
@@ -98,18 +103,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = attackCmd(ctx, args[1:], stdout, stderr)
 	case "tokenizer":
 		err = tokenizerCmd(ctx, args[1:], stdout, stderr)
+	case "completion":
+		err = completionCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		err = versionCmd(args[1:], stdout, stderr)
+		err = versionCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "crowdtrain: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "crowdtrain: %s\n", unknownCommand(args[0]))
 		return 2
 	}
 	var ue *usageError
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp), errors.Is(err, errPrinted), errors.Is(err, errDescribed):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "crowdtrain %s: %v\n", args[0], err)
@@ -122,17 +129,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parseFlags parses fs and turns its errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// unknownCommand says that name is not a command, and which it may have
+// meant.
+func unknownCommand(name string) string {
+	msg := fmt.Sprintf("unknown command %q", name)
+	var near []string
+	for _, c := range commandNames {
+		if editDistance(name, c) <= max(2, (len(name)+1)/2) || len(name) >= 3 && strings.HasPrefix(c, name) {
+			near = append(near, c)
 		}
-		return usagef("%v", err)
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments %q", fs.Args())
+	if len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
 	}
-	return nil
+	return msg + " ('crowdtrain -h' lists the commands)"
 }

@@ -40,7 +40,7 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.creds, "nats-creds", "", "`FILE` of user:password for --nats (or put them in its URL)")
 	fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate `FILE`: the embedded NATS server takes TLS connections only (relays: --upstream tls://HOST:PORT, and --nats-ca for a certificate of your own CA)")
 	fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key `FILE` of --nats-tls-cert")
-	fs.StringVar(&f.approval, "relay-approval", "", "`auto` (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
+	fs.StringVar(&f.approval, "relay-approval", "", "`MODE`: auto (a relay is listed to volunteers once it joins with the URL it was registered with) or manual (once an operator approved it on the admin page); default manual with --join token, else auto")
 	fs.Int64Var(&f.streamBytes, "relay-stream-bytes", coordinator.DefaultRelayStreamBytes, "`BYTES` the relays' aggregate stream may hold on disk; each relay a quarter of it")
 }
 
@@ -136,47 +136,74 @@ func (f *relayFlags) serve(ctx context.Context, srv *coordinator.Server, base st
 	return func() { bulk.Close(); nc.Close(); stop() }, nil
 }
 
+// relayOptions are relay's settings, as its flags set them.
+type relayOptions struct {
+	up, addr, credsFile, name, publicURL, dataDir, caFile, natsCA string
+	tls                                                           tlsFlags  // servetls.go: this relay's own HTTPS and WSS
+	log                                                           *logFlags // logflags.go: --log-format, --log-level
+}
+
+// newRelayFlags builds relay's flag set, grouped for its help; parsing it
+// starts nothing.
+func newRelayFlags() (*cliFlags, *relayOptions) {
+	o := &relayOptions{}
+	fs := newCLIFlags("relay", "relay --upstream nats://HOST:PORT --creds FILE [flags]   (every flag also as CROWDTRAIN_<FLAG> or in --config FILE)")
+	fs.StringVar(&o.up, "upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
+	fs.StringVar(&o.credsFile, "creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
+	fs.StringVar(&o.name, "name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
+	fs.StringVar(&o.caFile, "ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for the root's https:// URL, where the relay fetches snapshots, beside the system's CAs")
+	fs.StringVar(&o.natsCA, "nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
+	fs.group("Root")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
+	fs.StringVar(&o.publicURL, "public-url", "", "the websocket `URL` volunteers reach this relay at (default: the URL its credential was issued for, else ws://ADDR/ws)")
+	o.tls.register(fs.FlagSet)
+	fs.group("Network and TLS")
+	fs.StringVar(&o.dataDir, "data", "", "`DIR` of the jobs' data, as the root's serve --data")
+	fs.group("Jobs")
+	o.log = addLogFlags(fs.FlagSet)
+	fs.group("Logging")
+	fs.addConfigFlags(func() *cliFlags { f, _ := newRelayFlags(); return f })
+	fs.group("Configuration")
+	return fs, o
+}
+
 // relay runs `crowdtrain relay`.
 func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	up := fs.String("upstream", "", "the root's NATS `URL` (nats://HOST:PORT), as its serve --nats-listen printed")
-	addr := fs.String("addr", "127.0.0.1:8081", "`HOST:PORT` volunteers connect to")
-	credsFile := fs.String("creds", "", "`FILE`: this relay's credential, from `crowdtrain relay-credential NAME` (it names the relay)")
-	name := fs.String("name", "", "this relay's `NAME`, for a --creds file that does not name it (an external NATS server's)")
-	publicURL := fs.String("public-url", "", "the websocket `URL` volunteers reach this relay at (default ws://ADDR/ws)")
-	dataDir := fs.String("data", "", "`DIR` of the jobs' data, as the root's serve --data")
-	caFile := fs.String("ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for the root's https:// URL, where the relay fetches snapshots, beside the system's CAs")
-	var tlsf tlsFlags // servetls.go: this relay's own HTTPS and WSS
-	tlsf.register(fs)
-	natsCA := fs.String("nats-ca", "", "PEM `FILE` of the CA (or the self-signed certificate) of the root's NATS TLS certificate (serve --nats-tls-cert)")
-	logFlags := addLogFlags(fs)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		return err
-	}
-	sl, err := logFlags.logger(stderr)
+	fs, o := newRelayFlags()
+	set, err := fs.parseLayered(ctx, args, "", stdout, stderr)
 	if err != nil {
 		return err
 	}
-	if *up == "" {
+	return set.locate(o.run(ctx, stderr))
+}
+
+// run checks the settings and runs the relay until ctx ends.
+func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
+	tlsf := &o.tls
+	if o.up == "" {
 		return usagef("--upstream is required: the root's NATS URL (crowdtrain serve --nats-listen HOST:PORT prints it)")
 	}
-	if *credsFile == "" {
+	if o.credsFile == "" {
 		return usagef("--creds is required: the relay's credential, which the root's operator makes with crowdtrain relay-credential NAME --out FILE")
 	}
-	cred, err := natsbox.ReadRelayCredential(*credsFile, *name)
+	cred, err := natsbox.ReadRelayCredential(o.credsFile, o.name)
 	if err != nil {
 		return usagef("--creds: %v", err)
 	}
-	*name = cred.Name
+	o.name = cred.Name
+	sl, err := o.log.logger(stderr)
+	if err != nil {
+		return err
+	}
 	// Every line of this relay names it, as the root's lines about it do.
-	sl = sl.With("relay", *name)
+	sl = sl.With("relay", o.name)
 	logger := stdLogger(sl)
 	if err := tlsf.load(logger); err != nil {
 		return err
 	}
 	rootHTTP := &http.Client{Timeout: time.Minute}
-	if *caFile != "" {
-		cfg, err := tlsfiles.ClientConfig("--ca-file", *caFile)
+	if o.caFile != "" {
+		cfg, err := tlsfiles.ClientConfig("--ca-file", o.caFile)
 		if err != nil {
 			return usagef("%v", err)
 		}
@@ -184,16 +211,16 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		t.TLSClientConfig = cfg
 		rootHTTP.Transport = t
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", *addr, err)
+		return fmt.Errorf("cannot listen on %s: %w (choose another --addr)", o.addr, err)
 	}
 	defer ln.Close()
-	if *publicURL == "" {
-		*publicURL = cred.URL // the one the root registered
+	if o.publicURL == "" {
+		o.publicURL = cred.URL // the one the root registered
 	}
-	if *publicURL == "" {
-		*publicURL = tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws"
+	if o.publicURL == "" {
+		o.publicURL = tlsf.wsScheme() + "://" + loopbackAddr(ln.Addr()) + "/ws"
 	}
 	closed := make(chan error, 1)
 	var (
@@ -202,21 +229,21 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		connErrAt   time.Time
 	)
 	cutOff := func(err error) error {
-		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", *name, err, *name)
+		return fmt.Errorf("relay %s: the root's NATS server closed the connection (%v): if it says authorization, this relay's credential was revoked or replaced; the root's operator issues a new one with crowdtrain relay-credential %s", o.name, err, o.name)
 	}
-	if *natsCA != "" {
-		cred.Options = append(cred.Options, nats.RootCAs(*natsCA))
+	if o.natsCA != "" {
+		cred.Options = append(cred.Options, nats.RootCAs(o.natsCA))
 	}
-	opts := append([]nats.Option{nats.Name("crowdtrain relay " + *name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+	opts := append([]nats.Option{nats.Name("crowdtrain relay " + o.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		// A revoked credential shows here: "authorization violation".
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				logger.Printf("relay %s: the NATS connection to the root was lost: %v", *name, err)
+				logger.Printf("relay %s: the NATS connection to the root was lost: %v", o.name, err)
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			logger.Printf("relay %s: NATS: %v", *name, err)
+			logger.Printf("relay %s: NATS: %v", o.name, err)
 		}),
 		// Why connecting fails (a TLS certificate not trusted, a refused
 		// credential), when it changes or every half minute.
@@ -225,7 +252,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer connErrMu.Unlock()
 			if msg := fmt.Sprint(err); msg != connErrLast || time.Since(connErrAt) > 30*time.Second {
 				connErrLast, connErrAt = msg, time.Now()
-				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", *name, err)
+				logger.Printf("relay %s: connecting to the root's NATS server: %v (trying again)", o.name, err)
 			}
 		}),
 		// nats.go gives up reconnecting when the server refuses the
@@ -236,18 +263,18 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			default:
 			}
 		})}, cred.Options...)
-	nc, err := nats.Connect(*up, opts...)
+	nc, err := nats.Connect(o.up, opts...)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", *up, err)
+		return fmt.Errorf("connecting to %s: %w", o.up, err)
 	}
 	defer nc.Close()
 	srv, err := coordinator.New(coordinator.Config{
-		LoadData: func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
-			o.MNISTDir = *dataDir
-			if d.IsText() && *dataDir != "" {
-				d.Path = *dataDir
+		LoadData: func(d dataset.Spec, opts dataset.Options) (*dataset.Set, *dataset.Set, error) {
+			opts.MNISTDir = o.dataDir
+			if d.IsText() && o.dataDir != "" {
+				d.Path = o.dataDir
 			}
-			return dataset.Load(d, o)
+			return dataset.Load(d, opts)
 		},
 		Logger: sl, AdminToken: coordinator.NewAdminToken(), Join: coordinator.JoinOpen,
 		MaxConnsPerAddress: coordinator.DefaultMaxConnsPerAddress,
@@ -258,14 +285,14 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer srv.Close()
 	// The root may not be up yet, or may be restarting: keep asking.
 	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: *name, URL: *publicURL, NATS: nc, HTTP: rootHTTP})
+		err = srv.RunRelay(ctx, coordinator.RelayOptions{Name: o.name, URL: o.publicURL, NATS: nc, HTTP: rootHTTP})
 		if err == nil {
 			break
 		}
 		if strings.Contains(err.Error(), "refused the join") || strings.Contains(err.Error(), "relay name") {
 			return usagef("%v", err)
 		}
-		logger.Printf("relay %s: %v; trying again in %v", *name, err, wait)
+		logger.Printf("relay %s: %v; trying again in %v", o.name, err, wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -279,7 +306,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tctx, stopTLS := context.WithCancel(ctx)
 	defer stopTLS()
 	go func(ln net.Listener) { serveErr <- hs.Serve(ln) }(tlsf.wrap(tctx, ln, logger))
-	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", *name, ln.Addr(), *publicURL)
+	logger.Printf("relay %s listening on %s; workers join with: crowdtrain work --coordinator %s", o.name, ln.Addr(), o.publicURL)
 	var stopErr error
 	select {
 	case <-ctx.Done():
@@ -291,7 +318,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("http server: %w", err)
 		}
 	}
-	logger.Printf("relay %s: shutting down", *name)
+	logger.Printf("relay %s: shutting down", o.name)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	hs.Shutdown(sctx)
@@ -305,25 +332,15 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // `crowdtrain relay-credential --revoke NAME`: the root's operator issues
 // or revokes a relay's own NATS credential, through the admin API.
 func relayCredential(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("relay-credential", flag.ContinueOnError)
-	coord, token := apiFlags(fs, "")
+	fs := newCLIFlags("relay-credential", "relay-credential NAME [--out FILE] [--url wss://HOST/ws] | --revoke NAME   [--coordinator URL] [--token T | --token-file FILE]")
+	coord, token := apiFlags(fs.FlagSet, "")
 	out := fs.String("out", "", "`FILE` to write the credential to, mode 0600 (default: standard output)")
 	url := fs.String("url", "", "the websocket `URL` the relay's volunteers connect to (ws:// or wss://); it may advertise that one alone (default: the first it joins with)")
 	revoke := fs.Bool("revoke", false, "revoke NAME's credential: it is disconnected at once and its leases are queued again")
 	// NAME may come before or after the flags.
 	var names []string
-	fs.SetOutput(stderr)
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names, args = append(names, fs.Arg(0)), fs.Args()[1:]
+	if err := fs.parseMixed(ctx, args, stderr, &names); err != nil {
+		return err
 	}
 	if len(names) != 1 {
 		return usagef("relay-credential takes one relay NAME (got %d): crowdtrain relay-credential NAME [--out FILE], or --revoke NAME", len(names))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,19 +12,15 @@ import (
 // continuation of --prompt, on stdout. Generating costs the coordinator
 // CPU, so it needs the admin token.
 func sample(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
-	coord, token := apiFlags(fs, "")
+	fs := newCLIFlags("sample", "sample --coordinator URL --job ID --prompt TEXT [flags]")
+	coord, token := apiFlags(fs.FlagSet, "")
 	job := fs.String("job", "", "the text job's `ID` (crowdtrain status lists them)")
 	prompt := fs.String("prompt", "", "the `TEXT` to continue")
 	tokens := fs.Int("tokens", defaultSampleTokens, fmt.Sprintf("how many bytes to generate, 1..%d", maxSampleTokens))
 	temp := fs.Float64("temperature", defaultTemperature, "sampling temperature; 0 takes the most likely byte each time")
 	seed := fs.Uint64("seed", 0, "random seed (0: a fresh one); the same seed and model version give the same text")
 	verbose := fs.Bool("v", false, "also print the model version and timing on stderr")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: crowdtrain sample --coordinator URL --job ID --prompt TEXT [--tokens N] [--temperature T]\n\n")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	switch {

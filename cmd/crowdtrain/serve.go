@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,65 +23,104 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
-	jobArg := fs.String("job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
-	localWorkers := fs.Int("local-workers", 0, "native workers to run inside this process")
-	join := fs.String("join", coordinator.JoinOpen, "who may volunteer: `open` (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
-	threads := fs.Int("threads", 1, "threads per local worker")
-	dataDir := fs.String("data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints; "+
+// serveOptions are serve's settings, as its flags set them.
+type serveOptions struct {
+	addr, jobArg, join, dataDir, dataRoot, dbPath, adminToken, webDist, downloads                  string
+	localWorkers, threads, keepCkpts, maxWorkerRecords, decodeBuffers, pingMisses, maxConnsPerAddr int
+	maxParams, maxControlBytes                                                                     int64
+	dataLoadTimeout, progressEvery, ckptInterval, ckptRetryMin, ckptRetryMax, storeShutdown        time.Duration
+	workerRecordAge, pingInterval, nonFiniteEval                                                   time.Duration
+	verbose                                                                                        bool
+	access                                                                                         accessFlags // serveaccess.go: names, proxies, HTTP limits
+	abuse                                                                                          abuseFlags  // serveabuse.go: per-address and hostage limits
+	relays                                                                                         relayFlags  // relaycmd.go: NATS for relays
+	tls                                                                                            tlsFlags    // servetls.go: HTTPS and WSS
+	log                                                                                            *logFlags   // logflags.go: --log-format, --log-level
+}
+
+// newServeFlags builds serve's flag set, grouped for its help; parsing it
+// starts nothing.
+func newServeFlags() (*cliFlags, *serveOptions) {
+	o := &serveOptions{}
+	fs := newCLIFlags("serve", "serve [flags]   (every flag also as CROWDTRAIN_<FLAG> or in --config FILE)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
+	fs.StringVar(&o.jobArg, "job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
+	fs.IntVar(&o.localWorkers, "local-workers", 0, "native workers to run inside this process")
+	fs.StringVar(&o.join, "join", coordinator.JoinOpen, "who may volunteer, `MODE`: open (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
+	fs.IntVar(&o.threads, "threads", 1, "threads per local worker")
+	fs.StringVar(&o.dataDir, "data", "", "`PATH` of the job's data: for a text job (charlm) a UTF-8 text FILE or a DIR of them (default: the King James text `bible` prints; "+
 		"for a job on go-source or a text tree with a glob, the DIR the glob reads); "+
-		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir)
-	dataRoot := fs.String("data-root", ".", "`DIR` whose files job specs submitted over the API may name (their relative paths are relative to it)")
-	dataLoadTimeout := fs.Duration("data-load-timeout", coordinator.DefaultDataLoadTimeout, "longest a submitted job waits for its data to load; a slower load (a file that blocks) is refused and holds up no other submission")
-	maxParams := fs.Int64("max-params", coordinator.DefaultMaxParams(), fmt.Sprintf("largest model in `PARAMETERS` a job may have (the coordinator holds about %d bytes a parameter: weights, optimizer moments, snapshots, checkpoint copies); default: what fits in a quarter of this machine's memory; 0 takes any", coordinator.BytesPerParamHeld))
-	progressEvery := fs.Duration("progress", 5*time.Second, "how often to log training progress")
-	dbPath := fs.String("db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
-	ckptInterval := fs.Duration("checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
-	keepCkpts := fs.Int("keep-checkpoints", 5, "checkpoints kept per job")
-	verbose := fs.Bool("v", false, "log every checkpoint")
+		"for `dataset: mnist` the DIR holding the MNIST IDX files (default: search, see README); fashion-mnist is always read from "+dataset.FashionMNISTDir+
+		" ($"+dataset.EnvData+" is one of the places the MNIST search looks, not a setting of --data)")
+	fs.StringVar(&o.dataRoot, "data-root", ".", "`DIR` whose files job specs submitted over the API may name (their relative paths are relative to it)")
+	fs.DurationVar(&o.dataLoadTimeout, "data-load-timeout", coordinator.DefaultDataLoadTimeout, "longest a submitted job waits for its data to load; a slower load (a file that blocks) is refused and holds up no other submission")
+	fs.Int64Var(&o.maxParams, "max-params", coordinator.DefaultMaxParams(), fmt.Sprintf("largest model in `PARAMETERS` a job may have (the coordinator holds about %d bytes a parameter: weights, optimizer moments, snapshots, checkpoint copies); default: what fits in a quarter of this machine's memory; 0 takes any", coordinator.BytesPerParamHeld))
+	fs.DurationVar(&o.progressEvery, "progress", 5*time.Second, "how often to log training progress")
+	fs.StringVar(&o.dbPath, "db", "crowdtrain.db", "SQLite `FILE` keeping jobs, checkpoints, metrics and workers (\"\" keeps nothing)")
+	fs.DurationVar(&o.ckptInterval, "checkpoint-interval", 10*time.Second, "longest time between checkpoints of a training job")
+	fs.IntVar(&o.keepCkpts, "keep-checkpoints", 5, "checkpoints kept per job")
+	fs.BoolVar(&o.verbose, "v", false, "log every checkpoint")
 	// Durability.
-	ckptRetryMin := fs.Duration("checkpoint-retry-min", time.Second, "first wait before retrying a checkpoint write that failed (disk full, read-only file system); doubles up to --checkpoint-retry-max")
-	ckptRetryMax := fs.Duration("checkpoint-retry-max", time.Minute, "longest wait between retries of a failed checkpoint write")
-	storeShutdown := fs.Duration("store-shutdown-timeout", 20*time.Second, "longest shutdown waits for the database: failed final checkpoints are retried for half of it")
-	maxWorkerRecords := fs.Int("max-worker-records", 10000, "worker records kept in the database (the most recently seen)")
-	workerRecordAge := fs.Duration("worker-record-max-age", 30*24*time.Hour, "worker records not seen for this long are deleted")
-	adminToken := fs.String("admin-token", "", "`TOKEN` for the admin page and API (default: $CROWDTRAIN_ADMIN_TOKEN, else a random one printed at start)")
-	// HTTP access: names, proxies, limits (serveaccess.go).
-	var access accessFlags
-	access.register(fs)
+	fs.DurationVar(&o.ckptRetryMin, "checkpoint-retry-min", time.Second, "first wait before retrying a checkpoint write that failed (disk full, read-only file system); doubles up to --checkpoint-retry-max")
+	fs.DurationVar(&o.ckptRetryMax, "checkpoint-retry-max", time.Minute, "longest wait between retries of a failed checkpoint write")
+	fs.DurationVar(&o.storeShutdown, "store-shutdown-timeout", 20*time.Second, "longest shutdown waits for the database: failed final checkpoints are retried for half of it")
+	fs.IntVar(&o.maxWorkerRecords, "max-worker-records", 10000, "worker records kept in the database (the most recently seen)")
+	fs.DurationVar(&o.workerRecordAge, "worker-record-max-age", 30*24*time.Hour, "worker records not seen for this long are deleted")
+	fs.StringVar(&o.adminToken, "admin-token", "", "`TOKEN` for the admin page and API, at least 16 characters (default: $"+adminTokenEnv+", else a random one printed at start)")
+	o.access.register(fs.FlagSet)
 	// Wire: limits on what one websocket connection may send and hold (docs/SECURITY.md).
-	maxControlBytes := fs.Int64("max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
-	decodeBuffers := fs.Int("decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
-	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
-	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
-	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
-	webDist := fs.String("web-dist", "", "`DIR` holding the browser worker ("+web.WasmFile+" and "+web.WasmExecFile+") to serve instead of the build embedded in this binary (`make wasm` writes it to web/dist)")
-	downloads := fs.String("downloads", "", "`DIR` of the worker's release archives and SHA256SUMS (what make dist writes to dist/), served under /downloads/ with the installers /install.sh and /install.ps1 and offered on the contribute page")
-	maxConnsPerAddr := fs.Int("max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
-	var abuse abuseFlags // serveabuse.go: per-address and hostage limits
-	abuse.register(fs)
-	var relays relayFlags // relaycmd.go: NATS for relays
-	relays.register(fs)
-	var tlsf tlsFlags // servetls.go: HTTPS and WSS
-	tlsf.register(fs)
-	tlsf.registerACME(fs)
-	logFlags := addLogFlags(fs)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		return err
-	}
-	sl, err := logFlags.logger(stderr)
+	fs.Int64Var(&o.maxControlBytes, "max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
+	fs.IntVar(&o.decodeBuffers, "decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
+	fs.DurationVar(&o.pingInterval, "ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
+	fs.IntVar(&o.pingMisses, "ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
+	fs.DurationVar(&o.nonFiniteEval, "nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
+	fs.StringVar(&o.webDist, "web-dist", "", "`DIR` holding the browser worker ("+web.WasmFile+" and "+web.WasmExecFile+") to serve instead of the build embedded in this binary (`make wasm` writes it to web/dist)")
+	fs.StringVar(&o.downloads, "downloads", "", "`DIR` of the worker's release archives and SHA256SUMS (what make dist writes to dist/), served under /downloads/ with the installers /install.sh and /install.ps1 and offered on the contribute page")
+	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-address", coordinator.DefaultMaxConnsPerAddress, "worker connections one client address (IPv6: its /64) may hold open at once, said hello or not (loopback: plus --local-workers)")
+	o.abuse.register(fs.FlagSet)
+	o.relays.register(fs.FlagSet)
+	o.tls.register(fs.FlagSet)
+	o.tls.registerACME(fs.FlagSet)
+	o.log = addLogFlags(fs.FlagSet)
+	fs.addConfigFlags(func() *cliFlags { f, _ := newServeFlags(); return f })
+
+	fs.place("Network and TLS", "addr", "public-url", "trusted-proxy", "tls-cert", "tls-key", "tls-reload-interval",
+		"acme-domain", "acme-email", "acme-cache", "acme-directory", "acme-ca-file")
+	fs.place("Jobs", "job", "local-workers", "threads", "data", "data-root", "data-load-timeout", "max-params")
+	fs.place("Storage", "db", "checkpoint-interval", "keep-checkpoints", "checkpoint-retry-min", "checkpoint-retry-max",
+		"store-shutdown-timeout", "max-worker-records", "worker-record-max-age")
+	fs.place("Security", "admin-token", "join", "auth-fail-burst", "auth-fail-every")
+	fs.place("Volunteer limits", "max-conns-per-address", "max-leases-per-address", "hellos-per-second", "result-bytes-per-second",
+		"max-result-pause", "max-expiries-in-a-row", "hostage-cool-off", "max-control-bytes", "decode-buffers",
+		"ping-interval", "ping-misses", "nonfinite-eval-interval")
+	fs.place("HTTP limits", "max-http-conns-per-address", "anon-bulk-rate", "anon-bulk-burst", "min-read-rate", "min-read-grace",
+		"idle-timeout", "read-header-timeout", "read-body-timeout", "metrics-page-max")
+	fs.place("Relays", "nats-listen", "nats", "nats-creds", "nats-tls-cert", "nats-tls-key", "relay-approval", "relay-stream-bytes")
+	fs.place("Web pages", "web-dist", "downloads")
+	fs.place("Observability", "progress", "v", "log-format", "log-level", "metrics-token")
+	fs.place("Configuration", "config", "print-config")
+	return fs, o
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, o := newServeFlags()
+	set, err := fs.parseLayered(ctx, args, "", stdout, stderr)
 	if err != nil {
 		return err
 	}
+	return set.locate(o.run(ctx, stderr))
+}
+
+// run checks the settings and runs the coordinator until ctx ends.
+func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
+	access, abuse, relays, tlsf := &o.access, &o.abuse, &o.relays, &o.tls
 	if len(tlsf.acmeDomains) > 0 {
-		if tlsf.acmeCache == "" && *dbPath != "" {
-			tlsf.acmeCache = *dbPath + ".acme"
+		if tlsf.acmeCache == "" && o.dbPath != "" {
+			tlsf.acmeCache = o.dbPath + ".acme"
 		}
 		// The names certificates are obtained for are names volunteers
 		// reach the coordinator by.
-		if _, port, err := net.SplitHostPort(*addr); err == nil {
+		if _, port, err := net.SplitHostPort(o.addr); err == nil {
 			for _, d := range tlsf.acmeDomains {
 				access.publicURLs = append(access.publicURLs, "https://"+net.JoinHostPort(d, port))
 			}
@@ -91,38 +129,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := abuse.check(); err != nil {
 		return err
 	}
-	if err := relays.check(*dbPath, *join); err != nil {
+	if err := relays.check(o.dbPath, o.join); err != nil {
 		return err
 	}
-	if *maxControlBytes < 1<<10 || *decodeBuffers < 1 || *pingInterval == 0 || *pingMisses < 1 || *nonFiniteEval <= 0 || *maxConnsPerAddr < 1 {
+	if o.maxControlBytes < 1<<10 || o.decodeBuffers < 1 || o.pingInterval == 0 || o.pingMisses < 1 || o.nonFiniteEval <= 0 || o.maxConnsPerAddr < 1 {
 		return usagef("--max-control-bytes must be >= 1024, --decode-buffers, --ping-misses and --max-conns-per-address >= 1, --ping-interval non-zero, --nonfinite-eval-interval positive")
 	}
-	token, generated := *adminToken, false
-	if token == "" {
-		token = os.Getenv(adminTokenEnv)
-	}
+	// $CROWDTRAIN_ADMIN_TOKEN sets --admin-token, as every CROWDTRAIN_<FLAG> its flag.
+	token, generated := o.adminToken, false
 	if token == "" {
 		token, generated = coordinator.NewAdminToken(), true
 	} else if len(token) < 16 {
-		return usagef("the admin token must be at least 16 characters (it guards job control); leave it unset for a random one")
+		return usagef("--admin-token: the admin token must be at least 16 characters (it guards job control); leave it unset for a random one")
 	}
-	if *join != coordinator.JoinOpen && *join != coordinator.JoinToken {
-		return usagef("--join %q: want open (anyone may volunteer) or token (only with a join token from the admin page)", *join)
+	if o.join != coordinator.JoinOpen && o.join != coordinator.JoinToken {
+		return usagef("--join %q: want open (anyone may volunteer) or token (only with a join token from the admin page)", o.join)
 	}
-	if *localWorkers < 0 || *threads < 1 {
+	if o.localWorkers < 0 || o.threads < 1 {
 		return usagef("--local-workers must be >= 0 and --threads >= 1")
 	}
-	if *progressEvery <= 0 {
-		return usagef("--progress must be positive (how often to log training progress, e.g. 5s), got %v", *progressEvery)
+	if o.progressEvery <= 0 {
+		return usagef("--progress must be positive (how often to log training progress, e.g. 5s), got %v", o.progressEvery)
 	}
-	if *ckptInterval <= 0 || *keepCkpts < 1 {
+	if o.ckptInterval <= 0 || o.keepCkpts < 1 {
 		return usagef("--checkpoint-interval must be positive and --keep-checkpoints >= 1")
 	}
-	if *ckptRetryMin <= 0 || *ckptRetryMax < *ckptRetryMin || *storeShutdown <= 0 || *maxWorkerRecords < 1 || *workerRecordAge <= 0 {
+	if o.ckptRetryMin <= 0 || o.ckptRetryMax < o.ckptRetryMin || o.storeShutdown <= 0 || o.maxWorkerRecords < 1 || o.workerRecordAge <= 0 {
 		return usagef("--checkpoint-retry-min must be positive and at most --checkpoint-retry-max, --store-shutdown-timeout " +
 			"and --worker-record-max-age positive, and --max-worker-records >= 1")
 	}
-	spec, err := coordinator.LoadJobSpec(*jobArg)
+	spec, err := coordinator.LoadJobSpec(o.jobArg)
 	if err != nil {
 		var se *coordinator.SpecError
 		if errors.As(err, &se) || errors.Is(err, coordinator.ErrUnknownJob) {
@@ -130,12 +166,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	mnistDir := *dataDir
+	mnistDir := o.dataDir
 	if spec.Dataset.IsText() {
 		mnistDir = ""
-		if *dataDir != "" {
+		if o.dataDir != "" {
 			// --data names the text a text job trains on.
-			abs, err := filepath.Abs(*dataDir)
+			abs, err := filepath.Abs(o.dataDir)
 			if err != nil {
 				return err
 			}
@@ -149,6 +185,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			spec.Dataset = d
 		}
+	}
+	sl, err := o.log.logger(stderr)
+	if err != nil {
+		return err
 	}
 	logger := stdLogger(sl)
 	// A certificate that cannot be served exits 2 before anything changes.
@@ -165,21 +205,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	opts, err := coordinator.DataOptions(spec)
 	if err != nil {
-		return &usageError{fmt.Sprintf("job %s: %v", *jobArg, err)}
+		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
 	train, test, err := loadData(spec.Dataset, opts)
 	if err != nil {
-		return &usageError{fmt.Sprintf("job %s: %v", *jobArg, err)}
+		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
 	if err := coordinator.CheckData(&spec, train); err != nil {
-		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", *jobArg, train.Describe(), err)}
+		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", o.jobArg, train.Describe(), err)}
 	}
 	logger.Printf("data: %s: train %s; test %s", spec.Dataset, train.Describe(), test.Describe())
 	preloaded := spec.Dataset.Key()
 	var db *store.Store
 	storeStuck := false // a frozen store: closing it would hang
-	if *dbPath != "" {
-		if db, err = store.Open(*dbPath); err != nil {
+	if o.dbPath != "" {
+		if db, err = store.Open(o.dbPath); err != nil {
 			if errors.Is(err, store.ErrNewerSchema) {
 				// A newer crowdtrain's database: the fix is the binary,
 				// and the file was left as it is.
@@ -189,7 +229,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if from := db.UpgradedFrom(); from > 0 {
 			logger.Printf("database %s: schema upgraded from version %d to %d (an older crowdtrain can no longer open it)",
-				*dbPath, from, store.SchemaVersion())
+				o.dbPath, from, store.SchemaVersion())
 		}
 		defer func() {
 			if !storeStuck {
@@ -197,18 +237,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	webOpts := web.Options{Logf: logger.Printf, Downloads: *downloads, PublicURLs: access.publicURLs}
-	if *webDist != "" {
+	webOpts := web.Options{Logf: logger.Printf, Downloads: o.downloads, PublicURLs: access.publicURLs}
+	if o.webDist != "" {
 		for _, f := range []string{web.WasmFile, web.WasmExecFile} {
-			if _, err := os.Stat(filepath.Join(*webDist, f)); err != nil {
-				return usagef("--web-dist %s: %v (build the browser worker there with `make wasm`, or leave --web-dist out)", *webDist, err)
+			if _, err := os.Stat(filepath.Join(o.webDist, f)); err != nil {
+				return usagef("--web-dist %s: %v (build the browser worker there with `make wasm`, or leave --web-dist out)", o.webDist, err)
 			}
 		}
-		webOpts.Dist = os.DirFS(*webDist)
+		webOpts.Dist = os.DirFS(o.webDist)
 	}
 	pages, err := web.NewHandler(webOpts)
 	if err != nil {
-		if *downloads != "" {
+		if o.downloads != "" {
 			return usagef("--downloads: %v", err)
 		}
 		return err
@@ -220,18 +260,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			return loadData(d, o)
 		},
-		Logger: sl, Store: db, DataRoot: *dataRoot, DataLoadTimeout: *dataLoadTimeout, MaxParams: *maxParams,
-		CheckpointInterval: *ckptInterval, KeepCheckpoints: *keepCkpts, Verbose: *verbose,
-		Pages: pages, AdminToken: token, Join: *join,
-		CheckpointRetryMin: *ckptRetryMin, CheckpointRetryMax: *ckptRetryMax, StoreShutdownTimeout: *storeShutdown,
-		MaxWorkerRecords: *maxWorkerRecords, WorkerRecordMaxAge: *workerRecordAge,
-		MaxControlBytes: *maxControlBytes, DecodeBuffers: *decodeBuffers,
-		PingInterval: *pingInterval, MaxMissedPings: *pingMisses, NonFiniteEvalInterval: *nonFiniteEval,
+		Logger: sl, Store: db, DataRoot: o.dataRoot, DataLoadTimeout: o.dataLoadTimeout, MaxParams: o.maxParams,
+		CheckpointInterval: o.ckptInterval, KeepCheckpoints: o.keepCkpts, Verbose: o.verbose,
+		Pages: pages, AdminToken: token, Join: o.join,
+		CheckpointRetryMin: o.ckptRetryMin, CheckpointRetryMax: o.ckptRetryMax, StoreShutdownTimeout: o.storeShutdown,
+		MaxWorkerRecords: o.maxWorkerRecords, WorkerRecordMaxAge: o.workerRecordAge,
+		MaxControlBytes: o.maxControlBytes, DecodeBuffers: o.decodeBuffers,
+		PingInterval: o.pingInterval, MaxMissedPings: o.pingMisses, NonFiniteEvalInterval: o.nonFiniteEval,
 		// The local workers connect over loopback, on top of the limit.
-		MaxConnsPerAddress: *maxConnsPerAddr + *localWorkers,
+		MaxConnsPerAddress: o.maxConnsPerAddr + o.localWorkers,
 	}
-	abuse.apply(&cfg, *localWorkers)
-	if err := access.apply(&cfg, *addr, tlsf.scheme()); err != nil {
+	abuse.apply(&cfg, o.localWorkers)
+	if err := access.apply(&cfg, o.addr, tlsf.scheme()); err != nil {
 		return err
 	}
 	srv, err := coordinator.New(cfg)
@@ -248,18 +288,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var ke *dataset.KeyError
 		if dataset.IsNotFound(err) || errors.As(err, &ke) {
 			// A stored job's data that is gone or broken: bad input.
-			return &usageError{fmt.Sprintf("resuming from %s: %v", *dbPath, err)}
+			return &usageError{fmt.Sprintf("resuming from %s: %v", o.dbPath, err)}
 		}
-		return fmt.Errorf("resuming from %s: %w", *dbPath, err)
+		return fmt.Errorf("resuming from %s: %w", o.dbPath, err)
 	}
 	var job *coordinator.Job
 	var sweep *coordinator.Sweep // a --job that is a sweep's spec
 	switch {
 	case len(resumed) > 0:
 		job = resumed[len(resumed)-1]
-		logger.Printf("resumed %d unfinished job(s) from %s; --job %s not started", len(resumed), *dbPath, *jobArg)
+		logger.Printf("resumed %d unfinished job(s) from %s; --job %s not started", len(resumed), o.dbPath, o.jobArg)
 	case len(srv.Sweeps(ctx)) > 0:
-		logger.Printf("resumed %d sweep(s) from %s; --job %s not started", len(srv.Sweeps(ctx)), *dbPath, *jobArg)
+		logger.Printf("resumed %d sweep(s) from %s; --job %s not started", len(srv.Sweeps(ctx)), o.dbPath, o.jobArg)
 	case spec.Sweep != nil:
 		if sweep, err = srv.AddSweep(spec); err != nil {
 			return &usageError{err.Error()}
@@ -270,9 +310,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", *addr, err)
+		return fmt.Errorf("cannot listen on %s: %w (is another coordinator running? choose another --addr)", o.addr, err)
 	}
 	tctx, stopTLS := context.WithCancel(ctx)
 	defer stopTLS()
@@ -289,15 +329,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer closeRelays()
 	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator %s://%s/ws",
 		base, base, tlsf.wsScheme(), ln.Addr())
-	if msg := access.advice(*addr); msg != "" {
+	if msg := access.advice(o.addr); msg != "" {
 		logger.Print(msg)
 	}
 	if pages.HasWorker() {
 		logger.Printf("contribute from a browser: open %s/ and press Contribute", base)
 	}
-	if *downloads != "" {
+	if o.downloads != "" {
 		logger.Printf("worker downloads from %s: %s/downloads/SHA256SUMS; install with: curl -fsSL %s/install.sh | sh (Windows: irm %s/install.ps1 | iex)",
-			*downloads, base, base, base)
+			o.downloads, base, base, base)
 	}
 	if generated {
 		logger.Printf("admin page %s/admin; admin token (random, this run only; set --admin-token or $%s to keep one): %s", base, adminTokenEnv, token)
@@ -305,14 +345,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Printf("admin page %s/admin (token from --admin-token or $%s)", base, adminTokenEnv)
 	}
 
-	if *join == coordinator.JoinToken {
+	if o.join == coordinator.JoinToken {
 		logger.Printf("join mode token: volunteers need a join token; issue them on the admin page (or POST /api/v1/tokens) and run: crowdtrain work --join-token TOKEN")
 	}
 	localToken := srv.LocalToken()
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for i := range *localWorkers {
-		b, err := cpubackend.New(*threads)
+	for i := range o.localWorkers {
+		b, err := cpubackend.New(o.threads)
 		if err != nil {
 			stopWorkers()
 			return err
@@ -340,7 +380,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}()
 	}
 
-	tick := time.NewTicker(*progressEvery)
+	tick := time.NewTicker(o.progressEvery)
 	defer tick.Stop()
 	var lastExamples int64
 	lastAt := time.Now()

@@ -58,7 +58,7 @@ func (a *accessFlags) apply(cfg *coordinator.Config, listen, scheme string) erro
 		return usagef("--auth-fail-burst, --anon-bulk-rate, --anon-bulk-burst, --min-read-rate and --max-http-conns-per-address must be >= 1, --metrics-page-max >= 2, and the durations positive")
 	}
 	if a.metricsToken != "" && len(a.metricsToken) < 16 {
-		return usagef("the metrics token must be at least 16 characters")
+		return usagef("--metrics-token: the metrics token must be at least 16 characters")
 	}
 	urls := append([]string(nil), a.publicURLs...)
 	if host, port, err := net.SplitHostPort(listen); err == nil && !isWildcard(host) {
@@ -107,6 +107,8 @@ func isWildcard(host string) bool {
 type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ", ") }
+
+func (l *stringList) values() []string { return *l }
 
 func (l *stringList) Set(s string) error {
 	*l = append(*l, s)

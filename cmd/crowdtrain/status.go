@@ -16,10 +16,10 @@ import (
 )
 
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	coord, token := apiFlags(fs, "; without it the workers are not listed")
+	fs := newCLIFlags("status", "status [--coordinator URL] [--token T | --token-file FILE] [--json]")
+	coord, token := apiFlags(fs.FlagSet, "; without it the workers are not listed")
 	asJSON := fs.Bool("json", false, "print {\"jobs\": [...], \"workers\": [...]} as the API answers them (workers: null without the token)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}

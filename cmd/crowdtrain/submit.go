@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,27 +15,12 @@ import (
 // submit sends a job spec (a file, or a built-in job's name) to a running
 // coordinator, which validates it and starts the job.
 func submit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	coord, token := apiFlags(fs, "")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: crowdtrain submit [flags] SPEC\n\nSPEC is a YAML or JSON job spec file (docs/JOBS.md) or a built-in job (%v).\n\n", jobspec.PresetNames())
-		fs.PrintDefaults()
-	}
+	fs := newCLIFlags("submit", fmt.Sprintf("submit [flags] SPEC   (SPEC: a YAML or JSON job spec file, docs/JOBS.md, or a built-in job: %s)", strings.Join(jobspec.PresetNames(), ", ")))
+	coord, token := apiFlags(fs.FlagSet, "")
 	// SPEC may come before or after the flags.
-	fs.SetOutput(stderr)
 	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		rest = append(rest, fs.Arg(0))
-		args = fs.Args()[1:]
+	if err := fs.parseMixed(ctx, args, stderr, &rest); err != nil {
+		return err
 	}
 	if len(rest) != 1 {
 		return usagef("give one SPEC: a job spec file or a built-in job (%v)", jobspec.PresetNames())

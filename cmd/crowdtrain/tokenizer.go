@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -38,7 +37,7 @@ func tokenizerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case "train":
 		return tokenizerTrain(ctx, args[1:], stdout, stderr)
 	case "encode", "decode":
-		return tokenizerCode(args[0], args[1:], stdout, stderr)
+		return tokenizerCode(ctx, args[0], args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, tokenizerUsage)
 		return nil
@@ -47,13 +46,13 @@ func tokenizerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func tokenizerTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tokenizer train", flag.ContinueOnError)
+	fs := newCLIFlags("tokenizer train", "tokenizer train --data SPEC_OR_DIR --vocab N --out FILE [--glob PATTERN] [--val-fraction F]")
 	data := fs.String("data", "", "the training text: a built-in text data set ("+dataset.BibleKJV+", "+dataset.GoSource+"), a job spec FILE (.yaml, .yml, .json) whose dataset is text, a DIR (a tree of text files, --glob), or a UTF-8 text FILE; only the training split is read")
 	vocab := fs.Int("vocab", 8192, fmt.Sprintf("vocabulary size `N`, the 256 bytes included (256..%d)", tokenizer.MaxVocab))
 	out := fs.String("out", "", "`FILE` to write the tokenizer to")
 	glob := fs.String("glob", "", "for a DIR: the files to read, by relative path (default \"**/*\": all, at any depth)")
 	valFraction := fs.Float64("val-fraction", 0, fmt.Sprintf("for a DIR or a text FILE: the share held out, as a job spec's val_fraction (default %g); the tokenizer never sees it", dataset.DefaultValFraction))
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *data == "" || *out == "" {
@@ -136,10 +135,10 @@ func trainingSpec(data, glob string, valFraction float64) (dataset.Spec, error) 
 }
 
 // tokenizerCode runs encode or decode, stdin to stdout.
-func tokenizerCode(cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tokenizer "+cmd, flag.ContinueOnError)
+func tokenizerCode(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := newCLIFlags("tokenizer "+cmd, "tokenizer "+cmd+" --tokenizer FILE   (stdin to stdout)")
 	file := fs.String("tokenizer", "", "the tokenizer `FILE` (crowdtrain tokenizer train writes one)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *file == "" {

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -58,9 +58,9 @@ var cgoEnabled bool
 
 // versionCmd prints what this binary is. The os/arch, cgo and kernels
 // lines are read by scripts and tests: keep their form.
-func versionCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	if err := parseFlags(fs, args, stderr); err != nil {
+func versionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newCLIFlags("version", "version   (or crowdtrain --version)")
+	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "crowdtrain %s\n", version)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,63 +16,83 @@ import (
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
+// workOptions are work's settings, as its flags set them.
+type workOptions struct {
+	coord, caFile, joinToken, name, keyFile, backend, kernel, pin string
+	threads, device, memoryMB                                     int
+	idleOnly                                                      bool
+	idleAfter                                                     time.Duration
+	idleCPU, maxCPU                                               percentFlag
+	hours                                                         hoursFlag
+	priority                                                      priorityFlag
+	log                                                           *logFlags // logflags.go: --log-format, --log-level
+}
+
+// newWorkFlags builds work's flag set, grouped for its help; parsing it
+// starts nothing.
+func newWorkFlags() (*cliFlags, *workOptions) {
+	o := &workOptions{idleCPU: percentFlag{v: polite.DefaultMaxOthersCPU}, maxCPU: percentFlag{v: 1}}
+	fs := newCLIFlags("work", "work [flags]   (every flag also as CROWDTRAIN_<FLAG> or in --config FILE)")
+	fs.StringVar(&o.coord, "coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URLs`, comma-separated (a coordinator's relays): the worker moves to the next when the one in use cannot be reached; an http(s)://HOST:PORT entry is a coordinator whose relays (GET /api/v1/relays) the worker joins, the least busy first")
+	fs.StringVar(&o.caFile, "ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for a wss:// or https:// --coordinator, beside the system's CAs")
+	fs.StringVar(&o.joinToken, "join-token", "", "join `TOKEN` from the coordinator's operator, for a coordinator run with --join token")
+	fs.StringVar(&o.pin, "job", "", "compute only for job `ID` (or a sweep's trials); default: any job the coordinator places this worker on")
+	fs.group("Coordinator")
+	fs.StringVar(&o.name, "name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")
+	fs.StringVar(&o.keyFile, "key-file", defaultKeyFile(), "`FILE` holding this volunteer's key, made on first use; '' sends no key (credit then goes to the address)")
+	fs.group("Volunteer")
+	fs.StringVar(&o.backend, "backend", backendAuto, "`BACKEND`: auto (the GPU if usable, else the CPU), cpu or cuda")
+	fs.IntVar(&o.device, "device", 0, "CUDA device number (--backend cuda or auto)")
+	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
+	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
+	fs.group("Compute")
+	fs.BoolVar(&o.idleOnly, "idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
+	fs.DurationVar(&o.idleAfter, "idle-after", polite.DefaultInputIdle, "--idle-only: the user counts as away this `long` after their last input")
+	fs.Var(&o.idleCPU, "idle-cpu", "--idle-only: the machine counts as idle while other programs use at most this `PERCENT` of its CPUs")
+	fs.Var(&o.hours, "hours", "compute only in this daily window of local time, `FROM-TO` on a 24-hour clock (22-07 wraps midnight; 9:30-17)")
+	fs.Var(&o.maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
+	fs.Var(&o.priority, "priority", "`PRIORITY`: low (nice 10; below normal on Windows) or normal")
+	fs.group("Manners (docs/DAEMON.md)")
+	o.log = addLogFlags(fs.FlagSet)
+	fs.group("Logging")
+	fs.addConfigFlags(func() *cliFlags { f, _ := newWorkFlags(); return f })
+	fs.Lookup("config").Usage += "; default ~/.config/crowdtrain/" + workConfigName + " or the OS's config directory, if there"
+	fs.group("Configuration")
+	fs.hints["token"] = "--token is the admin token of status and submit; the join token is --join-token"
+	return fs, o
+}
+
 func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("work", flag.ContinueOnError)
-	coord := fs.String("coordinator", "ws://127.0.0.1:8080/ws", "coordinator websocket `URLs`, comma-separated (a coordinator's relays): the worker moves to the next when the one in use cannot be reached; an http(s)://HOST:PORT entry is a coordinator whose relays (GET /api/v1/relays) the worker joins, the least busy first")
-	caFile := fs.String("ca-file", "", "PEM `FILE` of a private CA (or a self-signed certificate) to trust for a wss:// or https:// --coordinator, beside the system's CAs")
-	threads := fs.Int("threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
-	joinToken := fs.String("join-token", "", "join `TOKEN` from the coordinator's operator, for a coordinator run with --join token")
-	name := fs.String("name", "", "display `NAME` on the coordinator's leaderboard (default: anonymous)")
-	keyFile := fs.String("key-file", defaultKeyFile(), "`FILE` holding this volunteer's key, made on first use; '' sends no key (credit then goes to the address)")
-	adminToken := fs.String("token", "", "not a work flag: the join token is --join-token")
-	backend := fs.String("backend", backendAuto, "`auto` (the GPU if usable, else the CPU), cpu or cuda")
-	device := fs.Int("device", 0, "CUDA device number (--backend cuda or auto)")
-	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: GEMM `kernel` (auto, avx512, avx2, neon, openblas, gonum, go)")
-	pin := fs.String("job", "", "compute only for job `ID` (or a sweep's trials); default: any job the coordinator places this worker on")
-	memoryMB := fs.Int("memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
-	config := fs.String("config", "", "worker config `FILE` (YAML, keys as these flags with _ for -); default ~/.config/crowdtrain/"+workConfigName+" or the OS's config directory, if there; flags override it")
-	idleOnly := fs.Bool("idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
-	idleAfter := fs.Duration("idle-after", polite.DefaultInputIdle, "--idle-only: the user counts as away this `long` after their last input")
-	idleCPU := &percentFlag{v: polite.DefaultMaxOthersCPU}
-	fs.Var(idleCPU, "idle-cpu", "--idle-only: the machine counts as idle while other programs use at most this `PERCENT` of its CPUs")
-	var hours hoursFlag
-	fs.Var(&hours, "hours", "compute only in this daily window of local time, `FROM-TO` on a 24-hour clock (22-07 wraps midnight; 9:30-17)")
-	maxCPU := &percentFlag{v: 1}
-	fs.Var(maxCPU, "max-cpu", "share of the time to compute, `PERCENT`: after each task the worker rests so that computing takes this share (as the contribute page's CPU setting)")
-	var priority priorityFlag
-	fs.Var(&priority, "priority", "`low` (nice 10; below normal on Windows) or normal")
-	logFlags := addLogFlags(fs)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	fs, o := newWorkFlags()
+	set, err := fs.parseLayered(ctx, args, defaultWorkConfig(), stdout, stderr)
+	if err != nil {
 		return err
 	}
-	if *config == "" {
-		*config = defaultWorkConfig()
-	}
-	if *config != "" {
-		if err := applyWorkConfig(fs, *config, "config", "token"); err != nil {
-			return usagef("%v", err)
-		}
-	}
-	if *adminToken != "" {
-		return usagef("--token is the admin token of status and submit; the join token is --join-token")
-	}
-	if err := protocol.CheckVolunteerName(*name); err != nil {
-		return usagef("--name %q: %v", *name, err)
+	return set.locate(o.run(ctx, set.file, stdout, stderr))
+}
+
+// run checks the settings and runs the worker until ctx ends; config is
+// the config file read, if any.
+func (o *workOptions) run(ctx context.Context, config string, stdout, stderr io.Writer) error {
+	idleCPU, maxCPU, hours, priority := &o.idleCPU, &o.maxCPU, &o.hours, &o.priority
+	if err := protocol.CheckVolunteerName(o.name); err != nil {
+		return usagef("--name %q: %v", o.name, err)
 	}
 	var key string
-	if *keyFile != "" {
+	if o.keyFile != "" {
 		var err error
-		if key, err = loadVolunteerKey(*keyFile); err != nil {
+		if key, err = loadVolunteerKey(o.keyFile); err != nil {
 			return err
 		}
 	}
-	sl, err := logFlags.logger(stderr)
+	sl, err := o.log.logger(stderr)
 	if err != nil {
 		return err
 	}
 	logger := stdLogger(sl)
-	if *config != "" {
-		logger.Printf("settings from %s, and the command line over them", *config)
+	if config != "" {
+		logger.Printf("settings from %s, and CROWDTRAIN_ variables and the command line over them", config)
 	}
 	if !priority.normal {
 		if err := polite.LowerPriority(); err != nil {
@@ -81,37 +100,37 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var idle worker.IdleDetector
-	if *idleOnly {
-		if *idleAfter <= 0 {
-			return usagef("--idle-after %v: want a positive duration, such as 3m", *idleAfter)
+	if o.idleOnly {
+		if o.idleAfter <= 0 {
+			return usagef("--idle-after %v: want a positive duration, such as 3m", o.idleAfter)
 		}
 		var err error
-		if idle, err = polite.System(polite.Options{MaxOthersCPU: idleCPU.v, InputIdle: *idleAfter}); err != nil {
+		if idle, err = polite.System(polite.Options{MaxOthersCPU: idleCPU.v, InputIdle: o.idleAfter}); err != nil {
 			return fmt.Errorf("--idle-only: %v", err)
 		}
 	}
 	var tlsConfig *tls.Config
-	if *caFile != "" {
+	if o.caFile != "" {
 		var err error
-		if tlsConfig, err = tlsfiles.ClientConfig("--ca-file", *caFile); err != nil {
+		if tlsConfig, err = tlsfiles.ClientConfig("--ca-file", o.caFile); err != nil {
 			return usagef("%v", err)
 		}
 	}
-	b, release, err := openBackend(*backend, *device, *threads, *kernel, logger.Printf)
+	b, release, err := openBackend(o.backend, o.device, o.threads, o.kernel, logger.Printf)
 	if err != nil {
 		return err
 	}
 	defer release()
 	w, err := worker.New(worker.Config{
-		Coordinator: *coord, Backend: b, Kind: workerKind(b), Token: *joinToken, VolunteerKey: key, Name: *name,
+		Coordinator: o.coord, Backend: b, Kind: workerKind(b), Token: o.joinToken, VolunteerKey: key, Name: o.name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf, TLSConfig: tlsConfig,
-		Job: *pin, Caps: workerCaps(b, *memoryMB),
+		Job: o.pin, Caps: workerCaps(b, o.memoryMB),
 		Duty: maxCPU.v, Idle: idle, Hours: hours.h, ResumeAfter: idleResumeAfter,
 	})
 	if err != nil {
 		return usagef("%v", err)
 	}
-	logger.Printf("worker starting: %s, coordinator %s%s", describeBackend(b), *coord, manners(*idleOnly, hours.h, maxCPU.v, priority.normal))
+	logger.Printf("worker starting: %s, coordinator %s%s", describeBackend(b), o.coord, manners(o.idleOnly, hours.h, maxCPU.v, priority.normal))
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	p := newProgress(stdout)

@@ -102,10 +102,10 @@ func TestWorkConfigFileRefusals(t *testing.T) {
 		{"max_cpu: 500%\n", []string{"line 1", "max_cpu", `"500%"`, "(0, 100]"}},
 		{"hours: 7\n", []string{"line 1", "hours", "FROM-TO"}},
 		{"idle_only: maybe\n", []string{"line 1", "idle_only"}},
-		{"threads: [1, 2]\n", []string{"line 1", "threads takes one value, not a list"}},
+		{"threads: [1, 2]\n", []string{"line 1", "threads: takes one value, not a list"}},
 		{"- coordinator\n", []string{"want a mapping"}},
-		{"hours: 22-07\nhours: 9-17\n", []string{"line 2", `"hours" is set twice`}},
-		{"config: other.yaml\n", []string{`unknown key "config"`}},
+		{"hours: 22-07\nhours: 9-17\n", []string{"line 2", "hours: set twice (first at line 1)"}},
+		{"config: other.yaml\n", []string{"line 1", "config: not a setting a config file can hold"}},
 		{"token: abc\n", []string{`unknown key "token"`}},
 		{"coordinator: [unclosed\n", []string{"worker.yaml"}},
 	} {
