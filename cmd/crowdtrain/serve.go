@@ -54,7 +54,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	access.register(fs)
 	// Wire: limits on what one websocket connection may send and hold (docs/SECURITY.md).
 	maxControlBytes := fs.Int64("max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
-	decodeBuffers := fs.Int("decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
+	decodeBuffers := fs.Int("decode-buffers", coordinator.DefaultDecodeBuffers, "decode buffers kept between messages, shared by all connections; each holds one received frame and the update decoded from it (about two fp32 updates' worth)")
 	pingInterval := fs.Duration("ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
 	pingMisses := fs.Int("ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
 	nonFiniteEval := fs.Duration("nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")
