@@ -168,10 +168,19 @@ func (s *Server) countServed(r *http.Request, j *Job, kind served, n int) {
 	}
 }
 
-// observeResult takes what a result says of its worker's link and time:
-// its link estimate, clamped (and the clamp logged once for the worker),
-// and its share of time communicating.
+// observeResult takes what a result says of its worker: its backend when
+// it changed (a kernel chosen after the hello), its link estimate,
+// clamped (and the clamp logged once for the worker), and its share of
+// time communicating.
 func (s *Server) observeResult(wc *workerConn, res *protocol.Result) {
+	if name := res.Backend; name != "" {
+		if prev := wc.backendName(); name != prev {
+			wc.backend.Store(&name)
+			if !wc.backendSeen.Swap(true) {
+				s.cfg.Logf("worker %s: backend now %q, was %q (the first change is logged, once per connection)", wc.id, name, prev)
+			}
+		}
+	}
 	w := &wc.wire
 	w.mu.Lock()
 	defer w.mu.Unlock()
