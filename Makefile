@@ -201,4 +201,4 @@ lint:
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
 
 clean:
-	rm -rf bin data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js
+	rm -rf bin build data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js
