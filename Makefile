@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -23,6 +23,18 @@ DIST_TARGETS ?=
 DIST_VERSION ?=
 dist:
 	$(GO) run ./cmd/crowdtrain-dist --out dist $(if $(DIST_VERSION),--version $(DIST_VERSION)) $(if $(DIST_TARGETS),--targets $(DIST_TARGETS))
+
+# The container image (docs/DEPLOY.md, "Container"), FROM scratch: the
+# binary built above, the libraries it loads, CA roots and MNIST, gathered
+# by scripts/image-rootfs.sh into build/image. PODMAN may carry podman's
+# global flags (--storage-driver vfs where overlay is not available);
+# PODMAN_BUILD_FLAGS podman build's (--isolation chroot in a container).
+PODMAN ?= podman
+PODMAN_BUILD_FLAGS ?=
+IMAGE ?= crowdtrain:dev
+image: build
+	scripts/image-rootfs.sh $(BIN) build/image
+	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -t $(IMAGE) -f build/image/Containerfile build/image
 
 # The browser worker, with the wasm_exec.js of the same toolchain (the two
 # must match); package web embeds both into the binary. go build decides
@@ -189,4 +201,4 @@ lint:
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
 
 clean:
-	rm -rf bin data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js
+	rm -rf bin build data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js

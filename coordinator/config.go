@@ -137,10 +137,11 @@ type Config struct {
 	// FrameBounds limit every received frame's nesting and element count
 	// (protocol.CheckFrame); zero fields take protocol.DefaultBounds'.
 	FrameBounds protocol.Bounds
-	// DecodeBuffers is how many frame and update buffers are kept between
-	// messages, shared by every connection. More are allocated while that
-	// many are in use and dropped afterwards, so what an idle connection
-	// holds does not depend on what it sent.
+	// DecodeBuffers is how many decode buffers are kept between messages,
+	// shared by every connection; each holds one received frame and the
+	// update decoded from it (about two fp32 updates' worth). More are
+	// allocated while that many are in use and dropped afterwards, so
+	// what an idle connection holds does not depend on what it sent.
 	DecodeBuffers int
 	// PingInterval is how often each connection is pinged; a connection
 	// that leaves MaxMissedPings pings in a row unanswered (no pong

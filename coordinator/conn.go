@@ -28,9 +28,13 @@ const maxBadMessages = 16
 // workerConn is one connected worker. Its read loop runs in the HTTP
 // handler's goroutine; writeLoop drains send.
 type workerConn struct {
-	id          string
-	volunteer   string // volunteers.go: whose connection this is
-	hello       protocol.Hello
+	id        string
+	volunteer string // volunteers.go: whose connection this is
+	hello     protocol.Hello
+	// backend is the backend a result named since the hello (a kernel
+	// chosen by timing the job's model), nil while the hello's holds.
+	backend     atomic.Pointer[string]
+	backendSeen atomic.Bool // a change has been logged for this connection
 	remote      string
 	clientKey   string // for per-address limits (clientaddr.go)
 	ws          *websocket.Conn
@@ -100,9 +104,18 @@ type WorkerView struct {
 	Utilisation float64 `json:"utilisation"`
 }
 
+// backendName is the worker's backend: the last a result named, else the
+// hello's.
+func (w *workerConn) backendName() string {
+	if b := w.backend.Load(); b != nil {
+		return *b
+	}
+	return w.hello.Backend
+}
+
 func (w *workerConn) view() WorkerView {
 	v := WorkerView{
-		ID: w.id, Kind: w.hello.Kind, Backend: w.hello.Backend, Threads: w.hello.Threads,
+		ID: w.id, Kind: w.hello.Kind, Backend: w.backendName(), Threads: w.hello.Threads,
 		Client: w.hello.Client, Remote: w.remote,
 		Examples: w.examples.Load(), Accepted: w.accepted.Load(), Rejected: w.rejected.Load(),
 		LastStaleness: w.lastStaleness.Load(),
@@ -469,7 +482,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 		}
 		job.wire.result(len(buf.frame), job.model.NumParams)
 		if err == nil {
-			s.observeResult(wc, res) // wire.go: its link and comm share
+			s.observeResult(wc, res) // wire.go: its backend, link and comm share
 		}
 	}
 	var ve *protocol.ValidationError

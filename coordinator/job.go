@@ -501,12 +501,17 @@ type JobView struct {
 	// bytes served, shard bytes served (apart: cacheable, once per
 	// epoch); (bytes_in+bytes_out)/examples_seen; and the compression,
 	// the fp32 size of the results and snapshots (4 bytes a parameter
-	// each) over the bytes they actually took.
-	BytesIn         int64   `json:"bytes_in"`
-	BytesOut        int64   `json:"bytes_out"`
-	ShardBytesOut   int64   `json:"shard_bytes_out"`
-	BytesPerExample float64 `json:"bytes_per_example"`
-	Compression     float64 `json:"compression"`
+	// each) over the bytes they actually took. UpdateCompression is the
+	// results' alone (what update_codec saves, about 1 with fp32), and
+	// SnapshotCompression the snapshots' and deltas' alone (what
+	// snapshot_codec and deltas save, above 1 even for an fp32 job).
+	BytesIn             int64   `json:"bytes_in"`
+	BytesOut            int64   `json:"bytes_out"`
+	ShardBytesOut       int64   `json:"shard_bytes_out"`
+	BytesPerExample     float64 `json:"bytes_per_example"`
+	Compression         float64 `json:"compression"`
+	UpdateCompression   float64 `json:"update_compression"`
+	SnapshotCompression float64 `json:"snapshot_compression"`
 
 	// Relays' aggregates (docs/RELAYS.md): applied, refused, and
 	// delivered again after being applied (acknowledged, not applied).
@@ -559,7 +564,7 @@ func (j *Job) view(st *jobState) JobView {
 	if st.applied > 0 {
 		v.MeanStaleness = float64(st.stalenessSum) / float64(st.applied)
 	}
-	if st.state == StateRunning {
+	if st.state == StateRunning || st.state == StatePaused {
 		v.EpochProgress = float64(st.epochExamples) / float64(j.epochSize)
 	}
 	if st.eval != nil {

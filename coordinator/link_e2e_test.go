@@ -230,8 +230,8 @@ func TestBulkBytesCountForTheNamedWorker(t *testing.T) {
 	if got := job.ShardBytesOut - job0.ShardBytesOut; got != int64(shard) {
 		t.Fatalf("job shard_bytes_out grew by %d for a shard of %d", got, shard)
 	}
-	if job.Compression < 0.99 || job.Compression > 1.0001 {
-		t.Fatalf("compression %v serving fp32 snapshots, want 1", job.Compression)
+	if job.Compression < 0.99 || job.Compression > 1.0001 || job.SnapshotCompression < 0.99 || job.SnapshotCompression > 1.0001 {
+		t.Fatalf("compression %v, snapshots' %v serving fp32 snapshots, want 1", job.Compression, job.SnapshotCompression)
 	}
 	// Prometheus gets the same counters.
 	code, body := g.call(http.MethodGet, "/metrics", "", nil, nil)
@@ -242,6 +242,8 @@ func TestBulkBytesCountForTheNamedWorker(t *testing.T) {
 		fmt.Sprintf(`crowdtrain_job_bytes_out_total{job=%q} %g`, g.job.ID, float64(job.BytesOut)),
 		fmt.Sprintf(`crowdtrain_job_shard_bytes_out_total{job=%q} %g`, g.job.ID, float64(job.ShardBytesOut)),
 		`crowdtrain_job_compression{job="` + g.job.ID + `"}`,
+		`crowdtrain_job_update_compression{job="` + g.job.ID + `"}`,
+		`crowdtrain_job_snapshot_compression{job="` + g.job.ID + `"}`,
 		`crowdtrain_job_bytes_per_example{job="` + g.job.ID + `"}`,
 		`crowdtrain_job_bytes_in_total{job="` + g.job.ID + `"}`,
 		fmt.Sprintf(`crowdtrain_worker_bytes_out_total{worker=%q}`, rc.welcome.WorkerID),

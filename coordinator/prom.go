@@ -24,8 +24,8 @@ type promMetrics struct {
 	applied, rejected, examples, version, accuracy, loss, staleness, workers *prometheus.Desc
 
 	// The wire (wire.go), per job and per worker.
-	jobBytesIn, jobBytesOut, jobShardBytesOut, jobBytesPerExample, jobCompression                              *prometheus.Desc
-	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction *prometheus.Desc
+	jobBytesIn, jobBytesOut, jobShardBytesOut, jobBytesPerExample, jobCompression, jobUpdateCompression, jobSnapshotCompression *prometheus.Desc
+	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction                  *prometheus.Desc
 	// The share of the workers' time spent computing.
 	jobUtilisation, workerUtilisation *prometheus.Desc
 	// Disputed spot checks the coordinator recomputed (spotreferee.go).
@@ -50,20 +50,22 @@ func newPromMetrics(s *Server) *promMetrics {
 		staleness: prometheus.NewDesc("crowdtrain_staleness", "Staleness of applied updates (versions behind when applied).", []string{"job"}, nil),
 		workers:   prometheus.NewDesc("crowdtrain_workers", "Connected workers, by kind.", []string{"kind"}, nil),
 
-		jobBytesIn:         prometheus.NewDesc("crowdtrain_job_bytes_in_total", "Result frame bytes received for the job.", []string{"job"}, nil),
-		jobBytesOut:        prometheus.NewDesc("crowdtrain_job_bytes_out_total", "Snapshot and delta bytes served for the job.", []string{"job"}, nil),
-		jobShardBytesOut:   prometheus.NewDesc("crowdtrain_job_shard_bytes_out_total", "Shard bytes served for the job.", []string{"job"}, nil),
-		jobBytesPerExample: prometheus.NewDesc("crowdtrain_job_bytes_per_example", "(bytes in + bytes out) / examples seen.", []string{"job"}, nil),
-		jobCompression:     prometheus.NewDesc("crowdtrain_job_compression", "fp32 size of the results and snapshots over the bytes they took.", []string{"job"}, nil),
-		workerBytesIn:      prometheus.NewDesc("crowdtrain_worker_bytes_in_total", "Websocket bytes read from the worker.", []string{"worker"}, nil),
-		workerBytesOut:     prometheus.NewDesc("crowdtrain_worker_bytes_out_total", "Websocket bytes to the worker, and snapshot, delta and shard bytes served to it.", []string{"worker"}, nil),
-		workerDownBps:      prometheus.NewDesc("crowdtrain_worker_link_down_bps", "The worker's estimate of its download rate, bits per second (0: none yet).", []string{"worker"}, nil),
-		workerUpBps:        prometheus.NewDesc("crowdtrain_worker_link_up_bps", "The worker's estimate of its upload rate, bits per second (0: none yet).", []string{"worker"}, nil),
-		workerRtt:          prometheus.NewDesc("crowdtrain_worker_link_rtt_seconds", "The worker's estimate of its round trip to the coordinator.", []string{"worker"}, nil),
-		workerLocalSteps:   prometheus.NewDesc("crowdtrain_worker_local_steps", "H of the worker's last lease.", []string{"worker"}, nil),
-		workerCommFraction: prometheus.NewDesc("crowdtrain_worker_comm_fraction", "Smoothed share of the worker's time spent communicating.", []string{"worker"}, nil),
-		jobUtilisation:     prometheus.NewDesc("crowdtrain_job_worker_utilisation", "Mean share of the wall time of the job's workers spent computing.", []string{"job"}, nil),
-		workerUtilisation:  prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
+		jobBytesIn:             prometheus.NewDesc("crowdtrain_job_bytes_in_total", "Result frame bytes received for the job.", []string{"job"}, nil),
+		jobBytesOut:            prometheus.NewDesc("crowdtrain_job_bytes_out_total", "Snapshot and delta bytes served for the job.", []string{"job"}, nil),
+		jobShardBytesOut:       prometheus.NewDesc("crowdtrain_job_shard_bytes_out_total", "Shard bytes served for the job.", []string{"job"}, nil),
+		jobBytesPerExample:     prometheus.NewDesc("crowdtrain_job_bytes_per_example", "(bytes in + bytes out) / examples seen.", []string{"job"}, nil),
+		jobCompression:         prometheus.NewDesc("crowdtrain_job_compression", "fp32 size of the results and snapshots over the bytes they took.", []string{"job"}, nil),
+		jobUpdateCompression:   prometheus.NewDesc("crowdtrain_job_update_compression", "fp32 size of the results over the bytes they took (what update_codec saves).", []string{"job"}, nil),
+		jobSnapshotCompression: prometheus.NewDesc("crowdtrain_job_snapshot_compression", "fp32 size of the snapshots and deltas served over the bytes they took.", []string{"job"}, nil),
+		workerBytesIn:          prometheus.NewDesc("crowdtrain_worker_bytes_in_total", "Websocket bytes read from the worker.", []string{"worker"}, nil),
+		workerBytesOut:         prometheus.NewDesc("crowdtrain_worker_bytes_out_total", "Websocket bytes to the worker, and snapshot, delta and shard bytes served to it.", []string{"worker"}, nil),
+		workerDownBps:          prometheus.NewDesc("crowdtrain_worker_link_down_bps", "The worker's estimate of its download rate, bits per second (0: none yet).", []string{"worker"}, nil),
+		workerUpBps:            prometheus.NewDesc("crowdtrain_worker_link_up_bps", "The worker's estimate of its upload rate, bits per second (0: none yet).", []string{"worker"}, nil),
+		workerRtt:              prometheus.NewDesc("crowdtrain_worker_link_rtt_seconds", "The worker's estimate of its round trip to the coordinator.", []string{"worker"}, nil),
+		workerLocalSteps:       prometheus.NewDesc("crowdtrain_worker_local_steps", "H of the worker's last lease.", []string{"worker"}, nil),
+		workerCommFraction:     prometheus.NewDesc("crowdtrain_worker_comm_fraction", "Smoothed share of the worker's time spent communicating.", []string{"worker"}, nil),
+		jobUtilisation:         prometheus.NewDesc("crowdtrain_job_worker_utilisation", "Mean share of the wall time of the job's workers spent computing.", []string{"job"}, nil),
+		workerUtilisation:      prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
 		spotRecomputes: prometheus.NewDesc("crowdtrain_spot_recomputes_total",
 			"Disputed spot checks the coordinator computed the third result of itself, by outcome: decided (the result entered the check), dropped (the base snapshot was gone), deferred (the check waited for the recomputations' rate bound).", []string{"job", "outcome"}, nil),
 		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks.", []string{"job"}, nil),
@@ -78,7 +80,7 @@ func (m *promMetrics) handler() http.Handler {
 
 func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers,
-		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression,
+		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression, m.jobUpdateCompression, m.jobSnapshotCompression,
 		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
 		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds} {
 		ch <- d
@@ -118,6 +120,8 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.jobShardBytesOut, prometheus.CounterValue, float64(j.ShardBytesOut), j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobBytesPerExample, prometheus.GaugeValue, j.BytesPerExample, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobCompression, prometheus.GaugeValue, j.Compression, j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobUpdateCompression, prometheus.GaugeValue, j.UpdateCompression, j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobSnapshotCompression, prometheus.GaugeValue, j.SnapshotCompression, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobUtilisation, prometheus.GaugeValue, j.WorkerUtilisation, j.ID)
 		if sc := j.SpotChecks; sc != nil {
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.Recomputed), j.ID, "decided")

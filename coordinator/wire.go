@@ -91,8 +91,12 @@ type jobWire struct {
 	bytesOut      atomic.Int64 // snapshot and delta bodies served
 	shardBytesOut atomic.Int64 // shard bodies served
 	// fp32Bytes is what the results and snapshots counted in
-	// actualBytes would have taken as fp32 (4 bytes a parameter each).
-	fp32Bytes, actualBytes atomic.Int64
+	// actualBytes would have taken as fp32 (4 bytes a parameter each);
+	// resultFP32 and resultActual are the results' part of each, so the
+	// compression of updates and of snapshots show apart: an fp32 job's
+	// deltas and fp16 snapshots must not read as compressed updates.
+	fp32Bytes, actualBytes   atomic.Int64
+	resultFP32, resultActual atomic.Int64
 }
 
 // served is what serveImmutable serves, for the counters.
@@ -109,6 +113,15 @@ func (jw *jobWire) result(n int, numParams int) {
 	jw.bytesIn.Add(int64(n))
 	jw.fp32Bytes.Add(4 * int64(numParams))
 	jw.actualBytes.Add(int64(n))
+	jw.resultFP32.Add(4 * int64(numParams))
+	jw.resultActual.Add(int64(n))
+}
+
+// snapshot counts a snapshot or delta body of n bytes served for the job.
+func (jw *jobWire) snapshot(n int, numParams int) {
+	jw.bytesOut.Add(int64(n))
+	jw.fp32Bytes.Add(4 * int64(numParams))
+	jw.actualBytes.Add(int64(n))
 }
 
 // wireView fills v's wire fields.
@@ -118,9 +131,19 @@ func (j *Job) wireView(v *JobView) {
 	if v.ExamplesSeen > 0 {
 		v.BytesPerExample = float64(v.BytesIn+v.BytesOut) / float64(v.ExamplesSeen)
 	}
-	if a := jw.actualBytes.Load(); a > 0 {
-		v.Compression = float64(jw.fp32Bytes.Load()) / float64(a)
+	fp32, actual := jw.fp32Bytes.Load(), jw.actualBytes.Load()
+	resFP32, resActual := jw.resultFP32.Load(), jw.resultActual.Load()
+	v.Compression = ratio(fp32, actual)
+	v.UpdateCompression = ratio(resFP32, resActual)
+	v.SnapshotCompression = ratio(fp32-resFP32, actual-resActual)
+}
+
+// ratio is fp32/actual, or 0 when nothing was counted.
+func ratio(fp32, actual int64) float64 {
+	if actual <= 0 || fp32 <= 0 {
+		return 0
 	}
+	return float64(fp32) / float64(actual)
 }
 
 // countServed counts n body bytes of kind served for j to the request's
@@ -131,9 +154,7 @@ func (s *Server) countServed(r *http.Request, j *Job, kind served, n int) {
 		case servedShard:
 			j.wire.shardBytesOut.Add(int64(n))
 		default:
-			j.wire.bytesOut.Add(int64(n))
-			j.wire.fp32Bytes.Add(4 * int64(j.model.NumParams))
-			j.wire.actualBytes.Add(int64(n))
+			j.wire.snapshot(n, j.model.NumParams)
 		}
 	}
 	id := r.Header.Get(WorkerHeader)
@@ -148,10 +169,19 @@ func (s *Server) countServed(r *http.Request, j *Job, kind served, n int) {
 	}
 }
 
-// observeResult takes what a result says of its worker's link and time:
-// its link estimate, clamped (and the clamp logged once for the worker),
-// and its share of time communicating.
+// observeResult takes what a result says of its worker: its backend when
+// it changed (a kernel chosen after the hello), its link estimate,
+// clamped (and the clamp logged once for the worker), and its share of
+// time communicating.
 func (s *Server) observeResult(wc *workerConn, res *protocol.Result) {
+	if name := res.Backend; name != "" {
+		if prev := wc.backendName(); name != prev {
+			wc.backend.Store(&name)
+			if !wc.backendSeen.Swap(true) {
+				s.cfg.Logf("worker %s: backend now %q, was %q (the first change is logged, once per connection)", wc.id, name, prev)
+			}
+		}
+	}
 	w := &wc.wire
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -208,12 +238,16 @@ type wireProgress struct {
 	ShardBytesOut int64 `json:"shard_bytes_out"`
 	FP32Bytes     int64 `json:"fp32_bytes"`
 	ActualBytes   int64 `json:"actual_bytes"`
+	// The results' part of the two above; absent from older checkpoints.
+	ResultFP32Bytes   int64 `json:"result_fp32_bytes,omitempty"`
+	ResultActualBytes int64 `json:"result_actual_bytes,omitempty"`
 }
 
 func (jw *jobWire) progress() *wireProgress {
 	return &wireProgress{
 		BytesIn: jw.bytesIn.Load(), BytesOut: jw.bytesOut.Load(), ShardBytesOut: jw.shardBytesOut.Load(),
 		FP32Bytes: jw.fp32Bytes.Load(), ActualBytes: jw.actualBytes.Load(),
+		ResultFP32Bytes: jw.resultFP32.Load(), ResultActualBytes: jw.resultActual.Load(),
 	}
 }
 
@@ -228,4 +262,6 @@ func (jw *jobWire) restore(p *wireProgress) {
 	jw.shardBytesOut.Store(p.ShardBytesOut)
 	jw.fp32Bytes.Store(p.FP32Bytes)
 	jw.actualBytes.Store(p.ActualBytes)
+	jw.resultFP32.Store(p.ResultFP32Bytes)
+	jw.resultActual.Store(p.ResultActualBytes)
 }

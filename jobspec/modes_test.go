@@ -163,6 +163,15 @@ func TestPatch(t *testing.T) {
 	if err != nil || next.OuterOptimizer.LR != 0.0005 || next.Mode != ModeAsync || len(notes) != 1 || notes[0] != "lr 0.001 -> 0.0005" {
 		t.Fatalf("lr: %+v %q %v", next.OuterOptimizer, notes, err)
 	}
+	// Every live key's change is a change: noted, so applied and stored.
+	for _, c := range []struct{ patch, note string }{
+		{`{"relay_window": "250ms"}`, "relay_window 1s -> 250ms"},
+		{`{"max_comm_fraction": 0.3}`, "max_comm_fraction 0.1 -> 0.3"},
+	} {
+		if _, notes, err := Patch(cur, []byte(c.patch)); err != nil || len(notes) != 1 || notes[0] != c.note {
+			t.Errorf("%s: notes %q, %v; want %q", c.patch, notes, err, c.note)
+		}
+	}
 	for _, c := range []struct{ patch, key, words string }{
 		{`{"batch_size": 3}`, "batch_size", "cannot be changed"},
 		{`{"mode": "sideways"}`, "mode", "not a mode"},

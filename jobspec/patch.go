@@ -108,6 +108,8 @@ func diff(a, b Spec) []string {
 	add("snapshot", a.Snapshot, b.Snapshot)
 	add("max_staleness", a.MaxStaleness, b.MaxStaleness)
 	add("staleness_lr", a.StalenessLR, b.StalenessLR)
+	add("relay_window", a.EffectiveRelayWindow(), b.EffectiveRelayWindow())
+	add("max_comm_fraction", a.MaxCommFraction, b.MaxCommFraction)
 	add("weight", a.EffectiveWeight(), b.EffectiveWeight())
 	add("priority", a.Priority, b.Priority)
 	return notes

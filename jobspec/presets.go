@@ -78,6 +78,7 @@ func base() Spec {
 		// far below what a broken or hostile worker's garbage looks like.
 		MaxUpdateNormRatio: 20,
 		LeaseTimeout:       Duration{60 * time.Second},
+		RelayWindow:        Duration{DefaultRelayWindow},
 		SpotCheck:          engine.DefaultSpotCheckRate,
 		SpotCheckStrikes:   engine.DefaultSpotCheckStrikes,
 		SpotCheckTolerance: engine.DefaultSpotCheckTolerance,

@@ -68,8 +68,9 @@ type Spec struct {
 	LeaseTimeout       Duration `json:"lease_timeout" yaml:"-"`
 	// RelayWindow is how long a relay sums its workers' results before
 	// it forwards them upstream in an asynchronous mode (round modes
-	// forward once per round); 0 is DefaultRelayWindow.
-	RelayWindow Duration `json:"relay_window,omitzero" yaml:"-"`
+	// forward once per round); left out, it is DefaultRelayWindow, which
+	// the spec records like every other default.
+	RelayWindow Duration `json:"relay_window" yaml:"-"`
 	// Robust is how results are combined against hostile ones, in every
 	// mode (the `robust` key).
 	Robust Robust `json:"robust" yaml:"-"`
@@ -354,6 +355,10 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	}
 	if s.MaxCommFraction == 0 {
 		s.MaxCommFraction = DefaultMaxCommFraction
+	}
+	// A spec stored before relay_window was recorded ran at the default.
+	if s.RelayWindow.Duration == 0 {
+		s.RelayWindow.Duration = DefaultRelayWindow
 	}
 	if s.RoundSize == 0 {
 		s.RoundSize = 1

@@ -293,6 +293,11 @@ type Result struct {
 	CommMs float64 `msgpack:"comm_ms,omitempty"`
 	// Link is the worker's estimate of its connection, nil if it has none.
 	Link *Link `msgpack:"link,omitempty"`
+	// Backend is the worker's backend as Hello names it, sent when it has
+	// changed since the hello or the last result that carried it: a CPU
+	// worker under --kernel auto chooses its kernel by timing the job's
+	// model, after the hello. Empty: unchanged.
+	Backend string `msgpack:"backend,omitempty"`
 }
 
 // Link is what a worker measured of its connection to the coordinator.
@@ -594,6 +599,9 @@ func (m *Result) Validate() error {
 	}
 	if i := m.Update.FirstNonFinite(); i >= 0 {
 		return invalid(TypeResult, "update", "value at index %d is %v: the worker's computation diverged or is broken", i, m.Update[i])
+	}
+	if err := checkText(TypeResult, "backend", m.Backend, MaxShortText, false); err != nil {
+		return err
 	}
 	return checkText(TypeResult, "job_id", m.JobID, MaxShortText, true)
 }

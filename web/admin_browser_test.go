@@ -103,18 +103,22 @@ func TestAdminPage(t *testing.T) {
 	// The wire: the job's bytes per example and compression, the
 	// worker's bytes, its link as it measured it, its H and comm share.
 	// The job is fp32, so only snapshot deltas compress it: the page
-	// shows a compression of at least 1 (DiLoCo's workers fetch deltas).
+	// shows the updates' compression at most 1 and the snapshots' at
+	// least 1 (DiLoCo's workers fetch deltas).
 	waitPage(t, ctx, "the job's wire on screen", func() bool {
 		w := text(t, ctx, "#job-wire")
-		var c float64
-		i := strings.Index(w, "compression ")
-		if i < 0 || !strings.Contains(w, "B/example") {
+		var upd, snap float64
+		i, j := strings.Index(w, "updates "), strings.Index(w, "snapshots and deltas ")
+		if i < 0 || j < 0 || !strings.Contains(w, "B/example") {
 			return false
 		}
-		if _, err := fmt.Sscanf(w[i:], "compression %fx", &c); err != nil {
+		if _, err := fmt.Sscanf(w[i:], "updates %fx (fp32)", &upd); err != nil {
 			return false
 		}
-		return c >= 1
+		if _, err := fmt.Sscanf(w[j:], "snapshots and deltas %fx", &snap); err != nil {
+			return false
+		}
+		return upd > 0 && upd <= 1 && snap >= 1
 	})
 	// The worker's H is its last lease's: DiLoCo's local_steps of 15.
 	waitPage(t, ctx, "the worker's wire on screen", func() bool {

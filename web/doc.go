@@ -24,7 +24,9 @@
 // (/admin/login, /api/v1/...) and its event stream (/api/v1/events), which
 // the coordinator serves, not this package; admin-volunteers.js adds the
 // volunteers' standing with Ban and Pardon, the join tokens, and each
-// job's results by ack reason. Its charts use uPlot, vendored
+// job's results by ack reason. Its wide tables scroll inside their panels
+// with the last column (the row's buttons) kept in view, so a laptop
+// window reaches Ban and Disconnect. Its charts use uPlot, vendored
 // unchanged with its license in static/vendor/uplot-<version>/ (see the
 // README there). Every response carries a Content-Security-Policy that
 // allows only the pages' own scripts and styles, so the pages have no

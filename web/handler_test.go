@@ -153,7 +153,7 @@ func TestAdminPage(t *testing.T) {
 		for _, id := range []string{
 			"signin-form", "token", "signin", "signin-error", "signout", "admin",
 			"jobs", "job-name", "job-state", "job-version", "pause", "resume", "stop",
-			"lr", "max-staleness", "apply-settings", "settings-error",
+			"lr", "max-staleness", "apply-settings", "settings-error", "settings-closed",
 			"chart-accuracy", "chart-version", "chart-throughput", "chart-staleness",
 			"workers", "submit-preset", "submit-spec", "submit-file", "submit", "submit-error",
 			"checkpoints", "export",

@@ -364,6 +364,10 @@ type session struct {
 	current *jobCtx
 	revoked sync.Map
 	backend compute.Prepared // what the backend is prepared for
+	// backendSent is the backend's name as the coordinator last heard it
+	// (hello, or a result's backend): a kernel chosen after the hello is
+	// sent with the next result.
+	backendSent atomic.Pointer[string]
 
 	sendMu  sync.Mutex
 	sendBuf []byte
@@ -404,13 +408,15 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 	s.base.Path, s.base.RawQuery = "", ""
 
 	b := w.cfg.Backend
+	helloBackend := b.Name()
+	s.backendSent.Store(&helloBackend)
 	caps := &protocol.Caps{}
 	if w.cfg.Caps != nil {
 		*caps = *w.cfg.Caps
 	}
 	caps.Data = append(slices.Clip(caps.Data), w.heldData()...)
 	if err := s.send(ctx, &protocol.Hello{
-		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: b.Name(), Threads: b.Threads(),
+		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: helloBackend, Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 		SnapshotCodecs: []string{protocol.SnapshotF32, protocol.SnapshotF16},
@@ -653,6 +659,9 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 			s.w.cfg.Logf("lease %d: %v; sending it as %s", t.lease.ID, err, protocol.CodecF32)
 		}
 		s.link.fill(res, t.snapMs, &s.linkOut)
+		if name := s.w.cfg.Backend.Name(); *s.backendSent.Swap(&name) != name {
+			res.Backend = name
+		}
 		if err := s.sendFor(ctx, res, res.LeaseID); err != nil {
 			return err
 		}

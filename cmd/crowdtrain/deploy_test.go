@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // docs/crowdtrain.service passes systemd-analyze verify: every directive
@@ -86,5 +88,76 @@ func TestAlertRules(t *testing.T) {
 	}
 	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules %s: %v\n%s", path, err, out)
+	}
+}
+
+// docs/DEPLOY.md names only commands and flags the binary has: each
+// `crowdtrain SUBCOMMAND` line (with its continuation lines) against
+// that subcommand's -h, and every other --flag against some
+// subcommand's, but the container tools' own.
+func TestDeployGuideNamesRealCommandsAndFlags(t *testing.T) {
+	testenv.Long(t, "builds and runs the binary for each subcommand's -h")
+	doc, err := os.ReadFile("../../docs/DEPLOY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := crowdtrainBinary(t)
+	helps := map[string]string{}
+	help := func(sub string) string {
+		if h, ok := helps[sub]; ok {
+			return h
+		}
+		out, _ := exec.Command(bin, sub, "-h").CombinedOutput() // -h exits 0 or 2 by command
+		helps[sub] = string(out)
+		return helps[sub]
+	}
+	has := func(h, flag string) bool {
+		return regexp.MustCompile(`(^|[\s\[|])--?` + regexp.QuoteMeta(strings.TrimLeft(flag, "-")) + `\b`).MatchString(h)
+	}
+	// podman's (the Container section) and systemctl's.
+	notOurs := map[string]bool{"--storage-driver": true, "--isolation": true, "--runtime": true, "--cgroup-manager": true,
+		"--name": true, "--env-file": true, "--ulimit": true, "--now": true}
+	subcommands := []string{"serve", "relay", "relay-credential", "work", "status", "jobs", "tokens", "volunteers", "backup",
+		"submit", "bench", "export", "attack", "sample", "version"}
+	flagRE := regexp.MustCompile(`(?:^|[\s` + "`" + `(])(--[a-z][a-z0-9-]*)`)
+	cmdRE := regexp.MustCompile(`\bcrowdtrain ([a-z][a-z-]*)`)
+	lines := strings.Split(string(doc), "\n")
+	named := 0
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		for strings.HasSuffix(strings.TrimSpace(line), `\`) && i+1 < len(lines) {
+			i++
+			line = strings.TrimSuffix(strings.TrimSpace(line), `\`) + " " + lines[i]
+		}
+		if strings.Contains(line, "podman") || strings.Contains(line, "PODMAN") {
+			continue
+		}
+		flags := flagRE.FindAllStringSubmatch(line, -1)
+		if m := cmdRE.FindStringSubmatch(line); m != nil {
+			sub := m[1]
+			if !slices.Contains(subcommands, sub) {
+				t.Errorf("DEPLOY.md line %d names `crowdtrain %s`, no such command", i+1, sub)
+				continue
+			}
+			for _, f := range flags {
+				named++
+				if !has(help(sub), f[1]) {
+					t.Errorf("DEPLOY.md line %d: `crowdtrain %s` has no flag %s", i+1, sub, f[1])
+				}
+			}
+			continue
+		}
+		for _, f := range flags {
+			named++
+			if notOurs[f[1]] {
+				continue
+			}
+			if !slices.ContainsFunc(subcommands, func(sub string) bool { return has(help(sub), f[1]) }) {
+				t.Errorf("DEPLOY.md line %d names %s, which no crowdtrain command takes", i+1, f[1])
+			}
+		}
+	}
+	if named < 30 {
+		t.Errorf("found only %d flags in DEPLOY.md; the parsing above is broken", named)
 	}
 }

@@ -70,7 +70,7 @@ func newServeFlags() (*cliFlags, *serveOptions) {
 	o.access.register(fs.FlagSet)
 	// Wire: limits on what one websocket connection may send and hold (docs/SECURITY.md).
 	fs.Int64Var(&o.maxControlBytes, "max-control-bytes", coordinator.DefaultMaxControlBytes, "size limit in `BYTES` of every worker message but a result (results: one update plus 64 KiB)")
-	fs.IntVar(&o.decodeBuffers, "decode-buffers", coordinator.DefaultDecodeBuffers, "frame buffers kept for reuse, shared by all connections (each holds up to two updates' worth)")
+	fs.IntVar(&o.decodeBuffers, "decode-buffers", coordinator.DefaultDecodeBuffers, "decode buffers kept between messages, shared by all connections; each holds one received frame and the update decoded from it (about two fp32 updates' worth)")
 	fs.DurationVar(&o.pingInterval, "ping-interval", coordinator.DefaultPingInterval, "how often each worker connection is pinged (negative: never)")
 	fs.IntVar(&o.pingMisses, "ping-misses", coordinator.DefaultMaxMissedPings, "unanswered pings in a row after which a worker connection is closed")
 	fs.DurationVar(&o.nonFiniteEval, "nonfinite-eval-interval", coordinator.DefaultNonFiniteEvalInterval, "least time between evaluations started by runs of NaN/Inf results")

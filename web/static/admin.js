@@ -147,6 +147,26 @@ function jobMaxStaleness(job) {
   return job.spec && num(job.spec.max_staleness) ? job.spec.max_staleness : NaN;
 }
 
+// jobEnded says a job has stopped for good: done, failed, stopped, or
+// ended and still writing its final checkpoint (finishing).
+function jobEnded(job) {
+  return ['done', 'failed', 'stopped', 'finishing'].includes(job && job.state);
+}
+
+// epochText is the epoch and how far into it the job is; once the job has
+// ended there is no epoch under way, so it says so with the final figures.
+function epochText(job) {
+  if (!num(job.epoch)) return '–';
+  if (jobEnded(job)) {
+    const ev = job.eval;
+    const final = ev && num(ev.bits_per_char) ? ev.bits_per_char.toFixed(3) + ' bits/char'
+      : ev && num(ev.accuracy) ? 'accuracy ' + fmtAcc(ev.accuracy) : '';
+    return fmtInt(job.epoch) + ' complete; ' + (job.state === 'done' ? 'finished' : job.state) + ' after ' + fmtInt(job.examples_seen) + ' examples' +
+      (final ? ', final ' + final : '');
+  }
+  return String(job.epoch) + (num(job.epoch_progress) ? ' (' + Math.round(job.epoch_progress * 100) + '% done)' : '');
+}
+
 function jobName(job) {
   return job.name || (job.spec && job.spec.name) || job.id || '?';
 }
@@ -411,7 +431,8 @@ function setJobs(jobs, live) {
     if (id !== state.selected) select(id, false);
   }
   const job = findJob(state.selected);
-  if (live && job) {
+  // An ended job's throughput is over: the chart keeps its last picture.
+  if (live && job && !jobEnded(job)) {
     const t = Date.now() / 1000;
     const tp = state.throughput;
     if (!tp.length || t - tp[tp.length - 1][0] >= 0.5) {
@@ -440,7 +461,7 @@ function renderJobs() {
     jobName(j),
     j.state || '–',
     num(j.version) ? String(j.version) : '–',
-    num(j.epoch) ? j.epoch + (num(j.epoch_progress) && j.state === 'running' ? ' (' + Math.round(j.epoch_progress * 100) + '%)' : '') : '–',
+    num(j.epoch) ? j.epoch + (num(j.epoch_progress) && !jobEnded(j) ? ' (' + Math.round(j.epoch_progress * 100) + '%)' : '') : '–',
     fmtRate(j.examples_per_sec),
     fmtRate(j.updates_per_sec),
     fmtInt(j.updates_applied) + (num(j.clipped) && j.clipped > 0 ? ' (' + fmtInt(j.clipped) + ' clipped)' : ''),
@@ -534,7 +555,13 @@ function renderJob() {
   $('pause').disabled = st !== 'running';
   $('resume').disabled = st !== 'paused';
   $('stop').disabled = st !== 'running' && st !== 'paused';
-  $('apply-settings').disabled = settingsBusy || (st !== 'running' && st !== 'paused');
+  // An ended job's settings cannot change: the form says so rather than
+  // letting the operator type into it.
+  const closed = st !== 'running' && st !== 'paused';
+  for (const el of $('settings-form').elements) el.disabled = closed;
+  $('apply-settings').disabled = settingsBusy || closed;
+  text($('settings-closed'), closed ? 'This job ' + (jobEnded(job) ? 'has ended (' + st + ')' : 'is ' + st) +
+    ': its settings can no longer change. Submit a new job to train with others.' : '');
 
   text($('job-id'), job.id);
   const spec = job.spec || {};
@@ -544,9 +571,7 @@ function renderJob() {
   const outer = spec.outer_optimizer || spec.optimizer;
   const opt = outer && outer.type;
   text($('job-model'), [model, opt, num(spec.batch_size) ? 'batch ' + spec.batch_size : ''].filter(Boolean).join(' · ') || '–');
-  let epoch = num(job.epoch) ? String(job.epoch) : '–';
-  if (num(job.epoch_progress)) epoch += ' (' + Math.round(job.epoch_progress * 100) + '% done)';
-  text($('job-epoch'), epoch);
+  text($('job-epoch'), epochText(job));
   text($('job-examples'), fmtInt(job.examples_seen));
   text($('job-mode'), jobModeText(job));
   text($('job-lr'), fmtLR(jobLR(job)));
@@ -554,11 +579,13 @@ function renderJob() {
     (num(jobMaxStaleness(job)) ? ' (max ' + jobMaxStaleness(job) + ')' : ''));
   text($('job-leases'), fmtInt(job.leases_held) + ' held, ' + fmtInt(job.leases_issued) + ' issued, ' + fmtInt(job.leases_expired) + ' expired');
   text($('job-workers'), fmtInt(job.workers));
-  // Bytes per example are (bytes_in + bytes_out) / examples_seen; the
-  // compression is the fp32 size of the results and snapshots over theirs.
+  // Bytes per example are (bytes_in + bytes_out) / examples_seen. The
+  // compression is the fp32 size over the bytes taken, for the updates
+  // (update_codec) and the snapshots (snapshot_codec, deltas) apart: an
+  // fp32 job's deltas must not read as compressed updates.
   text($('job-wire'), num(job.bytes_in) ? fmtBytes(job.bytes_in) + ' in, ' + fmtBytes(job.bytes_out) + ' out (+' +
     fmtBytes(job.shard_bytes_out) + ' shards) · ' + (num(job.bytes_per_example) && job.bytes_per_example > 0 ? fmtInt(Math.round(job.bytes_per_example)) + ' B/example' : '– B/example') +
-    ' · compression ' + (num(job.compression) && job.compression > 0 ? job.compression.toFixed(2) + 'x' : '–') : '–');
+    ' · compression: ' + wireCompression(job) : '–');
   if (typeof renderAcks === 'function') renderAcks(job); // admin-volunteers.js
   text($('job-params'), fmtInt(job.num_params) + (num(job.shards) ? ' · ' + fmtInt(job.shards) + ' shards' : ''));
   const ev = job.eval;
@@ -603,6 +630,16 @@ function renderJob() {
   drawStaleness(job);
   const cv = cp && num(cp.version) ? cp.version : null;
   if (cv !== null && state.checkpointVersion !== null && cv !== state.checkpointVersion) loadCheckpoints(job.id);
+}
+
+// wireCompression says what the codecs save, updates and snapshots apart;
+// an older coordinator has only the two together.
+function wireCompression(job) {
+  const x = (v) => (num(v) && v > 0 ? v.toFixed(2) + 'x' : '–');
+  const spec = job.spec || {};
+  if (!num(job.update_compression)) return x(job.compression);
+  return 'updates ' + x(job.update_compression) + ' (' + (spec.update_codec || 'fp32') + '), snapshots and deltas ' +
+    x(job.snapshot_compression) + ' (' + (spec.snapshot_codec || 'fp32') + ')';
 }
 
 function safeName(s) {
