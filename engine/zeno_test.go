@@ -379,7 +379,7 @@ func TestZenoFloorFollowsHonestSpread(t *testing.T) {
 	for i := range zenoWindow {
 		record(float64(i%5-2) * 0.05)
 	}
-	// Median 0, MAD 0.05: 0 − 6 × 1.4826 × 0.05.
+	// Median 0, MAD 0.05: 0 − zenoSpread × 1.4826 × 0.05.
 	want := -zenoSpread * 1.4826 * 0.05
 	if f := z.Floor(); math.Abs(f-want) > 1e-9 {
 		t.Fatalf("floor %v, want %v", f, want)
