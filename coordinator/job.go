@@ -429,7 +429,7 @@ func fitsVocab(model *nn.Model, train *dataset.Set) error {
 		return nil
 	}
 	if v > train.Classes && train.Classes == 256 {
-		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): a vocabulary other than 256 needs a tokenizer, which jobs cannot use yet (crowdtrain tokenizer trains one, but the data is not tokenized with it); give the embedding vocab: 256 and the output 256 units (as the charlm preset does)",
+		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): a vocabulary other than 256 needs a tokenizer, which jobs cannot use yet (crowdtrain tokenizer trains one, but the data is not tokenized with it); until then give the embedding vocab: 256 and the output layer units: 256 or tied: true",
 			v, train.Name)
 	}
 	return specErr("model", "the embedding has a vocabulary of %d tokens but %s has %d: give the embedding vocab: %d", v, train.Name, train.Classes, train.Classes)
