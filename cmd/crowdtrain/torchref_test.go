@@ -206,7 +206,8 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 // parameter): on the same batch, crowdtrain's loss and every tensor's
 // gradient, the shared token table's included, are PyTorch's float64 ones
 // within float32 rounding.
-func TestTiedTransformerGradientsMatchPyTorch(t *testing.T) {
+func TestExportTiedTransformerGradientsMatchPyTorch(t *testing.T) {
+	testenv.Long(t, "runs PyTorch")
 	py := torchPython(t)
 	dir := t.TempDir()
 	ms := nn.Transformer(nn.TransformerConfig{Context: 16, Width: 24, Blocks: 2, Heads: 3, Vocab: 64, Tied: true})
