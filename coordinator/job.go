@@ -394,6 +394,9 @@ func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 			return specErr("model.input", "is %s (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
 				dataset.ShapeString(spec.Model.Input), model.InputSize, train.ExampleSize())
 		}
+		if err := fitsVocab(model, train); err != nil {
+			return err
+		}
 	} else if model.InputSize != train.ExampleSize() {
 		return specErr("model.input", "is %s (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
 			dataset.ShapeString(spec.Model.Input), model.InputSize, train.Name, train.ShapeString(), train.ExampleSize(), train.ExampleSize(), train.ShapeString())
@@ -413,6 +416,23 @@ func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 		return specErr("model", "predicts %d labels per example but %s has one class per example: end the model in a dense layer over the flattened input", lpe, train.Name)
 	}
 	return nil
+}
+
+// fitsVocab checks that a model of text reads the text's tokens: its
+// embedding's vocabulary is the data's. Text is read as bytes (256
+// tokens), so a model for a larger vocabulary (gpt-small's 4096) would
+// never see most of its ids, and a smaller one would meet ids it has no
+// row for.
+func fitsVocab(model *nn.Model, train *dataset.Set) error {
+	v := model.InputVocab()
+	if v == 0 || v == train.Classes {
+		return nil
+	}
+	if v > train.Classes && train.Classes == 256 {
+		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): a vocabulary other than 256 needs a tokenizer, which jobs cannot use yet (crowdtrain tokenizer trains one, but the data is not tokenized with it); until then give the embedding vocab: 256 and the output layer units: 256 or tied: true",
+			v, train.Name)
+	}
+	return specErr("model", "the embedding has a vocabulary of %d tokens but %s has %d: give the embedding vocab: %d", v, train.Name, train.Classes, train.Classes)
 }
 
 // ended reports whether a job in state will hand out no more work.

@@ -51,6 +51,17 @@ var presets = map[string]func() (Spec, given){
 		s.BatchSize = 32
 		return s, given{"outer_optimizer": true}
 	},
+	// gpt-small is a GPT-2 style model with tied embeddings for a
+	// 4096-token vocabulary, on the Go standard library's source. Jobs read
+	// text as bytes today, so the coordinator refuses it until the data
+	// can be tokenized (docs/JOBS.md, "Tokenizer").
+	"gpt-small": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "gpt-small", "gpt-small", dataset.Builtin(dataset.GoSource)
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 1e-3, WeightDecay: 0.01, ClipNorm: 1}
+		s.BatchSize = 16
+		return s, given{"outer_optimizer": true}
+	},
 	"fashion-cnn": func() (Spec, given) {
 		s := base()
 		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.Builtin(dataset.FashionMNIST)

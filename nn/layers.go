@@ -134,3 +134,15 @@ func (m *Model) CheckInputs(x []float32) error {
 	}
 	return nil
 }
+
+// InputVocab returns the number of token ids a model on token ids reads
+// (its embedding's vocab), or 0 for a model on values.
+func (m *Model) InputVocab() int {
+	if m.top.in.kind != shapeTokens {
+		return 0
+	}
+	if e, ok := m.top.layers[0].(*embeddingLayer); ok {
+		return e.vocab
+	}
+	return 0
+}

@@ -27,11 +27,11 @@ func mustPreset(t testing.TB, name string) *Model {
 }
 
 func TestPresets(t *testing.T) {
-	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
+	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "gpt-small", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("PresetNames() = %v, want %v", got, want)
 	}
 	_, err := Preset("nope")
-	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, mnist-cnn, mnist-mlp)` {
+	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, gpt-small, mnist-cnn, mnist-mlp)` {
 		t.Fatalf("Preset(nope) error = %v", err)
 	}
 	// Preset returns a copy: changing it must not change the next one.

@@ -131,20 +131,41 @@ var presets = map[string]ModelSpec{
 	// token and position embeddings, four pre-LayerNorm blocks of causal
 	// self-attention and a GELU MLP, a final LayerNorm and an untied output
 	// layer; 875,520 parameters.
-	"charlm": transformer(128, 128, 4, 4),
+	"charlm": Transformer(TransformerConfig{Context: 128, Width: 128, Blocks: 4, Heads: 4, Vocab: 256}),
 	// charlm-tiny is charlm made small enough for tests.
-	"charlm-tiny": transformer(32, 32, 2, 2),
+	"charlm-tiny": Transformer(TransformerConfig{Context: 32, Width: 32, Blocks: 2, Heads: 2, Vocab: 256}),
+	// gpt-small is a GPT-2 style model for a 4096-token vocabulary: context
+	// 256, width 384, six blocks of six heads, and an output layer tied to
+	// the token embedding (GPT-2's lm_head), which saves the 4096x384
+	// untied weight; 12,322,816 parameters.
+	"gpt-small": Transformer(TransformerConfig{Context: 256, Width: 384, Blocks: 6, Heads: 6, Vocab: 4096, Tied: true}),
 }
 
-// transformer is a GPT-style byte-level model: context t, width d, the given
-// number of blocks and heads, MLP width 4d.
-func transformer(t, d, blocks, heads int) ModelSpec {
-	s := ModelSpec{Input: []int{t}, Layers: []LayerSpec{{Type: TypeEmbedding, Vocab: 256, Units: d, Positions: t}}}
-	for range blocks {
+// TransformerConfig is the shape of a GPT-style decoder (Transformer).
+type TransformerConfig struct {
+	Context int // tokens per example: the input [t] and the position table
+	Width   int // d, the model width; the MLP is 4d wide
+	Blocks  int // pre-LayerNorm blocks, each attention then MLP
+	Heads   int // attention heads per block; must divide Width
+	Vocab   int // token ids 0..Vocab-1 in, Vocab scores per position out
+	// Tied: the output layer uses the token embedding's weight (its
+	// transpose, as GPT-2) and has only a bias; otherwise it is a dense
+	// layer of its own.
+	Tied bool
+}
+
+// Transformer returns the spec of a GPT-style language model: token and
+// position embeddings, c.Blocks pre-LayerNorm residual blocks of causal
+// self-attention and a GELU MLP, a final LayerNorm and the output layer.
+// NewModel checks the numbers.
+func Transformer(c TransformerConfig) ModelSpec {
+	t, d := c.Context, c.Width
+	s := ModelSpec{Input: []int{t}, Layers: []LayerSpec{{Type: TypeEmbedding, Vocab: c.Vocab, Units: d, Positions: t}}}
+	for range c.Blocks {
 		s.Layers = append(s.Layers,
 			LayerSpec{Type: TypeResidual, Layers: []LayerSpec{
 				{Type: TypeLayerNorm},
-				{Type: TypeAttention, Heads: heads, Causal: true},
+				{Type: TypeAttention, Heads: c.Heads, Causal: true},
 			}},
 			LayerSpec{Type: TypeResidual, Layers: []LayerSpec{
 				{Type: TypeLayerNorm},
@@ -153,7 +174,11 @@ func transformer(t, d, blocks, heads int) ModelSpec {
 				{Type: TypeDense, Units: d},
 			}})
 	}
-	s.Layers = append(s.Layers, LayerSpec{Type: TypeLayerNorm}, LayerSpec{Type: TypeDense, Units: 256})
+	out := LayerSpec{Type: TypeDense, Units: c.Vocab}
+	if c.Tied {
+		out = LayerSpec{Type: TypeDense, Tied: true}
+	}
+	s.Layers = append(s.Layers, LayerSpec{Type: TypeLayerNorm}, out)
 	return s
 }
 

@@ -13,7 +13,10 @@ residual body), loads the weights strictly, and then:
          position on that batch, and `accuracy A`. X holds the inputs as
          float32, shape [n, *input] (token ids as exact integers for a text
          model); Y the integer labels, [n] for a classifier, [n, t] for a
-         sequence model.
+         sequence model. With --grad G.npy it also writes the gradient of
+         that mean loss (dropout off) as float64: every parameter tensor
+         flattened, in the order of their exported names sorted, a tied
+         embedding once with both of its uses summed.
   sample --model M --prompt TEXT [--tokens N] [--temperature T] [--seed S]
          prints the prompt's continuation from a byte-level text model, fed
          as crowdtrain's Generate feeds it (the last <= t bytes, left-aligned).
@@ -270,8 +273,14 @@ def cmd_score(a):
     model.eval()
     x = torch.from_numpy(np.load(a.x).astype(np.float64))
     y = torch.from_numpy(np.load(a.y).astype(np.int64))
-    with torch.no_grad():
+    if a.grad:
         loss, acc = mean_loss(model, x, y)
+        loss.backward()
+        grads = {n[len("net."):]: p.grad for n, p in model.named_parameters()}
+        np.save(a.grad, torch.cat([grads[n].reshape(-1) for n in sorted(grads)]).numpy())
+    else:
+        with torch.no_grad():
+            loss, acc = mean_loss(model, x, y)
     print(f"loss {loss.item():.9f}")
     print(f"accuracy {acc.item():.9f}")
 
@@ -394,6 +403,7 @@ def main():
     s.add_argument("--model", required=True)
     s.add_argument("--x", required=True)
     s.add_argument("--y", required=True)
+    s.add_argument("--grad", help="also write the loss's gradient to this .npy (float64, tensors in sorted name order)")
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(f=cmd_score)
     s = sub.add_parser("sample", help="text from a byte-level text model")

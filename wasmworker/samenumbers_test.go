@@ -58,6 +58,7 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 		{"mnist-mlp", "mnist-mlp", nil, 64, 1e-6, 0},
 		{"mnist-cnn", "mnist-cnn", nil, 64, 1e-6, 0},
 		{"charlm-tiny", "charlm-tiny", []string{"-batch", "32"}, 32 * 32, 1e-6, 1e-6},
+		{"charlm-tiny tied", "charlm-tiny-tied", []string{"-batch", "32"}, 32 * 32, 1e-6, 1e-6},
 		{"charlm", "charlm", []string{"-batch", "4"}, 4 * 128, 1e-6, 1e-6},
 		{"mnist-mlp adamw delta 4 steps", "mnist-mlp", []string{"-inner", "adamw", "-steps", "4", "-update", "delta"}, 256, 1e-4, 0},
 		{"mnist-mlp sgd gradient 4 steps", "mnist-mlp", []string{"-inner", "sgd", "-steps", "4", "-update", "gradient"}, 256, 1e-4, 0},

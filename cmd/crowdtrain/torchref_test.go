@@ -10,11 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -196,6 +198,75 @@ func TestExportScoresTheSameInPyTorch(t *testing.T) {
 				t.Fatalf("%s: crowdtrain's mean loss %.7f, PyTorch's %.7f: more than 1e-4 apart", name, goLoss, torchLoss)
 			}
 		})
+	}
+}
+
+// A GPT with its output tied to the token embedding, exported and rebuilt
+// in PyTorch (the output layer reads the embedding's weight, one
+// parameter): on the same batch, crowdtrain's loss and every tensor's
+// gradient, the shared token table's included, are PyTorch's float64 ones
+// within float32 rounding.
+func TestExportTiedTransformerGradientsMatchPyTorch(t *testing.T) {
+	testenv.Long(t, "runs PyTorch")
+	py := torchPython(t)
+	dir := t.TempDir()
+	ms := nn.Transformer(nn.TransformerConfig{Context: 16, Width: 24, Blocks: 2, Heads: 3, Vocab: 64, Tied: true})
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := randomParams(m, 0.05)
+	file := exportModel(t, dir, "gpt-tied", ms, params)
+	const n = 8
+	rng := rand.New(rand.NewPCG(7, 8))
+	x := make([]float32, n*m.InputSize)
+	y := make([]int32, n*m.LabelsPerExample)
+	for i := range x {
+		x[i] = float32(rng.IntN(64))
+	}
+	for i := range y {
+		y[i] = int32(rng.IntN(64))
+	}
+	grad := make([]float32, m.NumParams)
+	lossSum, _ := m.Gradient(m.NewWorkspace(n), params, x, y, grad)
+	goLoss := lossSum / float64(len(y))
+
+	xf, yf, gf := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy"), filepath.Join(dir, "grad.npy")
+	writeNPY(t, xf, "<f4", []int{n, m.InputSize}, littleEndian(t, x))
+	writeNPY(t, yf, "<i4", []int{n, m.InputSize}, littleEndian(t, y))
+	out, err := exec.Command(py, torchReference, "score", "--model", file, "--x", xf, "--y", yf, "--grad", gf).CombinedOutput()
+	if err != nil {
+		t.Fatalf("torch_reference.py score --grad: %v\n%s", err, out)
+	}
+	if torchLoss := torchFigure(t, out, "loss"); math.Abs(goLoss-torchLoss) > 1e-5 || math.IsNaN(torchLoss) {
+		t.Errorf("mean loss: crowdtrain %.7f, PyTorch %.7f", goLoss, torchLoss)
+	}
+	f, err := os.Open(gf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := dataset.ReadNPY(f, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Dtype() != "float64" || len(a.Data) != 8*m.NumParams {
+		t.Fatalf("PyTorch's gradient: %s of %d bytes, want %d float64s (one per parameter: the tied weight once)", a.Dtype(), len(a.Data), m.NumParams)
+	}
+	layout := slices.SortedFunc(slices.Values(m.Layout), func(a, b nn.ParamTensor) int { return strings.Compare(a.Name, b.Name) })
+	off := 0
+	for _, pt := range layout {
+		var diff, norm float64
+		for i := range pt.Size {
+			want := math.Float64frombits(binary.LittleEndian.Uint64(a.Data[8*(off+i):]))
+			d := float64(grad[pt.Offset+i]) - want
+			diff += d * d
+			norm += want * want
+		}
+		off += pt.Size
+		if rel := math.Sqrt(diff / norm); !(rel <= 1e-4) {
+			t.Errorf("%s: gradient %.3g relative from PyTorch's (norm %.3g)", pt.Name, rel, math.Sqrt(norm))
+		}
 	}
 }
 

@@ -61,6 +61,9 @@ var LayerModels = map[string]nn.ModelSpec{
 		{Type: "dense", Units: 7}}},
 	"dense tied to the embedding": {Input: []int{5}, Layers: []nn.LayerSpec{
 		{Type: "embedding", Vocab: 9, Units: 6, Positions: 5}, {Type: "layernorm"}, {Type: "dense", Tied: true}}},
+	// gpt-small's layers at toy size: the tied output's gradient meets
+	// the embedding's through two blocks.
+	"transformer, tied output": nn.Transformer(nn.TransformerConfig{Context: 6, Width: 8, Blocks: 2, Heads: 2, Vocab: 13, Tied: true}),
 }
 
 // RandomBatch returns parameters (nn's initialisation from seed, with

@@ -41,7 +41,7 @@ type Output struct {
 
 func main() {
 	data := flag.String("data", "", "directory with the MNIST IDX files")
-	preset := flag.String("model", "mnist-mlp", "model preset")
+	preset := flag.String("model", "mnist-mlp", "model preset, or "+tiedModel+" (charlm-tiny with its output tied to the embedding)")
 	batch := flag.Int("batch", 64, "examples in the batch")
 	inner := flag.String("inner", "", "run a lease with this inner optimizer (sgd or adamw) instead of one gradient")
 	steps := flag.Int("steps", 1, "inner steps of the lease (with -inner)")
@@ -68,10 +68,19 @@ func main() {
 	}
 }
 
+// tiedModel names charlm-tiny with a tied output layer, the layers of
+// gpt-small on the byte text the probe reads.
+const tiedModel = "charlm-tiny-tied"
+
 func run(data, preset string, batch int, lease *protocol.Lease) error {
-	spec, err := nn.Preset(preset)
-	if err != nil {
-		return err
+	var spec nn.ModelSpec
+	if preset == tiedModel {
+		spec = nn.Transformer(nn.TransformerConfig{Context: 32, Width: 32, Blocks: 2, Heads: 2, Vocab: 256, Tied: true})
+	} else {
+		var err error
+		if spec, err = nn.Preset(preset); err != nil {
+			return err
+		}
 	}
 	model, err := nn.NewModel(spec)
 	if err != nil {
