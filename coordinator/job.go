@@ -16,6 +16,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
+	"github.com/crowdtrain/crowdtrain/tokenizer"
 )
 
 // Job states, as the API shows them.
@@ -57,8 +58,14 @@ type Job struct {
 	// held-out batch of the training data (validate.go).
 	validator *validator
 	// text is set for a model that reads token sequences: its
-	// evaluations carry bits_per_char and a sample.
+	// evaluations carry bits_per_char (bits_per_byte when tokenized) and
+	// a sample.
 	text bool
+	// tok is a tokenized text job's tokenizer (nil: bytes), which encodes
+	// prompts and decodes samples; testBytes is the bytes of text the
+	// test windows' label tokens stand for (the divisor of bits per byte).
+	tok       *tokenizer.Tokenizer
+	testBytes int64
 	// sampling is held while a sample is generated: one at a time.
 	sampling sync.Mutex
 	// shards holds every shard's encoded bytes, built once: they are
@@ -270,6 +277,10 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		run:         1,
 		ledger:      newVolunteerBook(), // the server's replaces it
 	}
+	if j.tok, err = jobTokenizer(spec); err != nil {
+		return nil, err
+	}
+	j.testBytes = textBytes(test, j.tok)
 	j.flopsPerExample = model.FLOPsPerExample()
 	j.validator = newValidator(model, train, j.text)
 	if len(sets) > 0 && sets[0] != nil {

@@ -51,6 +51,16 @@ var presets = map[string]func() (Spec, given){
 		s.BatchSize = 32
 		return s, given{"outer_optimizer": true}
 	},
+	// gpt-mini is a small transformer over BPE tokens of Go source, its
+	// tokenizer trained on the training split when the job is created.
+	"gpt-mini": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "gpt-mini", "gpt-mini", dataset.Builtin(dataset.GoSource)
+		s.Tokenizer = &Tokenizer{Type: TokenizerBPE, Vocab: nn.GPTMiniVocab}
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}
+		s.BatchSize = 32
+		return s, given{"outer_optimizer": true}
+	},
 	"fashion-cnn": func() (Spec, given) {
 		s := base()
 		s.Name, s.ModelPreset, s.Dataset = "fashion-cnn", "fashion-cnn", dataset.Builtin(dataset.FashionMNIST)
@@ -242,6 +252,9 @@ func Load(nameOrFile string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
 	}
 	s.Dataset.Resolve(dir)
+	if t := s.Tokenizer; t != nil && t.File != "" && !filepath.IsAbs(t.File) {
+		t.File = filepath.Join(dir, t.File)
+	}
 	return s, nil
 }
 

@@ -134,12 +134,24 @@ var presets = map[string]ModelSpec{
 	"charlm": transformer(128, 128, 4, 4),
 	// charlm-tiny is charlm made small enough for tests.
 	"charlm-tiny": transformer(32, 32, 2, 2),
+	// gpt-mini reads BPE tokens (a tokenizer of GPTMiniVocab tokens) with
+	// context 64, width 64, two blocks of two heads; 236,288 parameters.
+	"gpt-mini": tokenTransformer(GPTMiniVocab, 64, 64, 2, 2),
 }
+
+// GPTMiniVocab is the vocabulary of the gpt-mini preset: its embedding's
+// rows and its output's units, the size of its job's tokenizer.
+const GPTMiniVocab = 1024
 
 // transformer is a GPT-style byte-level model: context t, width d, the given
 // number of blocks and heads, MLP width 4d.
 func transformer(t, d, blocks, heads int) ModelSpec {
-	s := ModelSpec{Input: []int{t}, Layers: []LayerSpec{{Type: TypeEmbedding, Vocab: 256, Units: d, Positions: t}}}
+	return tokenTransformer(256, t, d, blocks, heads)
+}
+
+// tokenTransformer is transformer over a vocabulary of vocab token ids.
+func tokenTransformer(vocab, t, d, blocks, heads int) ModelSpec {
+	s := ModelSpec{Input: []int{t}, Layers: []LayerSpec{{Type: TypeEmbedding, Vocab: vocab, Units: d, Positions: t}}}
 	for range blocks {
 		s.Layers = append(s.Layers,
 			LayerSpec{Type: TypeResidual, Layers: []LayerSpec{
@@ -153,7 +165,7 @@ func transformer(t, d, blocks, heads int) ModelSpec {
 				{Type: TypeDense, Units: d},
 			}})
 	}
-	s.Layers = append(s.Layers, LayerSpec{Type: TypeLayerNorm}, LayerSpec{Type: TypeDense, Units: 256})
+	s.Layers = append(s.Layers, LayerSpec{Type: TypeLayerNorm}, LayerSpec{Type: TypeDense, Units: vocab})
 	return s
 }
 

@@ -256,12 +256,12 @@ func TestConcurrentWorkspaces(t *testing.T) {
 }
 
 // testPresets are the presets the whole-model tests run: every one but
-// charlm, which is slow to run many times and has the same layers as
-// charlm-tiny.
+// charlm and gpt-mini, which are slow to run many times and have the same
+// layers as charlm-tiny.
 func testPresets() []string {
 	var names []string
 	for _, n := range PresetNames() {
-		if n != "charlm" {
+		if n != "charlm" && n != "gpt-mini" {
 			names = append(names, n)
 		}
 	}

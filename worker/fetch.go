@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -126,7 +127,12 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), model.InputSize)
 	}
 	if shard.Classes > model.NumClasses {
-		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, model.NumClasses)
+		return fmt.Errorf("shard %s has %d classes, the model predicts %d", l.ShardURL, shard.Classes, model.NumClasses)
+	}
+	// DecodeShard checked every token against the shard's vocabulary;
+	// the model's embedding must read all of them.
+	if ls := model.Spec.Layers; shard.Kind == dataset.NextTokens && len(ls) > 0 && ls[0].Type == nn.TypeEmbedding && shard.Classes > ls[0].Vocab {
+		return fmt.Errorf("shard %s holds token ids up to %d, outside the model's embedding vocabulary of %d", l.ShardURL, shard.Classes-1, ls[0].Vocab)
 	}
 	lpe := shard.LabelsPerExample()
 	if want := model.LabelsPerExample; lpe != want {
