@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
@@ -31,7 +32,11 @@ func PrepareTokenizer(spec *JobSpec) error {
 		case t.File != "":
 			var err error
 			if tok, err = tokenizer.Load(t.File); err != nil {
-				return &SpecError{Key: "tokenizer", Problem: fmt.Sprintf("%v. Fix: name a file `crowdtrain tokenizer train` wrote", err)}
+				problem := err.Error()
+				if errors.Is(err, fs.ErrNotExist) {
+					problem = t.File + " does not exist"
+				}
+				return &SpecError{Key: "tokenizer", Problem: problem + ". Fix: name a file `crowdtrain tokenizer train` wrote"}
 			}
 		case t.Type == jobspec.TokenizerBPE:
 			docs, desc, err := dataset.TrainingDocs(spec.Dataset)

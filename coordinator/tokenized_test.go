@@ -247,3 +247,60 @@ func TestTokenizerSurvivesRestart(t *testing.T) {
 		t.Fatalf("after the restart the sample at version %d is %q; before, at version %d, %q", after.Version, after.Text, before.Version, before.Text)
 	}
 }
+
+// A spec submitted over the API names its tokenizer file under the data
+// root, as its data: one outside is refused with a 400 for `tokenizer`,
+// one inside starts a job whose stored spec holds the tokenizer.
+func TestSubmittedTokenizerReadsOnlyUnderTheDataRoot(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	tree := filepath.Join(root, "src")
+	if err := os.Rename(goTree(t), tree); err != nil {
+		t.Fatal(err)
+	}
+	docs, _, err := dataset.TrainingDocs(dataset.Spec{Type: dataset.TypeText, Path: tree, Glob: "**/*.go", ValFraction: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Train(1024, docs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{root, outside} {
+		if err := tok.Save(filepath.Join(dir, "go.bpe")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.DataRoot = root
+		c.LoadData = dataset.Load
+	})
+	submit := func(tokenizer string) (int, []byte) {
+		return g.call(http.MethodPost, "/api/v1/jobs", testAdminToken, map[string]string{"spec": `name: mine
+model: gpt-mini
+dataset: {type: text, path: src, glob: "**/*.go", val_fraction: 0.1}
+eval_every: 1000000
+tokenizer: ` + tokenizer}, nil)
+	}
+	code, body := submit(fmt.Sprintf("%q", filepath.Join(outside, "go.bpe")))
+	var e struct{ Key, Error string }
+	json.Unmarshal(body, &e)
+	if code != http.StatusBadRequest || e.Key != "tokenizer" || !strings.Contains(e.Error, "outside the coordinator's data root") {
+		t.Fatalf("a tokenizer outside the root: %d %s; want 400 for tokenizer", code, body)
+	}
+	var views [2]coordinator.JobView
+	for i, tk := range []string{"go.bpe", "{type: bpe, vocab: 1024}"} {
+		code, body = submit(tk)
+		if code != http.StatusCreated || json.Unmarshal(body, &views[i]) != nil {
+			t.Fatalf("tokenizer %s under the root: %d %s", tk, code, body)
+		}
+	}
+	realRoot, _ := filepath.EvalSymlinks(root)
+	if got := views[0].Spec.Tokenizer; got == nil || got.File != filepath.Join(realRoot, "go.bpe") || got.Vocab != 1024 || got.Data == "" {
+		t.Fatalf("the job's tokenizer %+v: want the file under the root, stored", got)
+	}
+	// Training is deterministic: the coordinator learns the merges the
+	// command did from the same text.
+	if views[0].Spec.Tokenizer.Data != views[1].Spec.Tokenizer.Data {
+		t.Error("the file and the trained tokenizer of the same text and vocabulary differ")
+	}
+}
