@@ -22,10 +22,14 @@ import (
 // model's embedding. A spec whose tokenizer is already stored is checked
 // only.
 func PrepareTokenizer(spec *JobSpec) error {
-	t := spec.Tokenizer
-	if t == nil {
+	if spec.Tokenizer == nil {
 		return nil
 	}
+	// A copy: specs are values, and one copied from this one must not
+	// change with it.
+	t := new(jobspec.Tokenizer)
+	*t = *spec.Tokenizer
+	spec.Tokenizer = t
 	if t.Data == "" {
 		var tok *tokenizer.Tokenizer
 		switch {
