@@ -540,7 +540,7 @@ func (j *Job) view(st *jobState) JobView {
 		Rejections:   make(map[string]int64, len(st.rejections)),
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LeasesHeld: len(st.sched.Leases()),
 		MaxStaleness: st.spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
-		StartedAt: st.startedAt, Spec: st.spec, Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
+		StartedAt: st.startedAt, Spec: viewSpec(st.spec), Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
 		StalenessHistogram: slices.Clone(st.stalenessHist), LR: st.spec.OuterOptimizer.LR,
 		Weight: st.spec.EffectiveWeight(), Priority: st.spec.Priority,
 	}

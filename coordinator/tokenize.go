@@ -140,3 +140,15 @@ func textBytes(set *dataset.Set, tok *tokenizer.Tokenizer) int64 {
 	}
 	return n
 }
+
+// viewSpec is a spec as the API shows it: a tokenizer without its data
+// (up to 700 KB, in every listing of the jobs); the stored spec and an
+// exported model's metadata keep it.
+func viewSpec(spec JobSpec) JobSpec {
+	if spec.Tokenizer != nil {
+		t := *spec.Tokenizer
+		t.Data = ""
+		spec.Tokenizer = &t
+	}
+	return spec
+}
