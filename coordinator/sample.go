@@ -194,7 +194,7 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "tokens: must be in 1..%d, got %d", MaxSampleTokens, req.Tokens)
 		return
 	case !(temp >= 0 && temp <= maxTemperature):
-		writeError(w, http.StatusBadRequest, "temperature: must be in 0..%d (0 takes the most likely byte), got %v", maxTemperature, temp)
+		writeError(w, http.StatusBadRequest, "temperature: must be in 0..%d (0 takes the most likely token), got %v", maxTemperature, temp)
 		return
 	}
 	prompt := j.encodeText([]byte(req.Prompt))
