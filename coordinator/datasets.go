@@ -60,6 +60,17 @@ func dataKey(d dataset.Spec, context int) string {
 	return fmt.Sprintf("%s@%d", d.Key(), context)
 }
 
+// jobDataKey is dataKey with the spec's tokenizer: a tokenized text is
+// other data than its bytes, and than the same text under another
+// tokenizer.
+func jobDataKey(spec JobSpec, context int) string {
+	k := dataKey(spec.Dataset, context)
+	if spec.Tokenizer != nil {
+		k += "/" + tokenizerKey(spec)
+	}
+	return k
+}
+
 // contextOf is the window a text data set is cut to: the model's input
 // [t].
 func contextOf(spec JobSpec) (int, error) {
@@ -72,11 +83,20 @@ func contextOf(spec JobSpec) (int, error) {
 	return spec.Model.Input[0], nil
 }
 
-// DataOptions are the options the data spec names is loaded with (the
-// context text is cut to).
+// DataOptions are the options the data spec names is loaded with: the
+// context text is cut to and, for a tokenized job (its tokenizer
+// prepared: PrepareTokenizer), the tokenizer that encodes it.
 func DataOptions(spec JobSpec) (dataset.Options, error) {
 	c, err := contextOf(spec)
-	return dataset.Options{Context: c}, err
+	if err != nil {
+		return dataset.Options{}, err
+	}
+	o := dataset.Options{Context: c}
+	tok, err := jobTokenizer(spec)
+	if tok != nil { // never a typed nil in the interface
+		o.Tokenizer = tok
+	}
+	return o, err
 }
 
 // CheckData checks that spec's model fits train, as AddJob does, so that
@@ -101,11 +121,11 @@ func CheckData(spec *JobSpec, train *dataset.Set) error {
 // submitting again works without a restart. A load that takes longer than
 // the timeout is refused; it goes on, and a later call takes its result.
 func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
-	context, err := contextOf(spec)
+	opts, err := DataOptions(spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	key := dataKey(spec.Dataset, context)
+	key := jobDataKey(spec, opts.Context)
 	d.mu.Lock()
 	if p, ok := d.sets[key]; ok {
 		d.mu.Unlock()
@@ -120,7 +140,7 @@ func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
 	if l == nil {
 		l = &dataLoad{done: make(chan struct{}), started: time.Now()}
 		d.loading[key] = l
-		go d.run(key, l, spec.Dataset, dataset.Options{Context: context})
+		go d.run(key, l, spec.Dataset, opts)
 	}
 	d.mu.Unlock()
 	var timeout <-chan time.Time
@@ -187,8 +207,9 @@ func (d *dataSets) namesLocked() string {
 	return strings.Join(names, ", ")
 }
 
-// resolveData confines the files a spec submitted over the API names to
-// the coordinator's data root, resolving relative paths against it.
+// resolveData confines the files a spec submitted over the API names
+// (data and tokenizer) to the coordinator's data root, resolving relative
+// paths against it.
 func (s *Server) resolveData(spec *JobSpec) error {
 	root := s.cfg.DataRoot
 	if root == "" {
@@ -201,5 +222,5 @@ func (s *Server) resolveData(spec *JobSpec) error {
 		}
 		return &SpecError{Key: "dataset", Problem: err.Error()}
 	}
-	return nil
+	return resolveTokenizer(spec, root)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
+	"github.com/crowdtrain/crowdtrain/tokenizer"
 )
 
 // Job states, as the API shows them.
@@ -57,8 +58,14 @@ type Job struct {
 	// held-out batch of the training data (validate.go).
 	validator *validator
 	// text is set for a model that reads token sequences: its
-	// evaluations carry bits_per_char and a sample.
+	// evaluations carry bits_per_char (bits_per_byte when tokenized) and
+	// a sample.
 	text bool
+	// tok is a tokenized text job's tokenizer (nil: bytes), which encodes
+	// prompts and decodes samples; testBytes is the bytes of text the
+	// test windows' label tokens stand for (the divisor of bits per byte).
+	tok       *tokenizer.Tokenizer
+	testBytes int64
 	// sampling is held while a sample is generated: one at a time.
 	sampling sync.Mutex
 	// shards holds every shard's encoded bytes, built once: they are
@@ -270,6 +277,10 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		run:         1,
 		ledger:      newVolunteerBook(), // the server's replaces it
 	}
+	if j.tok, err = jobTokenizer(spec); err != nil {
+		return nil, err
+	}
+	j.testBytes = textBytes(test, j.tok)
 	j.flopsPerExample = model.FLOPsPerExample()
 	j.validator = newValidator(model, train, j.text)
 	if len(sets) > 0 && sets[0] != nil {
@@ -419,18 +430,17 @@ func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 }
 
 // fitsVocab checks that a model of text reads the text's tokens: its
-// embedding's vocabulary is the data's. Text is read as bytes (256
-// tokens), so a model for a larger vocabulary (gpt-small's 4096) would
-// never see most of its ids, and a smaller one would meet ids it has no
-// row for.
+// embedding's vocabulary is the data's (bytes: 256; tokenized text: its
+// tokenizer's size). A larger one would never see most of its ids, and a
+// smaller one would meet ids it has no row for.
 func fitsVocab(model *nn.Model, train *dataset.Set) error {
 	v := model.InputVocab()
 	if v == 0 || v == train.Classes {
 		return nil
 	}
 	if v > train.Classes && train.Classes == 256 {
-		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): a vocabulary other than 256 needs a tokenizer, which jobs cannot use yet (crowdtrain tokenizer trains one, but the data is not tokenized with it); until then give the embedding vocab: 256 and the output layer units: 256 or tied: true",
-			v, train.Name)
+		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): give the job a tokenizer of %d tokens (tokenizer: {type: bpe, vocab: %d}, or a file crowdtrain tokenizer train wrote), or the embedding vocab: 256",
+			v, train.Name, v, v)
 	}
 	return specErr("model", "the embedding has a vocabulary of %d tokens but %s has %d: give the embedding vocab: %d", v, train.Name, train.Classes, train.Classes)
 }
@@ -549,7 +559,7 @@ func (j *Job) view(st *jobState) JobView {
 		Rejections:   make(map[string]int64, len(st.rejections)),
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LeasesHeld: len(st.sched.Leases()),
 		MaxStaleness: st.spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
-		StartedAt: st.startedAt, Spec: st.spec, Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
+		StartedAt: st.startedAt, Spec: viewSpec(st.spec), Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
 		StalenessHistogram: slices.Clone(st.stalenessHist), LR: st.spec.OuterOptimizer.LR,
 		Weight: st.spec.EffectiveWeight(), Priority: st.spec.Priority,
 	}

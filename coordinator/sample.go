@@ -105,7 +105,12 @@ func lockWithin(ctx context.Context, mu *sync.Mutex, wait time.Duration) bool {
 	return true
 }
 
-func bytesToTokens(b []byte) []int32 {
+// encodeText is a prompt as the job's tokens: its tokenizer's ids, or its
+// bytes.
+func (j *Job) encodeText(b []byte) []int32 {
+	if j.tok != nil {
+		return j.tok.Encode(b)
+	}
 	t := make([]int32, len(b))
 	for i, c := range b {
 		t[i] = int32(c)
@@ -113,7 +118,18 @@ func bytesToTokens(b []byte) []int32 {
 	return t
 }
 
-func tokensToBytes(t []int32) []byte {
+// decodeTokens is generated tokens as text. The model only makes ids
+// below its vocabulary, which for a tokenized job is the tokenizer's
+// (PrepareTokenizer checked), so decoding cannot fail; an id that did
+// would show as U+FFFD rather than fail the sample.
+func (j *Job) decodeTokens(t []int32) []byte {
+	if j.tok != nil {
+		b, err := j.tok.Decode(t)
+		if err != nil {
+			return []byte("\uFFFD")
+		}
+		return b
+	}
 	b := make([]byte, len(t))
 	for i, c := range t {
 		b[i] = byte(c)
@@ -142,7 +158,7 @@ func (j *Job) evalSample(params []float32, version int64) string {
 		j.logf("job %s: sample at version %d: %v", j.ID, version, err)
 		return ""
 	}
-	return string(tokensToBytes(prompt)) + string(tokensToBytes(out))
+	return string(j.decodeTokens(prompt)) + string(j.decodeTokens(out))
 }
 
 func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
@@ -178,13 +194,13 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "tokens: must be in 1..%d, got %d", MaxSampleTokens, req.Tokens)
 		return
 	case !(temp >= 0 && temp <= maxTemperature):
-		writeError(w, http.StatusBadRequest, "temperature: must be in 0..%d (0 takes the most likely byte), got %v", maxTemperature, temp)
+		writeError(w, http.StatusBadRequest, "temperature: must be in 0..%d (0 takes the most likely token), got %v", maxTemperature, temp)
 		return
 	}
-	prompt := bytesToTokens([]byte(req.Prompt))
+	prompt := j.encodeText([]byte(req.Prompt))
 	for i, t := range prompt {
 		if int(t) >= j.model.NumClasses {
-			writeError(w, http.StatusBadRequest, "prompt: byte %d is %d, outside the model's vocabulary of %d", i, t, j.model.NumClasses)
+			writeError(w, http.StatusBadRequest, "prompt: token %d is %d, outside the model's vocabulary of %d", i, t, j.model.NumClasses)
 			return
 		}
 	}
@@ -210,7 +226,7 @@ func (s *Server) handleSample(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, Sample{
-		JobID: id, Version: version, Prompt: req.Prompt, Text: string(tokensToBytes(out)),
+		JobID: id, Version: version, Prompt: req.Prompt, Text: string(j.decodeTokens(out)),
 		Tokens: len(out), Temperature: temp, Seed: req.Seed, Truncated: short,
 		Millis: float64(time.Since(start).Microseconds()) / 1000,
 	})

@@ -153,6 +153,11 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	}
 	// A random suffix keeps ids unique across coordinators and databases.
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
+	// The tokenizer is read or trained once, here, and stored with the
+	// spec below.
+	if err := PrepareTokenizer(&spec); err != nil {
+		return nil, err
+	}
 	train, test, err := s.data.get(spec)
 	if err != nil {
 		return nil, err

@@ -105,6 +105,8 @@ func TestEvalResultJSON(t *testing.T) {
 		{EvalResult{Loss: math.Ln2 * 2, BitsPerChar: 2, Sample: "In the beginning"},
 			[]string{`"bits_per_char":2`, `"sample":"In the beginning"`, `"loss":1.386`}, nil},
 		{EvalResult{Loss: math.Inf(1), BitsPerChar: math.Inf(1)}, []string{`"loss":null`}, []string{"bits_per_char"}},
+		{EvalResult{Loss: 5, BitsPerByte: 2.5}, []string{`"bits_per_byte":2.5`, `"loss":5`}, []string{"bits_per_char"}},
+		{EvalResult{Loss: math.NaN(), BitsPerByte: math.NaN()}, []string{`"loss":null`}, []string{"bits_per_byte"}},
 	} {
 		b, err := json.Marshal(c.e)
 		if err != nil {

@@ -138,6 +138,9 @@ func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
 			err = s.resolveData(&t)
 		}
 		if err == nil {
+			err = PrepareTokenizer(&t)
+		}
+		if err == nil {
 			train, _, derr := s.data.get(t)
 			if err = derr; err == nil {
 				err = CheckData(&t, train)

@@ -31,5 +31,5 @@ func (BibleSource) Load(o Options) (train, test *Set, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return TextSplits(BibleKJV, "dataset", text, o.Context, DefaultValFraction)
+	return textSplits(BibleKJV, "dataset", text, o, DefaultValFraction)
 }

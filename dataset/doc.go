@@ -2,7 +2,9 @@
 // the coordinator serves to workers: the built-in MNIST and Fashion-MNIST
 // (IDX files), bible-kjv and go-source (text), and a job's own data as IDX,
 // .npy or UTF-8 text, a file or a tree of files selected by a glob and
-// split by file (docs/JOBS.md).
+// split by file (docs/JOBS.md). Text is bytes, or with a tokenizer in
+// Options (an Encoder: package tokenizer, which dataset does not import)
+// its token ids, encoded once as it loads into uint16 windows.
 //
 // The coordinator loads each data set a job names once (LoadBuiltin for
 // the built-in ones, each from its own place), fixes a seeded permutation of

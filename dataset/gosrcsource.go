@@ -36,5 +36,5 @@ func (GoSourceSource) Load(o Options) (train, test *Set, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return TreeSplits(GoSource, "dataset", tree, o.Context)
+	return treeSplits(GoSource, "dataset", tree, o)
 }

@@ -16,6 +16,18 @@ type Options struct {
 	Context int
 	// MNISTDir is where `mnist` is read from ("" searches: FindMNIST).
 	MNISTDir string
+	// Tokenizer, when set, encodes a text data set into its token ids
+	// (Tokens16, Classes its vocabulary) before windows are cut; nil
+	// keeps the bytes (Tokens8, 256).
+	Tokenizer Encoder
+}
+
+// Encoder turns text into token ids below VocabSize, at most 1<<16 of
+// them (a *tokenizer.Tokenizer; an interface, as package tokenizer's
+// tests read data sets).
+type Encoder interface {
+	Encode(text []byte) []int32
+	VocabSize() int
 }
 
 // A Source loads a data set's train and test (or validation) splits.
@@ -210,13 +222,13 @@ func (t TextSource) Load(o Options) (train, test *Set, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return TreeSplits("text", "dataset.path", tree, o.Context)
+		return treeSplits("text", "dataset.path", tree, o)
 	}
 	text, err := ReadText(t.Path)
 	if err != nil {
 		return nil, nil, err
 	}
-	return TextSplits("text", "dataset.path", text, o.Context, t.ValFraction)
+	return textSplits("text", "dataset.path", text, o, t.ValFraction)
 }
 
 // ReadText reads a UTF-8 text file, or every regular file of a directory in
@@ -285,40 +297,63 @@ func checkUTF8(b []byte) error {
 // windows of t+1 bytes starting at multiples of t: input the first t bytes,
 // labels the next t. key names the spec key errors blame.
 func TextSplits(name, key string, text []byte, t int, valFraction float64) (train, val *Set, err error) {
-	if t < 1 {
-		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", t)}
+	return textSplits(name, key, text, Options{Context: t}, valFraction)
+}
+
+// textSplits is TextSplits with o's context and tokenizer: the split is by
+// bytes, then each side is encoded.
+func textSplits(name, key string, text []byte, o Options, valFraction float64) (train, val *Set, err error) {
+	if o.Context < 1 {
+		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", o.Context)}
 	}
 	if !(valFraction > 0 && valFraction <= 0.5) {
 		return nil, nil, &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", valFraction)}
 	}
 	cut := trainCut(len(text), valFraction)
-	return textSets(name, key, text[:cut:cut], text[cut:], len(text), t)
+	return textSets(name, key, text[:cut:cut], text[cut:], len(text), o)
 }
 
 // TreeSplits makes a text tree's training and held-out files into windows
 // of t+1 bytes as TextSplits does, each split's files concatenated in path
 // order.
 func TreeSplits(name, key string, tree *TextTree, t int) (train, val *Set, err error) {
-	if t < 1 {
-		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", t)}
+	return treeSplits(name, key, tree, Options{Context: t})
+}
+
+func treeSplits(name, key string, tree *TextTree, o Options) (train, val *Set, err error) {
+	if o.Context < 1 {
+		return nil, nil, &KeyError{Key: "model.input", Problem: fmt.Sprintf("a text data set needs a model input of [t] (the context, e.g. [128]); got a context of %d", o.Context)}
 	}
 	tr, va := Text(tree.Train), Text(tree.Val)
-	return textSets(name, key, tr, va, len(tr)+len(va), t)
+	return textSets(name, key, tr, va, len(tr)+len(va), o)
 }
 
 // textSets cuts the training and validation texts into windows of t+1
-// bytes starting at multiples of t; total is the bytes of both, for errors.
-func textSets(name, key string, trainText, valText []byte, total, t int) (train, val *Set, err error) {
+// tokens starting at multiples of t; total is the bytes of both, for
+// errors. Without a tokenizer the tokens are the bytes; with one, each
+// text is encoded once here, so shards carry token ids and no worker
+// needs the tokenizer.
+func textSets(name, key string, trainText, valText []byte, total int, o Options) (train, val *Set, err error) {
+	t := o.Context
 	mk := func(split string, b []byte) (*Set, error) {
-		n := 0
-		if len(b) > t {
-			n = (len(b) - 1) / t
+		s := &Set{Name: name + "-" + split, Elem: Tokens8, Shape: []int{t}, Kind: NextTokens, Classes: 256, U8: b, Stride: t}
+		n, unit := len(b), "bytes"
+		if o.Tokenizer != nil {
+			ids := o.Tokenizer.Encode(b)
+			u16 := make([]uint16, len(ids))
+			for i, id := range ids {
+				u16[i] = uint16(id) // ids are below the vocabulary, at most 1<<16; Validate checks
+			}
+			s.Elem, s.Classes, s.U8, s.U16 = Tokens16, o.Tokenizer.VocabSize(), nil, u16
+			n, unit = len(u16), fmt.Sprintf("tokens (%d bytes)", len(b))
 		}
-		if n < 1 {
-			return nil, &KeyError{Key: key, Problem: fmt.Sprintf("the %s split holds %d bytes of the %d; a window needs context+1 = %d: the context (model input [%d]) is longer than the data. Use more text, a shorter context, or a larger val_fraction",
-				split, len(b), total, t+1, t)}
+		if n > t {
+			s.N = (n - 1) / t
 		}
-		s := &Set{Name: name + "-" + split, Elem: Tokens8, Shape: []int{t}, Kind: NextTokens, Classes: 256, N: n, U8: b, Stride: t}
+		if s.N < 1 {
+			return nil, &KeyError{Key: key, Problem: fmt.Sprintf("the %s split holds %d %s of the %d bytes; a window needs context+1 = %d tokens: the context (model input [%d]) is longer than the data. Use more text, a shorter context, or a larger val_fraction",
+				split, n, unit, total, t+1, t)}
+		}
 		return s, s.Validate()
 	}
 	if train, err = mk("train", trainText); err != nil {

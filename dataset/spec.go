@@ -247,33 +247,67 @@ func (s *Spec) ResolveUnder(root string) error {
 		return fmt.Errorf("dataset: data root %s: %w (start the coordinator with --data-root naming an existing directory)", root, err)
 	}
 	for _, f := range s.Files() {
-		p := *f.Path
-		if p == "" {
+		if *f.Path == "" {
 			continue
 		}
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(absRoot, p)
-		}
-		p = filepath.Clean(p)
-		outside := fmt.Sprintf("%s is outside the coordinator's data root %s: name a file under it (or start the coordinator with another --data-root)", *f.Path, absRoot)
-		if !within(absRoot, p) && !within(realRoot, p) {
-			return &KeyError{Key: "dataset." + f.Key, Problem: outside}
-		}
-		real, err := filepath.EvalSymlinks(p)
+		real, err := resolveUnder(absRoot, realRoot, "dataset."+f.Key, *f.Path, s.Type == TypeText && f.Key == "path")
 		if err != nil {
-			return fileError(f.Key, *f.Path, err, "name a file under the coordinator's data root "+absRoot)
-		}
-		if !within(realRoot, real) {
-			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("%s leads (through a symlink) to %s, outside the coordinator's data root %s", *f.Path, real, absRoot)}
-		}
-		// A FIFO, a device or a socket could block the load for ever or
-		// never end: refused here, before anything opens it.
-		if err := CheckRegular(real, s.Type == TypeText && f.Key == "path"); err != nil {
-			return fileError(f.Key, *f.Path, err, "name a regular file under the coordinator's data root "+absRoot)
+			return err
 		}
 		*f.Path = real
 	}
 	return nil
+}
+
+// ResolveFileUnder resolves one file a spec names under key (such as
+// "tokenizer") against root, by the rules of Spec.ResolveUnder: inside
+// root once symlinks are followed, existing, and a regular file (or a
+// directory, with dirOK). It returns the absolute, symlink-free path;
+// errors are *KeyError naming key.
+func ResolveFileUnder(root, key, path string, dirOK bool) (string, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("%s: data root %s: %w", key, root, err)
+	}
+	realRoot, err := filepath.EvalSymlinks(absRoot)
+	if err != nil {
+		return "", fmt.Errorf("%s: data root %s: %w (start the coordinator with --data-root naming an existing directory)", key, root, err)
+	}
+	return resolveUnder(absRoot, realRoot, key, path, dirOK)
+}
+
+// resolveUnder is one path of ResolveUnder: key is the full spec key.
+func resolveUnder(absRoot, realRoot, key, path string, dirOK bool) (string, error) {
+	p := path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(absRoot, p)
+	}
+	p = filepath.Clean(p)
+	outside := fmt.Sprintf("%s is outside the coordinator's data root %s: name a file under it (or start the coordinator with another --data-root)", path, absRoot)
+	if !within(absRoot, p) && !within(realRoot, p) {
+		return "", &KeyError{Key: key, Problem: outside}
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", rekey(fileError("", path, err, "name a file under the coordinator's data root "+absRoot), key)
+	}
+	if !within(realRoot, real) {
+		return "", &KeyError{Key: key, Problem: fmt.Sprintf("%s leads (through a symlink) to %s, outside the coordinator's data root %s", path, real, absRoot)}
+	}
+	// A FIFO, a device or a socket could block the load for ever or
+	// never end: refused here, before anything opens it.
+	if err := CheckRegular(real, dirOK); err != nil {
+		return "", rekey(fileError("", path, err, "name a regular file under the coordinator's data root "+absRoot), key)
+	}
+	return real, nil
+}
+
+// rekey gives a *KeyError from fileError the full key it belongs to.
+func rekey(err error, key string) error {
+	if ke, ok := err.(*KeyError); ok {
+		ke.Key = key
+	}
+	return err
 }
 
 // within reports whether path is root or below it (both clean, absolute).

@@ -49,6 +49,7 @@ var keys = []key{
 	{name: "name"},
 	{name: "model", decode: decodeModel},
 	{name: "dataset", decode: decodeDataset},
+	{name: "tokenizer", decode: decodeTokenizer},
 	{name: "mode", live: true},
 	{name: "outer_optimizer", decode: decodeOuter, live: true},
 	{name: "optimizer", decode: decodeOuter, live: true, alias: "outer_optimizer"},

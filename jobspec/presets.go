@@ -52,14 +52,25 @@ var presets = map[string]func() (Spec, given){
 		return s, given{"outer_optimizer": true}
 	},
 	// gpt-small is a GPT-2 style model with tied embeddings for a
-	// 4096-token vocabulary, on the Go standard library's source. Jobs read
-	// text as bytes today, so the coordinator refuses it until the data
-	// can be tokenized (docs/JOBS.md, "Tokenizer").
+	// 4096-token vocabulary, on BPE tokens of the Go standard library's
+	// source, its tokenizer trained on the training split when the job is
+	// created.
 	"gpt-small": func() (Spec, given) {
 		s := base()
 		s.Name, s.ModelPreset, s.Dataset = "gpt-small", "gpt-small", dataset.Builtin(dataset.GoSource)
+		s.Tokenizer = &Tokenizer{Type: TokenizerBPE, Vocab: 4096}
 		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 1e-3, WeightDecay: 0.01, ClipNorm: 1}
 		s.BatchSize = 16
+		return s, given{"outer_optimizer": true}
+	},
+	// gpt-mini is a small transformer over BPE tokens of Go source, its
+	// tokenizer trained on the training split when the job is created.
+	"gpt-mini": func() (Spec, given) {
+		s := base()
+		s.Name, s.ModelPreset, s.Dataset = "gpt-mini", "gpt-mini", dataset.Builtin(dataset.GoSource)
+		s.Tokenizer = &Tokenizer{Type: TokenizerBPE, Vocab: nn.GPTMiniVocab}
+		s.OuterOptimizer = nn.OptimizerSpec{Type: nn.OptAdamW, LR: 3e-3, WeightDecay: 0.01, ClipNorm: 1}
+		s.BatchSize = 32
 		return s, given{"outer_optimizer": true}
 	},
 	"fashion-cnn": func() (Spec, given) {
@@ -253,6 +264,9 @@ func Load(nameOrFile string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%s: %w", nameOrFile, err)
 	}
 	s.Dataset.Resolve(dir)
+	if t := s.Tokenizer; t != nil && t.File != "" && !filepath.IsAbs(t.File) {
+		t.File = filepath.Join(dir, t.File)
+	}
 	return s, nil
 }
 

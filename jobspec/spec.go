@@ -23,6 +23,9 @@ type Spec struct {
 	// Dataset is a built-in data set's name or files of a type (idx,
 	// npy, text); see dataset.Spec.
 	Dataset dataset.Spec `json:"dataset" yaml:"-"`
+	// Tokenizer, for a text job, turns its text into token ids (nil:
+	// the bytes are the tokens); see tokenizer.go.
+	Tokenizer *Tokenizer `json:"tokenizer,omitempty" yaml:"-"`
 
 	// Mode is the update rule: ModeAsync, ModeSync or ModeDiLoCo.
 	Mode string `json:"mode" yaml:"mode"`

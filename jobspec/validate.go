@@ -67,6 +67,9 @@ func (s Spec) Validate() error {
 	if _, err := nn.NewModel(s.Model); err != nil {
 		return Errorf("model", "%v", err)
 	}
+	if err := s.validateTokenizer(); err != nil {
+		return err
+	}
 	return s.validateTraining()
 }
 

@@ -27,11 +27,11 @@ func mustPreset(t testing.TB, name string) *Model {
 }
 
 func TestPresets(t *testing.T) {
-	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "gpt-small", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
+	if got, want := PresetNames(), []string{"charlm", "charlm-tiny", "fashion-cnn", "gpt-mini", "gpt-small", "mnist-cnn", "mnist-mlp"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("PresetNames() = %v, want %v", got, want)
 	}
 	_, err := Preset("nope")
-	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, gpt-small, mnist-cnn, mnist-mlp)` {
+	if err == nil || err.Error() != `unknown model preset "nope" (presets: charlm, charlm-tiny, fashion-cnn, gpt-mini, gpt-small, mnist-cnn, mnist-mlp)` {
 		t.Fatalf("Preset(nope) error = %v", err)
 	}
 	// Preset returns a copy: changing it must not change the next one.
@@ -49,6 +49,18 @@ func TestPresets(t *testing.T) {
 	}
 	if mlp.InputSize != 784 || mlp.NumClasses != 10 {
 		t.Errorf("mnist-mlp InputSize %d NumClasses %d", mlp.InputSize, mlp.NumClasses)
+	}
+	// gpt-mini: embedding (1024 tokens + 64 positions) x 64; per block
+	// attention (4 d x d + 4 d), MLP (2 of d x 4d + 4d + d) and two
+	// LayerNorms (2 d each); final LayerNorm; output 64 -> 1024.
+	gpt := mustPreset(t, "gpt-mini")
+	d, v := 64, GPTMiniVocab
+	block := 4*d*d + 4*d + 2*4*d*d + 4*d + d + 2*2*d
+	if want := (v+64)*d + 2*block + 2*d + d*v + v; gpt.NumParams != want || gpt.NumParams >= 1_000_000 {
+		t.Errorf("gpt-mini NumParams = %d, want %d (under 1M)", gpt.NumParams, want)
+	}
+	if gpt.InputSize != 64 || gpt.NumClasses != v {
+		t.Errorf("gpt-mini InputSize %d NumClasses %d, want 64 and %d", gpt.InputSize, gpt.NumClasses, v)
 	}
 	cnn := mustPreset(t, "mnist-cnn")
 	// conv 1->8 5x5, conv 8->16 5x5, dense 16*5*5->64, dense 64->10

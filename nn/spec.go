@@ -139,7 +139,15 @@ var presets = map[string]ModelSpec{
 	// the token embedding (GPT-2's lm_head), which saves the 4096x384
 	// untied weight; 12,322,816 parameters.
 	"gpt-small": Transformer(TransformerConfig{Context: 256, Width: 384, Blocks: 6, Heads: 6, Vocab: 4096, Tied: true}),
+	// gpt-mini reads BPE tokens (a tokenizer of GPTMiniVocab tokens) with
+	// context 64, width 64, two blocks of two heads and an untied output;
+	// 236,288 parameters.
+	"gpt-mini": Transformer(TransformerConfig{Context: 64, Width: 64, Blocks: 2, Heads: 2, Vocab: GPTMiniVocab}),
 }
+
+// GPTMiniVocab is the vocabulary of the gpt-mini preset: its embedding's
+// rows and its output's units, the size of its job's tokenizer.
+const GPTMiniVocab = 1024
 
 // TransformerConfig is the shape of a GPT-style decoder (Transformer).
 type TransformerConfig struct {

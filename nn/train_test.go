@@ -259,13 +259,13 @@ func TestConcurrentWorkspaces(t *testing.T) {
 }
 
 // testPresets are the presets the whole-model tests run: every one but
-// charlm and gpt-small, which are slow to run many times and have the same
+// charlm, gpt-mini and gpt-small, which are slow to run many times and have the same
 // layers as charlm-tiny and the tiny tied transformer of the gradient
 // tests.
 func testPresets() []string {
 	var names []string
 	for _, n := range PresetNames() {
-		if n != "charlm" && n != "gpt-small" {
+		if n != "charlm" && n != "gpt-mini" && n != "gpt-small" {
 			names = append(names, n)
 		}
 	}

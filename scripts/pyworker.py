@@ -187,6 +187,8 @@ def parse_shard(data):
         raise ValueError(f"shard of {len(data)} bytes, want {want}")
     elems = np.frombuffer(data, dtype=dtype, count=count * span, offset=off).reshape(count, span)
     if kind == 2:  # a window of t+1 tokens: inputs the first t, labels the next t
+        if (elems >= classes).any():
+            raise ValueError(f"shard has a token at or above its vocabulary of {classes}")
         return elems[:, :size].astype(np.float32), elems[:, 1:].astype(np.int64)
     x = elems.astype(np.float32) / np.float32(255) if pixels else elems.astype(np.float32)
     labels = np.frombuffer(data, dtype="u1" if label_width == 1 else "<u2", count=count, offset=off + count * size * width)

@@ -31,7 +31,7 @@ module=$($GO list -m)
 # stragglers, apart from the rest of its in-process tests.
 relay='TestRelay|TestRootRestartWithRelays|TestServeWithExternalNATS'
 torch='TestCharLM|TestTorch|TestExport|TestFashion|TestTextSpec|TestServeCharlm|TestCharlm|TestSample'
-training='TestMLP|TestCNN|TestLocalSGD|TestStaleResults|TestDiLoCo|TestInt8|TestHostile|TestAsyncEarly|TestSpotCheck|TestValidator|TestSync|TestStraggler|TestVanished|TestExpired'
+training='TestMLP|TestGPTMini|TestCNN|TestLocalSGD|TestStaleResults|TestDiLoCo|TestInt8|TestHostile|TestAsyncEarly|TestSpotCheck|TestValidator|TestSync|TestStraggler|TestVanished|TestExpired'
 rest_pkgs=$($GO list ./... | grep -v -x -e "$module/coordinator" -e "$module/cmd/crowdtrain" -e "$module/web" -e "$module/wasmworker")
 
 # A shard's name, packages and go test arguments; longest first, so that

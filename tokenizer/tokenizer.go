@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -57,6 +58,15 @@ func New(merges []Pair) (*Tokenizer, error) {
 
 // VocabSize is 256 plus the number of merges.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// Equal reports whether t and u encode alike: the same merges in the same
+// order (both nil is equal too).
+func (t *Tokenizer) Equal(u *Tokenizer) bool {
+	if t == nil || u == nil {
+		return t == u
+	}
+	return slices.Equal(t.merges, u.merges)
+}
 
 // Merges returns the merges, in order (a copy).
 func (t *Tokenizer) Merges() []Pair { return append([]Pair(nil), t.merges...) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -122,16 +123,10 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	if err != nil {
 		return err
 	}
-	if shard.ExampleSize() != model.InputSize {
-		return fmt.Errorf("shard examples have %d values, the model takes %d", shard.ExampleSize(), model.InputSize)
-	}
-	if shard.Classes > model.NumClasses {
-		return fmt.Errorf("shard has %d classes, the model predicts %d", shard.Classes, model.NumClasses)
+	if err := shardFits(shard, model, l.ShardURL); err != nil {
+		return err
 	}
 	lpe := shard.LabelsPerExample()
-	if want := model.LabelsPerExample; lpe != want {
-		return fmt.Errorf("shard examples have %d labels each (%s), the model predicts %d", lpe, shard.Kind, want)
-	}
 	if l.Start < 0 || l.Count < 1 || l.Start+l.Count > shard.N {
 		return fmt.Errorf("lease wants examples %d..%d of a %d-example shard", l.Start, l.Start+l.Count-1, shard.N)
 	}
@@ -243,6 +238,26 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 	f.body = buf
 	done(len(buf))
 	return buf, nil
+}
+
+// shardFits checks that the model reads the shard at ref: its examples'
+// size and labels, its classes, and for text its tokens (DecodeShard
+// checked each against the shard's vocabulary; the model's embedding must
+// read all of them, or a forward pass would panic).
+func shardFits(shard *dataset.Set, model *nn.Model, ref string) error {
+	if shard.ExampleSize() != model.InputSize {
+		return fmt.Errorf("shard %s: examples have %d values, the model takes %d", ref, shard.ExampleSize(), model.InputSize)
+	}
+	if shard.Classes > model.NumClasses {
+		return fmt.Errorf("shard %s has %d classes, the model predicts %d", ref, shard.Classes, model.NumClasses)
+	}
+	if ls := model.Spec.Layers; shard.Kind == dataset.NextTokens && len(ls) > 0 && ls[0].Type == nn.TypeEmbedding && shard.Classes > ls[0].Vocab {
+		return fmt.Errorf("shard %s holds token ids up to %d, outside the model's embedding vocabulary of %d", ref, shard.Classes-1, ls[0].Vocab)
+	}
+	if lpe, want := shard.LabelsPerExample(), model.LabelsPerExample; lpe != want {
+		return fmt.Errorf("shard %s: examples have %d labels each (%s), the model predicts %d", ref, lpe, shard.Kind, want)
+	}
+	return nil
 }
 
 func (f *fetcher) shard(ctx context.Context, ref string) (*dataset.Set, error) {

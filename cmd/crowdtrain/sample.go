@@ -16,8 +16,8 @@ func sample(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	coord, token := apiFlags(fs.FlagSet, "")
 	job := fs.String("job", "", "the text job's `ID` (crowdtrain status lists them)")
 	prompt := fs.String("prompt", "", "the `TEXT` to continue")
-	tokens := fs.Int("tokens", defaultSampleTokens, fmt.Sprintf("how many bytes to generate, 1..%d", maxSampleTokens))
-	temp := fs.Float64("temperature", defaultTemperature, "sampling temperature; 0 takes the most likely byte each time")
+	tokens := fs.Int("tokens", defaultSampleTokens, fmt.Sprintf("how many tokens to generate (bytes, for a job without a tokenizer), 1..%d", maxSampleTokens))
+	temp := fs.Float64("temperature", defaultTemperature, "sampling temperature; 0 takes the most likely token each time")
 	seed := fs.Uint64("seed", 0, "random seed (0: a fresh one); the same seed and model version give the same text")
 	verbose := fs.Bool("v", false, "also print the model version and timing on stderr")
 	if err := fs.parse(ctx, args, stderr); err != nil {

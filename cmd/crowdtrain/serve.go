@@ -19,6 +19,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/store"
+	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -203,6 +204,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		o.MNISTDir = mnistDir
 		return dataset.Load(d, o)
 	}
+	// A tokenized job's tokenizer is read or trained before its data
+	// loads (the data is encoded with it): a bad file or a vocabulary
+	// that does not fit the model exits 2 here.
+	if err := coordinator.PrepareTokenizer(&spec); err != nil {
+		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
+	}
 	opts, err := coordinator.DataOptions(spec)
 	if err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
@@ -255,7 +262,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	cfg := coordinator.Config{
 		LoadData: func(d dataset.Spec, o dataset.Options) (*dataset.Set, *dataset.Set, error) {
-			if d.Key() == preloaded && o == opts {
+			if d.Key() == preloaded && o.Context == opts.Context && o.MNISTDir == opts.MNISTDir && sameTokenizer(o.Tokenizer, opts.Tokenizer) {
 				return train, test, nil
 			}
 			return loadData(d, o)
@@ -452,4 +459,15 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		logger.Printf("closed the HTTP connections still open after 3s")
 	}
 	return closeErr
+}
+
+// sameTokenizer reports whether two data options encode alike (both
+// bytes, or tokenizers of the same merges).
+func sameTokenizer(a, b dataset.Encoder) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta, ok := a.(*tokenizer.Tokenizer)
+	tb, ok2 := b.(*tokenizer.Tokenizer)
+	return ok && ok2 && ta.Equal(tb)
 }

@@ -159,7 +159,8 @@ function epochText(job) {
   if (!num(job.epoch)) return '–';
   if (jobEnded(job)) {
     const ev = job.eval;
-    const final = ev && num(ev.bits_per_char) ? ev.bits_per_char.toFixed(3) + ' bits/char'
+    const final = ev && num(ev.bits_per_byte) ? ev.bits_per_byte.toFixed(3) + ' bits/byte'
+      : ev && num(ev.bits_per_char) ? ev.bits_per_char.toFixed(3) + ' bits/char'
       : ev && num(ev.accuracy) ? 'accuracy ' + fmtAcc(ev.accuracy) : '';
     return fmtInt(job.epoch) + ' complete; ' + (job.state === 'done' ? 'finished' : job.state) + ' after ' + fmtInt(job.examples_seen) + ' examples' +
       (final ? ', final ' + final : '');
@@ -466,7 +467,8 @@ function renderJobs() {
     fmtRate(j.updates_per_sec),
     fmtInt(j.updates_applied) + (num(j.clipped) && j.clipped > 0 ? ' (' + fmtInt(j.clipped) + ' clipped)' : ''),
     rejectedText(j),
-    j.eval && num(j.eval.bits_per_char) ? j.eval.bits_per_char.toFixed(3) + ' bpc' : fmtAcc(j.eval && j.eval.accuracy),
+    j.eval && num(j.eval.bits_per_byte) ? j.eval.bits_per_byte.toFixed(3) + ' bits/byte'
+      : j.eval && num(j.eval.bits_per_char) ? j.eval.bits_per_char.toFixed(3) + ' bpc' : fmtAcc(j.eval && j.eval.accuracy),
     fmtLoss(j.eval && j.eval.loss),
   ];
   const numeric = [false, false, true, true, true, true, true, false, true, true];
@@ -589,8 +591,10 @@ function renderJob() {
   if (typeof renderAcks === 'function') renderAcks(job); // admin-volunteers.js
   text($('job-params'), fmtInt(job.num_params) + (num(job.shards) ? ' · ' + fmtInt(job.shards) + ' shards' : ''));
   const ev = job.eval;
-  // A text job has no accuracy worth showing: loss and bits per character.
-  const evText = ev && num(ev.bits_per_char) ? 'loss ' + fmtLoss(ev.loss) + ' nats, ' + ev.bits_per_char.toFixed(3) + ' bits/char'
+  // A text job has no accuracy worth showing: loss and bits per byte
+  // (tokenized) or per character (bytes).
+  const evText = ev && num(ev.bits_per_byte) ? 'loss ' + fmtLoss(ev.loss) + ' nats/token, ' + ev.bits_per_byte.toFixed(3) + ' bits/byte'
+    : ev && num(ev.bits_per_char) ? 'loss ' + fmtLoss(ev.loss) + ' nats, ' + ev.bits_per_char.toFixed(3) + ' bits/char'
     : ev ? 'accuracy ' + fmtAcc(ev.accuracy) + ', loss ' + fmtLoss(ev.loss) : '';
   text($('job-eval'), ev ? evText +
     (num(ev.version) ? ' at version ' + ev.version : '') + (ev.at ? ', ' + ago(ev.at) : '') : 'not yet');
