@@ -33,7 +33,7 @@ func TestTextJobVocabularyMustBeTheData(t *testing.T) {
 	}
 	err = CheckData(&gpt, load(256))
 	var se *SpecError
-	if !errors.As(err, &se) || se.Key != "model" || !strings.Contains(err.Error(), "vocabulary of 4096") || !strings.Contains(err.Error(), "needs a tokenizer") {
+	if !errors.As(err, &se) || se.Key != "model" || !strings.Contains(err.Error(), "vocabulary of 4096") || !strings.Contains(err.Error(), "give the job a tokenizer of 4096 tokens") {
 		t.Errorf("gpt-small on bytes: %v, want a model error naming the tokenizer", err)
 	}
 
