@@ -251,7 +251,7 @@ func (j *Job) expireLeases() {
 		j.leaseExpired(l) // hostages.go
 	}
 	j.spotExpire()
-	j.spotReferee() // a dispute whose third volunteer left, or never came
+	j.spotReferee() // a dispute that waited for the recomputations' bound
 }
 
 // requeue puts a settled lease's task back (its result was rejected), or

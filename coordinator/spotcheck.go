@@ -17,8 +17,9 @@ import (
 // same dropout masks (protocol.Lease.CopyOf). A copy comes in f32, or
 // f16 in an f16 job; a primary in a lossy error-feedback codec (i8) is
 // compared with the slack its codec allows (slackOf). A copy's result is
-// compared, never applied, and takes no place in a round. A mismatch no
-// third volunteer takes is recomputed by the coordinator (spotreferee.go).
+// compared, never applied, and takes no place in a round. A mismatch is
+// recomputed by the coordinator (spotreferee.go), never given to a third
+// volunteer.
 // Credit, refutations, strikes and bans go to the ledger.
 
 // spotSeed is where a job's spot check draws come from: a secret
@@ -220,7 +221,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 	}
 	j.spotSettle(o)
 	if !o.Done {
-		j.spotReferee() // a mismatch: with no third volunteer at hand, the coordinator decides
+		j.spotReferee() // a mismatch: the coordinator decides
 	}
 	ack.Staleness = 0
 	if o.Agreed {

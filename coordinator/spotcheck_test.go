@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -24,14 +26,15 @@ func spotResult(l protocol.Lease, n int, v float32) *protocol.Result {
 // The wire rules of a spot check, with raw clients as three volunteers:
 // a checked result's copy goes to another volunteer from the primary's
 // base, granted, with copy_of; it is compared and never applied; a
-// mismatch sends a third copy to a third volunteer and strikes the one
-// the majority disagrees with; a struck volunteer's results are held.
+// mismatch goes to the coordinator's recomputation, which strikes the one
+// that disagrees with it; a struck volunteer's results are held.
 func TestSpotCheckCopiesOnTheWire(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1 // every result of a newcomer is checked
 		s.Robust.Method = "none"
-	}))
+	})
+	g := newTestGrid(t, spec)
 	a := g.joinRawKey("spot-volunteer-key-aaaaaaaa")
 	b := g.joinRawKey("spot-volunteer-key-bbbbbbbb")
 	n := a.welcome.Job.NumParams
@@ -68,9 +71,8 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 		t.Fatalf("spot checks %+v after one agreeing check", *sc)
 	}
 
-	// b lies on the next copy: a third volunteer decides, b is struck.
-	c := g.joinRawKey("spot-volunteer-key-cccccccc")
-	spotStrike(t, a, b, c)
+	// b lies on the next copy: the coordinator decides, b is struck.
+	spotStrike(t, g, spec, a, b)
 	v = g.jobView()
 	if v.SpotChecks.Strikes != 1 || v.SpotChecks.Mismatched != 1 {
 		t.Fatalf("spot checks %+v, want one mismatch and one strike", *v.SpotChecks)
@@ -100,30 +102,30 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 	}
 }
 
-// spotStrike has liar disagree with a copy of primary's next result, and
-// third decide against it.
-func spotStrike(t *testing.T, primary, liar, third *rawClient) {
+// spotStrike has liar disagree with a copy of primary's next result,
+// which is honest, and waits for the coordinator's recomputation to
+// decide against it.
+func spotStrike(t *testing.T, g *testGrid, spec coordinator.JobSpec, primary, liar *rawClient) {
 	t.Helper()
-	n := primary.welcome.Job.NumParams
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recomputed := g.jobView().SpotChecks.Recomputed
 	p := primary.leases(1)[0]
-	primary.send(spotResult(p, n, 2e-3))
+	primary.send(g.honestResult(m, p))
 	primary.ack(p.ID)
 	cp := liar.grantedLeases(1)[0]
 	if cp.CopyOf != p.ID {
 		t.Fatalf("copy %+v of %d", cp, p.ID)
 	}
-	liar.send(spotResult(cp, n, -2e-3))
+	liar.send(spotResult(cp, m.NumParams, -2e-3))
 	if ack := liar.ack(cp.ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("disagreeing copy: %+v, want quarantined while a third decides", ack)
+		t.Fatalf("disagreeing copy: %+v, want quarantined while the coordinator decides", ack)
 	}
-	cp3 := third.grantedLeases(1)[0]
-	if cp3.CopyOf != p.ID || cp3.BaseVersion != p.BaseVersion {
-		t.Fatalf("third copy %+v of %+v", cp3, p)
-	}
-	third.send(spotResult(cp3, n, 2e-3))
-	if ack := third.ack(cp3.ID); !ack.Accepted {
-		t.Fatalf("third copy: %+v", ack)
-	}
+	g.waitFor("the coordinator's recomputation", 20*time.Second, func(v coordinator.JobView) bool {
+		return v.SpotChecks.Recomputed > recomputed
+	})
 }
 
 // spotHeld checks that struck's next own result is held, not applied.
@@ -160,10 +162,10 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 		s.Robust.Method = "none"
 	})
 	g := newStoredGrid(t, db, &spec)
-	a, b, c := g.joinRawKey("spot-volunteer-key-aaaaaaaa"), g.joinRawKey("spot-volunteer-key-bbbbbbbb"), g.joinRawKey("spot-volunteer-key-cccccccc")
-	spotStrike(t, a, b, c)
+	a, b := g.joinRawKey("spot-volunteer-key-aaaaaaaa"), g.joinRawKey("spot-volunteer-key-bbbbbbbb")
+	spotStrike(t, g, spec, a, b)
 	before := g.jobView()
-	for _, rc := range []*rawClient{a, b, c} {
+	for _, rc := range []*rawClient{a, b} {
 		rc.conn.CloseNow()
 	}
 	g.close()
@@ -178,15 +180,22 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 }
 
 // A lie that was applied (async) and that a check refutes later loses its
-// credit: the liar's ledger goes back to what it had before.
+// credit: the liar's ledger goes back to what it had before. The honest
+// copy, vindicated, is not struck (its ack said quarantined, and credit
+// follows the acks).
 func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1
 		s.Robust.Method = "none"
-	}))
+	})
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGrid(t, spec)
 	liar := g.joinRawKey("spot-volunteer-key-liar0000")
-	b, c := g.joinRawKey("spot-volunteer-key-bbbbbbbb"), g.joinRawKey("spot-volunteer-key-cccccccc")
+	b := g.joinRawKey("spot-volunteer-key-bbbbbbbb")
 	n := liar.welcome.Job.NumParams
 	p := liar.leases(1)[0]
 	liar.send(spotResult(p, n, -2e-3))
@@ -198,21 +207,17 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 		t.Fatalf("the liar's credit %d, want %d once applied", got, p.Count)
 	}
 	cp := b.grantedLeases(1)[0]
-	b.send(spotResult(cp, n, 2e-3))
+	b.send(g.honestResult(m, cp))
 	if ack := b.ack(cp.ID); ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("the honest copy: %+v, want quarantined while a third decides", ack)
+		t.Fatalf("the honest copy: %+v, want quarantined while the coordinator decides", ack)
 	}
-	cp3 := c.grantedLeases(1)[0]
-	c.send(spotResult(cp3, n, 2e-3))
-	if ack := c.ack(cp3.ID); !ack.Accepted {
-		t.Fatalf("third copy: %+v", ack)
-	}
+	g.waitFor("the coordinator's recomputation", 20*time.Second, func(v coordinator.JobView) bool { return v.SpotChecks.Recomputed == 1 })
 	book := g.standing()
 	if l := book[id]; l.Examples != 0 || l.Strikes != 1 {
 		t.Fatalf("the liar after the check: %+v, want no credit and one strike", l)
 	}
-	if cc := book[coordinator.VolunteerIDOfKey("spot-volunteer-key-cccccccc")]; cc.Examples != int64(p.Count) {
-		t.Fatalf("the third volunteer's credit %d, want %d", cc.Examples, p.Count)
+	if bb := book[coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")]; bb.Strikes != 0 {
+		t.Fatalf("the honest copy's volunteer %+v, want no strike", bb)
 	}
 	if v := g.jobView(); v.SpotChecks.Refuted != 1 || v.SpotChecks.RefutedExamples != int64(p.Count) {
 		t.Fatalf("spot checks %+v, want one refuted result", *v.SpotChecks)

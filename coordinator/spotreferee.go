@@ -12,8 +12,7 @@ import (
 )
 
 // The coordinator as a spot check's referee (engine/spotreferee.go has
-// the rule). A mismatched check whose third volunteer is not at hand is
-// recomputed here: the task's examples from its shard's body, the base
+// the rule). Every mismatched check is recomputed here: the task's examples from its shard's body, the base
 // snapshot the copies fetched, the lease's inner plan, on
 // compute.Reference (nn's layers on the pure-Go kernel: the pinned fp32
 // result) on a goroutine of its own; the result comes back to the loop
@@ -22,7 +21,8 @@ import (
 // that refills one per refereeEvery on the job's clock. A flood of
 // disagreements (sybils lying on copies) then costs at most one core's
 // share, and the checks past the bound wait (recompute_deferred) for a
-// third volunteer or their Timeout.
+// refill or their Timeout; each liar is banned after its job's strikes,
+// so a flood costs its sender an identity per few recomputations.
 const (
 	refereeBurst = 4
 	refereeEvery = 2 * time.Second
@@ -51,18 +51,17 @@ func (r *refereeState) take(now time.Time) bool {
 	return true
 }
 
-// spotReferee starts the recomputation of a mismatched check that no
-// third volunteer will decide (engine.SpotChecks.Unresolved), within the
-// bound; the others wait, counted once each. It runs on the loop: after
-// a copy's mismatch, and on every tick (a volunteer left, the wait ran
-// out).
+// spotReferee starts the recomputation of each mismatched check
+// (engine.SpotChecks.Unresolved), within the bound; the others wait,
+// counted once each. It runs on the loop: after a copy's mismatch, and on
+// every tick (the bucket refilled).
 func (j *Job) spotReferee() {
 	st := &j.st
 	p := st.spot
 	if p == nil || p.Pending() == 0 {
 		return
 	}
-	for _, c := range p.Unresolved(j.connectedHints()) {
+	for _, c := range p.Unresolved() {
 		if st.referee.running || !st.referee.take(st.sched.Now()) {
 			p.Deferred(c)
 			continue

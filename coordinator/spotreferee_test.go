@@ -56,12 +56,12 @@ func (g *testGrid) honestResult(m *nn.Model, l protocol.Lease) *protocol.Result 
 	return res
 }
 
-// With two volunteers on the grid, a disagreement has no third volunteer
-// to decide it: the coordinator recomputes the task itself and strikes
-// the one that lied. First the liar's applied primary is refuted (the
-// honest copy that disagreed with it is vindicated), then a second liar's
-// copy of an honest primary is struck while the honest volunteer keeps
-// its credit and its record clean. The job view and /metrics count the
+// A disagreement is decided by the coordinator, which recomputes the
+// task itself and strikes the one that lied. First the liar's applied
+// primary is refuted (the honest copy that disagreed with it is
+// vindicated), then a second liar's copy of an honest
+// primary is struck while the honest volunteer keeps its credit and its
+// record clean. The job view and /metrics count the
 // recomputations.
 func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
@@ -109,7 +109,7 @@ func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
 	}
 
 	// A second liar copies the honest volunteer's primary and lies: the
-	// first liar, struck, is no third; the coordinator decides again.
+	// coordinator decides again.
 	liar2 := g.joinRawKey(liar2Key)
 	p2 := honest.leases(1)[0]
 	if p2.CopyOf != 0 {

@@ -9,10 +9,9 @@ import (
 
 // Spot checks: a sample of tasks is computed again by another volunteer
 // and the two results compared (BOINC's replication, BTARD's random
-// recomputation). A mismatch sends the task to a third volunteer, or,
-// when none is at hand, to the coordinator (spotreferee.go); the one
-// that disagrees with the majority gets a strike, and enough strikes ban
-// it. SpotChecks is the policy and its memory; the job's loop owns it and
+// recomputation). A mismatch sends the task to the coordinator, which
+// computes it itself (spotreferee.go); the one of the two that disagrees
+// with it gets a strike, and enough strikes ban it. SpotChecks is the policy and its memory; the job's loop owns it and
 // grants, applies and credits what it decides.
 
 // Spot check defaults (the job spec's spot_check keys).
@@ -26,14 +25,6 @@ const (
 	// DefaultSpotCheckPending is how many checks may wait for their copies
 	// at once: each holds one or two updates.
 	DefaultSpotCheckPending = 4
-	// DefaultRefereeWait is how long a mismatched check waits for a third
-	// volunteer to take its copy, while one is connected, before the
-	// coordinator computes the third result itself: a connected volunteer
-	// asks for work again within a task's time (an mnist-mlp task takes
-	// well under a second, a charlm one a few), so 5 s without a taker
-	// means none is coming soon, and a dispute still settles in a few
-	// seconds, long before the check's Timeout (at least 10 s).
-	DefaultRefereeWait = 5 * time.Second
 )
 
 // Referee is the volunteer id of the coordinator's own result in a check
@@ -69,10 +60,7 @@ type SpotChecks struct {
 	// Timeout is how long a check may wait for its copies before it is
 	// dropped undecided.
 	Timeout time.Duration
-	// RefereeWait is how long a mismatched check waits for a third
-	// volunteer before Unresolved hands it to the coordinator.
-	RefereeWait time.Duration
-	Now         func() time.Time
+	Now     func() time.Time
 
 	rng    *rand.Rand
 	vols   map[string]*Trust
@@ -160,15 +148,12 @@ type SpotResult struct {
 type Check struct {
 	Primary Lease // the primary lease, as granted and started
 	Results []SpotResult
-	// copies are the copy leases out now; want is how many copies the
-	// check needs in all (1, or 2 after a mismatch).
+	// copies are the copy leases out now: one at most, while the check
+	// waits for its copy's result.
 	copies map[uint64]string // lease id → volunteer
-	want   int
 	opened time.Time
-	// mismatched is when the first two results disagreed; refereeing is
-	// set while the coordinator computes the third (no copy is leased
-	// then); deferred once the check waited for the recomputations' bound.
-	mismatched           time.Time
+	// refereeing is set while the coordinator computes the third result;
+	// deferred once the check waited for the recomputations' bound.
 	refereeing, deferred bool
 }
 
@@ -196,7 +181,7 @@ func NewSpotChecks(seed uint64, rate float64, strikes int, tolerance float64, no
 	}
 	return &SpotChecks{
 		Rate: rate, Strikes: strikes, Tolerance: tolerance, MaxPending: DefaultSpotCheckPending,
-		Timeout: time.Minute, RefereeWait: DefaultRefereeWait, Now: now,
+		Timeout: time.Minute, Now: now,
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		vols: map[string]*Trust{}, checks: map[uint64]*Check{}, byCopy: map[uint64]*Check{},
 	}
@@ -300,7 +285,7 @@ func (p *SpotChecks) SelectRefused(v string) bool {
 // copied. Call it after Select said yes.
 func (p *SpotChecks) Open(primary Lease, r SpotResult) *Check {
 	r.Update = slices.Clone(r.Update)
-	c := &Check{Primary: primary, Results: []SpotResult{r}, copies: map[uint64]string{}, want: 1, opened: p.Now()}
+	c := &Check{Primary: primary, Results: []SpotResult{r}, copies: map[uint64]string{}, opened: p.Now()}
 	p.checks[primary.ID] = c
 	p.noteHint(r.Volunteer, r.Hint)
 	return c
@@ -389,14 +374,14 @@ func (p *SpotChecks) CopyFor(v, hint string, connected map[string]string) *Check
 	return nil
 }
 
-// wanted is how many more copies c needs leased: its copies' results
-// (all but the primary's) and the copies out fall short of want by it.
-// None while the coordinator computes the third result.
+// wanted is how many more copies c needs leased: one, until a copy is
+// out or has answered. A mismatched check wants none: the coordinator
+// decides it.
 func (c *Check) wanted() int {
-	if c.refereeing {
+	if len(c.Results) > 1 || len(c.copies) > 0 {
 		return 0
 	}
-	return max(0, c.want-(len(c.Results)-1)-len(c.copies))
+	return 1
 }
 
 // has reports whether v computed or holds a copy of c's task.

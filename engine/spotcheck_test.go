@@ -42,6 +42,23 @@ func copyTo(t *testing.T, p *SpotChecks, id uint64, v, hint string, u []float32,
 	return o
 }
 
+// refereeDecides has the coordinator enter u, its own result, into the
+// oldest mismatched check (Unresolved, Refereeing, Resolve), as the job's
+// loop does once its recomputation is back.
+func refereeDecides(t *testing.T, p *SpotChecks, u []float32) Outcome {
+	t.Helper()
+	cs := p.Unresolved()
+	if len(cs) == 0 {
+		t.Fatal("no mismatched check for the coordinator to decide")
+	}
+	p.Refereeing(cs[0])
+	o, ok := p.Resolve(cs[0], SpotResult{Update: u, Examples: 8})
+	if !ok {
+		t.Fatal("the check was no longer waiting")
+	}
+	return o
+}
+
 func TestSpotCheckAgreeCreditsCopy(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "a", "native/go", fv(1, 2, 3), true)
@@ -62,26 +79,19 @@ func TestSpotCheckMajorityStrikesPrimaryAndRefutes(t *testing.T) {
 	openCheck(t, p, 1, "forger", "native/go", fv(-1, -2, -3), true)
 	o := copyTo(t, p, 2, "b", "native/go", fv(1, 2, 3), nil)
 	if o.Done || len(o.Struck) != 0 || p.Counters.Mismatched != 1 {
-		t.Fatalf("after a mismatch: %+v, counters %+v; want a third copy wanted, nobody struck", o, p.Counters)
+		t.Fatalf("after a mismatch: %+v, counters %+v; want the check left to the coordinator, nobody struck", o, p.Counters)
 	}
-	c := p.CopyFor("c", "native/go", nil)
-	p.Copied(c, 9, "c", 8)
-	if p.CopyFor("d", "native/go", nil) != nil {
-		t.Fatal("a second third copy was leased")
+	for _, v := range []string{"c", "b", "forger"} {
+		if p.CopyFor(v, "native/go", nil) != nil {
+			t.Fatalf("a third copy of a mismatched check went to %s: only the coordinator decides it", v)
+		}
 	}
-	p.CopyGone(9)
-	if c := p.CopyFor("b", "native/go", nil); c != nil {
-		t.Fatal("the third copy went to a volunteer that already computed the task")
-	}
-	if c := p.CopyFor("forger", "native/go", nil); c != nil {
-		t.Fatal("the third copy went to the primary's volunteer")
-	}
-	o = copyTo(t, p, 3, "c", "native/go", fv(1, 2, 3), nil)
+	o = refereeDecides(t, p, fv(1, 2, 3))
 	if !o.Done || len(o.Struck) != 1 || o.Struck[0] != "forger" {
 		t.Fatalf("outcome %+v, want forger struck", o)
 	}
-	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "forger" || len(o.Credit) != 1 || o.Credit[0].Volunteer != "c" {
-		t.Fatalf("outcome %+v, want the forger's applied result refuted, c credited (b's ack said quarantined)", o)
+	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "forger" || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v, want the forger's applied result refuted, nobody credited (b's ack said quarantined)", o)
 	}
 	if !p.Quarantined("forger") || p.RateFor("forger") != 1 || p.Banned("forger") {
 		t.Fatalf("forger after one strike: quarantined %v rate %v banned %v", p.Quarantined("forger"), p.RateFor("forger"), p.Banned("forger"))
@@ -96,14 +106,39 @@ func TestSpotCheckMajorityStrikesCopy(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "a", "x", fv(1, 2, 3), true)
 	copyTo(t, p, 2, "liar", "x", fv(9, 9, 9), nil)
-	o := copyTo(t, p, 3, "c", "x", fv(1, 2, 3), nil)
-	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 0 {
-		t.Fatalf("outcome %+v, want the copy's volunteer struck and nothing refuted", o)
+	o := refereeDecides(t, p, fv(1, 2, 3))
+	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 0 || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v, want the copy's volunteer struck, nothing refuted, nobody credited (the primary was when applied)", o)
 	}
-	for _, r := range o.Credit {
-		if r.Volunteer == "liar" || r.Volunteer == "a" {
-			t.Fatalf("credited %s: an applied primary was credited when applied, a liar never", r.Volunteer)
-		}
+	if p.Standing("a").Passed != 1 || p.Standing("a").Strikes != 0 {
+		t.Fatalf("the honest primary's standing %+v, want one pass", p.Standing("a"))
+	}
+}
+
+// Colluding forgers cannot frame an honest volunteer: one lies on the copy
+// of an honest primary, and its partner, though established (the pair
+// passed checks of each other's results) and asking for work, gets no
+// third copy to second the lie. The coordinator's recomputation decides:
+// the liar is struck, the honest volunteer keeps a clean record.
+func TestSpotCheckColludersCannotFrameAnHonestPrimary(t *testing.T) {
+	p, _ := newSpotTest(0.05)
+	p.vols["f1"] = &Trust{Passed: newcomerChecks + 5, Hint: "x"}
+	p.vols["f2"] = &Trust{Passed: newcomerChecks + 5, Hint: "x"}
+	p.vols["h"] = &Trust{Passed: newcomerChecks + 5, Hint: "x"}
+	connected := map[string]string{"f1": "x", "f2": "x", "h": "x"}
+	openCheck(t, p, 1, "h", "x", fv(1, 2, 3), true)
+	if o := copyTo(t, p, 2, "f1", "x", fv(-5, -5, -5), connected); o.Done {
+		t.Fatalf("the lying copy settled the check: %+v", o)
+	}
+	if c := p.CopyFor("f2", "x", connected); c != nil {
+		t.Fatal("the liar's partner was offered the mismatched check's third copy")
+	}
+	o := refereeDecides(t, p, fv(1, 2, 3.0001))
+	if len(o.Struck) != 1 || o.Struck[0] != "f1" {
+		t.Fatalf("outcome %+v, want the lying copy struck", o)
+	}
+	if h := p.Standing("h"); h.Strikes != 0 || p.Quarantined("h") {
+		t.Fatalf("the honest primary's standing %+v: framed", h)
 	}
 }
 
@@ -133,7 +168,7 @@ func TestSpotCheckSmallDisagreementStrikesNobody(t *testing.T) {
 	p, _ := newSpotTest(0.05) // tolerance 1e-3
 	openCheck(t, p, 1, "a", "x", fv(1, 0), true)
 	copyTo(t, p, 2, "b", "y", fv(1, 0.002), nil)
-	o := copyTo(t, p, 3, "c", "z", fv(1, 0), nil)
+	o := refereeDecides(t, p, fv(1, 0))
 	if !o.Done || len(o.Struck) != 0 || p.Counters.Undecided != 1 {
 		t.Fatalf("outcome %+v counters %+v: want undecided, nobody struck", o, p.Counters)
 	}
@@ -143,7 +178,7 @@ func TestSpotCheckNoMajorityStrikesNobody(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "a", "x", fv(1, 0, 0), true)
 	copyTo(t, p, 2, "b", "x", fv(0, 1, 0), nil)
-	o := copyTo(t, p, 3, "c", "x", fv(0, 0, 1), nil)
+	o := refereeDecides(t, p, fv(0, 0, 1))
 	if !o.Done || len(o.Struck) != 0 || p.Counters.Undecided != 1 {
 		t.Fatalf("outcome %+v counters %+v, want undecided and no strike", o, p.Counters)
 	}
@@ -160,7 +195,7 @@ func TestSpotCheckHeldPrimaryCreditedOnlyWhenAgreed(t *testing.T) {
 	openCheck(t, p, 5, "a", "x", fv(5, 5), false)
 	p.checks[5].Results[0].Held = true
 	copyTo(t, p, 6, "b", "x", fv(1, 2), nil)
-	o = copyTo(t, p, 7, "c", "x", fv(1, 2), nil)
+	o = refereeDecides(t, p, fv(1, 2))
 	for _, r := range o.Credit {
 		if r.Volunteer == "a" {
 			t.Fatal("a held result the majority refuted was credited")
@@ -177,7 +212,7 @@ func TestSpotCheckBanAtStrikes(t *testing.T) {
 		id := uint64(10 * (i + 1))
 		openCheck(t, p, id, "f", "x", fv(-1, -1), true)
 		copyTo(t, p, id+1, "b", "x", fv(1, 1), nil)
-		o := copyTo(t, p, id+2, "c", "x", fv(1, 1), nil)
+		o := refereeDecides(t, p, fv(1, 1))
 		banned := len(o.Banned) == 1 && o.Banned[0] == "f"
 		if banned != (i == 2) {
 			t.Fatalf("strike %d: banned %v, want a ban at the third", i+1, o.Banned)
@@ -398,6 +433,10 @@ func TestSpotCheckCatchesTenPercentForger(t *testing.T) {
 				}
 				p.Copied(c, id, o, 64)
 				out, _ := p.Answer(id, SpotResult{Volunteer: o, Hint: hints[o], Update: result(o, o == "f" && rng.Float64() < 0.1), Examples: 64})
+				for _, c := range p.Unresolved() { // the coordinator decides a mismatch
+					p.Refereeing(c)
+					out, _ = p.Resolve(c, SpotResult{Update: slices.Clone(truth), Examples: 64})
+				}
 				for _, s := range out.Struck {
 					if s != "f" {
 						falseStrikes++
@@ -443,7 +482,7 @@ func TestSpotCheckRefusedResults(t *testing.T) {
 	if p.Standing("unlucky").Passed != 1 {
 		t.Fatalf("the unlucky volunteer's standing %+v: an agreeing check is a pass", p.Standing("unlucky"))
 	}
-	o = copyTo(t, p, 5, "c", "native/go", fv(1, 2, 3), nil)
+	o = refereeDecides(t, p, fv(1, 2, 3))
 	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 0 {
 		t.Fatalf("the liar's check: %+v; want it struck, nothing refuted (nothing was applied)", o)
 	}

@@ -1,46 +1,30 @@
 package engine
 
-// The coordinator as referee. A mismatched check needs a third result,
-// and a third volunteer may never come: with two volunteers on the grid
-// (a liar and one honest volunteer, or honest workers behind one address)
-// the check would wait until it expired, the liar never struck and held
-// results never credited. So when no volunteer that could compute the
-// third copy is connected, or none took it within RefereeWait of the
-// mismatch, the coordinator recomputes the task itself with the pinned
+// The coordinator as referee. A mismatched check is decided by the
+// coordinator's own recomputation of the task, never by a third
+// volunteer: a third volunteer's copy can come from a colluder of the one
+// that lied (forgers that take turns as copy and as third outvote an
+// honest primary and strike it), and on a grid of two volunteers (a liar
+// and one honest volunteer, or honest workers behind one address) no
+// third ever comes. The coordinator computes the task with the pinned
 // computation (package compute's Reference) and Resolve enters its result
 // as the third. Its result counts in the majority like a volunteer's, but
 // it is never struck, credited, passed, nor put in a class: Referee is no
-// volunteer.
+// volunteer. Mismatches are rare among honest volunteers (the tolerance
+// is 15x the largest honest difference measured), so the recomputations
+// follow the liars; the coordinator bounds their rate, and a check that
+// waits past its Timeout is dropped undecided.
 
 // Unresolved returns the mismatched checks the coordinator should decide
-// itself now, oldest first: no third copy is out and none is being
-// computed by the coordinator, and either no volunteer that could take
-// the copy is connected (connected: every volunteer connected to the
-// job; one that computed the task, or is struck, cannot) or RefereeWait
-// has passed since the mismatch.
-func (p *SpotChecks) Unresolved(connected map[string]string) []*Check {
-	now := p.Now()
+// now, oldest first: those not being computed already.
+func (p *SpotChecks) Unresolved() []*Check {
 	var out []*Check
 	for _, c := range p.Checks() {
-		if len(c.Results) != 2 || c.want != 2 || c.refereeing || len(c.copies) > 0 {
-			continue
-		}
-		if now.Sub(c.mismatched) >= p.RefereeWait || !p.thirdAtHand(c, connected) {
+		if len(c.Results) == 2 && !c.refereeing {
 			out = append(out, c)
 		}
 	}
 	return out
-}
-
-// thirdAtHand reports whether a connected volunteer could compute c's
-// third copy.
-func (p *SpotChecks) thirdAtHand(c *Check, connected map[string]string) bool {
-	for v := range connected {
-		if !c.has(v) && !p.Quarantined(v) && !p.Banned(v) {
-			return true
-		}
-	}
-	return false
 }
 
 // Refereeing records that the coordinator computes c's third result: no

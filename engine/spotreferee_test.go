@@ -21,8 +21,7 @@ func mismatch(t *testing.T, p *SpotChecks, id uint64, primary string, pu []float
 
 func only(cs []*Check, c *Check) bool { return len(cs) == 1 && cs[0] == c }
 
-// With only the two volunteers of a mismatched check connected, the check
-// goes to the coordinator at once; its result decides by majority: the
+// A mismatched check goes to the coordinator at once; its result decides by majority: the
 // primary that lied is struck and its applied result refuted, the honest
 // copy passes, and the coordinator is neither credited, passed nor
 // recorded.
@@ -30,11 +29,11 @@ func TestRefereeDecidesWhenNoThirdIsConnected(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	two := map[string]string{"liar": "x", "honest": "y"}
 	c := mismatch(t, p, 1, "liar", fv(-1, -2, -3), true, "honest", fv(1, 2, 3))
-	if !only(p.Unresolved(two), c) {
-		t.Fatalf("Unresolved with only the two connected: %v, want the check", p.Unresolved(two))
+	if !only(p.Unresolved(), c) {
+		t.Fatalf("Unresolved: %v, want the check", p.Unresolved())
 	}
 	p.Refereeing(c)
-	if len(p.Unresolved(two)) != 0 {
+	if len(p.Unresolved()) != 0 {
 		t.Fatal("a check the coordinator computes was handed out again")
 	}
 	if p.CopyFor("late", "z", two) != nil {
@@ -78,44 +77,45 @@ func TestRefereeDecidesWhenNoThirdIsConnected(t *testing.T) {
 	}
 }
 
-// While a volunteer that could compute the third copy is connected, the
-// check waits RefereeWait for it; a third copy out is waited for; once
-// the wait is over and no copy is out, the coordinator decides. Struck
-// and banned volunteers, and those that computed the task, are no third.
-func TestRefereeWaitsForAConnectedThird(t *testing.T) {
+// The coordinator decides every mismatch at once, whoever is connected:
+// established volunteers that could take a third copy are offered none
+// (a third volunteer could be the liar's partner), and the check is
+// handed out once only while the coordinator computes it.
+func TestRefereeDecidesEveryMismatchAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewSpotChecks(1, 0.05, 3, 1e-3, time.Now)
-		p.Timeout = time.Minute
+		for _, v := range []string{"a", "b", "c", "d"} {
+			p.vols[v] = &Trust{Passed: newcomerChecks}
+		}
+		all := map[string]string{"a": "", "b": "", "c": "", "d": ""}
 		c := mismatch(t, p, 1, "a", fv(1, 2), true, "b", fv(-1, -2))
-		struck := mismatch(t, p, 2, "s", fv(1), true, "a", fv(3))
-		p.Refereeing(struck)
-		p.Resolve(struck, SpotResult{Update: fv(3)}) // s struck
-		if !p.Quarantined("s") {
-			t.Fatal("s was not struck")
+		if got := p.Unresolved(); !only(got, c) {
+			t.Fatalf("with two established volunteers at hand: %v, want the check at once", got)
 		}
-		if got := p.Unresolved(map[string]string{"a": "", "b": "", "s": ""}); !only(got, c) {
-			t.Fatalf("with only a struck volunteer besides the two: %v, want the check at once", got)
+		for v := range all {
+			if p.CopyFor(v, "", all) != nil {
+				t.Fatalf("%s was offered a third copy of a mismatched check", v)
+			}
 		}
-		three := map[string]string{"a": "", "b": "", "c": ""}
-		if got := p.Unresolved(three); len(got) != 0 {
-			t.Fatalf("with a third at hand: %v, want the check to wait for it", got)
+		p.Refereeing(c)
+		time.Sleep(time.Minute / 2)
+		if got := p.Unresolved(); len(got) != 0 {
+			t.Fatalf("while the coordinator computes it: %v, want nothing", got)
 		}
-		time.Sleep(p.RefereeWait - time.Millisecond)
-		if got := p.Unresolved(three); len(got) != 0 {
-			t.Fatalf("before RefereeWait: %v", got)
+		if o, ok := p.Resolve(c, SpotResult{Update: fv(1, 2)}); !ok || !o.Done || len(o.Struck) != 1 || o.Struck[0] != "b" {
+			t.Fatalf("outcome %+v, %v: want b struck", o, ok)
 		}
-		cp := p.CopyFor("c", "", three)
-		if cp != c {
-			t.Fatalf("c was offered %v, want the mismatched check", cp)
+		// A copy that answers a check that has its two results already
+		// is refused: a check takes one copy.
+		c = openCheck(t, p, 5, "a", "x", fv(1), true)
+		p.Copied(c, 50, "c", 8)
+		c.copies[51] = "d"
+		p.byCopy[51] = c
+		if _, ok := p.Answer(50, SpotResult{Volunteer: "c", Update: fv(-1)}); !ok {
+			t.Fatal("the copy's answer was refused")
 		}
-		p.Copied(cp, 77, "c", 8)
-		time.Sleep(time.Second)
-		if got := p.Unresolved(three); len(got) != 0 {
-			t.Fatalf("with the third copy out: %v, want the check to wait for it", got)
-		}
-		p.CopyGone(77) // c gave it back
-		if got := p.Unresolved(three); !only(got, c) {
-			t.Fatalf("past RefereeWait with no copy out: %v, want the check", got)
+		if o, ok := p.Answer(51, SpotResult{Volunteer: "d", Update: fv(-1)}); ok || o.Done || len(c.Results) != 2 {
+			t.Fatalf("a second copy's answer was taken: %+v, %v, %d results", o, ok, len(c.Results))
 		}
 	})
 }
@@ -151,7 +151,7 @@ func TestRefereeDropsAndDefers(t *testing.T) {
 		}
 		// A check that never mismatched is not the coordinator's.
 		openCheck(t, p, 3, "a", "x", fv(1), true)
-		if got := p.Unresolved(nil); len(got) != 0 {
+		if got := p.Unresolved(); len(got) != 0 {
 			t.Fatalf("Unresolved %v: a check waiting for its first copy is no dispute", got)
 		}
 	})

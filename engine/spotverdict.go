@@ -128,10 +128,10 @@ func (p *SpotChecks) joinClass(a, b string) {
 	}
 }
 
-// Answer takes copy lease id's result r and decides what it can: with two
-// results, agree (credit the copy, and a held primary) or ask a third;
-// with three, strike whoever of the first two the third disagrees with.
-// ok is false when id is no copy of a waiting check.
+// Answer takes copy lease id's result r and decides what it can: agree
+// (credit the copy, and a held primary), or, on a mismatch, leave the
+// check to the coordinator's recomputation (Unresolved, Resolve). ok is
+// false when id is no copy of a waiting check.
 func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 	c := p.byCopy[id]
 	delete(p.byCopy, id)
@@ -139,58 +139,40 @@ func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 		return Outcome{}, false
 	}
 	delete(c.copies, id)
-	p.noteHint(r.Volunteer, r.Hint)
-	r.Applied = false
-	c.Results = append(c.Results, r)
-	var o Outcome
-	switch len(c.Results) {
-	case 2:
-		a := c.Results[0]
-		ok, how := p.agree(a, r)
-		if ok {
-			p.Counters.Checked++
-			p.Counters.Agreed++
-			p.pass(a.Volunteer)
-			p.pass(r.Volunteer)
-			o = Outcome{Done: true, Agreed: true, Credit: []SpotResult{r}, Detail: "spot check: agreed " + how}
-			if a.Held {
-				o.Credit = append(o.Credit, a)
-				p.Counters.HeldCreditedExamples += int64(a.Examples)
-			}
-			p.drop(c)
-			return o, true
-		}
-		p.Counters.Mismatched++
-		c.Results[1].Update = slices.Clone(r.Update)
-		c.want++
-		c.mismatched = p.Now()
-		return Outcome{Detail: "spot check: " + how + "; a third volunteer, or the coordinator's own recomputation, decides"}, true
-	default:
-		return p.decide(c), true
+	if len(c.Results) != 1 {
+		return Outcome{}, false // answered already: a check takes one copy
 	}
+	p.noteHint(r.Volunteer, r.Hint)
+	r.Applied, r.Referee = false, false
+	c.Results = append(c.Results, r)
+	a := c.Results[0]
+	ok, how := p.agree(a, r)
+	if ok {
+		p.Counters.Checked++
+		p.Counters.Agreed++
+		p.pass(a.Volunteer)
+		p.pass(r.Volunteer)
+		o := Outcome{Done: true, Agreed: true, Credit: []SpotResult{r}, Detail: "spot check: agreed " + how}
+		if a.Held {
+			o.Credit = append(o.Credit, a)
+			p.Counters.HeldCreditedExamples += int64(a.Examples)
+		}
+		p.drop(c)
+		return o, true
+	}
+	p.Counters.Mismatched++
+	c.Results[1].Update = slices.Clone(r.Update)
+	return Outcome{Detail: "spot check: " + how + "; the coordinator's own recomputation decides"}, true
 }
 
-// decide settles a check of three results by majority. The third may be
-// the coordinator's own (Referee): it decides as a volunteer's would, but
-// is neither passed nor credited.
+// decide settles a check by the coordinator's result t (Resolve), the
+// third: whichever of the first two clearly disagrees with it is struck.
+// t is neither passed nor credited, and neither is the copy, whose ack
+// said quarantined (credit follows the acks a worker was sent).
 func (p *SpotChecks) decide(c *Check) Outcome {
 	p.drop(c)
 	p.Counters.Checked++
 	a, b, t := c.Results[0], c.Results[1], c.Results[2]
-	third, second := "a third volunteer", "the second copy"
-	if t.Referee {
-		third, second = "the coordinator's recomputation", "the copy"
-	}
-	credit := func(o *Outcome, r SpotResult) {
-		if !r.Referee {
-			o.Credit = append(o.Credit, r)
-		}
-	}
-	pass := func(r SpotResult) {
-		if !r.Referee {
-			p.pass(r.Volunteer)
-		}
-	}
 	okA, _ := p.agree(a, t)
 	okB, _ := p.agree(b, t)
 	// A strike needs a clear disagreement: an honest pair's rare outlier
@@ -205,41 +187,35 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	switch {
 	case okA != okB && near:
 		p.Counters.Undecided++
-		credit(&o, t)
 		o.Agreed = true
 		o.Detail = fmt.Sprintf("spot check: the disagreement (%.3g) was too small to strike anyone; undecided", far)
 	case okA && !okB:
-		pass(a)
-		pass(t)
+		p.pass(a.Volunteer)
 		o = p.strike(b)
-		credit(&o, t)
 		if a.Held {
 			o.Credit = append(o.Credit, a)
 			p.Counters.HeldCreditedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
-		o.Detail = fmt.Sprintf("spot check: %s agreed with the primary; %s was wrong", third, second)
+		o.Detail = "spot check: the coordinator's recomputation agreed with the primary; the copy was wrong"
 	case okB && !okA:
-		pass(b)
-		pass(t)
+		p.pass(b.Volunteer)
 		o = p.strike(a)
-		// The second copy was answered "quarantined" while the third
-		// decided: credit follows the acks, so only the third earns it.
-		credit(&o, t)
+		// The copy was answered "quarantined" while the coordinator
+		// decided: credit follows the acks, so it earns none now.
 		if a.Applied {
 			o.Refute = append(o.Refute, a)
 			p.Counters.Refuted++
 			p.Counters.RefutedExamples += int64(a.Examples)
 		}
 		o.Agreed = true
-		o.Detail = fmt.Sprintf("spot check: %s agreed with %s; the primary was wrong", third, second)
+		o.Detail = "spot check: the coordinator's recomputation agreed with the copy; the primary was wrong"
 	default:
-		// The third agrees with both (the first two sat at the edge of
-		// the tolerance) or with neither: no majority, no strike.
+		// The coordinator agrees with both (the first two sat at the edge
+		// of the tolerance) or with neither: no majority, no strike.
 		p.Counters.Undecided++
-		o.Detail = fmt.Sprintf("spot check: no majority among the two results and %s; undecided", third)
+		o.Detail = "spot check: no majority among the two results and the coordinator's recomputation; undecided"
 		if okA && okB {
-			credit(&o, t)
 			o.Agreed = true
 		}
 	}
