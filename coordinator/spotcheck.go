@@ -106,10 +106,13 @@ func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, deta
 	}
 	j.requeue(l)
 	detail := "held: this volunteer failed a spot check, so its results are compared with another volunteer's before they count (never applied; credited if they agree)"
-	if j.otherVolunteer(v) && p.Select(v) {
+	// A check needs its base snapshot held: a result older than the
+	// staleness bound has lost it, and its check would only wait out its
+	// timeout in one of the few pending places.
+	if j.otherVolunteer(v) && j.snapshotBody(l.Base) != nil && p.Select(v) {
 		p.Open(*l, engine.SpotResult{Volunteer: v, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res), Held: true})
 	} else {
-		detail = "refused: this volunteer failed a spot check, and no check of this result could be made now"
+		detail = "refused: this volunteer failed a spot check, and no check of this result could be made now (no other volunteer, its base snapshot is gone, or the checks are full)"
 	}
 	return reject(protocol.ReasonQuarantined, detail), true
 }
@@ -135,7 +138,7 @@ func (j *Job) hintOf(worker string) string {
 // opens the check.
 func (j *Job) spotSample(sub submission, l *engine.Lease) {
 	p := j.st.spot
-	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.Select(sub.volunteer) {
+	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.Select(sub.volunteer) {
 		return
 	}
 	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res), Applied: true})
@@ -146,7 +149,7 @@ func (j *Job) spotSample(sub submission, l *engine.Lease) {
 // strike) or was honest and unlucky (nothing). Never applied or credited.
 func (j *Job) spotRefused(sub submission, l *engine.Lease) {
 	p := j.st.spot
-	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || !p.SelectRefused(sub.volunteer) {
+	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.SelectRefused(sub.volunteer) {
 		return
 	}
 	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res)})
@@ -224,7 +227,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		j.spotReferee() // a mismatch: the coordinator decides
 	}
 	ack.Staleness = 0
-	if o.Agreed {
+	if o.Agreed || o.Disputed {
 		ack.Accepted, ack.Detail = true, o.Detail
 		return ack
 	}

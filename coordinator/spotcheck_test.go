@@ -120,8 +120,8 @@ func spotStrike(t *testing.T, g *testGrid, spec coordinator.JobSpec, primary, li
 		t.Fatalf("copy %+v of %d", cp, p.ID)
 	}
 	liar.send(spotResult(cp, m.NumParams, -2e-3))
-	if ack := liar.ack(cp.ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("disagreeing copy: %+v, want quarantined while the coordinator decides", ack)
+	if ack := liar.ack(cp.ID); !ack.Accepted || !strings.Contains(ack.Detail, "coordinator") {
+		t.Fatalf("disagreeing copy: %+v, want accepted for now, saying the coordinator decides", ack)
 	}
 	g.waitFor("the coordinator's recomputation", 20*time.Second, func(v coordinator.JobView) bool {
 		return v.SpotChecks.Recomputed > recomputed
@@ -143,7 +143,7 @@ func spotHeld(t *testing.T, g *testGrid, struck *rawClient) {
 	if ack := struck.ack(bl[0].ID); ack.Accepted || ack.Reason != protocol.ReasonQuarantined {
 		t.Fatalf("struck volunteer's result: %+v, want quarantined", ack)
 	}
-	if v := g.jobView(); v.UpdatesApplied != before.UpdatesApplied || v.Rejections[protocol.ReasonQuarantined] < 2 {
+	if v := g.jobView(); v.UpdatesApplied != before.UpdatesApplied || v.Rejections[protocol.ReasonQuarantined] != before.Rejections[protocol.ReasonQuarantined]+1 {
 		t.Fatalf("a held result was applied (applied %d→%d) or not counted (%v)", before.UpdatesApplied, v.UpdatesApplied, v.Rejections)
 	}
 }
@@ -181,8 +181,8 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 
 // A lie that was applied (async) and that a check refutes later loses its
 // credit: the liar's ledger goes back to what it had before. The honest
-// copy, vindicated, is not struck (its ack said quarantined, and credit
-// follows the acks).
+// copy that disagreed with it keeps the credit its ack promised, and no
+// strike.
 func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
@@ -208,16 +208,16 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 	}
 	cp := b.grantedLeases(1)[0]
 	b.send(g.honestResult(m, cp))
-	if ack := b.ack(cp.ID); ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("the honest copy: %+v, want quarantined while the coordinator decides", ack)
+	if ack := b.ack(cp.ID); !ack.Accepted {
+		t.Fatalf("the honest copy: %+v, want accepted while the coordinator decides", ack)
 	}
 	g.waitFor("the coordinator's recomputation", 20*time.Second, func(v coordinator.JobView) bool { return v.SpotChecks.Recomputed == 1 })
 	book := g.standing()
 	if l := book[id]; l.Examples != 0 || l.Strikes != 1 {
 		t.Fatalf("the liar after the check: %+v, want no credit and one strike", l)
 	}
-	if bb := book[coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")]; bb.Strikes != 0 {
-		t.Fatalf("the honest copy's volunteer %+v, want no strike", bb)
+	if bb := book[coordinator.VolunteerIDOfKey("spot-volunteer-key-bbbbbbbb")]; bb.Strikes != 0 || bb.Examples != int64(cp.Count) {
+		t.Fatalf("the honest copy's volunteer %+v, want no strike and credit for its %d examples", bb, cp.Count)
 	}
 	if v := g.jobView(); v.SpotChecks.Refuted != 1 || v.SpotChecks.RefutedExamples != int64(p.Count) {
 		t.Fatalf("spot checks %+v, want one refuted result", *v.SpotChecks)

@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // disputes opens n spot checks of a's results that b's copies disagree
@@ -62,5 +64,34 @@ func TestRefereeBoundAndBaseGone(t *testing.T) {
 	j.spotReferee()
 	if p.Pending() != 1 {
 		t.Fatalf("after a long wait %d disputes still wait, want 1 past the burst", p.Pending())
+	}
+}
+
+// A check is opened only while its base snapshot is held: a struck
+// volunteer's held result from a version no longer kept (older than the
+// staleness bound) opens none, for no copy could ever compute it and the
+// check would take one of the few pending places until its timeout. It
+// is refused saying why, as when the checks are full.
+func TestSpotCheckNotOpenedWithoutItsBase(t *testing.T) {
+	j := tinyJob(t, "spot_check: 1\n")
+	j.join("wa", member{volunteer: "a", address: "10.0.0.1"})
+	j.join("wb", member{volunteer: "b", address: "10.0.0.2"})
+	p := j.st.spot
+	j.strike("a", "a test")                                                         // struck once: its results are held
+	l := &engine.Lease{ID: 42, Base: 7, Task: engine.Task{Count: 8}, LocalSteps: 1} // version 7 was never published
+	sub := submission{worker: "wa", volunteer: "a", res: &protocol.Result{LeaseID: 42, BaseVersion: 7, Update: make(protocol.Floats, j.model.NumParams), Examples: 8}}
+	ack, answered := j.spotHold(sub, l, func(reason, detail string) protocol.Ack {
+		return protocol.Ack{Reason: reason, Detail: detail}
+	})
+	if !answered || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "base snapshot is gone") || p.Pending() != 0 {
+		t.Fatalf("ack %+v (answered %v), pending %d: want the held result refused without a check", ack, answered, p.Pending())
+	}
+	if !j.publish() || j.snapshotBody(0) == nil {
+		t.Fatal("version 0 was not published")
+	}
+	l = &engine.Lease{ID: 43, Base: 0, Task: engine.Task{Count: 8}, LocalSteps: 1}
+	sub.res.LeaseID, sub.res.BaseVersion = 43, 0
+	if ack, _ = j.spotHold(sub, l, func(reason, detail string) protocol.Ack { return protocol.Ack{Reason: reason, Detail: detail} }); p.Pending() != 1 {
+		t.Fatalf("ack %+v, pending %d: want a check of the held result from a held base", ack, p.Pending())
 	}
 }

@@ -90,8 +90,8 @@ func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
 		t.Fatalf("the honest volunteer's lease %+v, want the copy of %d", cp, p.ID)
 	}
 	honest.send(g.honestResult(m, cp))
-	if ack := honest.ack(cp.ID); ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "coordinator") {
-		t.Fatalf("the honest copy: %+v, want quarantined while the coordinator decides", ack)
+	if ack := honest.ack(cp.ID); !ack.Accepted || !strings.Contains(ack.Detail, "coordinator") {
+		t.Fatalf("the honest copy: %+v, want accepted, saying the coordinator decides", ack)
 	}
 	v := g.waitFor("the coordinator's recomputation", 20*time.Second, func(v coordinator.JobView) bool { return v.SpotChecks.Recomputed == 1 })
 	if sc := v.SpotChecks; sc.Strikes != 1 || sc.Refuted != 1 || sc.RefutedExamples != int64(p.Count) || sc.Pending != 0 || sc.Expired != 0 || sc.RecomputeSeconds <= 0 {
@@ -124,19 +124,19 @@ func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
 		t.Fatalf("the second liar's lease %+v, want the copy of %d", cp2, p2.ID)
 	}
 	liar2.send(spotResult(cp2, n, 3e-3))
-	if ack := liar2.ack(cp2.ID); ack.Reason != protocol.ReasonQuarantined {
-		t.Fatalf("the lying copy: %+v, want quarantined", ack)
+	if ack := liar2.ack(cp2.ID); !ack.Accepted {
+		t.Fatalf("the lying copy: %+v, want accepted until the coordinator decides", ack)
 	}
 	v = g.waitFor("the second recomputation", 20*time.Second, func(v coordinator.JobView) bool { return v.SpotChecks.Recomputed == 2 })
-	if sc := v.SpotChecks; sc.Strikes != 2 || sc.Refuted != 1 || sc.Checked != 2 || sc.Undecided != 0 {
-		t.Fatalf("spot checks %+v: want the copy struck, the honest primary kept", *sc)
+	if sc := v.SpotChecks; sc.Strikes != 2 || sc.Refuted != 2 || sc.Checked != 2 || sc.Undecided != 0 {
+		t.Fatalf("spot checks %+v: want the copy struck and its credit taken back, the honest primary kept", *sc)
 	}
 	book = g.standing()
 	if l := book[l2id]; l.Strikes != 1 || l.Examples != 0 {
 		t.Fatalf("the second liar: %+v, want one strike, no credit", l)
 	}
-	if h := book[hid]; h.Strikes != 0 || h.Examples != int64(p2.Count) {
-		t.Fatalf("the honest volunteer: %+v, want no strike and credit for its primary's %d examples", h, p2.Count)
+	if h := book[hid]; h.Strikes != 0 || h.Examples != int64(cp.Count+p2.Count) {
+		t.Fatalf("the honest volunteer: %+v, want no strike and credit for its copy's and its primary's %d examples", h, cp.Count+p2.Count)
 	}
 	code, body := g.call(http.MethodGet, "/metrics", "", nil, nil)
 	for _, want := range []string{

@@ -91,7 +91,8 @@ type SpotCounters struct {
 	Agreed     int64 `json:"agreed"`     // checks whose first two results agreed
 	Mismatched int64 `json:"mismatched"` // checks whose first two did not
 	Strikes    int64 `json:"strikes"`
-	// Refuted counts applied results a check refuted, RefutedExamples
+	// Refuted counts credited results a check refuted (applied primaries,
+	// and disputed copies the coordinator found wrong), RefutedExamples
 	// their examples (their credit was taken back).
 	Refuted         int64 `json:"refuted"`
 	RefutedExamples int64 `json:"refuted_examples"`
@@ -140,6 +141,9 @@ type SpotResult struct {
 	// check agrees with it. Neither: the coordinator refused it, and the
 	// check only decides whether its volunteer lied.
 	Applied, Held bool
+	// Credited: a copy that disagreed with its primary, credited while
+	// the coordinator decides; its credit is taken back if it was wrong.
+	Credited bool
 	// Referee: the coordinator computed it (Resolve).
 	Referee bool
 }
@@ -161,6 +165,9 @@ type Check struct {
 type Outcome struct {
 	Done   bool // the check is over
 	Agreed bool // the copy that answered agreed (with the primary, or with the majority)
+	// Disputed: the copy that answered disagreed with the primary; it is
+	// credited (Credit) until the coordinator's recomputation decides.
+	Disputed bool
 	// Credit are results to credit (the copy that answered and agreed,
 	// and held primaries a check vindicated); Refute are applied results the
 	// majority refuted. Struck and Banned are volunteers struck (and

@@ -78,8 +78,8 @@ func TestSpotCheckMajorityStrikesPrimaryAndRefutes(t *testing.T) {
 	p, _ := newSpotTest(0.05)
 	openCheck(t, p, 1, "forger", "native/go", fv(-1, -2, -3), true)
 	o := copyTo(t, p, 2, "b", "native/go", fv(1, 2, 3), nil)
-	if o.Done || len(o.Struck) != 0 || p.Counters.Mismatched != 1 {
-		t.Fatalf("after a mismatch: %+v, counters %+v; want the check left to the coordinator, nobody struck", o, p.Counters)
+	if o.Done || !o.Disputed || len(o.Struck) != 0 || p.Counters.Mismatched != 1 || len(o.Credit) != 1 || o.Credit[0].Volunteer != "b" {
+		t.Fatalf("after a mismatch: %+v, counters %+v; want the check left to the coordinator, nobody struck, the copy credited for now", o, p.Counters)
 	}
 	for _, v := range []string{"c", "b", "forger"} {
 		if p.CopyFor(v, "native/go", nil) != nil {
@@ -107,8 +107,8 @@ func TestSpotCheckMajorityStrikesCopy(t *testing.T) {
 	openCheck(t, p, 1, "a", "x", fv(1, 2, 3), true)
 	copyTo(t, p, 2, "liar", "x", fv(9, 9, 9), nil)
 	o := refereeDecides(t, p, fv(1, 2, 3))
-	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 0 || len(o.Credit) != 0 {
-		t.Fatalf("outcome %+v, want the copy's volunteer struck, nothing refuted, nobody credited (the primary was when applied)", o)
+	if len(o.Struck) != 1 || o.Struck[0] != "liar" || len(o.Refute) != 1 || o.Refute[0].Volunteer != "liar" || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v, want the copy's volunteer struck and the credit its disputed copy got taken back, nobody credited (the primary was when applied)", o)
 	}
 	if p.Standing("a").Passed != 1 || p.Standing("a").Strikes != 0 {
 		t.Fatalf("the honest primary's standing %+v, want one pass", p.Standing("a"))

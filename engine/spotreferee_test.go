@@ -44,7 +44,7 @@ func TestRefereeDecidesWhenNoThirdIsConnected(t *testing.T) {
 		t.Fatalf("outcome %+v, %v: want the liar struck", o, ok)
 	}
 	if len(o.Refute) != 1 || o.Refute[0].Volunteer != "liar" || len(o.Credit) != 0 {
-		t.Fatalf("outcome %+v: want the liar's applied result refuted and nobody credited (the honest copy's ack said quarantined, the coordinator earns nothing)", o)
+		t.Fatalf("outcome %+v: want the liar's applied result refuted and nobody credited now (the honest copy was when it answered, the coordinator earns nothing)", o)
 	}
 	if p.Standing("honest").Passed != 1 || p.Standing("liar").Strikes != 1 {
 		t.Fatalf("standings honest %+v liar %+v", p.Standing("honest"), p.Standing("liar"))
@@ -60,8 +60,8 @@ func TestRefereeDecidesWhenNoThirdIsConnected(t *testing.T) {
 	c = mismatch(t, p, 10, "honest", fv(1, 1), true, "liar2", fv(0, 0))
 	p.Refereeing(c)
 	o, _ = p.Resolve(c, SpotResult{Update: fv(1, 1)})
-	if len(o.Struck) != 1 || o.Struck[0] != "liar2" || len(o.Refute) != 0 || len(o.Credit) != 0 {
-		t.Fatalf("outcome %+v: want the lying copy struck, nothing refuted or credited", o)
+	if len(o.Struck) != 1 || o.Struck[0] != "liar2" || len(o.Refute) != 1 || o.Refute[0].Volunteer != "liar2" || len(o.Credit) != 0 {
+		t.Fatalf("outcome %+v: want the lying copy struck and its credit taken back, nobody credited", o)
 	}
 	// The primary and the coordinator agree bit for bit: still no class.
 	if p.Standing("honest").Class != 0 {

@@ -129,8 +129,9 @@ func (p *SpotChecks) joinClass(a, b string) {
 }
 
 // Answer takes copy lease id's result r and decides what it can: agree
-// (credit the copy, and a held primary), or, on a mismatch, leave the
-// check to the coordinator's recomputation (Unresolved, Resolve). ok is
+// (credit the copy, and a held primary), or, on a mismatch, credit the
+// copy for now and leave the check to the coordinator's recomputation
+// (Unresolved, Resolve). ok is
 // false when id is no copy of a waiting check.
 func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 	c := p.byCopy[id]
@@ -160,15 +161,19 @@ func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 		p.drop(c)
 		return o, true
 	}
+	// Which of the two lied is not known yet: the copy is credited now, as
+	// the applied primary was, and whichever the coordinator's
+	// recomputation finds wrong loses its credit. An honest copy of a
+	// forged primary then costs its volunteer nothing.
 	p.Counters.Mismatched++
 	c.Results[1].Update = slices.Clone(r.Update)
-	return Outcome{Detail: "spot check: " + how + "; the coordinator's own recomputation decides"}, true
+	c.Results[1].Credited = true
+	return Outcome{Disputed: true, Credit: []SpotResult{r}, Detail: "spot check: " + how + "; the coordinator's own recomputation decides"}, true
 }
 
 // decide settles a check by the coordinator's result t (Resolve), the
-// third: whichever of the first two clearly disagrees with it is struck.
-// t is neither passed nor credited, and neither is the copy, whose ack
-// said quarantined (credit follows the acks a worker was sent).
+// third: whichever of the first two clearly disagrees with it is struck,
+// and loses the credit it was given. t is neither passed nor credited.
 func (p *SpotChecks) decide(c *Check) Outcome {
 	p.drop(c)
 	p.Counters.Checked++
@@ -192,6 +197,11 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	case okA && !okB:
 		p.pass(a.Volunteer)
 		o = p.strike(b)
+		if b.Credited {
+			o.Refute = append(o.Refute, b)
+			p.Counters.Refuted++
+			p.Counters.RefutedExamples += int64(b.Examples)
+		}
 		if a.Held {
 			o.Credit = append(o.Credit, a)
 			p.Counters.HeldCreditedExamples += int64(a.Examples)
@@ -201,8 +211,6 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 	case okB && !okA:
 		p.pass(b.Volunteer)
 		o = p.strike(a)
-		// The copy was answered "quarantined" while the coordinator
-		// decided: credit follows the acks, so it earns none now.
 		if a.Applied {
 			o.Refute = append(o.Refute, a)
 			p.Counters.Refuted++
