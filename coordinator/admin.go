@@ -183,7 +183,7 @@ func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request
 		return
 	}
 	var buf bytes.Buffer
-	if _, err := Export(r.Context(), s.cfg.Store, id, version, &buf); err != nil {
+	if _, err := Export(r.Context(), s.cfg.Store, id, version, FormatSafetensors, &buf); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, store.ErrNotFound) || strings.Contains(err.Error(), "has no checkpoint") {
 			code = http.StatusNotFound

@@ -3,12 +3,10 @@ package onnx
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -98,7 +96,7 @@ func logitsTolerance(want float32) float64 {
 // each preset and for the layer forms the presets lack.
 func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 	testenv.Long(t, "runs ONNX Runtime under Node.js on every preset, gpt-small's 12M parameters included")
-	node, script := testenv.NeedONNXRuntime(t)
+	testenv.NeedONNXRuntime(t) // skip once, not in every subtest
 	names := append(slices.Clone(onnxPresets), "tied-dropout", "strided-conv", "features")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
@@ -117,35 +115,11 @@ func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 			if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			shape := append([]int{n}, m.Spec.Input...)
-			dtype, input := "float32", ImageInput
-			var raw []byte
+			input := ImageInput
 			if m.InputVocab() > 0 {
-				dtype, input = "int64", TokenInput
-				for _, v := range x {
-					raw = binary.LittleEndian.AppendUint64(raw, uint64(int64(v)))
-				}
-			} else {
-				for _, v := range x {
-					raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
-				}
+				input = TokenInput
 			}
-			xf, yf := filepath.Join(dir, "x.bin"), filepath.Join(dir, "y.bin")
-			if err := os.WriteFile(xf, raw, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			shapeJSON, _ := json.Marshal(shape)
-			out, err := exec.Command(node, script, file, xf, dtype, string(shapeJSON), yf).CombinedOutput()
-			if err != nil {
-				t.Fatalf("ONNX Runtime on %s: %v\n%s", file, err, out)
-			}
-			var ran struct {
-				Inputs, Outputs []string
-				Dims            []int
-			}
-			if err := json.Unmarshal(lastLine(out), &ran); err != nil {
-				t.Fatalf("logits.js printed %q: %v", out, err)
-			}
+			ran := testenv.RunONNXRuntime(t, file, x, m.InputVocab() > 0, append([]int{n}, m.Spec.Input...))
 			wantDims := []int{n, m.NumClasses}
 			if m.LabelsPerExample > 1 {
 				wantDims = []int{n, m.LabelsPerExample, m.NumClasses}
@@ -153,16 +127,12 @@ func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 			if !slices.Equal(ran.Inputs, []string{input}) || !slices.Equal(ran.Outputs, []string{Output}) || !slices.Equal(ran.Dims, wantDims) {
 				t.Fatalf("ONNX Runtime ran inputs %v, outputs %v of dims %v; want [%s], [%s] of %v", ran.Inputs, ran.Outputs, ran.Dims, input, Output, wantDims)
 			}
-			yb, err := os.ReadFile(yf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(yb) != 4*len(want) {
-				t.Fatalf("ONNX Runtime wrote %d bytes of logits, want %d floats", len(yb), len(want))
+			if len(ran.Logits) != len(want) {
+				t.Fatalf("ONNX Runtime wrote %d logits, want %d", len(ran.Logits), len(want))
 			}
 			worst, at := 0.0, 0
 			for i, w := range want {
-				got := math.Float32frombits(binary.LittleEndian.Uint32(yb[4*i:]))
+				got := ran.Logits[i]
 				d := math.Abs(float64(got) - float64(w))
 				if math.IsNaN(d) || d > logitsTolerance(w) {
 					t.Fatalf("logit %d: ONNX Runtime %g, nn %g: %g apart, more than %g", i, got, w, d, logitsTolerance(w))
@@ -174,11 +144,6 @@ func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 			t.Logf("%s: %d logits, largest difference %.3g (nn's logit %.4g), %d-byte model", name, len(want), worst, want[at], buf.Len())
 		})
 	}
-}
-
-func lastLine(b []byte) []byte {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return []byte(lines[len(lines)-1])
 }
 
 // A layer type without a translation fails the export with an error that
