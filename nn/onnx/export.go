@@ -38,6 +38,9 @@ func Write(w io.Writer, m *nn.Model, params []float32, metadata map[string]strin
 	if len(params) != m.NumParams {
 		return fmt.Errorf("onnx: %d parameters for a model of %d", len(params), m.NumParams)
 	}
+	if err := checkSize(m.NumParams); err != nil {
+		return err
+	}
 	g, err := buildGraph(m.Spec.Input, m.Plan(), m.Layout, params)
 	if err != nil {
 		return fmt.Errorf("onnx: %w", err)
@@ -60,6 +63,19 @@ func Write(w io.Writer, m *nn.Model, params []float32, metadata map[string]strin
 	}
 	_, err = w.Write(doc.marshal())
 	return err
+}
+
+// maxInlineParams is the most parameters an exported model holds: a
+// protobuf message, the whole model here, is limited to 2 GiB, and the
+// initializers take 4 bytes a parameter (1 MiB is left for the graph).
+const maxInlineParams = (1<<31 - 1<<20) / 4
+
+// checkSize refuses a model whose parameters do not fit in one ONNX file.
+func checkSize(numParams int) error {
+	if numParams > maxInlineParams {
+		return fmt.Errorf("onnx: %d parameters take %d MiB, past the 2 GiB a single ONNX file holds (ONNX's external data, which would lift it, is not written yet); export this model as safetensors", numParams, numParams*4>>20)
+	}
+	return nil
 }
 
 // builder turns a model's layer plan into graph nodes. Each layer reads

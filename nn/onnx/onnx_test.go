@@ -168,6 +168,13 @@ func TestUntranslatedLayerTypeIsAnError(t *testing.T) {
 	if err := Write(new(bytes.Buffer), m, make([]float32, 3), nil); err == nil || !strings.Contains(err.Error(), "3 parameters for a model of") {
 		t.Fatalf("Write with 3 parameters: err = %v", err)
 	}
+	// A model past protobuf's 2 GiB (nn allows 2^30 parameters, 4 GiB).
+	if err := checkSize(1 << 29); err == nil || !strings.Contains(err.Error(), "2048 MiB, past the 2 GiB") {
+		t.Fatalf("checkSize(2^29) = %v, want the 2 GiB limit", err)
+	}
+	if err := checkSize(1<<29 - 1<<18); err != nil {
+		t.Fatalf("checkSize(2^29 - 2^18) = %v, want nil: it fits", err)
+	}
 }
 
 // The written protobuf holds what a reader of ONNX looks for: opset 17 of
