@@ -26,8 +26,8 @@ const (
 	BatchDim   = "batch"
 )
 
-// Write writes model with params (len model.NumParams) as an ONNX model:
-// one initializer per parameter tensor, named as in model.Layout (a tied
+// Write writes m with params (len m.NumParams) as an ONNX model: one
+// initializer per parameter tensor, named as in m.Layout (a tied
 // output layer reads the embedding's), and metadata (may be nil) as the
 // model's metadata_props, sorted by key. The graph's input is ImageInput
 // for a model on images or feature vectors and TokenInput for one on token
@@ -46,12 +46,11 @@ func Write(w io.Writer, m *nn.Model, params []float32, metadata map[string]strin
 		return fmt.Errorf("onnx: %w", err)
 	}
 	doc := &model{
-		irVersion:       irVersion,
-		opset:           Opset,
-		producerName:    "crowdtrain",
-		producerVersion: "1",
-		docString:       "exported by crowdtrain from nn's model spec; the logits of nn's Model.Forward",
-		graph:           *g,
+		irVersion:    irVersion,
+		opset:        Opset,
+		producerName: "crowdtrain",
+		docString:    "exported by crowdtrain: the network of a model spec with its parameters; the output is its logits",
+		graph:        *g,
 	}
 	keys := make([]string, 0, len(metadata))
 	for k := range metadata {

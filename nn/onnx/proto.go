@@ -171,7 +171,9 @@ func (m *model) marshal() []byte {
 	var b []byte
 	b = appendVarint(b, modelIRVersion, uint64(m.irVersion))
 	b = appendString(b, modelProducerName, m.producerName)
-	b = appendString(b, modelProducerVersion, m.producerVersion)
+	if m.producerVersion != "" {
+		b = appendString(b, modelProducerVersion, m.producerVersion)
+	}
 	if m.docString != "" {
 		b = appendString(b, modelDocString, m.docString)
 	}
