@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,15 +16,18 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 )
 
 // onnxPresets are the built-in models every export must express.
 var onnxPresets = []string{"mnist-mlp", "mnist-cnn", "fashion-cnn", "charlm-tiny", "charlm", "gpt-mini", "gpt-small"}
 
 // extraSpecs are layer forms the presets lack: dropout, a layernorm's eps, a
-// tied output on a short sequence, attention without the causal mask, a
-// strided and padded conv, an overlapping pool and a dense layer that
-// flattens an image, gelu and layernorm on a flat vector.
+// tied output on a short sequence, a position table longer than the input,
+// attention without the causal mask, a strided and padded conv, an
+// overlapping pool and a dense layer that flattens an image, gelu,
+// layernorm and a residual block on a flat vector, feature vectors as
+// input, an embedding without a position table.
 var extraSpecs = map[string]nn.ModelSpec{
 	"tied-dropout": {Input: []int{16}, Layers: []nn.LayerSpec{
 		{Type: nn.TypeEmbedding, Vocab: 64, Units: 24, Positions: 20},
@@ -37,12 +42,33 @@ var extraSpecs = map[string]nn.ModelSpec{
 		{Type: nn.TypeMaxPool2D, Kernel: 2, Stride: 1}, {Type: nn.TypeDense, Units: 12},
 		{Type: nn.TypeGELU}, {Type: nn.TypeLayerNorm}, {Type: nn.TypeDense, Units: 5}}},
 	"features": {Input: []int{1, 1, 7}, Layers: []nn.LayerSpec{
-		{Type: nn.TypeDense, Units: 6}, {Type: nn.TypeReLU}, {Type: nn.TypeDropout, Rate: 0.5}, {Type: nn.TypeDense, Units: 3}}},
+		{Type: nn.TypeDense, Units: 6}, {Type: nn.TypeReLU}, {Type: nn.TypeDropout, Rate: 0.5},
+		{Type: nn.TypeResidual, Layers: []nn.LayerSpec{{Type: nn.TypeDense, Units: 6}, {Type: nn.TypeGELU}}},
+		{Type: nn.TypeDense, Units: 3}}},
+	"no-positions": {Input: []int{8}, Layers: []nn.LayerSpec{
+		{Type: nn.TypeEmbedding, Vocab: 20, Units: 6},
+		{Type: nn.TypeResidual, Layers: []nn.LayerSpec{{Type: nn.TypeLayerNorm}, {Type: nn.TypeAttention, Heads: 2, Causal: true}}},
+		{Type: nn.TypeDense, Units: 20}}},
+}
+
+// allModels names every model the tests export: the presets, extraSpecs,
+// and nntest's models of every layer kind and option (as "layers/NAME"),
+// which a new layer type joins.
+func allModels() []string {
+	names := slices.Clone(onnxPresets)
+	names = append(names, slices.Sorted(maps.Keys(extraSpecs))...)
+	for _, n := range slices.Sorted(maps.Keys(nntest.LayerModels)) {
+		names = append(names, "layers/"+n)
+	}
+	return names
 }
 
 func modelFor(t testing.TB, name string) *nn.Model {
 	t.Helper()
 	spec, ok := extraSpecs[name]
+	if layers, found := strings.CutPrefix(name, "layers/"); found {
+		spec, ok = nntest.LayerModels[layers]
+	}
 	if !ok {
 		var err error
 		if spec, err = nn.Preset(name); err != nil {
@@ -97,8 +123,7 @@ func logitsTolerance(want float32) float64 {
 func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 	testenv.Long(t, "runs ONNX Runtime under Node.js on every preset, gpt-small's 12M parameters included")
 	testenv.NeedONNXRuntime(t) // skip once, not in every subtest
-	names := append(slices.Clone(onnxPresets), "tied-dropout", "strided-conv", "features")
-	for _, name := range names {
+	for _, name := range allModels() {
 		t.Run(name, func(t *testing.T) {
 			m := modelFor(t, name)
 			params := randomParams(m)
@@ -107,7 +132,7 @@ func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 			want := slices.Clone(m.Forward(m.NewWorkspace(n), params, x))
 
 			dir := t.TempDir()
-			file := filepath.Join(dir, name+".onnx")
+			file := filepath.Join(dir, "model.onnx")
 			var buf bytes.Buffer
 			if err := Write(&buf, m, params, map[string]string{"crowdtrain.name": name}); err != nil {
 				t.Fatal(err)
@@ -143,6 +168,17 @@ func TestExportedModelsMatchONNXRuntime(t *testing.T) {
 			}
 			t.Logf("%s: %d logits, largest difference %.3g (nn's logit %.4g), %d-byte model", name, len(want), worst, want[at], buf.Len())
 		})
+	}
+}
+
+// Every preset and every layer kind's model exports; the ONNX Runtime test
+// checks what they compute.
+func TestEveryModelExports(t *testing.T) {
+	for _, name := range allModels() {
+		m := modelFor(t, name)
+		if err := Write(io.Discard, m, randomParams(m), nil); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 
