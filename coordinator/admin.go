@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/onnx"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
 		})).Methods(http.MethodPost)
 	}
 	api.HandleFunc("/jobs/{id}/checkpoints", s.admin(s.handleCheckpoints)).Methods(http.MethodGet)
-	api.HandleFunc("/jobs/{id}/checkpoints/{version:[0-9]+}/safetensors", s.admin(s.handleCheckpointDownload)).Methods(http.MethodGet)
+	api.HandleFunc("/jobs/{id}/checkpoints/{version:[0-9]+}/{format:safetensors|onnx}", s.admin(s.handleCheckpointDownload)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/export", s.admin(s.handleExportLive)).Methods(http.MethodGet)
 	api.HandleFunc("/jobs/{id}/sample", s.admin(s.handleSample)).Methods(http.MethodPost)
 	api.HandleFunc("/workers", s.admin(s.handleWorkers)).Methods(http.MethodGet)
@@ -182,8 +183,9 @@ func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request
 		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
 		return
 	}
+	format := vars["format"]
 	var buf bytes.Buffer
-	if _, err := Export(r.Context(), s.cfg.Store, id, version, &buf); err != nil {
+	if _, err := Export(r.Context(), s.cfg.Store, id, version, format, &buf); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, store.ErrNotFound) || strings.Contains(err.Error(), "has no checkpoint") {
 			code = http.StatusNotFound
@@ -191,12 +193,21 @@ func (s *Server) handleCheckpointDownload(w http.ResponseWriter, r *http.Request
 		writeError(w, code, "%v", err)
 		return
 	}
-	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.%s", id, version, format), buf.Bytes())
 }
 
-// handleExportLive writes the job's parameters as they are now.
+// handleExportLive writes the job's parameters as they are now, as
+// safetensors or, with ?format=onnx, as an ONNX model.
 func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = FormatSafetensors
+	}
+	if format != FormatSafetensors && format != FormatONNX {
+		writeError(w, http.StatusBadRequest, "format %q: want %s", format, strings.Join(ExportFormats, " or "))
+		return
+	}
 	if best, ok, err := s.bestOf(id); ok { // a sweep exports its best trial
 		if err != nil {
 			writeError(w, http.StatusConflict, "%v", err)
@@ -216,11 +227,16 @@ func (s *Server) handleExportLive(w http.ResponseWriter, r *http.Request) {
 	}
 	var buf bytes.Buffer
 	meta := ExportMetadata(id, j.Spec, version, "admin export at "+time.Now().UTC().Format(time.RFC3339))
-	if err := nn.WriteSafetensors(&buf, j.model.Layout, params, meta); err != nil {
+	if format == FormatONNX {
+		err = onnx.Write(&buf, j.model, params, meta)
+	} else {
+		err = nn.WriteSafetensors(&buf, j.model.Layout, params, meta)
+	}
+	if err != nil {
 		writeError(w, http.StatusInternalServerError, "export: %v", err)
 		return
 	}
-	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.safetensors", id, version), buf.Bytes())
+	s.serveDownload(w, r, fmt.Sprintf("%s-v%d.%s", id, version, format), buf.Bytes())
 }
 
 func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request, name string, body []byte) {

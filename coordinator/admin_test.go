@@ -68,7 +68,9 @@ func TestAdminRoutesNeedTheToken(t *testing.T) {
 		{http.MethodPost, "/api/v1/jobs/" + id + "/stop"},
 		{http.MethodGet, "/api/v1/jobs/" + id + "/checkpoints"},
 		{http.MethodGet, "/api/v1/jobs/" + id + "/checkpoints/0/safetensors"},
+		{http.MethodGet, "/api/v1/jobs/" + id + "/checkpoints/0/onnx"},
 		{http.MethodGet, "/api/v1/jobs/" + id + "/export"},
+		{http.MethodGet, "/api/v1/jobs/" + id + "/export?format=onnx"},
 		{http.MethodPost, "/api/v1/jobs/" + id + "/sample"},
 		{http.MethodGet, "/api/v1/workers"},
 		{http.MethodDelete, "/api/v1/workers/" + rc.welcome.WorkerID},
@@ -411,6 +413,22 @@ func TestMetricsEventsAndDownloads(t *testing.T) {
 		if err != nil || len(tensors) != 6 || meta["crowdtrain.job"] != id {
 			t.Fatalf("GET %s: %d tensors, meta %v, %v", path, len(tensors), meta, err)
 		}
+	}
+	// The same as ONNX models: the network with the same parameters (their
+	// values are checked by nn/onnx's tests, the model by ONNX Runtime there).
+	for _, path := range []string{
+		"/api/v1/jobs/" + id + "/checkpoints/" + strconv.FormatInt(ckpt, 10) + "/onnx",
+		"/api/v1/jobs/" + id + "/export?format=onnx",
+	} {
+		code, body := g.call(http.MethodGet, path, testAdminToken, nil, nil)
+		// A ModelProto opens with ir_version (field 1, a varint): 8.
+		if code != http.StatusOK || len(body) < 2 || body[0] != 0x08 || body[1] != 0x08 ||
+			!bytes.Contains(body, []byte("0.dense.weight")) || !bytes.Contains(body, []byte(id)) {
+			t.Fatalf("GET %s: %d, %d bytes starting %x; want an ONNX model of the job", path, code, len(body), body[:min(8, len(body))])
+		}
+	}
+	if code, body := g.call(http.MethodGet, "/api/v1/jobs/"+id+"/export?format=tflite", testAdminToken, nil, nil); code != http.StatusBadRequest || !strings.Contains(string(body), "want safetensors or onnx") {
+		t.Errorf("export?format=tflite: %d %s, want 400 naming the formats", code, body)
 	}
 	if code, _ := g.call(http.MethodGet, "/api/v1/jobs/"+id+"/checkpoints/999999/safetensors", testAdminToken, nil, nil); code != http.StatusNotFound {
 		t.Errorf("a checkpoint that does not exist: %d, want 404", code)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/onnx"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -24,10 +25,27 @@ type ExportInfo struct {
 	Eval      *EvalResult // the evaluation of exactly this version, if the job recorded one
 }
 
-// Export writes a checkpoint of a job as safetensors: one F32 tensor per
-// entry of the model's layout, named and shaped as nn lays them out
-// (PyTorch's conventions). version < 0 means the latest checkpoint.
-func Export(ctx context.Context, db *store.Store, jobID string, version int64, w io.Writer) (ExportInfo, error) {
+// Export formats.
+const (
+	// FormatSafetensors is one F32 tensor per entry of the model's layout,
+	// named and shaped as nn lays them out (PyTorch's conventions), and the
+	// job's spec in the metadata: for PyTorch and for resuming training.
+	FormatSafetensors = "safetensors"
+	// FormatONNX is the network itself, ready to run: an ONNX model (opset
+	// 17) whose initializers are the same tensors (package nn/onnx).
+	FormatONNX = "onnx"
+)
+
+// ExportFormats are the formats Export writes.
+var ExportFormats = []string{FormatSafetensors, FormatONNX}
+
+// Export writes a checkpoint of a job in format (FormatSafetensors or
+// FormatONNX). version < 0 means the latest checkpoint. Both formats carry
+// ExportMetadata (safetensors' "__metadata__", ONNX's metadata_props).
+func Export(ctx context.Context, db *store.Store, jobID string, version int64, format string, w io.Writer) (ExportInfo, error) {
+	if format != FormatSafetensors && format != FormatONNX {
+		return ExportInfo{}, fmt.Errorf("no export format %q (formats: %s)", format, strings.Join(ExportFormats, ", "))
+	}
 	rec, err := db.Job(ctx, jobID)
 	if errors.Is(err, store.ErrNotFound) {
 		return ExportInfo{}, fmt.Errorf("no job %q in %s (jobs: %s)", jobID, db.Path(), jobIDs(ctx, db))
@@ -41,7 +59,7 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, w
 		if sr.Best == nil {
 			return ExportInfo{}, fmt.Errorf("sweep %s has no scored trial yet: export it after its first rung, or export a trial by its id", jobID)
 		}
-		return Export(ctx, db, sr.Best.ID, version, w)
+		return Export(ctx, db, sr.Best.ID, version, format, w)
 	}
 	var spec JobSpec
 	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
@@ -79,8 +97,13 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, w
 			meta["crowdtrain.test_loss"] = strconv.FormatFloat(e.Loss, 'f', -1, 64)
 		}
 	}
-	if err := nn.WriteSafetensors(w, model.Layout, params, meta); err != nil {
-		return ExportInfo{}, err
+	if format == FormatONNX {
+		err = onnx.Write(w, model, params, meta)
+	} else {
+		err = nn.WriteSafetensors(w, model.Layout, params, meta)
+	}
+	if err != nil {
+		return ExportInfo{}, fmt.Errorf("job %s checkpoint v%d: %w", jobID, c.Version, err)
 	}
 	return info, nil
 }

@@ -156,7 +156,7 @@ func TestAdminPage(t *testing.T) {
 			"lr", "max-staleness", "apply-settings", "settings-error", "settings-closed",
 			"chart-accuracy", "chart-version", "chart-throughput", "chart-staleness",
 			"workers", "submit-preset", "submit-spec", "submit-file", "submit", "submit-error",
-			"checkpoints", "export",
+			"checkpoints", "export", "export-onnx",
 		} {
 			if !strings.Contains(body, `id="`+id+`"`) {
 				t.Errorf("GET %s: no #%s", p, id)

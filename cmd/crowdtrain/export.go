@@ -9,22 +9,33 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
 func export(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCLIFlags("export", "export --db FILE --job ID [--version V] --out model.safetensors")
+	fs := newCLIFlags("export", "export --db FILE --job ID [--version V] [--format safetensors|onnx] --out FILE")
 	dbPath := fs.String("db", "crowdtrain.db", "the coordinator's SQLite `FILE`")
 	jobID := fs.String("job", "", "job `ID` (crowdtrain status lists them)")
 	version := fs.Int64("version", -1, "checkpoint `V` to export (default: the latest)")
-	out := fs.String("out", "", "safetensors `FILE` to write")
+	format := fs.String("format", "", "the file `FORMAT`: safetensors (the tensors, for PyTorch) or onnx (the network, for ONNX Runtime); default: onnx for an --out ending in .onnx, else safetensors")
+	out := fs.String("out", "", "`FILE` to write")
 	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
 	if *jobID == "" || *out == "" {
 		return usagef("--job and --out are required")
+	}
+	switch {
+	case *format == "" && strings.EqualFold(filepath.Ext(*out), ".onnx"):
+		*format = coordinator.FormatONNX
+	case *format == "":
+		*format = coordinator.FormatSafetensors
+	case !slices.Contains(coordinator.ExportFormats, *format):
+		return usagef("--format %s: want %s", *format, strings.Join(coordinator.ExportFormats, " or "))
 	}
 	// store.Open creates a missing database; exporting from one is a typo.
 	if _, err := os.Stat(*dbPath); err != nil {
@@ -42,12 +53,12 @@ func export(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// Write beside the target and rename, so a failed export never leaves
 	// a truncated model behind.
-	tmp, err := os.CreateTemp(filepath.Dir(*out), ".export-*.safetensors")
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".export-*."+*format)
 	if err != nil {
 		return fmt.Errorf("cannot write next to %s: %w", *out, err)
 	}
 	defer os.Remove(tmp.Name())
-	info, err := coordinator.Export(ctx, db, *jobID, *version, tmp)
+	info, err := coordinator.Export(ctx, db, *jobID, *version, *format, tmp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -61,7 +72,7 @@ func export(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if info.Eval != nil {
 		acc = fmt.Sprintf(", test accuracy %.4f", info.Eval.Accuracy)
 	}
-	fmt.Fprintf(stdout, "wrote %s: job %s version %d, %d tensors, %d parameters%s\n",
-		*out, info.JobID, info.Version, info.Tensors, info.NumParams, acc)
+	fmt.Fprintf(stdout, "wrote %s (%s): job %s version %d, %d tensors, %d parameters%s\n",
+		*out, *format, info.JobID, info.Version, info.Tensors, info.NumParams, acc)
 	return nil
 }

@@ -42,7 +42,7 @@ Usage:
   crowdtrain backup --db FILE --out FILE [--force]    (a live database, while serve runs)
   crowdtrain submit --coordinator http://HOST:PORT [--token T] FILE|NAME
   crowdtrain bench  --model NAME [--batch 64] [--backend cpu|cuda|auto] [--threads 1]
-  crowdtrain export --db FILE --job ID [--version V] --out model.safetensors
+  crowdtrain export --db FILE --job ID [--version V] [--format safetensors|onnx] --out FILE
   crowdtrain attack --coordinator ws://HOST:PORT/ws --kind KIND [--n N] [--scale S] [--bind ADDR] [--duration D] [--job ID] [--fraction F]
   crowdtrain sample --coordinator http://HOST:PORT --job ID --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--token T]
   crowdtrain tokenizer train --data go-source|SPEC|DIR|FILE --vocab N --out FILE [--glob PATTERN]

@@ -43,15 +43,28 @@ func exportModel(t *testing.T, dir, name string, ms nn.ModelSpec, params []float
 // exportSpec is exportModel of a whole job spec.
 func exportSpec(t *testing.T, dir string, spec jobspec.Spec, params []float32) string {
 	t.Helper()
+	dbPath, id := storeJob(t, dir, spec, params)
+	out := filepath.Join(dir, spec.Name+".safetensors")
+	if code, stdout, stderr := runCmd(t, context.Background(), "export", "--db", dbPath, "--job", id, "--out", out); code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	return out
+}
+
+// storeJob writes a database, dir/NAME.db, holding a done job of spec
+// whose checkpoint at version 7 is params, and returns its path and the
+// job's id.
+func storeJob(t *testing.T, dir string, spec jobspec.Spec, params []float32) (dbPath, id string) {
+	t.Helper()
 	ctx := context.Background()
 	name := spec.Name
-	dbPath := filepath.Join(dir, name+".db")
+	dbPath = filepath.Join(dir, name+".db")
 	db, err := store.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	specJSON, _ := json.Marshal(spec)
-	id := name + "-1"
+	id = name + "-1"
 	if err := db.CreateJob(ctx, store.JobRecord{ID: id, Name: name, Spec: specJSON, State: "done", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +72,7 @@ func exportSpec(t *testing.T, dir string, spec jobspec.Spec, params []float32) s
 		t.Fatal(err)
 	}
 	db.Close()
-	out := filepath.Join(dir, name+".safetensors")
-	if code, stdout, stderr := runCmd(t, ctx, "export", "--db", dbPath, "--job", id, "--out", out); code != 0 {
-		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
-	}
-	return out
+	return dbPath, id
 }
 
 // randomParams initialises m as training would and moves every parameter

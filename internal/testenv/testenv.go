@@ -1,7 +1,7 @@
 // Package testenv is what tests in several packages share about the
 // machine they run on and about the two test tiers: why a test is long
 // (Long), and what it needs that the machine may lack (NeedNode,
-// NeedPython, NeedTorch, NeedNginx, NeedQEMU), and how a package's tests
+// NeedPython, NeedTorch, NeedNginx, NeedQEMU, NeedONNXRuntime), and how a package's tests
 // run built for another architecture (RunTestsUnderQEMU). Saying it here, in one
 // place, keeps the tiers honest: `make test` runs `go test -short` and so
 // skips every Long test with the reason it gives; `make test-e2e` runs
@@ -19,7 +19,7 @@ import (
 
 // RequireVar is set to 1 by CI (.ci/run), which installs everything the
 // tests use: Chromium, Node.js, Python with numpy, websockets and msgpack,
-// qemu-user, and the Debian data packages.
+// qemu-user, the Debian data packages and ONNX Runtime for Node.js.
 const RequireVar = "CROWDTRAIN_REQUIRE_BROWSER"
 
 // Missing skips t because something it needs is not on this machine (msg

@@ -630,6 +630,8 @@ function renderJob() {
 
   $('export').href = '/api/v1/jobs/' + encodeURIComponent(job.id) + '/export';
   $('export').setAttribute('download', safeName(jobName(job)) + '-live.safetensors');
+  $('export-onnx').href = '/api/v1/jobs/' + encodeURIComponent(job.id) + '/export?format=onnx';
+  $('export-onnx').setAttribute('download', safeName(jobName(job)) + '-live.onnx');
 
   drawStaleness(job);
   const cv = cp && num(cp.version) ? cp.version : null;
@@ -943,12 +945,14 @@ function renderCheckpoints(id, list) {
     const at = c.created_at || c.at;
     if (at) parts.push(when(at));
     li.append(parts.join(' · '));
-    const a = document.createElement('a');
-    a.className = 'download-checkpoint';
-    a.href = '/api/v1/jobs/' + encodeURIComponent(id) + '/checkpoints/' + encodeURIComponent(c.version) + '/safetensors';
-    a.setAttribute('download', safeName(job ? jobName(job) : id) + '-v' + c.version + '.safetensors');
-    a.textContent = 'download safetensors';
-    li.append(a);
+    for (const format of ['safetensors', 'onnx']) {
+      const a = document.createElement('a');
+      a.className = 'download-checkpoint';
+      a.href = '/api/v1/jobs/' + encodeURIComponent(id) + '/checkpoints/' + encodeURIComponent(c.version) + '/' + format;
+      a.setAttribute('download', safeName(job ? jobName(job) : id) + '-v' + c.version + '.' + format);
+      a.textContent = format === 'onnx' ? 'onnx' : 'download safetensors';
+      li.append(a);
+    }
     return li;
   });
   if (!items.length) {
