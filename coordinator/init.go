@@ -1,0 +1,178 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"strings"
+
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+)
+
+// A job's `init` key (jobspec.Init): its version 0 is parameters read from
+// a safetensors file or taken from another job, checked tensor by tensor
+// against its model's layout, instead of model.Init from its seed. Only
+// the parameters carry over; the optimizer's state starts fresh, as every
+// new job's does.
+
+// maxInitHeader is how many bytes beyond its tensors' an init file may
+// hold: its header, whose metadata carries the source's whole spec (with
+// a tokenizer of up to about 700 KB).
+const maxInitHeader = 16 << 20
+
+// resolveInit confines an init file named by a spec submitted over the
+// API to the coordinator's data root, as its data files are.
+func resolveInit(spec *JobSpec, root string) error {
+	in := spec.Init
+	if in == nil || in.File == "" {
+		return nil
+	}
+	p, err := dataset.ResolveFileUnder(root, "init", in.File, false)
+	if err != nil {
+		var ke *dataset.KeyError
+		if errors.As(err, &ke) {
+			return &SpecError{Key: ke.Key, Problem: ke.Problem}
+		}
+		return &SpecError{Key: "init", Problem: err.Error()}
+	}
+	c := *in
+	c.File = p
+	spec.Init = &c
+	return nil
+}
+
+// initParams returns the parameters spec.Init names for model (nil
+// without init), and records in spec.Init where they came from: the
+// file's SHA-256, or the version of the job's model taken. Every problem
+// is a *SpecError for the `init` key naming what is wrong: a missing,
+// extra or mis-shaped tensor by name with both shapes, an unknown job.
+func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model) ([]float32, error) {
+	if spec.Init == nil {
+		return nil, nil
+	}
+	// A copy: specs are values, and one copied from this one must not
+	// change with it.
+	in := *spec.Init
+	var params []float32
+	var err error
+	if in.Job != "" {
+		params, in.Job, in.Version, err = s.paramsOfJob(ctx, in.Job, model)
+	} else {
+		params, in.SHA256, err = readInitFile(in.File, model)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFinite(model, params, in.Describe()); err != nil {
+		return nil, err
+	}
+	spec.Init = &in
+	return params, nil
+}
+
+// readInitFile reads a safetensors file of model's parameters: a regular
+// file (a FIFO is refused, not waited on) no larger than such a file can
+// be, whose tensors are exactly the model's.
+func readInitFile(path string, model *nn.Model) (params []float32, sum string, err error) {
+	fail := func(problem string) ([]float32, string, error) {
+		return nil, "", &SpecError{Key: "init", Problem: problem}
+	}
+	f, err := dataset.OpenRegular(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fail(path + " does not exist. Fix: name a safetensors file crowdtrain export wrote")
+		}
+		return fail(err.Error() + ". Fix: name a safetensors file crowdtrain export wrote")
+	}
+	defer f.Close()
+	limit := 8 + maxInitHeader + 4*int64(model.NumParams)
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return fail(fmt.Sprintf("reading %s: %v", path, err))
+	}
+	if int64(len(b)) > limit {
+		return fail(fmt.Sprintf("%s is over %d bytes, more than a safetensors file of this model's %d parameters can be: it is another model's, or not safetensors", path, limit, model.NumParams))
+	}
+	tensors, _, err := nn.ReadSafetensors(b)
+	if err != nil {
+		return fail(fmt.Sprintf("%s: %v", path, err))
+	}
+	params = make([]float32, model.NumParams)
+	if err := model.ParamsFromSafetensors(tensors, params); err != nil {
+		return fail(fmt.Sprintf("%s: %s", path, strings.TrimPrefix(err.Error(), "safetensors: ")))
+	}
+	h := sha256.Sum256(b)
+	return params, hex.EncodeToString(h[:]), nil
+}
+
+// paramsOfJob takes the current parameters of job id (a sweep's: its best
+// trial's) for model, and returns them with the job's id and version.
+func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) ([]float32, string, int64, error) {
+	fail := func(format string, args ...any) ([]float32, string, int64, error) {
+		return nil, "", 0, &SpecError{Key: "init.job", Problem: fmt.Sprintf(format, args...)}
+	}
+	if best, ok, err := s.bestOf(id); ok {
+		if err != nil {
+			return fail("%v", err)
+		}
+		id = best
+	}
+	src := s.job(id)
+	if src == nil {
+		return fail("no job %q on this coordinator (jobs: %s): name one GET /api/v1/jobs lists, or give the path of an exported safetensors file", id, jobIDsOf(s.jobList()))
+	}
+	params, version, err := src.currentParams(ctx)
+	if err != nil {
+		return fail("job %s: its model cannot be read: %v", id, err)
+	}
+	tensors := make([]nn.SafetensorsTensor, len(src.model.Layout))
+	for i, t := range src.model.Layout {
+		tensors[i] = nn.SafetensorsTensor{Name: t.Name, Shape: t.Shape, Data: params[t.Offset : t.Offset+t.Size]}
+	}
+	out := make([]float32, model.NumParams)
+	if err := model.ParamsFromSafetensors(tensors, out); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "safetensors: ")
+		return fail("job %s's model (%d parameters) is not this one's (%d): %s", id, src.model.NumParams, model.NumParams, msg)
+	}
+	return out, id, version, nil
+}
+
+// jobIDsOf lists the jobs' ids, for an error.
+func jobIDsOf(jobs []*Job) string {
+	if len(jobs) == 0 {
+		return "none"
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	return strings.Join(ids, ", ")
+}
+
+// checkFinite refuses parameters with a NaN or an infinity, naming the
+// tensor and the index in it: a job cannot train from them.
+func checkFinite(model *nn.Model, params []float32, from string) error {
+	for _, t := range model.Layout {
+		for i, v := range params[t.Offset : t.Offset+t.Size] {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return &SpecError{Key: "init", Problem: fmt.Sprintf("%s: tensor %q holds %v at index %d: a model cannot train from non-finite parameters", from, t.Name, v, i)}
+			}
+		}
+	}
+	return nil
+}
+
+// describeInit is where a job's version 0 came from, for its log line.
+func describeInit(in *jobspec.Init) string {
+	if in == nil {
+		return "random init"
+	}
+	return "init from " + in.Describe()
+}
