@@ -70,9 +70,6 @@ func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFinite(model, params, in.Describe()); err != nil {
-		return nil, err
-	}
 	spec.Init = &in
 	return params, nil
 }
@@ -108,6 +105,9 @@ func readInitFile(path string, model *nn.Model) (params []float32, sum string, e
 	if err := model.ParamsFromSafetensors(tensors, params); err != nil {
 		return fail(fmt.Sprintf("%s: %s", path, strings.TrimPrefix(err.Error(), "safetensors: ")))
 	}
+	if err := checkFinite(model, params, path); err != nil {
+		return nil, "", err
+	}
 	h := sha256.Sum256(b)
 	return params, hex.EncodeToString(h[:]), nil
 }
@@ -141,6 +141,9 @@ func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) ([
 		msg := strings.TrimPrefix(err.Error(), "safetensors: ")
 		return fail("job %s's model (%d parameters) is not this one's (%d): %s", id, src.model.NumParams, model.NumParams, msg)
 	}
+	if err := checkFinite(model, out, fmt.Sprintf("job %s at version %d", id, version)); err != nil {
+		return nil, "", 0, err
+	}
 	return out, id, version, nil
 }
 
@@ -156,8 +159,9 @@ func jobIDsOf(jobs []*Job) string {
 	return strings.Join(ids, ", ")
 }
 
-// checkFinite refuses parameters with a NaN or an infinity, naming the
-// tensor and the index in it: a job cannot train from them.
+// checkFinite refuses parameters with a NaN or an infinity (a diverged
+// job's), naming the tensor and the index in it: a job cannot train from
+// them.
 func checkFinite(model *nn.Model, params []float32, from string) error {
 	for _, t := range model.Layout {
 		for i, v := range params[t.Offset : t.Offset+t.Size] {
