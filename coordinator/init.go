@@ -74,6 +74,21 @@ func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model)
 	return params, nil
 }
 
+// CheckInitFile reads the file a spec's init names (none: nil) and checks
+// it against the spec's model, as AddJob will: for `serve --job`, which
+// refuses a file that does not fit before it opens its database.
+func CheckInitFile(spec JobSpec) error {
+	if spec.Init == nil || spec.Init.File == "" {
+		return nil
+	}
+	model, err := nn.NewModel(spec.Model)
+	if err != nil {
+		return &SpecError{Key: "model", Problem: err.Error()}
+	}
+	_, _, err = readInitFile(spec.Init.File, model)
+	return err
+}
+
 // readInitFile reads a safetensors file of model's parameters: a regular
 // file (a FIFO is refused, not waited on) no larger than such a file can
 // be, whose tensors are exactly the model's.
