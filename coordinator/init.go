@@ -74,6 +74,32 @@ func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model)
 	return params, nil
 }
 
+// reinit sets a resumed job that has no checkpoint (the coordinator
+// stopped before its version 0 was saved) to the parameters its init
+// names, as they were when it was created: a file whose SHA-256 differs
+// from the one recorded is an error, not a silently different start. A
+// job's model is taken as it is now (the version is logged).
+func (s *Server) reinit(ctx context.Context, j *Job) error {
+	in := j.Spec.Init
+	if in == nil {
+		return nil
+	}
+	spec := j.Spec
+	params, err := s.initParams(ctx, &spec, j.model)
+	if err != nil {
+		return err
+	}
+	now := spec.Init
+	if in.File != "" && in.SHA256 != "" && now.SHA256 != in.SHA256 {
+		return &SpecError{Key: "init", Problem: fmt.Sprintf("%s changed since the job was created (sha256 %s, now %s), and the job has no checkpoint to start from: put the file back, or delete the job", in.File, in.SHA256, now.SHA256)}
+	}
+	if in.Job != "" && now.Version != in.Version {
+		j.log.Warn(fmt.Sprintf("job %s: no checkpoint saved; starting again from job %s at version %d (it was created from version %d)", j.ID, now.Job, now.Version, in.Version))
+	}
+	copy(j.st.model.Params, params)
+	return nil
+}
+
 // CheckInitFile reads the file a spec's init names (none: nil) and checks
 // it against the spec's model, as AddJob will: for `serve --job`, which
 // refuses a file that does not fit before it opens its database.

@@ -265,3 +265,68 @@ func TestMLPStartedFromInitMatchesItsSourcesLoss(t *testing.T) {
 		}
 	}
 }
+
+// A job started from a file whose version 0 was never saved (the
+// coordinator stopped first) resumes from the file again, and refuses
+// to if the file changed since: it would be another start.
+func TestResumedInitJobWithoutCheckpointReadsTheFileAgain(t *testing.T) {
+	dir := t.TempDir()
+	spec := quietJob(t)
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, 99)
+	var b bytes.Buffer
+	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "warm.safetensors")
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := nn.ReadSafetensors(b.Bytes())
+	sum := sha256.Sum256(b.Bytes())
+	spec.Init = &coordinator.Init{File: file, SHA256: hex.EncodeToString(sum[:])}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDB := func(name string) *store.Store {
+		db, err := store.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		rec := store.JobRecord{ID: "warm-00000001", Name: spec.Name, Spec: specJSON, State: coordinator.StateRunning, CreatedAt: time.Now(), Incarnation: 1}
+		if err := db.CreateJob(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	g := newStoredGrid(t, newDB("a.db"), nil)
+	if g.job == nil {
+		t.Fatal("the stored job was not resumed")
+	}
+	sameBits(t, "the resumed job's parameters", g.liveTensors(g.job.ID), want)
+	g.close()
+
+	params[0]++
+	b.Reset()
+	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	train, test := loadMNIST(t)
+	srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: newDB("b.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.ResumeJobs(context.Background()); err == nil || !strings.Contains(err.Error(), "changed since the job was created") {
+		t.Errorf("resuming after the file changed: %v; want an error saying it changed", err)
+	}
+}

@@ -312,6 +312,11 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		c, err := st.LatestCheckpoint(ctx, rec.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			// Stopped before its version 0 was saved: a job started
+			// from init reads its parameters again.
+			if err := s.reinit(ctx, j); err != nil {
+				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
+			}
 		case err != nil:
 			return nil, fmt.Errorf("job %s: %w", rec.ID, err)
 		default:
