@@ -65,7 +65,12 @@ func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model)
 	if in.Job != "" {
 		params, in.Job, in.Version, err = s.paramsOfJob(ctx, in.Job, model)
 	} else {
-		params, in.SHA256, err = readInitFile(in.File, model)
+		var sum string
+		params, sum, err = readInitFile(in.File, model)
+		if err == nil && in.SHA256 != "" && sum != in.SHA256 {
+			err = &SpecError{Key: "init.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it is another file than the one named (leave sha256 out to take it as it is)", in.File, sum, in.SHA256)}
+		}
+		in.SHA256 = sum
 	}
 	if err != nil {
 		return nil, err
@@ -85,6 +90,9 @@ func (s *Server) reinit(ctx context.Context, j *Job) error {
 		return nil
 	}
 	spec := j.Spec
+	unpinned := *in
+	unpinned.SHA256 = ""
+	spec.Init = &unpinned
 	params, err := s.initParams(ctx, &spec, j.model)
 	if err != nil {
 		return err

@@ -127,6 +127,7 @@ func TestInitStartsAJobFromAnExportOrAJob(t *testing.T) {
 	}{
 		{"file", `"src.safetensors"`, coordinator.JobSpec{Init: &coordinator.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
 		{"job", fmt.Sprintf(`{"job": %q}`, src), coordinator.JobSpec{Init: &coordinator.Init{Job: src, Version: 0}}},
+		{"pinned-file", fmt.Sprintf(`{"file": "src.safetensors", "sha256": "%x"}`, sum), coordinator.JobSpec{Init: &coordinator.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
 	} {
 		t.Run(c.form, func(t *testing.T) {
 			code, v, key, msg := g.submit(initSpec("from-"+c.form, c.init))
@@ -192,7 +193,8 @@ func TestInitThatDoesNotFitIsRefusedAtSubmission(t *testing.T) {
 		{initSpec("ghost", `{"job": "nope"}`), "init.job", []string{`no job "nope"`, src}},
 		{initSpec("missing", `"none.safetensors"`), "init", []string{"none.safetensors", "does not exist"}},
 		{initSpec("outside", `"../x.safetensors"`), "init", []string{"outside the coordinator's data root"}},
-		{initSpec("both", `{"job": "x", "file": "mlp.safetensors"}`), "init.file", []string{"unknown key"}},
+		{initSpec("both", `{"job": "x", "file": "mlp.safetensors"}`), "init", []string{"not both"}},
+		{initSpec("pinned", `{"file": "mlp.safetensors", "sha256": "`+strings.Repeat("0", 64)+`"}`), "init.sha256", []string{"mlp.safetensors", "another file"}},
 		{initSpec("empty", `""`), "init", []string{"safetensors file"}},
 	} {
 		code, _, key, msg := g.submit(c.spec)

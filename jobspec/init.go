@@ -10,8 +10,9 @@ import (
 // Init is the `init` key: the parameters a job's version 0 is, instead of
 // a random initialization from its seed. It names a safetensors file (as
 // `crowdtrain export` writes it: one F32 tensor per entry of the model's
-// layout, by name and shape) or, as {job: ID}, the current model of
-// another job on the same coordinator, finished or running. The
+// layout, by name and shape), as a path or as {file: F, sha256: H} (the
+// file must then have that SHA-256), or, as {job: ID}, the current model
+// of another job on the same coordinator, finished or running. The
 // coordinator reads the parameters once, when it creates the job, and
 // records where they came from (SHA256 of the file, or the Version of the
 // job's model it took), so the stored spec says what the job started
@@ -23,13 +24,14 @@ type Init struct {
 	// Version is the version of Job's model that was taken; recorded
 	// when the job is created (0 until then, and for a file).
 	Version int64 `json:"version,omitempty"`
-	// SHA256 is the hex SHA-256 of the file's bytes, recorded when the
-	// job is created.
+	// SHA256 is the hex SHA-256 of the file's bytes: recorded when the
+	// job is created, or given to pin the file's contents.
 	SHA256 string `json:"sha256,omitempty"`
 }
 
-// initKeys are the keys of the mapping form.
-var initKeys = []string{"job"}
+// initKeys are the keys of the mapping form: {job: ID}, or {file: F}
+// with the SHA-256 the file must have (as the stored spec records it).
+var initKeys = []string{"file", "sha256", "job", "version"}
 
 const initWant = "want the path of a safetensors file (as crowdtrain export writes it) or {job: ID}, another job on this coordinator"
 
@@ -50,15 +52,30 @@ func decodeInit(val *yaml.Node, s *Spec, _ given) error {
 	}
 	in := &Init{}
 	for i := 0; i < len(val.Content); i += 2 {
-		if err := decodeScalar(val.Content[i+1], &in.Job); err != nil {
-			return Errorf("init.job", "want a job's id, as GET /api/v1/jobs lists it: %v", cleanYAMLError(err))
+		k, v := val.Content[i].Value, val.Content[i+1]
+		var dst *string
+		switch k {
+		case "version":
+			return Errorf("init.version", "is recorded by the coordinator, not chosen: {job: ID} takes the job's current model; to start from a kept version, export it (crowdtrain export --version V) and give the file")
+		case "job":
+			dst = &in.Job
+		case "file":
+			dst = &in.File
+		case "sha256":
+			dst = &in.SHA256
+		}
+		if err := decodeScalar(v, dst); err != nil || strings.TrimSpace(*dst) == "" {
+			return Errorf("init."+k, "want %s", initKeyWant[k])
 		}
 	}
-	if strings.TrimSpace(in.Job) == "" {
-		return Errorf("init.job", "want a job's id, as GET /api/v1/jobs lists it")
-	}
 	s.Init = in
-	return nil
+	return s.validateInit()
+}
+
+var initKeyWant = map[string]string{
+	"job":    "a job's id, as GET /api/v1/jobs lists it",
+	"file":   "the path of a safetensors file",
+	"sha256": "the file's SHA-256 in hex (64 digits)",
 }
 
 // validateInit checks that init names exactly one source.
@@ -71,8 +88,24 @@ func (s Spec) validateInit() error {
 		return Errorf("init", "give a file or {job: ID}, not both")
 	case in.File == "" && in.Job == "":
 		return Errorf("init", initWant)
+	case in.SHA256 != "" && in.File == "":
+		return Errorf("init.sha256", "pins a file's contents: give it with file, not job")
+	case in.SHA256 != "" && !isSHA256(in.SHA256):
+		return Errorf("init.sha256", "want the file's SHA-256 in hex (64 digits), got %q", in.SHA256)
 	}
 	return nil
+}
+
+func isSHA256(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Describe says where the parameters came from, for logs and errors.

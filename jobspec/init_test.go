@@ -19,6 +19,8 @@ func TestInitKey(t *testing.T) {
 		{"init: warm.safetensors", Init{File: "warm.safetensors"}},
 		{"init: {job: mnist-mlp-0a1b2c3d}", Init{Job: "mnist-mlp-0a1b2c3d"}},
 		{`{"name": "x", "model": "mnist-mlp", "init": {"job": "j-1"}}`, Init{Job: "j-1"}},
+		{"init: {file: a.safetensors}", Init{File: "a.safetensors"}},
+		{"init: {file: a.safetensors, sha256: " + strings.Repeat("0f", 32) + "}", Init{File: "a.safetensors", SHA256: strings.Repeat("0f", 32)}},
 	} {
 		text := c.spec
 		if !strings.HasPrefix(text, "{") {
@@ -46,7 +48,11 @@ func TestInitKey(t *testing.T) {
 		{"init: [a, b]", "init", "{job: ID}"},
 		{"init: {job: ''}", "init.job", "job's id"},
 		{"init: {job: [a]}", "init.job", "job's id"},
-		{"init: {file: a.safetensors}", "init.file", "unknown key"},
+		{"init: {model: a.safetensors}", "init.model", "unknown key"},
+		{"init: {file: a.safetensors, job: b}", "init", "not both"},
+		{"init: {job: b, sha256: " + strings.Repeat("0f", 32) + "}", "init.sha256", "with file"},
+		{"init: {file: a.safetensors, sha256: abc}", "init.sha256", "64 digits"},
+		{"init: {job: b, version: 3}", "init.version", "export it"},
 		{"init: {job: a, job: b}", "init.job", "given twice"},
 	} {
 		_, err := Parse([]byte("name: x\nmodel: mnist-mlp\n" + c.spec))
