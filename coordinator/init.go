@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,23 +61,65 @@ func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model)
 	// A copy: specs are values, and one copied from this one must not
 	// change with it.
 	in := *spec.Init
-	var params []float32
+	var src initSource
 	var err error
 	if in.Job != "" {
-		params, in.Job, in.Version, err = s.paramsOfJob(ctx, in.Job, model)
+		src, err = s.paramsOfJob(ctx, in.Job, model)
+		in.Job, in.Version = src.job, src.version
 	} else {
-		var sum string
-		params, sum, err = readInitFile(in.File, model)
-		if err == nil && in.SHA256 != "" && sum != in.SHA256 {
-			err = &SpecError{Key: "init.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it is another file than the one named (leave sha256 out to take it as it is)", in.File, sum, in.SHA256)}
-		}
-		in.SHA256 = sum
+		src, err = readPinnedInit(in, model)
+		in.SHA256 = src.sum
+	}
+	if err == nil {
+		err = checkSameTokenizer(*spec, src)
 	}
 	if err != nil {
 		return nil, err
 	}
 	spec.Init = &in
-	return params, nil
+	return src.params, nil
+}
+
+// initSource is what an init read: the parameters, and where they came
+// from (the file's SHA-256, or the job and its version), with the
+// source's spec where it is known (a job's, or an export's
+// crowdtrain.spec).
+type initSource struct {
+	params  []float32
+	sum     string
+	job     string
+	version int64
+	spec    *JobSpec
+	from    string // for errors
+}
+
+// readPinnedInit reads in.File, and refuses it if in pins another SHA-256.
+func readPinnedInit(in jobspec.Init, model *nn.Model) (initSource, error) {
+	src, err := readInitFile(in.File, model)
+	if err == nil && in.SHA256 != "" && src.sum != in.SHA256 {
+		err = &SpecError{Key: "init.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it is another file than the one named (leave sha256 out to take it as it is)", in.File, src.sum, in.SHA256)}
+	}
+	return src, err
+}
+
+// checkSameTokenizer refuses parameters trained on other token ids than
+// the job's: with another tokenizer of the same size every shape fits,
+// but each embedding row stands for another token.
+func checkSameTokenizer(spec JobSpec, src initSource) error {
+	if src.spec == nil || src.spec.Tokenizer == nil && spec.Tokenizer == nil {
+		return nil
+	}
+	// An export's spec of a job from before tokenizers were stored has
+	// no tokenizer data: nothing to compare.
+	if t := src.spec.Tokenizer; t != nil && t.Data == "" {
+		return nil
+	}
+	have, want := tokenizerKey(*src.spec), tokenizerKey(spec)
+	if have == want {
+		return nil
+	}
+	return &SpecError{Key: "init", Problem: fmt.Sprintf("%s was trained on the token ids of %s, this job reads %s: every embedding row would stand for another token. Fix: give the job the source's tokenizer (its stored spec's tokenizer), or leave init out",
+		src.from, src.spec.Tokenizer.Describe(), spec.Tokenizer.Describe())}
 }
 
 // reinit sets a resumed job that has no checkpoint (the coordinator
@@ -119,16 +162,19 @@ func CheckInitFile(spec JobSpec) error {
 	if err != nil {
 		return &SpecError{Key: "model", Problem: err.Error()}
 	}
-	_, _, err = readInitFile(spec.Init.File, model)
-	return err
+	src, err := readPinnedInit(*spec.Init, model)
+	if err != nil {
+		return err
+	}
+	return checkSameTokenizer(spec, src)
 }
 
 // readInitFile reads a safetensors file of model's parameters: a regular
 // file (a FIFO is refused, not waited on) no larger than such a file can
 // be, whose tensors are exactly the model's.
-func readInitFile(path string, model *nn.Model) (params []float32, sum string, err error) {
-	fail := func(problem string) ([]float32, string, error) {
-		return nil, "", &SpecError{Key: "init", Problem: problem}
+func readInitFile(path string, model *nn.Model) (initSource, error) {
+	fail := func(problem string) (initSource, error) {
+		return initSource{}, &SpecError{Key: "init", Problem: problem}
 	}
 	f, err := dataset.OpenRegular(path)
 	if err != nil {
@@ -146,26 +192,33 @@ func readInitFile(path string, model *nn.Model) (params []float32, sum string, e
 	if int64(len(b)) > limit {
 		return fail(fmt.Sprintf("%s is over %d bytes, more than a safetensors file of this model's %d parameters can be: it is another model's, or not safetensors", path, limit, model.NumParams))
 	}
-	tensors, _, err := nn.ReadSafetensors(b)
+	tensors, meta, err := nn.ReadSafetensors(b)
 	if err != nil {
 		return fail(fmt.Sprintf("%s: %v", path, err))
 	}
-	params = make([]float32, model.NumParams)
+	params := make([]float32, model.NumParams)
 	if err := model.ParamsFromSafetensors(tensors, params); err != nil {
 		return fail(fmt.Sprintf("%s: %s", path, strings.TrimPrefix(err.Error(), "safetensors: ")))
 	}
 	if err := checkFinite(model, params, path); err != nil {
-		return nil, "", err
+		return initSource{}, err
 	}
 	h := sha256.Sum256(b)
-	return params, hex.EncodeToString(h[:]), nil
+	src := initSource{params: params, sum: hex.EncodeToString(h[:]), from: path}
+	// The tensors are all a file needs; an export's spec, when it
+	// has one, also says which tokens it was trained on.
+	var exported JobSpec
+	if js, ok := meta["crowdtrain.spec"]; ok && json.Unmarshal([]byte(js), &exported) == nil {
+		src.spec = &exported
+	}
+	return src, nil
 }
 
 // paramsOfJob takes the current parameters of job id (a sweep's: its best
-// trial's) for model, and returns them with the job's id and version.
-func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) ([]float32, string, int64, error) {
-	fail := func(format string, args ...any) ([]float32, string, int64, error) {
-		return nil, "", 0, &SpecError{Key: "init.job", Problem: fmt.Sprintf(format, args...)}
+// trial's) for model.
+func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) (initSource, error) {
+	fail := func(format string, args ...any) (initSource, error) {
+		return initSource{}, &SpecError{Key: "init.job", Problem: fmt.Sprintf(format, args...)}
 	}
 	if best, ok, err := s.bestOf(id); ok {
 		if err != nil {
@@ -190,10 +243,12 @@ func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) ([
 		msg := strings.TrimPrefix(err.Error(), "safetensors: ")
 		return fail("job %s's model (%d parameters) is not this one's (%d): %s", id, src.model.NumParams, model.NumParams, msg)
 	}
-	if err := checkFinite(model, out, fmt.Sprintf("job %s at version %d", id, version)); err != nil {
-		return nil, "", 0, err
+	from := fmt.Sprintf("job %s at version %d", id, version)
+	if err := checkFinite(model, out, from); err != nil {
+		return initSource{}, err
 	}
-	return out, id, version, nil
+	spec := src.Spec
+	return initSource{params: out, job: id, version: version, spec: &spec, from: from}, nil
 }
 
 // jobIDsOf lists the jobs' ids, for an error.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -64,7 +65,7 @@ func writeInitFile(t testing.TB, b []byte) string {
 // unless it is a *SpecError for the `init` key naming the file.
 func initProblem(t *testing.T, path string, m *nn.Model) string {
 	t.Helper()
-	_, _, err := readInitFile(path, m)
+	_, err := readInitFile(path, m)
 	var se *SpecError
 	if !errors.As(err, &se) || se.Key != "init" {
 		t.Fatalf("got %v (%T), want a spec error for the init key", err, err)
@@ -133,9 +134,13 @@ func TestInitFileRoundTripIsBitIdentical(t *testing.T) {
 	if err := nn.WriteSafetensors(&b, m.Layout, params, ExportMetadata("src-1", spec, 7, "test")); err != nil {
 		t.Fatal(err)
 	}
-	got, sum, err := readInitFile(writeInitFile(t, b.Bytes()), m)
+	src, err := readInitFile(writeInitFile(t, b.Bytes()), m)
 	if err != nil {
 		t.Fatal(err)
+	}
+	got, sum := src.params, src.sum
+	if src.spec == nil || src.spec.Name != "src" {
+		t.Errorf("the export's spec read back as %+v", src.spec)
 	}
 	for i := range params {
 		if math.Float32bits(got[i]) != math.Float32bits(params[i]) {
@@ -182,7 +187,7 @@ func TestCorruptInitFileIsAnError(t *testing.T) {
 	params := make([]float32, m.NumParams)
 	m.Init(params, 1)
 	valid := encodeTensors(t, modelTensors(m, params))
-	if _, _, err := readInitFile(writeInitFile(t, valid), m); err != nil {
+	if _, err := readInitFile(writeInitFile(t, valid), m); err != nil {
 		t.Fatalf("the valid file: %v", err)
 	}
 	for name, b := range corruptInitFiles(valid) {
@@ -218,7 +223,8 @@ func FuzzInitFile(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := readInitFile(path, m)
+		src, err := readInitFile(path, m)
+		got := src.params
 		if err != nil {
 			var se *SpecError
 			if !errors.As(err, &se) || se.Key != "init" {
@@ -238,4 +244,37 @@ func FuzzInitFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Parameters trained on another tokenizer's ids are refused though every
+// shape fits; the same tokenizer, or bytes on both sides, are not.
+func TestInitFromAnotherTokenizerIsRefused(t *testing.T) {
+	tok := func(data string) *jobspec.Tokenizer {
+		return &jobspec.Tokenizer{Type: jobspec.TokenizerBPE, Vocab: 300, Data: data}
+	}
+	for _, c := range []struct {
+		name     string
+		src, job *jobspec.Tokenizer
+		refused  bool
+	}{
+		{"bytes on both sides", nil, nil, false},
+		{"the same tokenizer", tok("merges A"), tok("merges A"), false},
+		{"another tokenizer", tok("merges A"), tok("merges B"), true},
+		{"a tokenizer, then bytes", tok("merges A"), nil, true},
+		{"bytes, then a tokenizer", nil, tok("merges A"), true},
+	} {
+		src := initSource{spec: &JobSpec{Tokenizer: c.src}, from: "job src at version 3"}
+		err := checkSameTokenizer(JobSpec{Tokenizer: c.job}, src)
+		var se *SpecError
+		switch {
+		case !c.refused && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.refused && (!errors.As(err, &se) || se.Key != "init" || !strings.Contains(se.Problem, "job src at version 3") || !strings.Contains(se.Problem, "embedding row")):
+			t.Errorf("%s: %v; want an init error naming the source and why", c.name, err)
+		}
+	}
+	// A file with no spec in its metadata is taken on its tensors alone.
+	if err := checkSameTokenizer(JobSpec{Tokenizer: tok("merges A")}, initSource{from: "f"}); err != nil {
+		t.Errorf("a file without crowdtrain.spec: %v", err)
+	}
 }
