@@ -38,8 +38,11 @@ const initWant = "want the path of a safetensors file (as crowdtrain export writ
 func decodeInit(val *yaml.Node, s *Spec, _ given) error {
 	switch val.Kind {
 	case yaml.ScalarNode:
-		if strings.TrimSpace(val.Value) == "" {
+		if strings.TrimSpace(val.Value) == "" || val.Tag == "!!null" {
 			return Errorf("init", initWant)
+		}
+		if val.Tag != "!!str" {
+			return Errorf("init", "%s (got %s: quote a file name YAML reads as a number or a boolean)", initWant, val.Value)
 		}
 		s.Init = &Init{File: val.Value}
 		return nil

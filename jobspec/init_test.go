@@ -45,6 +45,8 @@ func TestInitKey(t *testing.T) {
 	}
 	for _, c := range []struct{ spec, key, says string }{
 		{`init: ""`, "init", "safetensors file"},
+		{"init: null", "init", "safetensors file"},
+		{"init: 3", "init", "safetensors file"},
 		{"init: [a, b]", "init", "{job: ID}"},
 		{"init: {job: ''}", "init.job", "job's id"},
 		{"init: {job: [a]}", "init.job", "job's id"},
