@@ -3,6 +3,7 @@
 package coordinator
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,12 +18,16 @@ func TestInitFileThatIsAFIFOIsRefused(t *testing.T) {
 		t.Skipf("mkfifo: %v", err)
 	}
 	m := initTestModel(t)
-	done := make(chan string, 1)
-	go func() { done <- initProblem(t, fifo, m) }()
+	done := make(chan error, 1)
+	go func() {
+		_, err := readInitFile(fifo, m)
+		done <- err
+	}()
 	select {
-	case problem := <-done:
-		if !strings.Contains(problem, "named pipe") {
-			t.Errorf("%q does not say the file is a named pipe", problem)
+	case err := <-done:
+		var se *SpecError
+		if !errors.As(err, &se) || se.Key != "init" || !strings.Contains(se.Problem, fifo) || !strings.Contains(se.Problem, "named pipe") {
+			t.Errorf("got %v; want an init error saying %s is a named pipe", err, fifo)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("reading a FIFO as init blocked for 5 s")
