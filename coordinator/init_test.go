@@ -266,6 +266,21 @@ func TestMLPStartedFromInitMatchesItsSourcesLoss(t *testing.T) {
 				c.form, first.Loss, first.Accuracy, last.Loss, last.Accuracy)
 		}
 	}
+
+	// A start that already meets the job's target is the job's result.
+	metSpec := fmt.Sprintf(`{"name": "met", "model": "mnist-mlp", "target_accuracy": 0.5, "init": {"job": %q}}`, g.job.ID)
+	code, v, key, msg := g.submit(metSpec)
+	if code != http.StatusCreated {
+		t.Fatalf("submit: %d, %s: %s", code, key, msg)
+	}
+	var met coordinator.JobView
+	deadline := time.Now().Add(time.Minute)
+	for g.getJSON("/api/v1/jobs/"+v.ID, &met); met.State != coordinator.StateDone && time.Now().Before(deadline); g.getJSON("/api/v1/jobs/"+v.ID, &met) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if met.State != coordinator.StateDone || met.Version != 0 {
+		t.Errorf("a job whose start meets its target: %s at version %d (%s), want done at version 0", met.State, met.Version, met.Reason)
+	}
 }
 
 // A job started from a file whose version 0 was never saved (the
