@@ -208,7 +208,7 @@ func (d *dataSets) namesLocked() string {
 }
 
 // resolveData confines the files a spec submitted over the API names
-// (data and tokenizer) to the coordinator's data root, resolving relative
+// (data, tokenizer and init) to the coordinator's data root, resolving relative
 // paths against it.
 func (s *Server) resolveData(spec *JobSpec) error {
 	root := s.cfg.DataRoot
@@ -222,5 +222,8 @@ func (s *Server) resolveData(spec *JobSpec) error {
 		}
 		return &SpecError{Key: "dataset", Problem: err.Error()}
 	}
-	return resolveTokenizer(spec, root)
+	if err := resolveTokenizer(spec, root); err != nil {
+		return err
+	}
+	return resolveInit(spec, root)
 }

@@ -8,6 +8,7 @@ type (
 	JobSpec   = jobspec.Spec
 	SpecError = jobspec.Error
 	Duration  = jobspec.Duration
+	Init      = jobspec.Init
 )
 
 // ErrUnknownJob is returned for a --job that is neither a preset nor a file.

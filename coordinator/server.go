@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -168,9 +169,24 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := s.checkModelSize(spec); err != nil {
 		return nil, err
 	}
+	// Parameters from `init` are read and checked now, before anything
+	// is stored, and where they came from is recorded in the spec.
+	var initial []float32
+	if spec.Init != nil {
+		model, err := nn.NewModel(spec.Model)
+		if err != nil {
+			return nil, &SpecError{Key: "model", Problem: err.Error()}
+		}
+		if initial, err = s.initParams(context.Background(), &spec, model); err != nil {
+			return nil, err
+		}
+	}
 	j, err := newJob(id, spec, train, test, &s.leaseIDs, s.cfg.Logger, &s.shardSets)
 	if err != nil {
 		return nil, err
+	}
+	if initial != nil {
+		copy(j.st.model.Params, initial)
 	}
 	if parent != "" {
 		j.parent = parent
@@ -187,9 +203,14 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 		}
 	}
 	s.startJob(j)
-	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
-		id, spec.Name, j.model.NumParams, len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
+	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters (%s), %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+		id, spec.Name, j.model.NumParams, describeInit(spec.Init), len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
 		"name", spec.Name)
+	if spec.Init != nil {
+		// A job that starts from a trained model is scored before it
+		// trains, so its curve starts where its source's ended.
+		_ = j.exec(context.Background(), func(*jobState) { j.startEval(false) })
+	}
 	return j, nil
 }
 
@@ -291,6 +312,11 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 		c, err := st.LatestCheckpoint(ctx, rec.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
+			// Stopped before its version 0 was saved: a job started
+			// from init reads its parameters again.
+			if err := s.reinit(ctx, j); err != nil {
+				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
+			}
 		case err != nil:
 			return nil, fmt.Errorf("job %s: %w", rec.ID, err)
 		default:

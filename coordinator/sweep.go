@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/search"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -144,6 +145,13 @@ func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
 			train, _, derr := s.data.get(t)
 			if err = derr; err == nil {
 				err = CheckData(&t, train)
+			}
+		}
+		if err == nil && t.Init != nil {
+			// Every trial's init fits its model, or nothing starts.
+			model, merr := nn.NewModel(t.Model)
+			if err = merr; err == nil {
+				_, err = s.initParams(context.Background(), &t, model)
 			}
 		}
 		if err != nil {

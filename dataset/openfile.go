@@ -87,3 +87,8 @@ func readRegular(path string) ([]byte, error) {
 	defer f.Close()
 	return io.ReadAll(f)
 }
+
+// OpenRegular opens path for reading only if it is a regular file, without
+// blocking on a FIFO put in its place (see openRegular): for the files a
+// job spec names outside a data set (a model's starting parameters).
+func OpenRegular(path string) (*os.File, error) { return openRegular(path) }

@@ -50,6 +50,7 @@ var keys = []key{
 	{name: "model", decode: decodeModel},
 	{name: "dataset", decode: decodeDataset},
 	{name: "tokenizer", decode: decodeTokenizer},
+	{name: "init", decode: decodeInit},
 	{name: "mode", live: true},
 	{name: "outer_optimizer", decode: decodeOuter, live: true},
 	{name: "optimizer", decode: decodeOuter, live: true, alias: "outer_optimizer"},

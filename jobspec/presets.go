@@ -267,6 +267,9 @@ func Load(nameOrFile string) (Spec, error) {
 	if t := s.Tokenizer; t != nil && t.File != "" && !filepath.IsAbs(t.File) {
 		t.File = filepath.Join(dir, t.File)
 	}
+	if in := s.Init; in != nil && in.File != "" && !filepath.IsAbs(in.File) {
+		in.File = filepath.Join(dir, in.File)
+	}
 	return s, nil
 }
 

@@ -26,6 +26,9 @@ type Spec struct {
 	// Tokenizer, for a text job, turns its text into token ids (nil:
 	// the bytes are the tokens); see tokenizer.go.
 	Tokenizer *Tokenizer `json:"tokenizer,omitempty" yaml:"-"`
+	// Init, when set, is what version 0's parameters are instead of a
+	// random initialization (init.go).
+	Init *Init `json:"init,omitempty" yaml:"-"`
 
 	// Mode is the update rule: ModeAsync, ModeSync or ModeDiLoCo.
 	Mode string `json:"mode" yaml:"mode"`

@@ -49,6 +49,9 @@ func (s Spec) Validate() error {
 	if len(s.Name) > 128 {
 		return Errorf("name", "at most 128 characters")
 	}
+	if err := s.validateInit(); err != nil {
+		return err
+	}
 	if err := s.Dataset.Validate(); err != nil {
 		var ke *dataset.KeyError
 		if errors.As(err, &ke) {

@@ -221,6 +221,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err := coordinator.CheckData(&spec, train); err != nil {
 		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", o.jobArg, train.Describe(), err)}
 	}
+	// Starting parameters that do not fit the model exit 2 here too
+	// (init: {job: ID} is checked when the job is added).
+	if err := coordinator.CheckInitFile(spec); err != nil {
+		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
+	}
 	logger.Printf("data: %s: train %s; test %s", spec.Dataset, train.Describe(), test.Describe())
 	preloaded := spec.Dataset.Key()
 	var db *store.Store
