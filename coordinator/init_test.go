@@ -61,7 +61,7 @@ func exportSaved(t *testing.T, db *store.Store, id string, min int64) ([]byte, c
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var b bytes.Buffer
-		info, err := coordinator.Export(context.Background(), db, id, -1, &b)
+		info, err := coordinator.Export(context.Background(), db, id, -1, coordinator.FormatSafetensors, &b)
 		if err == nil && info.Version >= min {
 			return b.Bytes(), info
 		}
