@@ -12,43 +12,83 @@ import (
 )
 
 // The coordinator as a spot check's referee (engine/spotreferee.go has
-// the rule). Every mismatched check is recomputed here: the task's examples from its shard's body, the base
-// snapshot the copies fetched, the lease's inner plan, on
-// compute.Reference (nn's layers on the pure-Go kernel: the pinned fp32
-// result) on a goroutine of its own; the result comes back to the loop
-// through exec and enters the check as its third. Recomputations are
-// bounded per job: one at a time, and a token bucket of refereeBurst
-// that refills one per refereeEvery on the job's clock. A flood of
-// disagreements (sybils lying on copies) then costs at most one core's
-// share, and the checks past the bound wait (recompute_deferred) for a
-// refill or their Timeout; each liar is banned after its job's strikes,
-// so a flood costs its sender an identity per few recomputations.
+// the rule). Every mismatched check is recomputed here: the task's
+// examples from its shard's body, the base snapshot the copies fetched,
+// the lease's inner plan, on compute.Reference (nn's layers on the
+// pure-Go kernel: the pinned fp32 result) on a goroutine of its own; the
+// result comes back to the loop through exec and enters the check as its
+// third.
+//
+// Recomputations are bounded per job by the CPU they take, not by their
+// count, since a task costs milliseconds on mnist-mlp and seconds on a
+// transformer: one at a time, from a bucket of refereeBurst seconds of
+// compute that refills at refereeShare seconds per second on the job's
+// clock (a quarter of one core). A recomputation may start while the
+// bucket holds what one is expected to take (a running mean of the last
+// ones, refereeFirstGuess before any), or is full; what it really took is
+// charged when it ends, and a dear one leaves the bucket in debt. A flood of disagreements (sybils lying on copies) then
+// costs at most that share, and the checks past the bound wait
+// (recompute_deferred) for a refill or their Timeout; each liar is banned
+// after its job's strikes, so a flood costs its sender an identity per
+// few recomputations. A bound by count (one per 2 s) left the checks of
+// four ALIE attackers among nine waiting in every pending place while
+// their results went unchecked.
 const (
-	refereeBurst = 4
-	refereeEvery = 2 * time.Second
+	refereeBurst      = 2.0  // seconds of compute the bucket holds
+	refereeShare      = 0.25 // seconds of compute per second
+	refereeFirstGuess = 0.25 // seconds a first recomputation is expected to take
 )
 
 // refereeState is a job's recomputations, on its loop.
 type refereeState struct {
 	running bool      // a recomputation is out
-	tokens  float64   // the bucket
+	tokens  float64   // the bucket, in seconds of compute
 	at      time.Time // when it was last filled
+	guess   float64   // what a recomputation is expected to take (0: refereeFirstGuess)
 	seconds float64   // time spent recomputing
 }
 
-// take spends a token, if the bucket has one at now.
-func (r *refereeState) take(now time.Time) bool {
+// expected is what the next recomputation should take.
+func (r *refereeState) expected() float64 {
+	if r.guess <= 0 {
+		return refereeFirstGuess
+	}
+	return r.guess
+}
+
+// fill tops the bucket up to now.
+func (r *refereeState) fill(now time.Time) {
 	if r.at.IsZero() {
 		r.tokens = refereeBurst
 	} else if d := now.Sub(r.at); d > 0 {
-		r.tokens = min(refereeBurst, r.tokens+d.Seconds()/refereeEvery.Seconds())
+		r.tokens = min(refereeBurst, r.tokens+d.Seconds()*refereeShare)
 	}
 	r.at = now
-	if r.tokens < 1 {
+}
+
+// take spends what a recomputation is expected to take, if the bucket
+// has it at now (or is full: one dearer than the whole burst waits for a
+// full bucket and leaves it in debt).
+func (r *refereeState) take(now time.Time) bool {
+	r.fill(now)
+	if r.tokens < min(r.expected(), refereeBurst) {
 		return false
 	}
-	r.tokens--
+	r.tokens -= r.expected()
 	return true
+}
+
+// done charges a recomputation that took seconds instead of what take
+// spent, and learns from it.
+func (r *refereeState) done(took float64) {
+	e := r.expected()
+	r.tokens = min(refereeBurst, r.tokens+e-took)
+	if r.guess <= 0 {
+		r.guess = took
+	} else {
+		r.guess = 0.8*r.guess + 0.2*took
+	}
+	r.guess = max(r.guess, 1e-3)
 }
 
 // spotReferee starts the recomputation of each mismatched check
@@ -102,6 +142,7 @@ func (j *Job) recompute(c *engine.Check) {
 		_ = j.exec(context.Background(), func(st *jobState) {
 			st.referee.running = false
 			st.referee.seconds += took
+			st.referee.done(took)
 			j.refereed(c, u, err, took)
 		})
 	}()

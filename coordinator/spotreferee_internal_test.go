@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +25,11 @@ func disputes(t *testing.T, j *Job, first uint64, n int, base int64) {
 	}
 }
 
-// The coordinator's recomputations are bounded: a bucket of refereeBurst
-// refilled one per refereeEvery on the job's clock, the disputes past it
-// waiting (each counted once as deferred); a dispute whose base snapshot
-// is gone is dropped and counted, never computed.
+// The coordinator's recomputations are bounded: a bucket of
+// refereeBurst seconds of compute refilled at refereeShare on the job's
+// clock, each start spending what one is expected to take, the disputes
+// past it waiting (each counted once as deferred); a dispute whose base
+// snapshot is gone is dropped and counted, never computed.
 func TestRefereeBoundAndBaseGone(t *testing.T) {
 	j := tinyJob(t, "spot_check: 1\n")
 	now := time.Unix(1_000_000, 0)
@@ -36,21 +38,23 @@ func TestRefereeBoundAndBaseGone(t *testing.T) {
 	j.join("wb", member{volunteer: "b", address: "10.0.0.2"})
 	p := j.st.spot
 	p.MaxPending = 100
+	burst := int64(refereeBurst / refereeFirstGuess)                                // starts the full bucket pays for
+	every := time.Duration(refereeFirstGuess / refereeShare * float64(time.Second)) // the refill of one
 
-	disputes(t, j, 1, refereeBurst+3, 7) // version 7 was never published
+	disputes(t, j, 1, int(burst)+3, 7) // version 7 was never published
 	j.spotReferee()
-	if p.Counters.RecomputeDropped != refereeBurst || p.Counters.RecomputeDeferred != 3 || p.Pending() != 3 || j.st.referee.running {
-		t.Fatalf("counters %+v, pending %d, running %v: want %d dropped (base gone), 3 deferred", p.Counters, p.Pending(), j.st.referee.running, refereeBurst)
+	if p.Counters.RecomputeDropped != burst || p.Counters.RecomputeDeferred != 3 || p.Pending() != 3 || j.st.referee.running {
+		t.Fatalf("counters %+v, pending %d, running %v: want %d dropped (base gone), 3 deferred", p.Counters, p.Pending(), j.st.referee.running, burst)
 	}
 	j.spotReferee()
-	now = now.Add(refereeEvery / 2)
+	now = now.Add(every / 2)
 	j.spotReferee()
-	if p.Counters.RecomputeDropped != refereeBurst || p.Counters.RecomputeDeferred != 3 {
+	if p.Counters.RecomputeDropped != burst || p.Counters.RecomputeDeferred != 3 {
 		t.Fatalf("within the bound's time: counters %+v", p.Counters)
 	}
-	now = now.Add(refereeEvery / 2)
+	now = now.Add(every / 2)
 	j.spotReferee()
-	if p.Counters.RecomputeDropped != refereeBurst+1 || p.Counters.RecomputeDeferred != 3 || p.Pending() != 2 {
+	if p.Counters.RecomputeDropped != burst+1 || p.Counters.RecomputeDeferred != 3 || p.Pending() != 2 {
 		t.Fatalf("one refill later: counters %+v, pending %d; want one more taken", p.Counters, p.Pending())
 	}
 	now = now.Add(time.Hour)
@@ -60,10 +64,48 @@ func TestRefereeBoundAndBaseGone(t *testing.T) {
 	}
 	// The bucket holds refereeBurst at most, however long it waited.
 	now = now.Add(time.Hour)
-	disputes(t, j, 100, refereeBurst+1, 7)
+	disputes(t, j, 100, int(burst)+1, 7)
 	j.spotReferee()
 	if p.Pending() != 1 {
 		t.Fatalf("after a long wait %d disputes still wait, want 1 past the burst", p.Pending())
+	}
+}
+
+// The bucket charges what recomputations really take: cheap ones (an
+// mnist-mlp task, milliseconds) give back what their start spent and may
+// run many times a second; expensive ones (seconds) hold the coordinator
+// to refereeShare of a core.
+func TestRefereeBucketChargesWhatRecomputationsTake(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	var cheap refereeState
+	n := 0
+	for range 100 {
+		if !cheap.take(now) {
+			break
+		}
+		cheap.done(0.01)
+		n++
+	}
+	if n < 100 {
+		t.Fatalf("%d recomputations of 10 ms at once, want all 100 (1 s of compute, within the burst)", n)
+	}
+	var dear refereeState
+	n = 0
+	for range 60 { // a minute, a start tried each second
+		if dear.take(now) {
+			dear.done(5)
+			n++
+		}
+		now = now.Add(time.Second)
+	}
+	// 2 s of burst and 15 s of refill pay for 17 s: a 5 s recomputation
+	// can start only while the bucket holds its expected cost, so at most
+	// 17/5 after the first (which ran on the first guess).
+	if limit := 1 + int(math.Floor((refereeBurst+60*refereeShare)/5)); n < 2 || n > limit {
+		t.Fatalf("%d recomputations of 5 s in a minute, want 2 to %d (a quarter of a core)", n, limit)
+	}
+	if dear.tokens > refereeBurst || cheap.tokens > refereeBurst {
+		t.Fatalf("buckets over their size: %v %v", dear.tokens, cheap.tokens)
 	}
 }
 
