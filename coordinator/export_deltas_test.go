@@ -1,18 +1,14 @@
 package coordinator
 
-// SetSnapshotHistoryBytes bounds j's snapshot history to n bytes (it
-// still keeps the two newest versions), for the tests of deltas.
-func SetSnapshotHistoryBytes(j *Job, n int) {
-	j.snapMu.Lock()
-	j.history.limit = n
-	j.snapMu.Unlock()
-}
+// SetSnapshotCacheBytes bounds j's snapshot cache to n bytes (it still
+// keeps the current version), for the tests of deltas and rebasing.
+func SetSnapshotCacheBytes(j *Job, n int64) { j.snaps.setLimit(n) }
 
 // DeltasMade is how many deltas j has encoded.
 func DeltasMade(j *Job) int {
-	j.deltas.mu.Lock()
-	defer j.deltas.mu.Unlock()
-	return j.deltas.made
+	j.snaps.mu.Lock()
+	defer j.snaps.mu.Unlock()
+	return j.snaps.made
 }
 
 // FreeDeltas is freeDeltas, for tests.

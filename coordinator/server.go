@@ -209,6 +209,7 @@ func (s *Server) startJob(j *Job) {
 		}
 	}
 	j.limits = s.jobLimits()
+	j.snaps.setLimit(s.cfg.SnapshotCacheBytes)
 	j.onState = func(state string) {
 		if state != StateRunning {
 			go s.handOff(j, state) // route.go; never on the job's loop
