@@ -71,6 +71,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	if l.Served > 0 && l.Started() && res.BaseVersion == l.Served {
 		l.Base = l.Served // rebase.go: computed from the version served in its place
+		st.rebasedResults++
 	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base

@@ -171,6 +171,7 @@ type jobState struct {
 	leasesExpired  int64
 	leasesReleased int64
 	rebased        int64 // requests for evicted snapshots served the current one (rebase.go)
+	rebasedResults int64 // results that named the version served in place of their lease's
 	lastRelease    string
 	roundsShort    int64
 	clipped        int64 // results (or buckets) applied clipped by the robust rule
@@ -571,7 +572,7 @@ func (j *Job) view(st *jobState) JobView {
 		v.Round, v.RoundResults = r.Round(), r.Partial().Results
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
-	v.SnapshotCache = j.snapshotCacheView(st.rebased)
+	v.SnapshotCache = j.snapshotCacheView(st.rebased, st.rebasedResults)
 	v.Clipped = st.clipped
 	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()

@@ -115,8 +115,8 @@ func TestEvictedSnapshotServedNewer(t *testing.T) {
 	}
 
 	sc := g.jobView().SnapshotCache
-	if sc.Rebased != 1 || sc.Evictions == 0 || sc.Versions != 1 || sc.Limit != 1 {
-		t.Errorf("snapshot cache view %+v: want 1 rebased, evictions, 1 version, limit 1", sc)
+	if sc.Rebased != 1 || sc.RebasedResults != 1 || sc.Evictions == 0 || sc.Versions != 1 || sc.Limit != 1 {
+		t.Errorf("snapshot cache view %+v: want 1 rebased and its result, evictions, 1 version, limit 1", sc)
 	}
 	_, metrics := g.getAs("", "/metrics")
 	for _, m := range []string{"crowdtrain_job_snapshot_cache_bytes", "crowdtrain_job_snapshot_cache_evictions_total", "crowdtrain_job_snapshot_rebased_total"} {
@@ -171,5 +171,38 @@ func TestMLPTrainsWithATinySnapshotCache(t *testing.T) {
 	}
 	if n := v.Rejections[protocol.ReasonInvalid]; n != 0 {
 		t.Errorf("%d results refused as invalid", n)
+	}
+}
+
+// A native worker served the current version in place of its lease's
+// evicted one computes from it and names it: its results are accepted, none
+// refused as invalid. (The fast tier's check of the worker's side; the
+// training to a target is TestMLPTrainsWithATinySnapshotCache.)
+func TestWorkerNamesTheVersionServedInPlaceOfAnEvictedOne(t *testing.T) {
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.Snapshot = jobspec.SnapshotGranted
+		s.TargetAccuracy = 1
+		s.EvalEvery = 1 << 30
+	})
+	g := newTestGridWith(t, spec, func(c *coordinator.Config) { c.SnapshotCacheBytes = 1 })
+	var ws []*worker.Worker
+	for range 2 {
+		ws = append(ws, g.addWorkerWith(1, nil, func(c *worker.Config) { c.Prefetch = 3 }))
+	}
+	v := g.waitFor("5 rebased leases and 30 results", 30*time.Second, func(v coordinator.JobView) bool {
+		return v.SnapshotCache.RebasedResults >= 5 && v.UpdatesApplied >= 30
+	})
+	if n := v.Rejections[protocol.ReasonInvalid]; n != 0 {
+		t.Errorf("%d results refused as invalid: a worker named a version it was not served", n)
+	}
+	if v.SnapshotCache.RebasedResults == 0 {
+		t.Errorf("snapshot cache %+v: no result named the version served in place of its lease's", v.SnapshotCache)
+	}
+	accepted := int64(0)
+	for _, w := range ws {
+		accepted += w.Stats().Accepted
+	}
+	if accepted < 30 {
+		t.Errorf("the workers count %d accepted results, want 30 or more", accepted)
 	}
 }

@@ -46,23 +46,25 @@ type snapCache struct {
 // SnapshotCacheView is what the API and /metrics say of a job's snapshot
 // cache: the bytes it holds of its bound, the snapshots and deltas it has
 // evicted for the bound, the versions and deltas it holds, and the
-// requests for an evicted version served the current one (rebase.go).
+// requests for an evicted version served the current one (rebase.go) and
+// the results computed from such a version that named it.
 type SnapshotCacheView struct {
-	Bytes     int64 `json:"bytes"`
-	Limit     int64 `json:"limit"`
-	Evictions int64 `json:"evictions"`
-	Versions  int   `json:"versions"`
-	Deltas    int   `json:"deltas"`
-	Rebased   int64 `json:"rebased"`
+	Bytes          int64 `json:"bytes"`
+	Limit          int64 `json:"limit"`
+	Evictions      int64 `json:"evictions"`
+	Versions       int   `json:"versions"`
+	Deltas         int   `json:"deltas"`
+	Rebased        int64 `json:"rebased"`
+	RebasedResults int64 `json:"rebased_results"`
 }
 
-// snapshotCacheView reads the cache; rebased is the loop's count.
-func (j *Job) snapshotCacheView(rebased int64) SnapshotCacheView {
+// snapshotCacheView reads the cache; the rebase counts are the loop's.
+func (j *Job) snapshotCacheView(rebased, rebasedResults int64) SnapshotCacheView {
 	c := &j.snaps
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return SnapshotCacheView{Bytes: c.bytes, Limit: c.limitBytes(), Evictions: c.evictions, Versions: len(c.versions),
-		Deltas: len(c.deltas), Rebased: rebased}
+		Deltas: len(c.deltas), Rebased: rebased, RebasedResults: rebasedResults}
 }
 
 func (c *snapCache) limitBytes() int64 {
