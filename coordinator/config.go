@@ -56,8 +56,8 @@ type Config struct {
 	// CheckpointInterval is the longest time between checkpoints of a job
 	// whose model has moved.
 	CheckpointInterval time.Duration
-	// SnapshotCacheBytes bounds, per job, the snapshot bodies and deltas
-	// the coordinator holds (snapcache.go); 0 is
+	// SnapshotCacheBytes bounds the snapshot bodies and deltas the
+	// coordinator holds, all jobs together (snapcache.go); 0 is
 	// DefaultSnapshotCacheBytes. Each job's current version is kept even
 	// past it.
 	SnapshotCacheBytes int64

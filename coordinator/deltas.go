@@ -97,7 +97,9 @@ type deltaEntry struct {
 	done chan struct{}
 	body []byte
 	err  error
-	elem *list.Element // in the cache's age list once kept
+	// In the snapshot cache (snapcache.go), under its pool's mutex.
+	owner *snapCache
+	elem  *list.Element // in the pool's age list once kept
 }
 
 type freeDeltaKey struct {

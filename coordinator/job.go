@@ -43,9 +43,10 @@ type snapshot struct {
 	body    []byte
 	f16Once sync.Once // deltas.go: the f16 body, built on first request
 	f16     []byte
-	// In the job's snapshot cache (snapcache.go), under its mutex.
-	cost int64
-	elem *list.Element
+	// In the job's snapshot cache (snapcache.go), under its pool's mutex.
+	owner *snapCache
+	cost  int64
+	elem  *list.Element
 }
 
 // Job is one training run. A single goroutine (run) owns the model, the

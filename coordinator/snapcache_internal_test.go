@@ -8,8 +8,8 @@ import (
 // heldBytes counts what c holds from its entries, apart from its own
 // running total.
 func heldBytes(c *snapCache) (total int64, versions []int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	p := c.lock()
+	defer p.mu.Unlock()
 	for v, s := range c.versions {
 		total += s.cost
 		versions = append(versions, v)
@@ -21,10 +21,14 @@ func heldBytes(c *snapCache) (total int64, versions []int64) {
 	return total, versions
 }
 
-// countedBytes is the cache's own running total.
+// countedBytes is the cache's own running total, checked against its
+// pool's (the only cache in it).
 func countedBytes(c *snapCache) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	p := c.lock()
+	defer p.mu.Unlock()
+	if p.bytes != c.bytes {
+		panic("a pool of one cache counts other bytes than the cache")
+	}
 	return c.bytes
 }
 
@@ -140,5 +144,40 @@ func TestSnapshotCacheRepublishCountsOnce(t *testing.T) {
 	}
 	if s := c.snapshot(7); s == nil || len(s.body) != 102 {
 		t.Errorf("version 7 is not the last published: %v", s)
+	}
+}
+
+// Jobs share the process's bound: the oldest entry goes whichever job it
+// is of, each job's current version stays, and the jobs' bytes add up to
+// the pool's.
+func TestSnapshotCachePoolIsSharedByJobs(t *testing.T) {
+	pool := &snapPool{limit: 1000}
+	a, b := &snapCache{pool: pool}, &snapCache{pool: pool}
+	pub := func(c *snapCache, v int64, n int) { c.publish(&snapshot{version: v, body: make([]byte, n)}, int64(n)) }
+	pub(a, 1, 300)
+	pub(b, 1, 300)
+	pub(a, 2, 300) // 900
+	pub(b, 2, 300) // 1200: a's version 1 goes, the oldest
+	if _, kept := heldBytes(a); !slices.Equal(kept, []int64{2}) {
+		t.Fatalf("job a keeps %v, want 2 (its version 1 was the pool's oldest)", kept)
+	}
+	if _, kept := heldBytes(b); !slices.Equal(kept, []int64{1, 2}) {
+		t.Fatalf("job b keeps %v, want 1 2", kept)
+	}
+	pub(b, 3, 900) // 1800: b's 1 and 2 go; a's current and b's current stay, over the bound
+	_, ka := heldBytes(a)
+	_, kb := heldBytes(b)
+	if !slices.Equal(ka, []int64{2}) || !slices.Equal(kb, []int64{3}) {
+		t.Fatalf("kept a %v, b %v; want each job's current version alone", ka, kb)
+	}
+	ta, _ := heldBytes(a)
+	tb, _ := heldBytes(b)
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if pool.bytes != ta+tb || a.bytes != ta || b.bytes != tb || pool.bytes != 1200 {
+		t.Errorf("pool counts %d bytes, jobs %d and %d, their entries %d and %d; want 1200 in all", pool.bytes, a.bytes, b.bytes, ta, tb)
+	}
+	if a.evictions != 1 || b.evictions != 2 {
+		t.Errorf("evictions a %d, b %d; want 1 and 2", a.evictions, b.evictions)
 	}
 }

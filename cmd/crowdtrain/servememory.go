@@ -16,8 +16,8 @@ type memoryFlags struct {
 
 func (m *memoryFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&m.snapshotCacheMB, "snapshot-cache-mb", coordinator.DefaultSnapshotCacheBytes>>20,
-		"`MB` of snapshot bodies and deltas each job holds for workers, oldest evicted first (a job's current version always stays; "+
-			"a worker whose lease's version was evicted is served the current one); the default keeps gpt-small's current version and four older ones")
+		"`MB` of snapshot bodies and deltas all jobs together hold for workers, oldest evicted first (each job's current version always stays; "+
+			"a worker whose lease's version was evicted is served the current one); the default keeps gpt-small's current version and nine older ones")
 }
 
 func (m *memoryFlags) check() error {
