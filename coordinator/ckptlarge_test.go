@@ -140,12 +140,15 @@ func TestGPTSmallCheckpointInChunksAndResume(t *testing.T) {
 	if rssOK {
 		rssBefore, rssOK = peakRSS()
 	}
+	start := time.Now()
 	if err := j.writeCheckpoint(ctx, op, 5); err != nil {
 		t.Fatal(err)
 	}
+	took := time.Since(start)
 	runtime.ReadMemStats(&after)
 	alloc := int64(after.TotalAlloc - before.TotalAlloc)
-	t.Logf("checkpoint of %d bytes (model %d): the write allocated %d bytes (%.3fx the model)", stateBytes, modelBytes, alloc, float64(alloc)/float64(modelBytes))
+	t.Logf("checkpoint of %d bytes (model %d) written in %v: the write allocated %d bytes (%.3fx the model)",
+		stateBytes, modelBytes, took.Round(time.Millisecond), alloc, float64(alloc)/float64(modelBytes))
 	if alloc > modelBytes/2 {
 		t.Errorf("the write allocated %d bytes, over half the model's %d: a second copy of the model", alloc, modelBytes)
 	}
