@@ -206,3 +206,38 @@ func TestWorkerNamesTheVersionServedInPlaceOfAnEvictedOne(t *testing.T) {
 		t.Errorf("the workers count %d accepted results, want 30 or more", accepted)
 	}
 }
+
+// In an f16 job the evicted version's f16 URL serves the current version's
+// f16 body, named in the header, to a worker that reads it.
+func TestEvictedF16SnapshotServedNewer(t *testing.T) {
+	g := newTestGrid(t, deltaJob(t, jobspec.CodecFP16))
+	a := g.joinRawHello(func(h *protocol.Hello) {
+		h.SnapshotRebase = true
+		h.SnapshotCodecs = []string{protocol.SnapshotF32, protocol.SnapshotF16}
+	})
+	n := a.welcome.Job.NumParams
+	held := a.leases(1)[0]
+	if !strings.HasSuffix(held.SnapshotURL, "/f16") {
+		t.Fatalf("an f16 worker's lease names %q", held.SnapshotURL)
+	}
+	var cur protocol.Lease
+	for range 3 {
+		cur = a.leases(1)[0]
+		a.send(&protocol.Result{LeaseID: cur.ID, JobID: cur.JobID, BaseVersion: cur.BaseVersion, Codec: protocol.CodecF32,
+			Update: smallUpdate(n), Examples: cur.Count, LossSum: 1})
+		if ack := a.ack(cur.ID); !ack.Accepted {
+			t.Fatalf("result rejected: %+v", ack)
+		}
+	}
+	cur = a.leases(1)[0]
+	coordinator.SetSnapshotCacheBytes(g.job, 1)
+	_, want := g.getAs("", pathOf(t, cur.SnapshotURL))
+	resp, body := g.getAs(a.welcome.WorkerID, pathOf(t, held.SnapshotURL))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(coordinator.SnapshotVersionHeader) != strconv.FormatInt(cur.BaseVersion, 10) {
+		t.Fatalf("evicted f16 version %d: %s, %s %q; want 200 naming %d", held.BaseVersion, resp.Status,
+			coordinator.SnapshotVersionHeader, resp.Header.Get(coordinator.SnapshotVersionHeader), cur.BaseVersion)
+	}
+	if len(body) != 2*n || !bytes.Equal(body, want) {
+		t.Fatalf("served %d bytes, not the current version's f16 body of %d", len(body), len(want))
+	}
+}
