@@ -164,18 +164,20 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
 		return
 	}
-	var body []byte
-	if vars["run"] == strconv.FormatInt(j.run, 10) {
-		body = j.snapshotBody(version)
-	}
-	if body == nil {
-		// Either never published or already too old for any acceptable
-		// result: the worker should give the lease back and ask again.
+	snap, rebased := s.snapshotFor(r, j, vars["run"], version)
+	if snap == nil {
+		// Either never published or evicted from the snapshot cache, to a
+		// worker that cannot be rebased: it should give the lease back
+		// and ask again.
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
+	if rebased {
+		s.serveRebased(w, r, j, servedSnapshot, snap.version, snap.body)
+		return
+	}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
-	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
+	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), snap.body, free)
 }
 
 func (s *Server) handleShard(w http.ResponseWriter, r *http.Request) {

@@ -180,15 +180,17 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 	}
 }
 
-// Snapshots live only while a held lease may still use them, so memory
-// stays bounded even with a huge max_staleness.
-func TestSnapshotsArePrunedWhenNoLeaseNeedsThem(t *testing.T) {
+// Snapshots live only within the job's snapshot cache, so memory stays
+// bounded in bytes even with a huge max_staleness: past the bound the
+// oldest go, the current version stays.
+func TestSnapshotsArePrunedPastTheCacheBound(t *testing.T) {
 	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
 		s.MaxStaleness = 1 << 20
 	}))
 	rc := g.joinRaw()
+	coordinator.SetSnapshotCacheBytes(g.job, int64(2*4*rc.welcome.Job.NumParams)) // two versions
 	var first protocol.Lease
 	for i := range 5 {
 		l := rc.leases(1)[0]
@@ -201,11 +203,14 @@ func TestSnapshotsArePrunedWhenNoLeaseNeedsThem(t *testing.T) {
 			t.Fatalf("result %d rejected: %+v", i, a)
 		}
 	}
-	held := rc.leases(1)[0] // publishes version 5 and prunes the rest
+	held := rc.leases(1)[0] // publishes version 5: versions 4 and 5 stay
 	if code := g.getJSON(first.SnapshotURL, nil); code != http.StatusGone {
-		t.Errorf("snapshot of version %d no lease needs: status %d, want 410", first.BaseVersion, code)
+		t.Errorf("snapshot of version %d, past the cache's bound: status %d, want 410", first.BaseVersion, code)
 	}
 	if code := g.getJSON(held.SnapshotURL, nil); code != http.StatusOK {
-		t.Errorf("snapshot of a held lease: status %d, want 200", code)
+		t.Errorf("snapshot of the current version: status %d, want 200", code)
+	}
+	if sc := g.jobView().SnapshotCache; sc.Versions != 2 || sc.Bytes > sc.Limit {
+		t.Errorf("snapshot cache %+v: want two versions within the bound", sc)
 	}
 }

@@ -69,6 +69,10 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if l.IsCopy() && st.spot.IsCopy(l.ID) {
 		return j.spotCopy(sub, l, ack, reject) // spotcheck.go: compared, never applied
 	}
+	if l.Served > 0 && l.Started() && res.BaseVersion == l.Served {
+		l.Base = l.Served // rebase.go: computed from the version served in its place
+		st.rebasedResults++
+	}
 	if l.Started() {
 		ack.Staleness = st.model.Version - l.Base
 	}

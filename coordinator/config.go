@@ -56,6 +56,11 @@ type Config struct {
 	// CheckpointInterval is the longest time between checkpoints of a job
 	// whose model has moved.
 	CheckpointInterval time.Duration
+	// SnapshotCacheBytes bounds the snapshot bodies and deltas the
+	// coordinator holds, all jobs together (snapcache.go); 0 is
+	// DefaultSnapshotCacheBytes. Each job's current version is kept even
+	// past it.
+	SnapshotCacheBytes int64
 	// KeepCheckpoints is how many checkpoints of each job are kept.
 	KeepCheckpoints int
 	// Verbose logs every checkpoint written.

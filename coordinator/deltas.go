@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 
 	"github.com/gorilla/mux"
 
@@ -18,30 +17,12 @@ import (
 
 // Snapshot codecs and deltas (docs/PROTOCOL.md, "Snapshots").
 //
-// Besides the snapshots leases pin (Job.snapshots), the job keeps a
-// bounded history of the most recently published ones: the versions a
-// worker may still hold, from which a delta to a newer version is made.
-// f16 bodies are built once per version, on first request, and kept with
-// the snapshot; deltas are made on first request, in the handler's
-// goroutine (never the job's loop), and kept in a bounded LRU.
-
-const (
-	// snapshotHistoryBytes bounds the bodies the history keeps (f32 and
-	// f16), though it always keeps the minHistory newest versions.
-	snapshotHistoryBytes = 64 << 20
-	minHistory           = 2
-	// deltaCacheBytes bounds the deltas kept for later requests.
-	deltaCacheBytes = 32 << 20
-)
-
-// snapHistory is the job's recent snapshots, oldest first. snapMu guards
-// it, as it does the snapshots map.
-type snapHistory struct {
-	recent []*snapshot
-	bytes  int
-	// limit overrides snapshotHistoryBytes (tests).
-	limit int
-}
+// The job's snapshot cache (snapcache.go) keeps the published snapshots
+// within its bound: the versions leases name and workers may still hold,
+// from which a delta to a newer version is made. f16 bodies are built once
+// per version, on first request, and kept with the snapshot; deltas are
+// made on first request, in the handler's goroutine (never the job's
+// loop), and kept in the same cache.
 
 // encodeSnapshot is the f32 body of params. In a job that serves f16
 // snapshots it holds the values the f16 body decodes to, widened: a worker
@@ -79,54 +60,13 @@ func (s *snapshot) codecBody(codec string) []byte {
 	return s.body
 }
 
-// remember adds a published snapshot to the history and drops the
-// oldest beyond the bound. The caller holds snapMu.
-func (j *Job) remember(s *snapshot) {
-	h := &j.history
-	h.recent = append(h.recent, s)
-	h.bytes += j.historyCost(s)
-	limit := h.limit
-	if limit == 0 {
-		limit = snapshotHistoryBytes
-	}
-	for len(h.recent) > minHistory && h.bytes > limit {
-		h.bytes -= j.historyCost(h.recent[0])
-		h.recent[0] = nil
-		h.recent = h.recent[1:]
-	}
-}
-
-// historyCost counts a snapshot's f32 body and, in a job that serves f16,
-// the f16 body it will likely get.
-func (j *Job) historyCost(s *snapshot) int {
+// snapshotCost is what a snapshot counts in the cache: its f32 body and,
+// in a job that serves f16, the f16 body it will likely get.
+func (j *Job) snapshotCost(body []byte) int64 {
 	if wireSnapshotCodec(j.Spec) == protocol.SnapshotF16 {
-		return len(s.body) + len(s.body)/2
+		return int64(len(body) + len(body)/2)
 	}
-	return len(s.body)
-}
-
-// heldSnapshot is version's snapshot if a lease pins it or the history
-// still has it; nil otherwise.
-func (j *Job) heldSnapshot(version int64) *snapshot {
-	j.snapMu.RLock()
-	defer j.snapMu.RUnlock()
-	if s := j.snapshots[version]; s != nil {
-		return s
-	}
-	for _, s := range j.history.recent {
-		if s.version == version {
-			return s
-		}
-	}
-	return nil
-}
-
-// publishedSnapshot is a snapshot the full snapshot URL serves: one a
-// lease may still need.
-func (j *Job) publishedSnapshot(version int64) *snapshot {
-	j.snapMu.RLock()
-	defer j.snapMu.RUnlock()
-	return j.snapshots[version]
+	return int64(len(body))
 }
 
 // snapshotCodec is the snapshot codec worker reads in this job: the
@@ -157,21 +97,9 @@ type deltaEntry struct {
 	done chan struct{}
 	body []byte
 	err  error
-	elem *list.Element
-}
-
-// deltaCache is an LRU of deltas, bounded by bytes. A delta is made once:
-// concurrent requests for it wait for the first.
-type deltaCache struct {
-	mu    sync.Mutex
-	m     map[deltaKey]*deltaEntry
-	lru   list.List // front: most recently used; holds *deltaEntry
-	bytes int
-	limit int
-	made  int // deltas encoded (tests)
-	// freeMade counts, per client address and target version, the new
-	// deltas made for it free of its download budget (freeDeltas).
-	freeMade map[freeDeltaKey]int
+	// In the snapshot cache (snapcache.go), under its pool's mutex.
+	owner *snapCache
+	elem  *list.Element // in the pool's age list once kept
 }
 
 type freeDeltaKey struct {
@@ -190,67 +118,6 @@ const freeDeltas = 4
 // maxFreeDeltaKeys bounds freeMade; past it the counts start again.
 const maxFreeDeltaKeys = 4096
 
-// takeFree counts a new delta to version to made free for client, and
-// reports whether it was still within freeDeltas.
-func (c *deltaCache) takeFree(client string, to int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.freeMade == nil || len(c.freeMade) > maxFreeDeltaKeys {
-		c.freeMade = map[freeDeltaKey]int{}
-	}
-	k := freeDeltaKey{client, to}
-	c.freeMade[k]++
-	return c.freeMade[k] <= freeDeltas
-}
-
-// has reports whether the delta k is made or being made.
-func (c *deltaCache) has(k deltaKey) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[k] != nil
-}
-
-func (c *deltaCache) get(k deltaKey, build func() ([]byte, error)) ([]byte, error) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[deltaKey]*deltaEntry{}
-	}
-	if e := c.m[k]; e != nil {
-		if e.elem != nil {
-			c.lru.MoveToFront(e.elem)
-		}
-		c.mu.Unlock()
-		<-e.done
-		return e.body, e.err
-	}
-	e := &deltaEntry{key: k, done: make(chan struct{})}
-	c.m[k] = e
-	c.made++
-	c.mu.Unlock()
-
-	e.body, e.err = build()
-	close(e.done)
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	limit := c.limit
-	if limit == 0 {
-		limit = deltaCacheBytes
-	}
-	if e.err != nil || len(e.body) > limit {
-		delete(c.m, k) // not kept: the next request tries again
-		return e.body, e.err
-	}
-	e.elem = c.lru.PushFront(e)
-	c.bytes += len(e.body)
-	for c.bytes > limit {
-		old := c.lru.Remove(c.lru.Back()).(*deltaEntry)
-		c.bytes -= len(old.body)
-		delete(c.m, old.key)
-	}
-	return e.body, nil
-}
-
 // handleSnapshotF16 serves a snapshot's f16 body.
 func (s *Server) handleSnapshotF16(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
@@ -264,12 +131,13 @@ func (s *Server) handleSnapshotF16(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad version %q", vars["version"])
 		return
 	}
-	var snap *snapshot
-	if vars["run"] == strconv.FormatInt(j.run, 10) {
-		snap = j.publishedSnapshot(version)
-	}
+	snap, rebased := s.snapshotFor(r, j, vars["run"], version)
 	if snap == nil {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
+		return
+	}
+	if rebased {
+		s.serveRebased(w, r, j, servedSnapshot, snap.version, snap.f16Body())
 		return
 	}
 	body := snap.f16Body()
@@ -309,12 +177,15 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "run %s of job %s is over (the current run is %d): fetch the full snapshot the lease names", vars["run"], j.ID, j.run)
 		return
 	}
-	to := j.publishedSnapshot(version)
+	// The cache evicts oldest first: when version is gone, so is from,
+	// and the worker's full snapshot request is the one served a newer
+	// version in its place (rebase.go).
+	to := j.snaps.snapshot(version)
 	if to == nil {
-		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
+		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published): fetch the full snapshot", version, j.ID)
 		return
 	}
-	held := j.heldSnapshot(from)
+	held := j.snaps.snapshot(from)
 	if held == nil {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is no longer kept to make deltas from: fetch the full snapshot", from, j.ID)
 		return
@@ -325,7 +196,7 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 	}
 	key := deltaKey{codec, from, version}
 	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
-	if !j.deltas.has(key) && (!free || !j.deltas.takeFree(s.clientKey(r), version)) {
+	if !j.snaps.hasDelta(key) && (!free || !j.snaps.takeFree(s.clientKey(r), version)) {
 		// Making a delta costs CPU: a client that holds no lease, or
 		// asks for more new deltas to one version than a worker needs,
 		// pays for it before, the size of the full body (no useful delta
@@ -335,7 +206,7 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 		}
 		free = true
 	}
-	body, err := j.deltas.get(key, func() ([]byte, error) {
+	body, err := j.snaps.delta(key, func() ([]byte, error) {
 		return protocol.EncodeDelta(nil, held.codecBody(codec), to.codecBody(codec), elem)
 	})
 	if err != nil {

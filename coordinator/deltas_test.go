@@ -155,23 +155,25 @@ func TestSnapshotDeltasOverHTTP(t *testing.T) {
 		}
 	}
 
-	// Bound the history to its two newest versions: version 0 is gone,
-	// and the answer says to fetch the full snapshot.
-	coordinator.SetSnapshotHistoryBytes(g.job, 1)
+	// Bound the cache to nothing: only the current version stays, a
+	// delta from any older one is gone, and the answer says to fetch the
+	// full snapshot, which is there.
+	coordinator.SetSnapshotCacheBytes(g.job, 1)
 	rc.send(&protocol.Result{LeaseID: last.ID, JobID: last.JobID, BaseVersion: last.BaseVersion, Codec: protocol.CodecF32,
 		Update: smallUpdate(n), Examples: last.Count, LossSum: 1})
 	if a := rc.ack(last.ID); !a.Accepted {
 		t.Fatalf("result rejected: %+v", a)
 	}
-	l := rc.leases(1)[0] // publishes a new version: the history drops to two
-	path := base + "/" + strconv.FormatInt(l.BaseVersion, 10) + "/f32/from/0"
-	code, b := g.getBody(path)
-	if code != http.StatusGone || !strings.Contains(string(b), "fetch the full snapshot") {
-		t.Errorf("GET %s: %d %s, want 410 saying to fetch the full snapshot", path, code, b)
+	l := rc.leases(1)[0] // publishes a new version: the cache drops every other
+	for _, from := range []int64{0, l.BaseVersion - 1} {
+		path := base + "/" + strconv.FormatInt(l.BaseVersion, 10) + "/f32/from/" + strconv.FormatInt(from, 10)
+		code, b := g.getBody(path)
+		if code != http.StatusGone || !strings.Contains(string(b), "fetch the full snapshot") {
+			t.Errorf("GET %s: %d %s, want 410 saying to fetch the full snapshot", path, code, b)
+		}
 	}
-	path = base + "/" + strconv.FormatInt(l.BaseVersion, 10) + "/f32/from/" + strconv.FormatInt(l.BaseVersion-1, 10)
-	if code, b := g.getBody(path); code != http.StatusOK {
-		t.Errorf("GET %s (the previous version, still kept): %d %s", path, code, b)
+	if code, b := g.getBody(base + "/" + strconv.FormatInt(l.BaseVersion, 10)); code != http.StatusOK || len(b) != 4*n {
+		t.Errorf("the current version past the cache's bound: %d, %d bytes", code, len(b))
 	}
 }
 

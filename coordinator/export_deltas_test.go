@@ -1,18 +1,15 @@
 package coordinator
 
-// SetSnapshotHistoryBytes bounds j's snapshot history to n bytes (it
-// still keeps the two newest versions), for the tests of deltas.
-func SetSnapshotHistoryBytes(j *Job, n int) {
-	j.snapMu.Lock()
-	j.history.limit = n
-	j.snapMu.Unlock()
-}
+// SetSnapshotCacheBytes bounds the snapshot cache j shares with its
+// server's other jobs to n bytes (each keeps its current version), for the
+// tests of deltas and rebasing.
+func SetSnapshotCacheBytes(j *Job, n int64) { j.snaps.setLimit(n) }
 
 // DeltasMade is how many deltas j has encoded.
 func DeltasMade(j *Job) int {
-	j.deltas.mu.Lock()
-	defer j.deltas.mu.Unlock()
-	return j.deltas.made
+	p := j.snaps.lock()
+	defer p.mu.Unlock()
+	return j.snaps.made
 }
 
 // FreeDeltas is freeDeltas, for tests.

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ type snapshot struct {
 	body    []byte
 	f16Once sync.Once // deltas.go: the f16 body, built on first request
 	f16     []byte
+	// In the job's snapshot cache (snapcache.go), under its pool's mutex.
+	owner *snapCache
+	cost  int64
+	elem  *list.Element
 }
 
 // Job is one training run. A single goroutine (run) owns the model, the
@@ -95,10 +100,7 @@ type Job struct {
 	stopped chan struct{}
 	evals   sync.WaitGroup // evaluations in flight; Server.Close waits for them
 
-	snapMu    sync.RWMutex
-	snapshots map[int64]*snapshot
-	history   snapHistory // deltas.go; under snapMu
-	deltas    deltaCache  // deltas.go
+	snaps snapCache // published snapshots and deltas (snapcache.go)
 
 	nextLeaseID *atomic.Uint64
 
@@ -169,6 +171,8 @@ type jobState struct {
 	rejections     map[string]int64
 	leasesExpired  int64
 	leasesReleased int64
+	rebased        int64 // requests for evicted snapshots served the current one (rebase.go)
+	rebasedResults int64 // results that named the version served in place of their lease's
 	lastRelease    string
 	roundsShort    int64
 	clipped        int64 // results (or buckets) applied clipped by the robust rule
@@ -272,7 +276,6 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 		ID: id, Spec: spec, model: model, test: test, log: log.With(logJob, id), text: train.Kind == dataset.NextTokens || isTextModel(model),
 		reqs:        make(chan func()),
 		stopped:     make(chan struct{}),
-		snapshots:   map[int64]*snapshot{},
 		nextLeaseID: leaseIDs,
 		run:         1,
 		ledger:      newVolunteerBook(), // the server's replaces it
@@ -543,6 +546,9 @@ type JobView struct {
 	UpdateCompression   float64 `json:"update_compression"`
 	SnapshotCompression float64 `json:"snapshot_compression"`
 
+	// SnapshotCache is the job's snapshot cache (snapcache.go).
+	SnapshotCache SnapshotCacheView `json:"snapshot_cache"`
+
 	// Relays' aggregates (docs/RELAYS.md): applied, refused, and
 	// delivered again after being applied (acknowledged, not applied).
 	RelayAggregates          int64 `json:"relay_aggregates,omitempty"`
@@ -567,6 +573,7 @@ func (j *Job) view(st *jobState) JobView {
 		v.Round, v.RoundResults = r.Round(), r.Partial().Results
 	}
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
+	v.SnapshotCache = j.snapshotCacheView(st.rebased, st.rebasedResults)
 	v.Clipped = st.clipped
 	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()

@@ -139,11 +139,10 @@ func (j *Job) snapshotPath(version int64) string {
 	return "/api/v1/jobs/" + j.ID + "/snapshots/" + strconv.FormatInt(j.run, 10) + "/" + strconv.FormatInt(version, 10)
 }
 
-// publish makes the current version downloadable if it is not yet, and
-// drops every snapshot no outstanding lease still needs. Publishing on
-// demand, when a lease needs it, bounds the rate to one copy per version
-// that a worker actually asks for; pruning by lease bounds the memory to
-// one snapshot per lease held, whatever max_staleness is.
+// publish makes the current version downloadable if it is not yet, in
+// the job's snapshot cache (snapcache.go), which drops the oldest versions
+// past its bound. Publishing on demand, when a lease needs it, bounds the
+// rate to one copy per version that a worker actually asks for.
 //
 // A model with NaN or Inf in it is never published: an outer step took it
 // there (finite updates can overflow at a large outer rate), no worker
@@ -159,43 +158,16 @@ func (j *Job) publish() bool {
 			i, st.model.Params[i], st.model.Version))
 		return false
 	}
-	snap := &snapshot{version: st.model.Version, body: j.encodeSnapshot(j.snapshotParams())}
-	j.snapMu.Lock()
-	j.snapshots[st.model.Version] = snap
-	j.remember(snap) // deltas.go
-	for v := range j.snapshots {
-		if v != st.model.Version && !j.snapshotNeeded(v) {
-			delete(j.snapshots, v)
-		}
-	}
-	j.snapMu.Unlock()
+	body := j.encodeSnapshot(j.snapshotParams())
+	j.snaps.publish(&snapshot{version: st.model.Version, body: body}, j.snapshotCost(body))
 	st.published = st.model.Version
 	return true
 }
 
-// snapshotNeeded reports whether a held lease is based on version v and
-// could still be accepted.
-func (j *Job) snapshotNeeded(v int64) bool {
-	st := &j.st
-	if st.spot.Needs(v) {
-		return true // a spot check's copies compute from it
-	}
-	if !st.spec.Rounds() && st.model.Version-v > int64(st.spec.MaxStaleness) {
-		return false
-	}
-	for _, l := range st.sched.Leases() {
-		if l.Base == v {
-			return true
-		}
-	}
-	return false
-}
-
-// snapshotBody returns a published snapshot, or nil if it is unknown or gone.
+// snapshotBody returns a kept snapshot's f32 body, or nil if it is unknown
+// or gone.
 func (j *Job) snapshotBody(version int64) []byte {
-	j.snapMu.RLock()
-	defer j.snapMu.RUnlock()
-	if s := j.snapshots[version]; s != nil {
+	if s := j.snaps.snapshot(version); s != nil {
 		return s.body
 	}
 	return nil

@@ -17,7 +17,9 @@ import (
 // sum or the robust clip's centre (up to 8), and the checkpoint buffers
 // (weights and moments, 12, up to three sets: the queued one, the one
 // being written and the pool's, 36): about 70, rounded down because not
-// every job has them all at once.
+// every job has them all at once. Older published versions and deltas
+// live in the job's snapshot cache, bounded apart in bytes
+// (Config.SnapshotCacheBytes).
 const BytesPerParamHeld = 64
 
 // fallbackMemory is the memory assumed where it cannot be read: 8 GiB.

@@ -25,7 +25,9 @@ type promMetrics struct {
 
 	// The wire (wire.go), per job and per worker.
 	jobBytesIn, jobBytesOut, jobShardBytesOut, jobBytesPerExample, jobCompression, jobUpdateCompression, jobSnapshotCompression *prometheus.Desc
-	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction                  *prometheus.Desc
+	// The snapshot cache (snapcache.go).
+	jobSnapCacheBytes, jobSnapCacheLimit, jobSnapCacheEvictions, jobSnapRebased                                *prometheus.Desc
+	workerBytesIn, workerBytesOut, workerDownBps, workerUpBps, workerRtt, workerLocalSteps, workerCommFraction *prometheus.Desc
 	// The share of the workers' time spent computing.
 	jobUtilisation, workerUtilisation *prometheus.Desc
 	// Disputed spot checks the coordinator recomputed (spotreferee.go).
@@ -57,6 +59,10 @@ func newPromMetrics(s *Server) *promMetrics {
 		jobCompression:         prometheus.NewDesc("crowdtrain_job_compression", "fp32 size of the results and snapshots over the bytes they took.", []string{"job"}, nil),
 		jobUpdateCompression:   prometheus.NewDesc("crowdtrain_job_update_compression", "fp32 size of the results over the bytes they took (what update_codec saves).", []string{"job"}, nil),
 		jobSnapshotCompression: prometheus.NewDesc("crowdtrain_job_snapshot_compression", "fp32 size of the snapshots and deltas served over the bytes they took.", []string{"job"}, nil),
+		jobSnapCacheBytes:      prometheus.NewDesc("crowdtrain_job_snapshot_cache_bytes", "Bytes of snapshot bodies and deltas the snapshot cache holds of the job.", []string{"job"}, nil),
+		jobSnapCacheLimit:      prometheus.NewDesc("crowdtrain_job_snapshot_cache_limit_bytes", "The snapshot cache's bound, all jobs together (serve --snapshot-cache-mb); each job's current version is kept even past it.", []string{"job"}, nil),
+		jobSnapCacheEvictions:  prometheus.NewDesc("crowdtrain_job_snapshot_cache_evictions_total", "Snapshots and deltas of the job the snapshot cache dropped for its bound, oldest first.", []string{"job"}, nil),
+		jobSnapRebased:         prometheus.NewDesc("crowdtrain_job_snapshot_rebased_total", "Requests for an evicted snapshot served the current one instead.", []string{"job"}, nil),
 		workerBytesIn:          prometheus.NewDesc("crowdtrain_worker_bytes_in_total", "Websocket bytes read from the worker.", []string{"worker"}, nil),
 		workerBytesOut:         prometheus.NewDesc("crowdtrain_worker_bytes_out_total", "Websocket bytes to the worker, and snapshot, delta and shard bytes served to it.", []string{"worker"}, nil),
 		workerDownBps:          prometheus.NewDesc("crowdtrain_worker_link_down_bps", "The worker's estimate of its download rate, bits per second (0: none yet).", []string{"worker"}, nil),
@@ -81,6 +87,7 @@ func (m *promMetrics) handler() http.Handler {
 func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.applied, m.rejected, m.examples, m.version, m.accuracy, m.loss, m.staleness, m.workers,
 		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression, m.jobUpdateCompression, m.jobSnapshotCompression,
+		m.jobSnapCacheBytes, m.jobSnapCacheLimit, m.jobSnapCacheEvictions, m.jobSnapRebased,
 		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
 		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds} {
 		ch <- d
@@ -123,6 +130,11 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.jobUpdateCompression, prometheus.GaugeValue, j.UpdateCompression, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobSnapshotCompression, prometheus.GaugeValue, j.SnapshotCompression, j.ID)
 		ch <- prometheus.MustNewConstMetric(m.jobUtilisation, prometheus.GaugeValue, j.WorkerUtilisation, j.ID)
+		sc := j.SnapshotCache
+		ch <- prometheus.MustNewConstMetric(m.jobSnapCacheBytes, prometheus.GaugeValue, float64(sc.Bytes), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobSnapCacheLimit, prometheus.GaugeValue, float64(sc.Limit), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobSnapCacheEvictions, prometheus.CounterValue, float64(sc.Evictions), j.ID)
+		ch <- prometheus.MustNewConstMetric(m.jobSnapRebased, prometheus.CounterValue, float64(sc.Rebased), j.ID)
 		if sc := j.SpotChecks; sc != nil {
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.Recomputed), j.ID, "decided")
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDropped), j.ID, "dropped")

@@ -289,7 +289,8 @@ func (s *Server) welcome(wc *workerConn) *protocol.Welcome {
 // member is wc as a member of job.
 func (wc *workerConn) member(job *Job) member {
 	h := &wc.hello
-	return member{volunteer: wc.volunteer, address: wc.clientKey, kind: h.Kind, backend: h.Backend, snapCodec: job.snapshotCodec(h)}
+	return member{volunteer: wc.volunteer, address: wc.clientKey, kind: h.Kind, backend: h.Backend, snapCodec: job.snapshotCodec(h),
+		rebase: h.SnapshotRebase}
 }
 
 // jobInfo is what a worker is told of job, and its limits.

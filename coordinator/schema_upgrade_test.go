@@ -15,7 +15,9 @@ import (
 // store/testdata/schema-v1.sql) resumes where it was once this build
 // has upgraded the database, and trains on. The job's rows are a
 // coordinator's own: the tables they live in are the same in every
-// schema so far, so a coordinator of schema 1 wrote them the same.
+// schema so far, so a coordinator of schema 1 wrote them the same, but
+// for its latest checkpoint's data, which schema 1 kept in the row, not
+// in chunks (schema 4).
 func TestJobResumesFromAnUpgradedDatabase(t *testing.T) {
 	dir := t.TempDir()
 	current := filepath.Join(dir, "current.db")
@@ -42,6 +44,10 @@ func TestJobResumesFromAnUpgradedDatabase(t *testing.T) {
 	before := g.jobView()
 	rc.conn.CloseNow()
 	g.close()
+	latest, err := db.LatestCheckpoint(context.Background(), before.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	db.Close()
 
 	// The schema 1 database, its own rows replaced by the job's.
@@ -57,13 +63,19 @@ func TestJobResumesFromAnUpgradedDatabase(t *testing.T) {
 	for _, q := range []string{string(schema),
 		"DELETE FROM checkpoints", "DELETE FROM metrics", "DELETE FROM workers", "DELETE FROM jobs",
 		"ATTACH DATABASE '" + current + "' AS cur",
-		"INSERT INTO jobs SELECT * FROM cur.jobs", "INSERT INTO checkpoints SELECT * FROM cur.checkpoints",
+		"INSERT INTO jobs SELECT * FROM cur.jobs",
 		"INSERT INTO metrics SELECT * FROM cur.metrics", "INSERT INTO workers SELECT * FROM cur.workers",
-		"DETACH DATABASE cur",
 	} {
 		if _, err := plain.Exec(q); err != nil {
 			t.Fatalf("%.60s: %v", q, err)
 		}
+	}
+	if _, err := plain.Exec(`INSERT INTO checkpoints SELECT job_id, version, epoch, created_at, crc32c, ?, ?, progress
+		FROM cur.checkpoints WHERE job_id = ? AND version = ?`, latest.Params, latest.OptState, latest.JobID, latest.Version); err != nil {
+		t.Fatalf("the latest checkpoint as schema 1 kept it: %v", err)
+	}
+	if _, err := plain.Exec("DETACH DATABASE cur"); err != nil {
+		t.Fatal(err)
 	}
 	var version int
 	if err := plain.QueryRow("PRAGMA user_version").Scan(&version); err != nil || version != 1 {

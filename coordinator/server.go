@@ -37,6 +37,8 @@ type Server struct {
 
 	leaseIDs atomic.Uint64
 	workerN  atomic.Uint64
+	// snapPool bounds every job's snapshot cache together (snapcache.go).
+	snapPool snapPool
 	// refusedHellos keeps an address whose hellos are refused over and
 	// over from repeating the WARN line (logging.go).
 	refusedHellos warnLimiter
@@ -117,6 +119,7 @@ func New(cfg Config) (*Server, error) {
 		bulk: newRateLimiter(float64(cfg.AnonBulkRate), float64(cfg.AnonBulkBurst), cfg.ClientTableSize),
 	}
 	s.data = newDataSets(cfg.Train, cfg.Test, cfg.LoadData, cfg.DataLoadTimeout)
+	s.snapPool.limit = cfg.SnapshotCacheBytes
 	s.volunteers = newVolunteerBook()
 	s.volunteers.onBan = s.closeVolunteer
 	if cfg.Store != nil {
@@ -230,6 +233,7 @@ func (s *Server) startJob(j *Job) {
 		}
 	}
 	j.limits = s.jobLimits()
+	j.snaps.pool = &s.snapPool
 	j.onState = func(state string) {
 		if state != StateRunning {
 			go s.handOff(j, state) // route.go; never on the job's loop

@@ -265,6 +265,16 @@ func (j *Job) spotExpire() {
 		j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: no copy came back in %v",
 			j.ID, c.Primary.ID, c.Results[0].Volunteer, j.st.spot.Timeout)
 	}
+	// A check whose base version left the snapshot cache can get no more
+	// copies (each computes from that base): it goes now, not at its
+	// timeout. A larger --snapshot-cache-mb keeps more bases.
+	for _, c := range j.st.spot.Checks() {
+		if j.snaps.snapshot(c.Primary.Base) == nil {
+			j.st.spot.Abandon(c)
+			j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: its base version %d left the snapshot cache",
+				j.ID, c.Primary.ID, c.Results[0].Volunteer, c.Primary.Base)
+		}
+	}
 }
 
 // SpotCheckView is the job view's spot_checks.

@@ -116,7 +116,7 @@ func (j *Job) recompute(c *engine.Check) {
 	st := &j.st
 	p := st.spot
 	pl := c.Primary
-	snap := j.heldSnapshot(pl.Base)
+	snap := j.snaps.snapshot(pl.Base)
 	if snap == nil || pl.Task.Shard < 0 || pl.Task.Shard >= len(j.shardBody) {
 		p.Unresolvable(c)
 		j.logf("job %s: the spot check of lease %d (volunteer %s) was dropped: its base snapshot %d is gone, so the coordinator cannot compute it",

@@ -47,6 +47,7 @@ type member struct {
 	kind      string // hello's kind: native, browser, gpu
 	backend   string // hello's backend, as the worker claims it
 	snapCodec string // the snapshot codec of its URLs (deltas.go)
+	rebase    bool   // it takes a newer snapshot in place of an evicted one (rebase.go)
 }
 
 // ledger hears what each volunteer's results came to. The job's loop

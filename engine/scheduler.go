@@ -21,7 +21,11 @@ type Lease struct {
 	Worker string
 	// Base is the version the task computes from; NotStarted until the
 	// worker starts a "latest" lease.
-	Base       int64
+	Base int64
+	// Served is the version the coordinator served in place of Base when
+	// Base had been evicted from its snapshot cache (0: none): a result
+	// may name either, and one that names Served is computed from it.
+	Served     int64
 	Round      uint64
 	LocalSteps int
 	Deadline   time.Time

@@ -102,7 +102,8 @@ type SpotCounters struct {
 	Bans                 int64 `json:"bans"`
 	// Skipped counts results chosen for a check while MaxPending checks
 	// were already waiting; Expired counts checks dropped undecided
-	// (no other volunteer took a copy in time).
+	// (no other volunteer took a copy in time, or the coordinator no
+	// longer keeps their base version: Abandon).
 	Skipped int64 `json:"skipped"`
 	Expired int64 `json:"expired"`
 	// ClassBreaks counts pairs seen bit for bit alike before whose
@@ -442,6 +443,16 @@ func (p *SpotChecks) Expire() []*Check {
 		}
 	}
 	return out
+}
+
+// Abandon drops check c undecided, counted as expired: the coordinator
+// can no longer hand out copies of it (their base version is gone).
+func (p *SpotChecks) Abandon(c *Check) {
+	if p.checks[c.Primary.ID] != c {
+		return
+	}
+	p.drop(c)
+	p.Counters.Expired++
 }
 
 func (p *SpotChecks) drop(c *Check) {

@@ -493,3 +493,26 @@ func TestSpotCheckRefusedResults(t *testing.T) {
 		t.Fatalf("refused_checked %d, want 2", p.Counters.RefusedChecked)
 	}
 }
+
+// A check abandoned (its base version is gone) goes at once, counted as
+// expired; its copy still out stays known as a copy and is answered no;
+// abandoning it again changes nothing.
+func TestSpotCheckAbandon(t *testing.T) {
+	p, _ := newSpotTest(0.05)
+	c := openCheck(t, p, 1, "a", "x", fv(1), true)
+	p.Copied(c, 2, "b", 8)
+	p.Abandon(c)
+	if p.Pending() != 0 || p.Counters.Expired != 1 || p.Needs(3) || p.CopyFor("c", "y", nil) != nil {
+		t.Fatalf("after Abandon: pending %d, counters %+v, base still needed %v", p.Pending(), p.Counters, p.Needs(3))
+	}
+	if !p.IsCopy(2) {
+		t.Fatal("the copy of an abandoned check is no longer known as a copy")
+	}
+	if _, ok := p.Answer(2, SpotResult{Volunteer: "b", Update: fv(1)}); ok {
+		t.Fatal("a copy of an abandoned check was answered")
+	}
+	p.Abandon(c)
+	if p.Counters.Expired != 1 {
+		t.Errorf("abandoning twice counted %d expired", p.Counters.Expired)
+	}
+}

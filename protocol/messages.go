@@ -166,6 +166,11 @@ type Hello struct {
 	// Caps is what the worker can run (jobs.go); nil: unknown, and only
 	// jobs that require nothing are placed on it.
 	Caps *Caps `msgpack:"caps,omitempty"`
+	// SnapshotRebase says the worker reads a snapshot response's
+	// X-Crowdtrain-Snapshot-Version header: when the version its lease
+	// names is no longer kept, the coordinator serves the current one,
+	// names it there, and the worker reports it as its result's base.
+	SnapshotRebase bool `msgpack:"snapshot_rebase,omitempty"`
 	// Job pins the worker to one job (or a sweep's trials) by id; empty:
 	// any job the coordinator chooses.
 	Job string `msgpack:"job,omitempty"`

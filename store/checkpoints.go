@@ -11,7 +11,9 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
-// Checkpoint is everything a resumed job needs. Each field is one BLOB.
+// Checkpoint is everything a resumed job needs. Params and OptState are
+// written in chunks of CheckpointChunkBytes (rows of checkpoint_chunks),
+// Progress as one BLOB.
 type Checkpoint struct {
 	JobID     string
 	Version   int64
@@ -42,9 +44,10 @@ type CheckpointInfo struct {
 // written and pruned at once. keep < 1 is treated as 1. A zero CreatedAt
 // is set to now. ErrNotFound if the job does not exist.
 //
-// A checkpoint is one SQLite row, so it must total under 1e9 bytes
-// (SQLITE_MAX_LENGTH): about 80 million parameters with Adam's two
-// vectors.
+// Params and OptState go in chunks of CheckpointChunkBytes, each bound
+// straight from the caller's slices: the save allocates nothing the size
+// of the model, and SQLite copies one chunk at a time. Only Progress is
+// one value, which must be under SQLite's 1e9-byte limit.
 func (s *Store) SaveCheckpoint(ctx context.Context, c Checkpoint, keep int) error {
 	return s.saveCheckpoint(ctx, c, keep, nil)
 }
@@ -72,9 +75,9 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 	if keep < 1 {
 		keep = 1
 	}
-	if size := len(c.Params) + len(c.OptState) + len(c.Progress); size > maxRowBytes {
-		return fmt.Errorf("store: checkpoint v%d of job %q is %d bytes, over SQLite's limit of %d bytes for a row: "+
-			"checkpoints this big need a smaller model or optimizer state", c.Version, c.JobID, size, maxRowBytes)
+	if size := len(c.Progress); size > maxRowBytes {
+		return fmt.Errorf("store: checkpoint v%d of job %q has %d bytes of progress, over SQLite's limit of %d bytes for a value: "+
+			"a job this big needs fewer tasks or spot checks in its state", c.Version, c.JobID, size, maxRowBytes)
 	}
 	created, err := nanos(orNow(c.CreatedAt), fmt.Sprintf("checkpoint v%d created_at", c.Version))
 	if err != nil {
@@ -104,11 +107,16 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 	if err := addCredits(ctx, tx, c.Credits, created); err != nil {
 		return s.wrap(doing+": adding the volunteers' credit", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints (job_id, version, epoch, created_at, crc32c, params, opt_state, progress)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	// A version saved again replaces the old one's chunks too.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM checkpoint_chunks WHERE job_id = ? AND version = ?`, c.JobID, c.Version); err != nil {
+		return s.wrap(doing+": dropping the replaced version's chunks", err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints (job_id, version, epoch, created_at, crc32c, params, opt_state, progress, chunk_bytes)
+		VALUES (?, ?, ?, ?, ?, X'', X'', ?, ?)
 		ON CONFLICT (job_id, version) DO UPDATE SET epoch = excluded.epoch, created_at = excluded.created_at,
-			crc32c = excluded.crc32c, params = excluded.params, opt_state = excluded.opt_state, progress = excluded.progress`,
-		c.JobID, c.Version, c.Epoch, created, int64(c.checksum()), blob(c.Params), blob(c.OptState), blob(c.Progress))
+			crc32c = excluded.crc32c, params = excluded.params, opt_state = excluded.opt_state, progress = excluded.progress,
+			chunk_bytes = excluded.chunk_bytes`,
+		c.JobID, c.Version, c.Epoch, created, int64(c.checksum()), blob(c.Progress), len(c.Params)+len(c.OptState))
 	if constraint(err, sqlite3.ErrConstraintForeignKey) {
 		return fmt.Errorf("store: checkpoint v%d: job %q: %w: create the job with CreateJob before saving its checkpoints",
 			c.Version, c.JobID, ErrNotFound)
@@ -116,6 +124,10 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 	if err != nil {
 		return s.wrap(doing, err)
 	}
+	if err := s.writeChunks(ctx, tx, c); err != nil {
+		return s.wrap(doing+": writing its chunks", err)
+	}
+	// The pruned checkpoints' chunks go with them (ON DELETE CASCADE).
 	_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE job_id = ? AND version NOT IN
 		(SELECT version FROM checkpoints WHERE job_id = ? ORDER BY version DESC LIMIT ?)`, c.JobID, c.JobID, keep)
 	if err != nil {
@@ -184,10 +196,16 @@ func (c *Checkpoint) checksum() uint32 {
 
 func (s *Store) readCheckpoint(ctx context.Context, jobID, tail, what string, args ...any) (Checkpoint, error) {
 	c := Checkpoint{JobID: jobID}
-	var created, sum int64
-	err := s.r.QueryRowContext(ctx, `SELECT version, epoch, created_at, crc32c, params, opt_state, progress
+	var created, sum, chunkBytes int64
+	// One read transaction: the row and its chunks are of one commit.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return Checkpoint{}, s.wrap(fmt.Sprintf("reading %s of job %s", what, jobID), err)
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, `SELECT version, epoch, created_at, crc32c, params, opt_state, progress, chunk_bytes
 		FROM checkpoints WHERE job_id = ? `+tail, append([]any{jobID}, args...)...).
-		Scan(&c.Version, &c.Epoch, &created, &sum, ownedBytes{&c.Params}, ownedBytes{&c.OptState}, ownedBytes{&c.Progress})
+		Scan(&c.Version, &c.Epoch, &created, &sum, ownedBytes{&c.Params}, ownedBytes{&c.OptState}, ownedBytes{&c.Progress}, &chunkBytes)
 	if errors.Is(err, sql.ErrNoRows) {
 		if ok, err := s.jobExists(ctx, jobID); err != nil {
 			return Checkpoint{}, err
@@ -195,6 +213,9 @@ func (s *Store) readCheckpoint(ctx context.Context, jobID, tail, what string, ar
 			return Checkpoint{}, fmt.Errorf("store: %s of job %q: job %w", what, jobID, ErrNotFound)
 		}
 		return Checkpoint{}, fmt.Errorf("store: %s of job %q: %w (the job has no such checkpoint)", what, jobID, ErrNotFound)
+	}
+	if err == nil && chunkBytes > 0 {
+		err = readChunks(ctx, tx, &c)
 	}
 	if err != nil {
 		return Checkpoint{}, s.wrap(fmt.Sprintf("reading %s of job %s", what, jobID), err)
@@ -213,7 +234,7 @@ func (s *Store) readCheckpoint(ctx context.Context, jobID, tail, what string, ar
 // ErrNotFound if the job does not exist.
 func (s *Store) Checkpoints(ctx context.Context, jobID string) ([]CheckpointInfo, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT version, epoch, created_at,
-		length(params) + length(opt_state) + length(progress)
+		length(params) + length(opt_state) + length(progress) + chunk_bytes
 		FROM checkpoints WHERE job_id = ? ORDER BY version DESC`, jobID)
 	if err != nil {
 		return nil, s.wrap("listing checkpoints of job "+jobID, err)

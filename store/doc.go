@@ -15,7 +15,9 @@
 // an older database in one transaction (schema.go), so a failed upgrade
 // leaves it at the version it had. Checkpoint data carries a CRC-32C, so damage inside a
 // BLOB, which SQLite cannot see, is an error rather than a model quietly
-// resumed from garbage. Times round-trip to the nanosecond and come back
+// resumed from garbage. A checkpoint's parameters and optimizer state are
+// written and read in chunks (chunks.go), so neither holds a second copy
+// of a large model. Times round-trip to the nanosecond and come back
 // in UTC.
 //
 // store imports nothing of ours, so it stays a leaf that any command or

@@ -122,6 +122,27 @@ CREATE TABLE join_tokens (
 	revoked_at  INTEGER
 ) STRICT;
 `,
+	// 3 -> 4: checkpoints in chunks (store/checkpoints.go). A large
+	// model's parameters and optimizer state are written and read a few
+	// MB at a time, never as one value the size of the model (which
+	// SQLite copies whole when it binds it, and which could not pass
+	// SQLITE_MAX_LENGTH). The row keeps the small columns and the
+	// checksum; params and opt_state stay empty in it, and chunk_bytes
+	// says how many bytes its chunks hold (0: the data is in the row, as
+	// every schema before wrote it).
+	`
+ALTER TABLE checkpoints ADD COLUMN chunk_bytes INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE checkpoint_chunks (
+	job_id  TEXT NOT NULL,
+	version INTEGER NOT NULL,
+	part    INTEGER NOT NULL, -- 0: params, 1: opt_state
+	seq     INTEGER NOT NULL, -- the chunk's place in its part, from 0
+	data    BLOB NOT NULL,
+	PRIMARY KEY (job_id, version, part, seq),
+	FOREIGN KEY (job_id, version) REFERENCES checkpoints (job_id, version) ON DELETE CASCADE
+) STRICT;
+`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build

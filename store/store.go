@@ -107,6 +107,11 @@ type Store struct {
 	// upgradedFrom is the schema version Open upgraded the database
 	// from; 0 when it was current or new.
 	upgradedFrom int
+	// Tests: chunkSize overrides CheckpointChunkBytes, and beforeChunk,
+	// when set, runs before each chunk is written and fails the save
+	// with its error (a write that fails part-way).
+	chunkSize   int
+	beforeChunk func(part, seq int) error
 }
 
 // writeMode is how the writer trades speed for durability. Open uses

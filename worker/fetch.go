@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +30,11 @@ type fetcher struct {
 	lastSnap string
 	snap     []float32
 	snapID   SnapshotID
-	body     []byte
+	// snapVersion is the version snap holds when the coordinator served
+	// another than its URL names (rebased: the URL's was evicted), else
+	// -1: the lease's own.
+	snapVersion int64
+	body        []byte
 	// snapNanos adds up the time spent on snapshot and delta GETs
 	// (link.go): the difference across a fill is that lease's download.
 	snapNanos atomic.Int64
@@ -48,7 +53,7 @@ type cachedShard struct {
 const DefaultShardCacheBytes = 256 << 20
 
 func newFetcher(s *session, buffers int) *fetcher {
-	f := &fetcher{s: s, ready: make(chan *task, 1), free: make(chan *task, buffers)}
+	f := &fetcher{s: s, ready: make(chan *task, 1), free: make(chan *task, buffers), snapVersion: -1}
 	for range buffers {
 		f.free <- &task{} // sized by the first lease it holds
 	}
@@ -145,16 +150,31 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		return err
 	}
 	t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
-	t.base = l.BaseVersion
+	t.base = f.baseOf(l.BaseVersion)
 	return nil
+}
+
+// baseOf is the version the held snapshot is, fetched for a lease based
+// on version: that one, unless the coordinator served a newer one in its
+// place, which the result must then name. The caller holds mu.
+func (f *fetcher) baseOf(version int64) int64 {
+	if f.snapVersion >= 0 {
+		return f.snapVersion
+	}
+	return version
 }
 
 // fillSnapshot puts the snapshot at ref into t, downloading it unless it
 // is the one the fetcher holds.
-func (f *fetcher) fillSnapshot(ctx context.Context, t *task, ref string) error {
+// It returns the version it holds: base, unless the coordinator served a
+// newer one in its place.
+func (f *fetcher) fillSnapshot(ctx context.Context, t *task, ref string, base int64) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.copySnapshot(ctx, t, ref, len(t.params))
+	if err := f.copySnapshot(ctx, t, ref, len(t.params)); err != nil {
+		return 0, err
+	}
+	return f.baseOf(base), nil
 }
 
 // copySnapshot puts the snapshot at ref, of n parameters, into t.
@@ -177,9 +197,18 @@ func grow(b []float32, n int) []float32 {
 }
 
 func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
+	body, _, err := f.getServed(ctx, ref)
+	return body, err
+}
+
+// getServed is get, and the version the response says it holds in place
+// of the one its URL names (the coordinator's X-Crowdtrain-Snapshot-Version
+// header), -1 when it says none.
+func (f *fetcher) getServed(ctx context.Context, ref string) (body []byte, served int64, err error) {
+	served = -1
 	u, err := f.s.base.Parse(ref)
 	if err != nil {
-		return nil, fmt.Errorf("bad URL %q: %w", ref, err)
+		return nil, served, fmt.Errorf("bad URL %q: %w", ref, err)
 	}
 	limit := f.s.maxMessageBytes() + 64<<20
 	start := time.Now()
@@ -191,31 +220,36 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 		}
 	}
 	if fetch := f.s.w.cfg.Fetch; fetch != nil {
-		body, err := fetch(ctx, u.String(), f.s.welcome.WorkerID, f.body[:0])
+		body, err = fetch(ctx, u.String(), f.s.welcome.WorkerID, f.body[:0])
 		if err != nil {
-			return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+			return nil, served, fmt.Errorf("failed to fetch %s: %w", u, err)
 		}
 		if int64(len(body)) > limit {
-			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+			return nil, served, fmt.Errorf("%s is larger than %d bytes", u, limit)
 		}
 		f.body = body
 		done(len(body))
-		return body, nil
+		return body, served, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, served, err
 	}
 	// The coordinator counts the bytes for this worker (docs/API.md).
 	req.Header.Set(WorkerHeader, f.s.welcome.WorkerID)
 	resp, err := f.s.w.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("failed to fetch %s: %w", u, err)
+		return nil, served, fmt.Errorf("failed to fetch %s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
+		return nil, served, fmt.Errorf("fetch %s: %s: %s", u, resp.Status, msg)
+	}
+	if h := resp.Header.Get(SnapshotVersionHeader); h != "" {
+		if served, err = strconv.ParseInt(h, 10, 64); err != nil || served < 0 {
+			return nil, -1, fmt.Errorf("fetch %s: bad %s %q", u, SnapshotVersionHeader, h)
+		}
 	}
 	// Reuse one body buffer: snapshots are large and arrive constantly.
 	buf := f.body[:0]
@@ -229,15 +263,15 @@ func (f *fetcher) get(ctx context.Context, ref string) ([]byte, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("failed to read %s: %w", u, err)
+			return nil, served, fmt.Errorf("failed to read %s: %w", u, err)
 		}
 		if int64(len(buf)) > limit {
-			return nil, fmt.Errorf("%s is larger than %d bytes", u, limit)
+			return nil, served, fmt.Errorf("%s is larger than %d bytes", u, limit)
 		}
 	}
 	f.body = buf
 	done(len(buf))
-	return buf, nil
+	return buf, served, nil
 }
 
 // shardFits checks that the model reads the shard at ref: its examples'
@@ -331,11 +365,11 @@ func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 	}
 	if !have {
 		start := time.Now()
-		body, err := f.get(ctx, ref)
+		body, served, err := f.getServed(ctx, ref)
 		if err != nil {
 			return err
 		}
-		c.store(key, version, codec, body)
+		c.store(key, servedOr(served, version), codec, body)
 		c.cost.record(false, time.Since(start), len(body))
 	}
 	if err := decodeSnapshot(f.snap, codec, c.body); err != nil {
@@ -345,8 +379,25 @@ func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 	}
 	f.lastSnap = ref
 	f.snapID = SnapshotID(snapshotDownloads.Add(1))
+	f.snapVersion = -1
+	if ok && c.version != version {
+		f.snapVersion = c.version // rebased (coordinator/rebase.go)
+	}
 	return nil
 }
+
+// servedOr is the version a response holds: served, when the
+// coordinator named one, else the URL's.
+func servedOr(served, version int64) int64 {
+	if served >= 0 {
+		return served
+	}
+	return version
+}
+
+// SnapshotVersionHeader names the version a full snapshot response holds
+// when the coordinator served a newer one than its URL names.
+const SnapshotVersionHeader = "X-Crowdtrain-Snapshot-Version"
 
 // snapshotDownloads numbers every snapshot download in the process, so a
 // SnapshotID is never reused, even across sessions or a coordinator that

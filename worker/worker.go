@@ -420,6 +420,9 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
 		VolunteerKey: w.cfg.VolunteerKey, Name: w.cfg.Name,
 		SnapshotCodecs: []string{protocol.SnapshotF32, protocol.SnapshotF16},
+		// Only the HTTP client here reads the rebased version's header;
+		// a Config.Fetch (the browser's) returns bodies alone.
+		SnapshotRebase: w.cfg.Fetch == nil,
 		Caps:           caps, Job: w.cfg.Job,
 	}); err != nil {
 		return err
@@ -701,13 +704,14 @@ func (s *session) begin(ctx context.Context, f *fetcher, t *task) (refused bool,
 		return true, nil
 	}
 	before := f.snapNanos.Load()
-	if err := f.fillSnapshot(ctx, t, st.SnapshotURL); err != nil {
+	base, err := f.fillSnapshot(ctx, t, st.SnapshotURL, st.BaseVersion)
+	if err != nil {
 		return false, err
 	}
 	// Only a "latest" job's started leases download snapshots here, and
 	// then the fetcher downloads none: the difference is this lease's.
 	t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
-	t.base = st.BaseVersion
+	t.base = base
 	return false, nil
 }
 

@@ -36,6 +36,7 @@ type serveOptions struct {
 	abuse                                                                                          abuseFlags  // serveabuse.go: per-address and hostage limits
 	relays                                                                                         relayFlags  // relaycmd.go: NATS for relays
 	tls                                                                                            tlsFlags    // servetls.go: HTTPS and WSS
+	memory                                                                                         memoryFlags // servememory.go: the snapshot cache
 	log                                                                                            *logFlags   // logflags.go: --log-format, --log-level
 }
 
@@ -82,12 +83,14 @@ func newServeFlags() (*cliFlags, *serveOptions) {
 	o.relays.register(fs.FlagSet)
 	o.tls.register(fs.FlagSet)
 	o.tls.registerACME(fs.FlagSet)
+	o.memory.register(fs.FlagSet)
 	o.log = addLogFlags(fs.FlagSet)
 	fs.addConfigFlags(func() *cliFlags { f, _ := newServeFlags(); return f })
 
 	fs.place("Network and TLS", "addr", "public-url", "trusted-proxy", "tls-cert", "tls-key", "tls-reload-interval",
 		"acme-domain", "acme-email", "acme-cache", "acme-directory", "acme-ca-file")
 	fs.place("Jobs", "job", "local-workers", "threads", "data", "data-root", "data-load-timeout", "max-params")
+	fs.place("Jobs", "snapshot-cache-mb")
 	fs.place("Storage", "db", "checkpoint-interval", "keep-checkpoints", "checkpoint-retry-min", "checkpoint-retry-max",
 		"store-shutdown-timeout", "max-worker-records", "worker-record-max-age")
 	fs.place("Security", "admin-token", "join", "auth-fail-burst", "auth-fail-every")
@@ -128,6 +131,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}
 	if err := abuse.check(); err != nil {
+		return err
+	}
+	if err := o.memory.check(); err != nil {
 		return err
 	}
 	if err := relays.check(o.dbPath, o.join); err != nil {
@@ -283,6 +289,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		MaxConnsPerAddress: o.maxConnsPerAddr + o.localWorkers,
 	}
 	abuse.apply(&cfg, o.localWorkers)
+	o.memory.apply(&cfg)
 	if err := access.apply(&cfg, o.addr, tlsf.scheme()); err != nil {
 		return err
 	}
