@@ -49,7 +49,7 @@ type snapHistory struct {
 // a spot check's copy matches its original whatever codec each worker
 // reads, and the f16 body made from it is exact.
 func (j *Job) encodeSnapshot(params []float32) []byte {
-	body := protocol.EncodeFloats(params)
+	body := protocol.AppendFloats(j.bodies.take(4*len(params)), params)
 	if wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
 		return body
 	}

@@ -99,6 +99,7 @@ type Job struct {
 	snapshots map[int64]*snapshot
 	history   snapHistory // deltas.go; under snapMu
 	deltas    deltaCache  // deltas.go
+	bodies    warmBodies  // warmbodies.go: the next snapshot's body
 
 	nextLeaseID *atomic.Uint64
 
