@@ -121,7 +121,12 @@ type coordSide struct {
 // accept starts a worker against tc and takes its connection through
 // hello and welcome.
 func (tc *testCoordinator) accept(ctx context.Context) *coordSide {
-	w, err := New(Config{Coordinator: "ws" + strings.TrimPrefix(tc.srv.URL, "http") + "/ws", Backend: &refBackend{}, Logf: tc.t.Logf})
+	return tc.acceptWith(ctx, &refBackend{})
+}
+
+// acceptWith is accept with the worker computing on b.
+func (tc *testCoordinator) acceptWith(ctx context.Context, b Backend) *coordSide {
+	w, err := New(Config{Coordinator: "ws" + strings.TrimPrefix(tc.srv.URL, "http") + "/ws", Backend: b, Logf: tc.t.Logf})
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -529,19 +529,23 @@ type batcher interface {
 	release() error
 }
 
-// work runs three stages until the connection drops: the reader takes
+// work runs four stages until the connection drops: the reader takes
 // leases and acks off the socket, the fetcher downloads each lease's shard
-// and snapshot, and this goroutine computes. The fetcher runs one task
-// ahead, so the backend never waits on the network.
+// and snapshot, the starter starts a "latest" lease and downloads its
+// snapshot (startahead.go), and this goroutine computes. The fetcher and
+// the starter run one task ahead, so the backend waits on the network
+// only where a download takes longer than a task computes.
 func (s *session) work(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	leases := make(chan protocol.Lease, protocol.MaxWant*2)
 	f := newFetcher(s, s.w.cfg.Prefetch+1)
-	errc := make(chan error, 2)
+	ready := make(chan *task) // unbuffered: one started task waits at most
+	errc := make(chan error, 3)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); defer close(s.readerDone); errc <- s.readLoop(ctx, leases) }()
 	go func() { defer wg.Done(); errc <- f.run(ctx, leases) }()
+	go func() { defer wg.Done(); errc <- s.startAhead(ctx, f, ready) }()
 	defer func() {
 		cancel()
 		if parent.Err() != nil {
@@ -567,7 +571,7 @@ func (s *session) work(parent context.Context) error {
 					return err
 				}
 			}
-		case t := <-f.ready:
+		case t := <-ready:
 			if s.w.isPaused() {
 				err := s.handBack(ctx, t.lease)
 				f.free <- t
@@ -632,7 +636,11 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 		err = errors.New(why)
 	} else if t.lease.Snapshot == protocol.SnapshotLatest {
 		var refused bool
-		refused, err = s.begin(ctx, f, t)
+		if t.begun.done {
+			refused, err = t.begun.refused, t.begun.err
+		} else {
+			refused, err = s.begin(ctx, f, t)
+		}
 		if refused {
 			// The coordinator answered the start with a rejection: the
 			// lease is over there, and the ack was counted by the reader.
