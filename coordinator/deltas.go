@@ -43,22 +43,24 @@ type snapHistory struct {
 	limit int
 }
 
-// encodeSnapshot is the f32 body of params. In a job that serves f16
-// snapshots it holds the values the f16 body decodes to, widened: a worker
-// that reads only f32 computes from the same parameters as the others, so
-// a spot check's copy matches its original whatever codec each worker
-// reads, and the f16 body made from it is exact.
-func (j *Job) encodeSnapshot(params []float32) []byte {
-	body := protocol.AppendFloats(j.bodies.take(4*len(params)), params)
-	if wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
-		return body
+// encodeSnapshot is the f32 body of params, and the index of the first
+// NaN or ±Inf in params (-1 if none): such a body must not be published.
+// In a job that serves f16 snapshots it holds the values the f16 body
+// decodes to, widened: a worker that reads only f32 computes from the
+// same parameters as the others, so a spot check's copy matches its
+// original whatever codec each worker reads, and the f16 body made from
+// it is exact.
+func (j *Job) encodeSnapshot(params []float32) ([]byte, int) {
+	body, bad := protocol.AppendFiniteFloats(j.bodies.take(4*len(params)), params)
+	if bad >= 0 || wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
+		return body, bad
 	}
 	for i := 0; i < len(body); i += 4 {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
 		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
 		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
 	}
-	return body
+	return body, -1
 }
 
 // f16Body is the snapshot as f16, built on first use.

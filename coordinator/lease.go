@@ -154,12 +154,16 @@ func (j *Job) publish() bool {
 	if st.published == st.model.Version {
 		return true
 	}
-	if i := protocol.Floats(st.model.Params).FirstNonFinite(); i >= 0 {
+	// The copy checks what it copies: a NaN or Inf in the model is one
+	// in the snapshot (a prediction from it is no more finite).
+	params := j.snapshotParams()
+	body, bad := j.encodeSnapshot(params)
+	if bad >= 0 {
 		j.finish(StateFailed, fmt.Sprintf("diverged: parameter %d is %v at version %d; lower outer_optimizer.lr or max_staleness",
-			i, st.model.Params[i], st.model.Version))
+			bad, params[bad], st.model.Version))
 		return false
 	}
-	snap := &snapshot{version: st.model.Version, body: j.encodeSnapshot(j.snapshotParams())}
+	snap := &snapshot{version: st.model.Version, body: body}
 	j.snapMu.Lock()
 	j.snapshots[st.model.Version] = snap
 	j.remember(snap) // deltas.go
