@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 const ingestClients = 8
@@ -199,16 +200,25 @@ func benchRawWebsocket(b *testing.B) {
 
 // BenchmarkTimeTo97 is the wall time for two local native workers to train
 // mnist-mlp to 97% test accuracy, with the default snapshot policy
-// (latest) and with snapshot: granted (the policy before latest became the
-// default). Run it with -benchtime 1x.
+// (latest), with latest and workers that start the next lease while one
+// computes (worker.Config.StartAhead), and with snapshot: granted (the
+// policy before latest became the default). Run it with -benchtime 1x.
 func BenchmarkTimeTo97(b *testing.B) {
-	for _, snapshot := range []string{jobspec.SnapshotLatest, jobspec.SnapshotGranted} {
-		b.Run(snapshot, func(b *testing.B) {
+	for _, c := range []struct {
+		name, snapshot string
+		ahead          bool
+	}{
+		{jobspec.SnapshotLatest, jobspec.SnapshotLatest, false},
+		{"latest-ahead", jobspec.SnapshotLatest, true},
+		{jobspec.SnapshotGranted, jobspec.SnapshotGranted, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.Snapshot = snapshot }))
+				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.Snapshot = c.snapshot }))
 				start := time.Now()
-				g.addWorker(1, nil)
-				g.addWorker(1, nil)
+				for range 2 {
+					g.addWorkerWith(1, nil, func(cfg *worker.Config) { cfg.StartAhead = c.ahead })
+				}
 				// The workers' utilisation while they train (a finished
 				// job has no workers computing for it).
 				var util float64

@@ -11,13 +11,16 @@ import (
 // A lease with snapshot "latest" has no base until the worker starts it:
 // a start/started round trip through the job's loop, then the snapshot's
 // download. Done when the previous task's result is sent, both are time
-// the backend waits. The starter stage sits between the fetcher and the
-// computing goroutine and starts each lease while the task before it
-// computes: it hands tasks on through an unbuffered channel, so it holds
-// at most one started lease that is not yet computing, and starts it as
-// soon as the previous one is taken. That base is the newest version when
-// the previous task began, so it misses that task's own result: one
-// version more staleness, bounded as every other by max_staleness.
+// the backend waits. With Config.StartAhead, the starter stage, between
+// the fetcher and the computing goroutine, starts each lease while the
+// task before it computes: it hands tasks on through an unbuffered
+// channel, so it holds at most one started lease that is not yet
+// computing, and starts it as soon as the previous one is taken. That
+// base is the newest version when the previous task began, so it misses
+// that task's own result: one version more staleness, bounded as every
+// other by max_staleness, and paid in examples where staleness hurts.
+// Without it the stage only hands tasks on, and each lease starts after
+// the previous result, as before.
 
 // begun is what starting a task ahead gave: begin's answers.
 type begun struct {
@@ -51,10 +54,11 @@ func (s *session) startAhead(ctx context.Context, f *fetcher, out chan<- *task) 
 }
 
 // startsAhead reports whether t is a lease to start before it computes:
-// a "latest" one of a job the worker computes for, while not paused (a
-// paused worker hands its leases back unstarted).
+// with Config.StartAhead, a "latest" one of a job the worker computes
+// for, while not paused (a paused worker hands its leases back
+// unstarted).
 func (s *session) startsAhead(t *task) bool {
-	if t.lease.Snapshot != protocol.SnapshotLatest || s.isRevoked(t.lease.JobID) || s.w.isPaused() {
+	if !s.w.cfg.StartAhead || t.lease.Snapshot != protocol.SnapshotLatest || s.isRevoked(t.lease.JobID) || s.w.isPaused() {
 		return false
 	}
 	jc, _ := s.job(t.lease.JobID)
