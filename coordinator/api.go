@@ -174,7 +174,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusGone, "snapshot %d of job %s is not available (too old or never published); release the lease and ask for a new one", version, j.ID)
 		return
 	}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), body, free)
 }
 

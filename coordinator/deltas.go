@@ -12,7 +12,6 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -275,7 +274,7 @@ func (s *Server) handleSnapshotF16(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := snap.f16Body()
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d-f16"`, j.ID, j.run, version), body, free)
 }
 
@@ -326,7 +325,7 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 		elem = 2
 	}
 	key := deltaKey{codec, from, version}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	if !j.deltas.has(key) && (!free || !j.deltas.takeFree(s.clientKey(r), version)) {
 		// Making a delta costs CPU: a client that holds no lease, or
 		// asks for more new deltas to one version than a worker needs,

@@ -100,6 +100,7 @@ type Job struct {
 	history   snapHistory // deltas.go; under snapMu
 	deltas    deltaCache  // deltas.go
 	bodies    warmBodies  // warmbodies.go: the next snapshot's body
+	grants    startGrants // startgrants.go: started leases, for the snapshot handlers
 
 	nextLeaseID *atomic.Uint64
 

@@ -124,6 +124,7 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 	if err != nil {
 		return nil, err
 	}
+	j.grants.note(l.ID, worker, l.Base, l.Deadline) // startgrants.go
 	return &protocol.Started{LeaseID: l.ID, BaseVersion: l.Base, SnapshotURL: j.snapshotURL(worker, l.Base, baseURL),
 		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
 }
@@ -226,6 +227,7 @@ func (j *Job) join(worker string, m member) { j.st.members[worker] = m }
 func (j *Job) releaseWorker(worker string) int {
 	delete(j.st.members, worker)
 	j.st.sched.Forget(worker)
+	j.grants.forget(worker)
 	if a, ok := j.st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.Clip.Forget(worker)
 	}
