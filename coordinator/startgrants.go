@@ -15,14 +15,14 @@ import (
 // lease's deadline. Anything not found here is asked of the loop as
 // before (Server.leaseHeldFrom).
 type startGrants struct {
-	mu     sync.Mutex
-	leases map[uint64]startGrant // by lease id
-	// pruneAt is the size at which note drops the lapsed grants.
+	mu       sync.Mutex
+	byWorker map[string]map[uint64]startGrant // worker → lease id → grant
+	n        int                              // grants held
+	// pruneAt is the count at which note drops the lapsed grants.
 	pruneAt int
 }
 
 type startGrant struct {
-	worker  string
 	version int64
 	until   time.Time
 }
@@ -35,37 +35,60 @@ const minPrune = 64
 func (g *startGrants) note(id uint64, worker string, version int64, until time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.leases == nil {
-		g.leases = map[uint64]startGrant{}
+	if g.byWorker == nil {
+		g.byWorker = map[string]map[uint64]startGrant{}
 	}
-	g.leases[id] = startGrant{worker: worker, version: version, until: until}
-	if len(g.leases) >= max(minPrune, g.pruneAt) {
-		now := time.Now()
-		for id, s := range g.leases {
-			if now.After(s.until) {
-				delete(g.leases, id)
-			}
-		}
-		g.pruneAt = 2 * len(g.leases)
+	leases := g.byWorker[worker]
+	if leases == nil {
+		leases = map[uint64]startGrant{}
+		g.byWorker[worker] = leases
+	}
+	if _, ok := leases[id]; !ok {
+		g.n++
+	}
+	leases[id] = startGrant{version: version, until: until}
+	if g.n >= max(minPrune, g.pruneAt) {
+		g.prune(time.Now())
+		g.pruneAt = 2 * g.n
 	}
 }
 
-// drop forgets lease id (its result arrived).
-func (g *startGrants) drop(id uint64) {
+// prune drops the grants lapsed at now. The caller holds mu.
+func (g *startGrants) prune(now time.Time) {
+	for w, leases := range g.byWorker {
+		for id, s := range leases {
+			if now.After(s.until) {
+				delete(leases, id)
+				g.n--
+			}
+		}
+		if len(leases) == 0 {
+			delete(g.byWorker, w)
+		}
+	}
+}
+
+// drop forgets worker's lease id (its result arrived).
+func (g *startGrants) drop(worker string, id uint64) {
 	g.mu.Lock()
-	delete(g.leases, id)
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if leases := g.byWorker[worker]; leases != nil {
+		if _, ok := leases[id]; ok {
+			delete(leases, id)
+			g.n--
+		}
+		if len(leases) == 0 {
+			delete(g.byWorker, worker)
+		}
+	}
 }
 
 // forget drops every grant of worker (it left).
 func (g *startGrants) forget(worker string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for id, s := range g.leases {
-		if s.worker == worker {
-			delete(g.leases, id)
-		}
-	}
+	g.n -= len(g.byWorker[worker])
+	delete(g.byWorker, worker)
 }
 
 // holds reports whether one of workers holds a started lease on version
@@ -73,9 +96,11 @@ func (g *startGrants) forget(worker string) {
 func (g *startGrants) holds(workers map[string]bool, version int64, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, s := range g.leases {
-		if s.version == version && workers[s.worker] && !now.After(s.until) {
-			return true
+	for w := range workers {
+		for _, s := range g.byWorker[w] {
+			if s.version == version && !now.After(s.until) {
+				return true
+			}
 		}
 	}
 	return false

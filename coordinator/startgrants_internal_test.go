@@ -24,7 +24,11 @@ func TestStartGrantsHoldUntilResultLeaveOrDeadline(t *testing.T) {
 		if g.holds(a, 5, now.Add(2*time.Minute)) {
 			t.Error("a grant holds past its lease's deadline")
 		}
-		g.drop(1)
+		g.drop("b", 1) // not b's
+		if !g.holds(a, 5, now) {
+			t.Error("dropping lease 1 of worker b dropped a's")
+		}
+		g.drop("a", 1)
 		if g.holds(a, 5, now) {
 			t.Error("a grant holds after its result arrived")
 		}
@@ -45,16 +49,19 @@ func TestStartGrantsHoldUntilResultLeaveOrDeadline(t *testing.T) {
 			g.note(1000+id, "d", 10, time.Now().Add(time.Minute))
 		}
 		g.mu.Lock()
-		lapsed := 0
-		for _, s := range g.leases {
-			if s.version == 9 {
-				lapsed++
+		lapsed, n := 0, 0
+		for _, leases := range g.byWorker {
+			for _, s := range leases {
+				n++
+				if s.version == 9 {
+					lapsed++
+				}
 			}
 		}
-		n := len(g.leases)
+		count := g.n
 		g.mu.Unlock()
-		if lapsed > 0 || n != live+1 {
-			t.Errorf("%d grants kept, %d of them lapsed; want the %d live ones", n, lapsed, live+1)
+		if lapsed > 0 || n != live+1 || count != n {
+			t.Errorf("%d grants kept (counted %d), %d of them lapsed; want the %d live ones", n, count, lapsed, live+1)
 		}
 	})
 }
