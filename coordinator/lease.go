@@ -240,6 +240,9 @@ func (j *Job) releaseLeases(worker string, ids []uint64, reason string) {
 	if len(ids) == 0 {
 		return
 	}
+	for _, id := range ids {
+		j.grants.drop(worker, id)
+	}
 	if n := j.unleased(j.st.sched.Release(worker, ids)); n > 0 {
 		j.st.leasesReleased += int64(n)
 		j.st.lastRelease = reason

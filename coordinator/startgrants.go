@@ -8,12 +8,12 @@ import (
 // startGrants lets the snapshot handlers see, without a round trip
 // through the job's loop, that a worker holds a lease on a version: the
 // loop notes each lease it starts (a "latest" lease's base is fixed then)
-// and drops it when its result arrives or its worker leaves. The worker
-// downloads that snapshot right after started; asking the loop instead
-// made the download wait behind the results it was applying. A grant not
-// dropped otherwise (the lease expired or was given back) lapses at the
-// lease's deadline. Anything not found here is asked of the loop as
-// before (Server.leaseHeldFrom).
+// and drops it when its result arrives, its worker gives it back or
+// leaves. The worker downloads that snapshot right after started; asking
+// the loop instead made the download wait behind the results it was
+// applying. A grant not dropped otherwise (the lease expired, or a relay
+// settled it) lapses at the lease's deadline. Anything not found here is
+// asked of the loop as before (Server.leaseHeldFrom).
 type startGrants struct {
 	mu       sync.Mutex
 	byWorker map[string]map[uint64]startGrant // worker → lease id → grant
@@ -68,7 +68,8 @@ func (g *startGrants) prune(now time.Time) {
 	}
 }
 
-// drop forgets worker's lease id (its result arrived).
+// drop forgets worker's lease id (its result arrived, or it was given
+// back).
 func (g *startGrants) drop(worker string, id uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
