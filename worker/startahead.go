@@ -6,7 +6,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
-// Starting ahead (docs/SCHEDULING.md, "Starting the next lease early").
+// Starting ahead (docs/PROTOCOL.md, "A session", step 4).
 //
 // A lease with snapshot "latest" has no base until the worker starts it:
 // a start/started round trip through the job's loop, then the snapshot's

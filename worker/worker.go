@@ -538,10 +538,11 @@ type batcher interface {
 
 // work runs four stages until the connection drops: the reader takes
 // leases and acks off the socket, the fetcher downloads each lease's shard
-// and snapshot, the starter starts a "latest" lease and downloads its
-// snapshot (startahead.go), and this goroutine computes. The fetcher and
-// the starter run one task ahead, so the backend waits on the network
-// only where a download takes longer than a task computes.
+// and, for a "granted" lease, its snapshot, the starter hands tasks on
+// (with Config.StartAhead, starting a "latest" lease and downloading its
+// snapshot first: startahead.go), and this goroutine computes. The
+// fetcher runs one task ahead, so the backend waits on the network only
+// for what cannot be fetched before the task begins.
 func (s *session) work(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	leases := make(chan protocol.Lease, protocol.MaxWant*2)
