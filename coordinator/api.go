@@ -176,7 +176,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.serveRebased(w, r, j, servedSnapshot, snap.version, snap.body)
 		return
 	}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d"`, j.ID, j.run, version), snap.body, free)
 }
 

@@ -54,6 +54,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		return reject(protocol.ReasonNotRunning, "job is "+st.state)
 	}
 	l := st.sched.Take(sub.worker, res.LeaseID)
+	j.grants.drop(sub.worker, res.LeaseID)
 	if l == nil {
 		return reject(protocol.ReasonUnknownLease,
 			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))

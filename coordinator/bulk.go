@@ -49,22 +49,48 @@ func (s *Server) chargeBulk(w http.ResponseWriter, r *http.Request, n int) bool 
 // leaseHeldFrom reports whether a worker connected from r's client address
 // holds a lease of j that match accepts.
 func (s *Server) leaseHeldFrom(ctx context.Context, r *http.Request, j *Job, match func(*engine.Lease) bool) bool {
+	ids := s.workersFrom(r, j)
+	if len(ids) == 0 {
+		return false
+	}
+	return j.holds(ctx, ids, match)
+}
+
+// snapshotHeldFrom is leaseHeldFrom for a lease based on version: a
+// started lease is found without the job's loop (startgrants.go).
+func (s *Server) snapshotHeldFrom(ctx context.Context, r *http.Request, j *Job, version int64) bool {
+	ids := s.workersFrom(r, j)
+	if len(ids) == 0 {
+		return false
+	}
+	if j.grants.holds(ids, version, time.Now()) {
+		return true
+	}
+	return j.holds(ctx, ids, func(l *engine.Lease) bool { return l.Base == version })
+}
+
+// workersFrom is the ids of the workers of j connected from r's client
+// address.
+func (s *Server) workersFrom(r *http.Request, j *Job) map[string]bool {
 	key := s.clientKey(r)
 	ids := map[string]bool{}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for id, w := range s.workers {
 		if w.clientKey == key && w.jobOf(j.ID) == j {
 			ids[id] = true
 		}
 	}
-	s.mu.Unlock()
-	if len(ids) == 0 {
-		return false
-	}
+	return ids
+}
+
+// holds asks the job's loop whether one of workers holds a lease that
+// match accepts.
+func (j *Job) holds(ctx context.Context, workers map[string]bool, match func(*engine.Lease) bool) bool {
 	held := false
 	_ = j.exec(ctx, func(st *jobState) {
 		for _, l := range st.sched.Leases() {
-			if ids[l.Worker] && match(l) {
+			if workers[l.Worker] && match(l) {
 				held = true
 				return
 			}

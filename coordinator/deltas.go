@@ -11,7 +11,6 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -24,22 +23,24 @@ import (
 // made on first request, in the handler's goroutine (never the job's
 // loop), and kept in the same cache.
 
-// encodeSnapshot is the f32 body of params. In a job that serves f16
-// snapshots it holds the values the f16 body decodes to, widened: a worker
-// that reads only f32 computes from the same parameters as the others, so
-// a spot check's copy matches its original whatever codec each worker
-// reads, and the f16 body made from it is exact.
-func (j *Job) encodeSnapshot(params []float32) []byte {
-	body := protocol.EncodeFloats(params)
-	if wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
-		return body
+// encodeSnapshot is the f32 body of params, and the index of the first
+// NaN or ±Inf in params (-1 if none): such a body must not be published.
+// In a job that serves f16 snapshots it holds the values the f16 body
+// decodes to, widened: a worker that reads only f32 computes from the
+// same parameters as the others, so a spot check's copy matches its
+// original whatever codec each worker reads, and the f16 body made from
+// it is exact.
+func (j *Job) encodeSnapshot(params []float32) ([]byte, int) {
+	body, bad := protocol.AppendFiniteFloats(j.bodies.take(4*len(params)), params)
+	if bad >= 0 || wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
+		return body, bad
 	}
 	for i := 0; i < len(body); i += 4 {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
 		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
 		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
 	}
-	return body
+	return body, -1
 }
 
 // f16Body is the snapshot as f16, built on first use.
@@ -141,7 +142,7 @@ func (s *Server) handleSnapshotF16(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := snap.f16Body()
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	s.serveImmutable(w, r, j, servedSnapshot, fmt.Sprintf(`"%s-r%d-v%d-f16"`, j.ID, j.run, version), body, free)
 }
 
@@ -195,7 +196,7 @@ func (s *Server) handleSnapshotDelta(w http.ResponseWriter, r *http.Request) {
 		elem = 2
 	}
 	key := deltaKey{codec, from, version}
-	free := s.leaseHeldFrom(r.Context(), r, j, func(l *engine.Lease) bool { return l.Base == version })
+	free := s.snapshotHeldFrom(r.Context(), r, j, version)
 	if !j.snaps.hasDelta(key) && (!free || !j.snaps.takeFree(s.clientKey(r), version)) {
 		// Making a delta costs CPU: a client that holds no lease, or
 		// asks for more new deltas to one version than a worker needs,

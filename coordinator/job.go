@@ -100,7 +100,9 @@ type Job struct {
 	stopped chan struct{}
 	evals   sync.WaitGroup // evaluations in flight; Server.Close waits for them
 
-	snaps snapCache // published snapshots and deltas (snapcache.go)
+	snaps  snapCache   // published snapshots and deltas (snapcache.go)
+	bodies warmBodies  // warmbodies.go: the next snapshot's body
+	grants startGrants // startgrants.go: started leases, for the snapshot handlers
 
 	nextLeaseID *atomic.Uint64
 

@@ -124,6 +124,7 @@ func (j *Job) start(worker string, leaseID uint64, baseURL string) (*protocol.St
 	if err != nil {
 		return nil, err
 	}
+	j.grants.note(l.ID, worker, l.Base, l.Deadline) // startgrants.go
 	return &protocol.Started{LeaseID: l.ID, BaseVersion: l.Base, SnapshotURL: j.snapshotURL(worker, l.Base, baseURL),
 		DeadlineUnixMs: l.Deadline.UnixMilli()}, nil
 }
@@ -153,12 +154,15 @@ func (j *Job) publish() bool {
 	if st.published == st.model.Version {
 		return true
 	}
-	if i := protocol.Floats(st.model.Params).FirstNonFinite(); i >= 0 {
+	// The copy checks what it copies: a NaN or Inf in the model is one
+	// in the snapshot (a prediction from it is no more finite).
+	params := j.snapshotParams()
+	body, bad := j.encodeSnapshot(params)
+	if bad >= 0 {
 		j.finish(StateFailed, fmt.Sprintf("diverged: parameter %d is %v at version %d; lower outer_optimizer.lr or max_staleness",
-			i, st.model.Params[i], st.model.Version))
+			bad, params[bad], st.model.Version))
 		return false
 	}
-	body := j.encodeSnapshot(j.snapshotParams())
 	j.snaps.publish(&snapshot{version: st.model.Version, body: body}, j.snapshotCost(body))
 	st.published = st.model.Version
 	return true
@@ -194,6 +198,7 @@ func (j *Job) join(worker string, m member) { j.st.members[worker] = m }
 func (j *Job) releaseWorker(worker string) int {
 	delete(j.st.members, worker)
 	j.st.sched.Forget(worker)
+	j.grants.forget(worker)
 	if a, ok := j.st.agg.(*engine.Async); ok && a.Clip != nil {
 		a.Clip.Forget(worker)
 	}
@@ -205,6 +210,9 @@ func (j *Job) releaseWorker(worker string) int {
 func (j *Job) releaseLeases(worker string, ids []uint64, reason string) {
 	if len(ids) == 0 {
 		return
+	}
+	for _, id := range ids {
+		j.grants.drop(worker, id)
 	}
 	if n := j.unleased(j.st.sched.Release(worker, ids)); n > 0 {
 		j.st.leasesReleased += int64(n)

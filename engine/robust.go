@@ -67,14 +67,24 @@ func (r Robust) Check() error {
 // ErrNonFinite is returned for a vector holding NaN or Inf.
 var ErrNonFinite = errors.New("update holds NaN or Inf")
 
-// Finite reports whether every value of x is finite.
+// Finite reports whether every value of x is finite. It runs on every
+// result in the job's loop, so it tests bits, not float64 conversions: a
+// float32's exponent (bits 23..30) is all ones exactly for NaN and ±Inf,
+// and then adding 1<<23 to it carries into bit 31; four accumulators keep
+// the loop free of branches (protocol.Floats.FirstNonFinite does the same).
 func Finite(x []float32) bool {
-	for _, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return false
-		}
+	var a0, a1, a2, a3 uint32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a0 |= math.Float32bits(x[i])&0x7f800000 + 0x00800000
+		a1 |= math.Float32bits(x[i+1])&0x7f800000 + 0x00800000
+		a2 |= math.Float32bits(x[i+2])&0x7f800000 + 0x00800000
+		a3 |= math.Float32bits(x[i+3])&0x7f800000 + 0x00800000
 	}
-	return true
+	for ; i < len(x); i++ {
+		a0 |= math.Float32bits(x[i])&0x7f800000 + 0x00800000
+	}
+	return (a0|a1|a2|a3)&0x80000000 == 0
 }
 
 // l2norm is ‖x‖₂, accumulated in float64.

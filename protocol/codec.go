@@ -308,6 +308,24 @@ func AppendFloats(dst []byte, f []float32) []byte {
 	return dst
 }
 
+// AppendFiniteFloats is AppendFloats that also finds the first NaN or
+// ±Inf of f (its index, or -1). It checks each block of f while the copy
+// has it in cache, so the check costs no second pass over memory.
+func AppendFiniteFloats(dst []byte, f []float32) ([]byte, int) {
+	const block = 1024
+	bad := -1
+	for start := 0; start < len(f); start += block {
+		chunk := f[start:min(start+block, len(f))]
+		if bad < 0 {
+			if i := Floats(chunk).FirstNonFinite(); i >= 0 {
+				bad = start + i
+			}
+		}
+		dst = AppendFloats(dst, chunk)
+	}
+	return dst, bad
+}
+
 // CopyFloats copies little-endian float32 bytes into dst, which must hold
 // exactly len(b)/4 values, without checking them: for data this process
 // wrote itself. Untrusted bytes go through DecodeFloatsInto.

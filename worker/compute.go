@@ -15,6 +15,7 @@ type task struct {
 	snapMs float64 // time spent downloading its snapshot (link.go), 0 if held already
 	x      []float32
 	labels []int32
+	begun  begun // startahead.go: its start, if it was sent before it computes
 }
 
 // compute runs t on the job's computer (compute.Computer.Compute).

@@ -121,7 +121,14 @@ type coordSide struct {
 // accept starts a worker against tc and takes its connection through
 // hello and welcome.
 func (tc *testCoordinator) accept(ctx context.Context) *coordSide {
-	w, err := New(Config{Coordinator: "ws" + strings.TrimPrefix(tc.srv.URL, "http") + "/ws", Backend: &refBackend{}, Logf: tc.t.Logf})
+	return tc.acceptWith(ctx, Config{Backend: &refBackend{}})
+}
+
+// acceptWith is accept with the worker configured by cfg (its
+// coordinator and log set here).
+func (tc *testCoordinator) acceptWith(ctx context.Context, cfg Config) *coordSide {
+	cfg.Coordinator, cfg.Logf = "ws"+strings.TrimPrefix(tc.srv.URL, "http")+"/ws", tc.t.Logf
+	w, err := New(cfg)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 type workOptions struct {
 	coord, caFile, joinToken, name, keyFile, backend, kernel, pin string
 	threads, device, memoryMB                                     int
-	idleOnly                                                      bool
+	idleOnly, startAhead                                          bool
 	idleAfter                                                     time.Duration
 	idleCPU, maxCPU                                               percentFlag
 	hours                                                         hoursFlag
@@ -46,6 +46,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
+	fs.BoolVar(&o.startAhead, "start-ahead", false, "start the next task (its snapshot: latest) while one computes: less waiting, one version more staleness, which can cost the job examples (docs/BENCHMARKS.md, utilisation)")
 	fs.group("Compute")
 	fs.BoolVar(&o.idleOnly, "idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
 	fs.DurationVar(&o.idleAfter, "idle-after", polite.DefaultInputIdle, "--idle-only: the user counts as away this `long` after their last input")
@@ -126,6 +127,7 @@ func (o *workOptions) run(ctx context.Context, config string, stdout, stderr io.
 		Client: "crowdtrain/" + version, Logf: logger.Printf, TLSConfig: tlsConfig,
 		Job: o.pin, Caps: workerCaps(b, o.memoryMB),
 		Duty: maxCPU.v, Idle: idle, Hours: hours.h, ResumeAfter: idleResumeAfter,
+		StartAhead: o.startAhead,
 	})
 	if err != nil {
 		return usagef("%v", err)
