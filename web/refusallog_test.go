@@ -13,8 +13,9 @@ import (
 // refusalLog is a coordinator's log as the mixed-crowd benchmark reads
 // it: it counts the REFUSED lines (every one, DEBUG included, since the
 // coordinator logs a worker's repeated refusals of one reason at DEBUG
-// between WARNs) by worker and reason, and writes the WARN and ERROR
-// lines to out with a prefix.
+// between WARNs) by worker and reason, and writes to out, with a
+// prefix, the WARN and ERROR lines and every line of a refusal the
+// benchmark counts against the defences (whatever its level).
 type refusalLog struct {
 	out    io.Writer
 	prefix string
@@ -64,7 +65,8 @@ func (h *refusalHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	r.Attrs(find)
 	l := h.log
-	if strings.Contains(r.Message, " REFUSED (") && reason != "" {
+	refused := strings.Contains(r.Message, " REFUSED (") && reason != ""
+	if refused {
 		l.mu.Lock()
 		if l.counts[worker] == nil {
 			l.counts[worker] = map[string]int64{}
@@ -72,7 +74,7 @@ func (h *refusalHandler) Handle(_ context.Context, r slog.Record) error {
 		l.counts[worker][reason]++
 		l.mu.Unlock()
 	}
-	if r.Level >= slog.LevelWarn {
+	if r.Level >= slog.LevelWarn || refused && !routineReason(reason) {
 		l.mu.Lock()
 		fmt.Fprintf(l.out, "%s%s %s %s\n", l.prefix, r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
 		l.mu.Unlock()
