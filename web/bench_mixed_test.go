@@ -105,7 +105,9 @@ func routineReason(reason string) bool {
 //
 // MIX_PRESETS, MIX_MODES and MIX_SPOT (comma-separated; a rate of
 // "default" leaves the job's own) select cells; MIX_TIMEOUT is a run's
-// limit (default 10m). Run it with -benchtime 1x.
+// limit (default 10m); MIX_VERBOSE=1 writes the coordinator's every log
+// line, DEBUG included (the straggler backups, say), to stderr. Run it
+// with -benchtime 1x.
 func BenchmarkMixedCrowd(b *testing.B) {
 	presets := envList(b, "MIX_PRESETS", []string{"mnist-mlp", "mnist-cnn", "fashion-cnn", "charlm"})
 	modes := envList(b, "MIX_MODES", []string{"async", "sync", "diloco"})
@@ -243,6 +245,7 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 	}
 	spec, edit := mixedSpec(b, preset, mode, spot, len(r.crowd))
 	refusals := newRefusalLog(os.Stderr, fmt.Sprintf("mixed %s/%s/%s: ", preset, mode, spot))
+	refusals.all = os.Getenv("MIX_VERBOSE") != ""
 	s := newSiteWith(b, spec, func(cfg *coordinator.Config) {
 		if edit != nil {
 			edit(cfg)

@@ -15,10 +15,12 @@ import (
 // coordinator logs a worker's repeated refusals of one reason at DEBUG
 // between WARNs) by worker and reason, and writes to out, with a
 // prefix, the WARN and ERROR lines and every line of a refusal the
-// benchmark counts against the defences (whatever its level).
+// benchmark counts against the defences (whatever its level); with
+// all, every line.
 type refusalLog struct {
 	out    io.Writer
 	prefix string
+	all    bool // write every line, DEBUG included
 	mu     sync.Mutex
 	counts map[string]map[string]int64 // worker → reason → refusals
 }
@@ -74,7 +76,7 @@ func (h *refusalHandler) Handle(_ context.Context, r slog.Record) error {
 		l.counts[worker][reason]++
 		l.mu.Unlock()
 	}
-	if r.Level >= slog.LevelWarn || refused && !routineReason(reason) {
+	if l.all || r.Level >= slog.LevelWarn || refused && !routineReason(reason) {
 		l.mu.Lock()
 		fmt.Fprintf(l.out, "%s%s %s %s\n", l.prefix, r.Time.UTC().Format("15:04:05.000"), r.Level, r.Message)
 		l.mu.Unlock()
