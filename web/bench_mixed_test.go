@@ -251,6 +251,7 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 			edit(cfg)
 		}
 		cfg.Logger = refusals.logger()
+		cfg.Verbose = refusals.all // the straggler backups' lines too
 	})
 	defer s.srv.Close()
 
