@@ -106,8 +106,7 @@ func routineReason(reason string) bool {
 // MIX_PRESETS, MIX_MODES and MIX_SPOT (comma-separated; a rate of
 // "default" leaves the job's own) select cells; MIX_TIMEOUT is a run's
 // limit (default 10m); MIX_VERBOSE=1 writes the coordinator's every log
-// line, DEBUG included (the straggler backups, say), to stderr. Run it
-// with -benchtime 1x.
+// line, DEBUG included, to stderr. Run it with -benchtime 1x.
 func BenchmarkMixedCrowd(b *testing.B) {
 	presets := envList(b, "MIX_PRESETS", []string{"mnist-mlp", "mnist-cnn", "fashion-cnn", "charlm"})
 	modes := envList(b, "MIX_MODES", []string{"async", "sync", "diloco"})
@@ -251,7 +250,6 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 			edit(cfg)
 		}
 		cfg.Logger = refusals.logger()
-		cfg.Verbose = refusals.all // the straggler backups' lines too
 	})
 	defer s.srv.Close()
 
