@@ -141,7 +141,8 @@ bench-crowd: data
 # scripts/pyworker.py, to its target; then mnist-mlp async with the
 # native worker alone and with a tab beside it. The table lands in
 # test-artifacts/mixed.md. MIX_PRESETS, MIX_MODES, MIX_SPOT select cells,
-# MIX_TIMEOUT (10m) is a run's limit, MIX_PAIR=0 skips the pair. Needs
+# MIX_TIMEOUT (10m) is a run's limit, MIX_PAIR=0 skips the pair,
+# MIX_VERBOSE=1 writes the coordinator's every log line to stderr. Needs
 # Chromium and python3-numpy, python3-websockets, python3-msgpack.
 bench-mixed: data
 	mkdir -p test-artifacts

@@ -3,7 +3,9 @@ package web_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -355,7 +357,12 @@ func startVolunteerWorker(tb testing.TB, wsURL, key string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	return func() { cancel(); <-done }
+	return func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			tb.Errorf("native worker: %v", err)
+		}
+	}
 }
 
 // startPyworker runs scripts/pyworker.py against wsURL for at most
@@ -388,7 +395,7 @@ func startPyworker(tb testing.TB, python, wsURL string, limit time.Duration, r *
 // kindSummary is each kind's tally on one line, for the run's log.
 func (r *mixedRun) kindSummary() string {
 	var parts []string
-	for _, k := range slices.Sorted(mapKeys(r.kinds)) {
+	for _, k := range slices.Sorted(maps.Keys(r.kinds)) {
 		t := r.kinds[k]
 		parts = append(parts, fmt.Sprintf("%s: %d answered, refusals %v", k, t.answered, t.reasons))
 	}
@@ -396,16 +403,6 @@ func (r *mixedRun) kindSummary() string {
 		parts = append(parts, k+": "+why)
 	}
 	return strings.Join(parts, "; ")
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // kindCell is a kind's column in the table: results answered / refused
@@ -422,7 +419,7 @@ func (r *mixedRun) kindCell(kind string) string {
 	cell := fmt.Sprintf("%d / %d", t.answered, t.honestRefusals())
 	if len(t.reasons) > 0 {
 		var rs []string
-		for _, reason := range slices.Sorted(mapKeys(t.reasons)) {
+		for _, reason := range slices.Sorted(maps.Keys(t.reasons)) {
 			rs = append(rs, fmt.Sprintf("%s %d", reason, t.reasons[reason]))
 		}
 		cell += " (" + strings.Join(rs, ", ") + ")"
