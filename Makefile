@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -134,6 +134,26 @@ bench-modes: data
 # CROWD_MODES, CROWD_WORKERS select a subset, CROWD_TIMEOUT a run's limit.
 bench-crowd: data
 	CROWD_OUT=$(CURDIR)/test-artifacts/crowd.md $(GO) test -run '^$$' -bench '^BenchmarkCrowd$$' -benchtime 1x -count 1 -timeout 600m ./coordinator/
+
+# Honest results refused in a mixed crowd (docs/BENCHMARKS.md): each
+# preset in each mode at the default spot_check and at 0.25, with one
+# native worker of one thread, one headless Chromium tab and
+# scripts/pyworker.py, to its target; then mnist-mlp async with the
+# native worker alone and with a tab beside it. The table lands in
+# test-artifacts/mixed.md. MIX_PRESETS, MIX_MODES, MIX_SPOT select cells,
+# MIX_TIMEOUT (10m) is a run's limit, MIX_PAIR=0 skips the pair,
+# MIX_VERBOSE=1 writes the coordinator's every log line to stderr. Needs
+# Chromium and python3-numpy, python3-websockets, python3-msgpack.
+bench-mixed: data
+	mkdir -p test-artifacts
+	MIX_OUT=$(CURDIR)/test-artifacts/mixed.md $(GO) test -run '^$$' -bench '^BenchmarkMixedCrowd$$' -benchtime 1x -count 1 -timeout 900m ./web/
+
+# One cell of bench-mixed (mnist-mlp async, default spot_check, 3 minutes
+# at most), to see that the three kinds of worker train together.
+bench-mixed-smoke: data
+	mkdir -p test-artifacts
+	MIX_PRESETS=mnist-mlp MIX_MODES=async MIX_SPOT=default MIX_PAIR=0 MIX_TIMEOUT=3m \
+	MIX_OUT=$(CURDIR)/test-artifacts/mixed-smoke.md $(GO) test -run '^$$' -bench '^BenchmarkMixedCrowd$$' -benchtime 1x -count 1 -timeout 30m ./web/
 
 # The attack matrix (docs/BENCHMARKS.md): mnist-mlp in async, sync and
 # DiLoCo mode, clean and under each `crowdtrain attack` kind, to 97% or an
