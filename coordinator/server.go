@@ -206,7 +206,7 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 		}
 	}
 	s.startJob(j)
-	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters (%s), %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
+	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters, %s, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
 		id, spec.Name, j.model.NumParams, describeInit(spec.Init), len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
 		"name", spec.Name)
 	if spec.Init != nil {
