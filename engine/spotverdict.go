@@ -131,8 +131,8 @@ func (p *SpotChecks) joinClass(a, b string) {
 // Answer takes copy lease id's result r and decides what it can: agree
 // (credit the copy, and a held primary), or, on a mismatch, credit the
 // copy for now and leave the check to the coordinator's recomputation
-// (Unresolved, Resolve). ok is
-// false when id is no copy of a waiting check.
+// (Unresolved, Resolve). ok is false when id is no copy of a waiting
+// check, or of one that has its copy's result already.
 func (p *SpotChecks) Answer(id uint64, r SpotResult) (Outcome, bool) {
 	c := p.byCopy[id]
 	delete(p.byCopy, id)
