@@ -140,6 +140,13 @@ func (s *Server) serveImmutable(w http.ResponseWriter, r *http.Request, j *Job, 
 	}
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	s.writeBody(w, r, j, kind, body)
+}
+
+// writeBody writes body as the response's octet stream, paced, and counts
+// it as served; a HEAD request gets the headers only.
+func (s *Server) writeBody(w http.ResponseWriter, r *http.Request, j *Job, kind served, body []byte) {
+	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -75,14 +74,5 @@ func (s *Server) serveRebased(w http.ResponseWriter, r *http.Request, j *Job, ki
 	h := w.Header()
 	h.Set(SnapshotVersionHeader, strconv.FormatInt(version, 10))
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	if r.Method == http.MethodHead {
-		return
-	}
-	if err := s.writePaced(w, body); err != nil {
-		s.cfg.Logger.Info(fmt.Sprintf("%s %q from %s: %v", r.Method, r.URL.Path, r.RemoteAddr, err), "remote", r.RemoteAddr)
-		return
-	}
-	s.countServed(r, j, kind, len(body))
+	s.writeBody(w, r, j, kind, body)
 }

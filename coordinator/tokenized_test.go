@@ -19,33 +19,10 @@ import (
 	"github.com/crowdtrain/crowdtrain/tokenizer"
 )
 
-// goTree copies this repository's own Go sources of a few packages (about
-// 200 KB) into a temporary text tree, and returns its directory.
+// goTree is a tree of this repository's own Go sources of a few packages
+// (about 200 KB).
 func goTree(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, pkg := range []string{"tokenizer", "dataset", "jobspec"} {
-		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Join(dir, pkg), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, pkg, filepath.Base(f)), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return dir
+	return testenv.GoSourceTree(t, "..", "tokenizer", "dataset", "jobspec")
 }
 
 // gptMiniSpec is gpt-mini on tree, with tokenizer (a YAML value) and any

@@ -3,9 +3,6 @@ package web_test
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,26 +20,7 @@ import (
 // are accepted, and the held-out loss falls well below a uniform guess.
 func TestBrowserTrainsGPTMiniBesideANativeWorker(t *testing.T) {
 	testenv.Long(t, "trains gpt-mini in Chromium beside a native worker")
-	tree := t.TempDir()
-	for _, pkg := range []string{"tokenizer", "dataset", "jobspec"} {
-		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.MkdirAll(filepath.Join(tree, pkg), 0o755)
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(tree, pkg, filepath.Base(f)), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	tree := testenv.GoSourceTree(t, "..", "tokenizer", "dataset", "jobspec")
 	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tab-gpt-mini
 model: gpt-mini
 dataset: {type: text, path: %q, glob: "**/*.go", val_fraction: 0.1}

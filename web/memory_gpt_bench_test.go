@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 
 // BenchmarkBrowserMemoryGPTSmall measures what a tab needs to train
@@ -28,16 +28,7 @@ func BenchmarkBrowserMemoryGPTSmall(b *testing.B) {
 	if err != nil || batch < 1 {
 		b.Fatalf("GPTSMALL_BATCH=%q: want a positive batch size", os.Getenv("GPTSMALL_BATCH"))
 	}
-	tree := b.TempDir()
-	for _, pkg := range []string{"coordinator", "engine", "nn", "worker", "tokenizer", "dataset", "jobspec", "protocol", "store"} {
-		files, _ := filepath.Glob(filepath.Join("..", pkg, "*.go"))
-		os.MkdirAll(filepath.Join(tree, pkg), 0o755)
-		for _, f := range files {
-			if body, err := os.ReadFile(f); err == nil {
-				os.WriteFile(filepath.Join(tree, pkg, filepath.Base(f)), body, 0o644)
-			}
-		}
-	}
+	tree := testenv.GoSourceTree(b, "..", "coordinator", "engine", "nn", "worker", "tokenizer", "dataset", "jobspec", "protocol", "store")
 	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tab-gpt-small
 model: gpt-small
 dataset: {type: text, path: %q, glob: "**/*.go", val_fraction: 0.05}
