@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
+	"github.com/crowdtrain/crowdtrain/worker"
 )
 
 // goTree is a tree of this repository's own Go sources of a few packages
@@ -136,7 +138,9 @@ func unigramNats(t testing.TB, spec coordinator.JobSpec) float64 {
 // gpt-mini learns tokens: one native worker trains it on a small tree of
 // Go source, tokenized by a BPE trained when the job was created, to a
 // held-out loss below the unigram baseline; the evaluation reports
-// bits_per_byte (not bits_per_char), and a sample is decoded text.
+// bits_per_byte (not bits_per_char), and a sample is decoded text. The
+// worker has a memory budget (work --memory-mb) too small for a batch of
+// 16 in one pass, so it trains in micro-batches.
 func TestGPTMiniLearnsTokens(t *testing.T) {
 	testenv.Long(t, "trains gpt-mini")
 	spec := gptMiniSpec(t, goTree(t), "{type: bpe, vocab: 1024}", "eval_every: 10\nmax_epochs: 20\n")
@@ -146,9 +150,19 @@ func TestGPTMiniLearnsTokens(t *testing.T) {
 	spec.TargetLoss = unigramNats(t, spec)
 	t.Logf("unigram baseline %.3f nats/token", spec.TargetLoss)
 	g := newTestGridWith(t, spec, withTextData)
-	g.addWorker(1, nil)
+	var cpu *cpubackend.Backend
+	g.addWorker(1, func(b worker.Backend) worker.Backend {
+		cpu = b.(*cpubackend.Backend)
+		cpu.SetMemoryBudget(14 << 20)
+		return b
+	})
 	v := g.waitDone(4 * time.Minute)
 	g.close()
+	if planned, micro := cpu.MemoryPlanned(); micro < 2 || micro >= 16 || planned > 14<<20 {
+		t.Errorf("the worker planned %d bytes in passes of %d examples: want micro-batches of a batch of 16 within 14 MB", planned, micro)
+	} else {
+		t.Logf("trained in micro-batches of %d examples, %.1f MB planned", micro, float64(planned)/(1<<20))
+	}
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Loss > spec.TargetLoss {
 		t.Fatalf("job ended %s (%s) with eval %+v; want the loss below the unigram baseline %.3f", v.State, v.Reason, v.Eval, spec.TargetLoss)
 	}

@@ -33,11 +33,18 @@ type Backend struct {
 	seed    uint64 // the next Gradient call's dropout seed
 	// tune is set under --kernel auto (see autokernel.go).
 	tune *kernelTuner
+	// budget bounds the memory a job may take (SetMemoryBudget; 0: none),
+	// micro is the most examples one Gradient call of a part computes at
+	// once (membudget.go), and used what Prepare planned for.
+	budget, used int64
+	micro        int
+	logf         func(string, ...any)
 }
 
 type part struct {
 	ws   *nn.Workspace
 	grad []float32
+	acc  []float32 // a micro-batch's gradient, when a part computes in several
 	loss float64
 	hits int
 }
@@ -61,6 +68,7 @@ func New(threads int) (*Backend, error) {
 // SetLog gives the backend somewhere to log what it decides (under
 // --kernel auto: the kernel it measured fastest, and the figures).
 func (b *Backend) SetLog(logf func(string, ...any)) {
+	b.logf = logf
 	if b.tune != nil {
 		b.tune.logf = logf
 	}
@@ -81,14 +89,25 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
 	}
 	n := min(b.threads, maxBatch)
-	per := (maxBatch + n - 1) / n
+	b.model, b.parts = nil, nil // the old job's buffers go before the plan counts on their memory
+	plan, err := planMemory(model, n, maxBatch, b.budget)
+	if err != nil {
+		return err
+	}
+	if b.logf != nil && (plan.parts < n || plan.micro < perPart(maxBatch, n)) {
+		b.logf("backend cpu: %s", plan)
+	}
+	n, b.micro, b.used = plan.parts, plan.micro, plan.bytes
 	b.model = model
 	b.seed = 0 // as a new nn.Workspace's
 	b.parts = make([]part, n)
 	for i := range b.parts {
-		b.parts[i].ws = model.NewWorkspace(per)
+		b.parts[i].ws = model.NewWorkspace(b.micro)
 		if i > 0 { // part 0 writes straight into the caller's grad
 			b.parts[i].grad = make([]float32, model.NumParams)
+		}
+		if b.micro < perPart(maxBatch, n) {
+			b.parts[i].acc = make([]float32, model.NumParams)
 		}
 	}
 	if b.tune != nil && b.tune.model != model {
@@ -121,13 +140,9 @@ func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) 
 	n := len(labels) / lpe
 	parts := min(len(b.parts), n)
 	if parts <= 1 {
-		ws := b.parts[0].ws
-		ws.SetSeed(seed)
-		ws.SetFirstExample(0)
-		loss, hits := b.model.Gradient(ws, params, x, labels, grad)
+		loss, hits := b.partGradient(&b.parts[0], params, x, labels, grad, 0, n, seed)
 		return loss, hits, nil
 	}
-	in := b.model.InputSize
 	per := (n + parts - 1) / parts
 	var wg sync.WaitGroup
 	for i := 0; i < parts; i++ {
@@ -141,12 +156,10 @@ func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) 
 		if i == 0 {
 			g = grad
 		}
-		p.ws.SetSeed(seed)
-		p.ws.SetFirstExample(lo)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.loss, p.hits = b.model.Gradient(p.ws, params, x[lo*in:hi*in], labels[lo*lpe:hi*lpe], g)
+			p.loss, p.hits = b.partGradient(p, params, x, labels, g, lo, hi, seed)
 		}()
 	}
 	wg.Wait()

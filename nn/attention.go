@@ -80,9 +80,9 @@ type attentionState struct {
 func (l *attentionLayer) newState(b *wsBuilder, maxBatch int) any {
 	rows := maxBatch * l.t
 	s := &attentionState{
-		qkv:   make([]float32, rows*3*l.d),
-		probs: make([]float32, maxBatch*l.heads*l.t*l.t),
-		ctx:   make([]float32, rows*l.d),
+		qkv:   b.floats(rows * 3 * l.d),
+		probs: b.floats(maxBatch * l.heads * l.t * l.t),
+		ctx:   b.floats(rows * l.d),
 	}
 	b.shared("attention dqkv", &s.dqkv, rows*3*l.d)
 	b.shared("attention dctx", &s.dctx, rows*l.d)

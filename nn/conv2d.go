@@ -80,7 +80,7 @@ func (l *convLayer) newState(b *wsBuilder, maxBatch int) any {
 	if l.needDIn || b.allDIn {
 		b.needScratch(l.colRows * l.colCols) // one example's patch gradient
 	}
-	return &convState{cols: make([]float32, maxBatch*l.colRows*l.colCols)}
+	return &convState{cols: b.floats(maxBatch * l.colRows * l.colCols)}
 }
 
 func (l *convLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {

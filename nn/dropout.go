@@ -64,7 +64,7 @@ func DropoutKeep(seed uint64, layer, i int, rate float64) bool {
 type dropoutState struct{ mask []float32 } // 0 or the scale, per value
 
 func (l *dropoutLayer) newState(b *wsBuilder, maxBatch int) any {
-	return &dropoutState{mask: make([]float32, maxBatch*l.outSize)}
+	return &dropoutState{mask: b.floats(maxBatch * l.outSize)}
 }
 
 func (l *dropoutLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {

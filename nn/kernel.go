@@ -181,6 +181,9 @@ type gemmScratch struct {
 	dconv dconvScratch
 }
 
+// gemmScratchBytes is what newGemmScratch allocates.
+const gemmScratchBytes = 4 * (blockM*blockK + blockK*blockN + maxMR*maxNR + blockM*blockK + blockM*blockK + blockM)
+
 func newGemmScratch() *gemmScratch {
 	return &gemmScratch{
 		a:     make([]float32, blockM*blockK),

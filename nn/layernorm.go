@@ -52,8 +52,8 @@ type layerNormState struct {
 
 func (l *layerNormLayer) newState(b *wsBuilder, maxBatch int) any {
 	return &layerNormState{
-		xhat: make([]float32, maxBatch*l.rows*l.d),
-		rstd: make([]float32, maxBatch*l.rows),
+		xhat: b.floats(maxBatch * l.rows * l.d),
+		rstd: b.floats(maxBatch * l.rows),
 	}
 }
 

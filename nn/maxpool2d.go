@@ -34,7 +34,7 @@ func resolvePool(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 type poolState struct{ argmax []int32 }
 
 func (l *poolLayer) newState(b *wsBuilder, maxBatch int) any {
-	return &poolState{argmax: make([]int32, maxBatch*l.outSize)}
+	return &poolState{argmax: b.int32s(maxBatch * l.outSize)}
 }
 
 func (l *poolLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {

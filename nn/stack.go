@@ -81,7 +81,7 @@ func (s *stack) newState(b *wsBuilder, maxBatch int, dTop []float32) *stackState
 	for i, l := range s.layers {
 		lb := l.base()
 		if !lb.alias && !lb.fusedReLU {
-			st.acts[i+1] = make([]float32, maxBatch*lb.outSize)
+			st.acts[i+1] = b.floats(maxBatch * lb.outSize)
 		}
 		st.states[i] = l.newState(b, maxBatch)
 	}
@@ -99,7 +99,7 @@ func (s *stack) newState(b *wsBuilder, maxBatch int, dTop []float32) *stackState
 		case body:
 			b.shared(fmt.Sprintf("body %d dacts %d", b.depth, j), &st.dacts[j], maxBatch*lb.inSize)
 		default:
-			st.dacts[j] = make([]float32, maxBatch*lb.inSize)
+			st.dacts[j] = b.floats(maxBatch * lb.inSize)
 		}
 	}
 	return st
@@ -169,10 +169,14 @@ func (s *stack) walk(f func(Layer)) {
 	}
 }
 
-// wsBuilder collects shared scratch sizes while a Workspace is built.
+// wsBuilder collects shared scratch sizes while a Workspace is built, and
+// counts the bytes it allocates. A dry builder allocates nothing (its
+// buffers are nil) and only counts: Model.WorkspaceBytes.
 type wsBuilder struct {
 	allDIn  bool
-	scratch int // floats of ws.scratch
+	dry     bool
+	bytes   int64 // allocated (or, dry, that would be)
+	scratch int   // floats of ws.scratch
 	// shared buffers by key: every layer that asks for a key gets the same
 	// buffer, as large as the largest request (see shared).
 	sharedBufs map[string]*sharedBuf
@@ -190,6 +194,25 @@ type sharedReq struct {
 }
 
 func (b *wsBuilder) needScratch(n int) { b.scratch = max(b.scratch, n) }
+
+// floats returns a buffer of n float32s, counted; a dry build's is
+// empty, but not nil (newState tells a buffer from none by nil).
+func (b *wsBuilder) floats(n int) []float32 {
+	b.bytes += 4 * int64(n)
+	if b.dry {
+		return []float32{}
+	}
+	return make([]float32, n)
+}
+
+// int32s returns a buffer of n int32s (empty in a dry build), counted.
+func (b *wsBuilder) int32s(n int) []int32 {
+	b.bytes += 4 * int64(n)
+	if b.dry {
+		return []int32{}
+	}
+	return make([]int32, n)
+}
 
 // shared sets *dst, once the Workspace is built, to a buffer of at least n
 // floats that every request with the same key shares. Layers use it for
@@ -212,7 +235,10 @@ func (b *wsBuilder) shared(key string, dst *[]float32, n int) {
 // allocShared allocates the shared buffers and hands them out.
 func (b *wsBuilder) allocShared() {
 	for _, sb := range b.sharedBufs {
-		buf := make([]float32, sb.n)
+		buf := b.floats(sb.n)
+		if b.dry {
+			continue
+		}
 		for _, r := range sb.reqs {
 			*r.dst = buf[:r.n]
 		}

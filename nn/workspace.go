@@ -10,6 +10,7 @@ import (
 type Workspace struct {
 	m        *Model
 	maxBatch int
+	bytes    int64       // what its buffers take (Bytes)
 	st       *stackState // the model's layers' activations, gradients and state
 	// dLogits is the loss gradient of the logits.
 	dLogits []float32
@@ -32,14 +33,36 @@ func (m *Model) newWorkspace(maxBatch int, allDIn bool) *Workspace {
 		panic(fmt.Sprintf("nn: NewWorkspace: maxBatch must be >= 1, got %d", maxBatch))
 	}
 	ws := &Workspace{m: m, maxBatch: maxBatch, allDIn: allDIn}
-	ws.dLogits = make([]float32, maxBatch*m.LabelsPerExample*m.NumClasses)
 	b := &wsBuilder{allDIn: allDIn}
+	ws.dLogits = b.floats(maxBatch * m.LabelsPerExample * m.NumClasses)
 	ws.st = m.top.newState(b, maxBatch, ws.dLogits)
 	b.allocShared()
 	ws.ctx.gemm = newGemmScratch()
-	ws.ctx.scratch = make([]float32, b.scratch)
+	ws.ctx.scratch = b.floats(b.scratch)
+	ws.bytes = b.bytes + gemmScratchBytes
 	return ws
 }
+
+// WorkspaceBytes returns the bytes NewWorkspace(maxBatch) allocates for
+// its buffers (activations, their gradients, layer state and scratch),
+// without allocating them: what a worker with a memory budget weighs
+// before it chooses a micro-batch. It grows about linearly with
+// maxBatch.
+func (m *Model) WorkspaceBytes(maxBatch int) int64 {
+	if maxBatch < 1 {
+		panic(fmt.Sprintf("nn: WorkspaceBytes: maxBatch must be >= 1, got %d", maxBatch))
+	}
+	b := &wsBuilder{dry: true}
+	b.floats(maxBatch * m.LabelsPerExample * m.NumClasses)
+	m.top.newState(b, maxBatch, []float32{}) // non-nil: the top stack, as NewWorkspace's
+	b.allocShared()
+	b.floats(b.scratch)
+	return b.bytes + gemmScratchBytes
+}
+
+// Bytes returns what the workspace's buffers take (WorkspaceBytes of its
+// maxBatch).
+func (ws *Workspace) Bytes() int64 { return ws.bytes }
 
 // SetSeed sets the seed of the next Gradient call's dropout masks; each
 // Gradient call then moves it on by one, so consecutive steps draw new

@@ -53,6 +53,16 @@ func openCPU(want string) (computeBackend, error) {
 	return cb, err
 }
 
+// keepWithin makes a CPU backend train within the tab's share of memory
+// (memoryMB, as contribute.js's memoryMB tells it and the hello's caps
+// say): a batch whose activations do not fit is computed in
+// micro-batches.
+func keepWithin(cb computeBackend, memoryMB int) {
+	if c, ok := cb.Backend.(*cpubackend.Backend); ok && memoryMB > 0 {
+		c.SetMemoryBudget(int64(memoryMB) << 20)
+	}
+}
+
 // gpuWatch passes a worker's calls to the GPU backend and says on failed
 // when the GPU fails (a lost device, a kernel error), so that the bridge
 // moves the tab to the CPU; the failing lease goes back to the

@@ -233,6 +233,7 @@ func (b *bridge) handle(c control) bool {
 		if cb.reason != "" {
 			b.logf("backend %s: %s", c.backend, cb.reason)
 		}
+		keepWithin(cb, c.memoryMB)
 		b.backend = cb
 		b.build(worker.Config{
 			Coordinator: c.coordinator, Backend: b.watch(cb), Kind: protocol.KindBrowser, Client: c.client,
@@ -457,6 +458,9 @@ func (b *bridge) toCPU(err error) {
 	}
 	cb.reason = fmt.Sprintf("the GPU failed while training (%v): training on %s instead", err, cb.name)
 	b.logf("%s", cb.reason)
+	if b.cfg.Caps != nil {
+		keepWithin(cb, b.cfg.Caps.MemoryMB)
+	}
 	b.backend = cb
 	cfg := b.cfg
 	cfg.Backend = cb.Backend

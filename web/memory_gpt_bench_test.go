@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
@@ -20,13 +21,22 @@ import (
 // Chromium computes one task of the preset's batch (GPTSMALL_BATCH to
 // change it) on a tree of this repository's Go source, tokenized by a
 // 4,096-token BPE, and the page's wasm memory high-water mark is read
-// once its first result is answered. The figure goes in docs/BROWSER.md.
+// once its first result is answered. GPTSMALL_MEMORY_MB gives the tab
+// that memory share (the page's ?memory_mb=), within which it computes
+// the batch in micro-batches. The figure goes in docs/BROWSER.md.
 // It is a benchmark, not a test: one task of gpt-small in wasm takes
 // minutes on a 2-core machine.
 func BenchmarkBrowserMemoryGPTSmall(b *testing.B) {
 	batch, err := strconv.Atoi(cmp.Or(os.Getenv("GPTSMALL_BATCH"), "16"))
 	if err != nil || batch < 1 {
 		b.Fatalf("GPTSMALL_BATCH=%q: want a positive batch size", os.Getenv("GPTSMALL_BATCH"))
+	}
+	page := "/"
+	if v := os.Getenv("GPTSMALL_MEMORY_MB"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("GPTSMALL_MEMORY_MB=%q: want a positive number of MB", v)
+		}
+		page = "/?memory_mb=" + v
 	}
 	tree := testenv.GoSourceTree(b, "..", "coordinator", "engine", "nn", "worker", "tokenizer", "dataset", "jobspec", "protocol", "store")
 	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tab-gpt-small
@@ -43,7 +53,7 @@ eval_every: 1000000
 		s := newSiteWith(b, spec, func(cfg *coordinator.Config) { cfg.LoadData = dataset.Load })
 		ctx := testbrowser.New(b)
 		start := time.Now()
-		s.contribute(b, ctx)
+		do(b, ctx, 30*time.Second, chromedp.Navigate(s.http.URL+page), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute"))
 		s.waitFor("the tab's first result", 30*time.Minute, func() bool {
 			v := s.view()
 			return v.UpdatesApplied > 0 || len(v.Rejections) > 0 && sumRejections(v) > 0
@@ -58,8 +68,8 @@ eval_every: 1000000
 		v := s.view()
 		b.ReportMetric(mb, "wasm-MB")
 		b.ReportMetric(took.Seconds(), "s-first-result")
-		b.Logf("gpt-small in a tab, batch %d: wasm memory %.0f MB after its first result (%.0f s from the page's load; applied %d, refused %v)",
-			batch, mb, took.Seconds(), v.UpdatesApplied, v.Rejections)
+		b.Logf("gpt-small in a tab (%s), batch %d: wasm memory %.0f MB after its first result (%.0f s from the page's load; applied %d, refused %v)",
+			page, batch, mb, took.Seconds(), v.UpdatesApplied, v.Rejections)
 	}
 }
 

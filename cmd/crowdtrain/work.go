@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/tlsfiles"
 	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nativeworker/polite"
@@ -45,7 +46,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.IntVar(&o.device, "device", 0, "CUDA device number (--backend cuda or auto)")
 	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
 	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
-	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job (default: what the system has available)")
+	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job: the coordinator sends only jobs that fit, and the CPU backend computes a batch that does not fit in micro-batches (default: what the system has available)")
 	fs.BoolVar(&o.startAhead, "start-ahead", false, "start the next task (its snapshot: latest) while one computes: less waiting, one version more staleness, which can cost the job examples (docs/BENCHMARKS.md, utilisation)")
 	fs.group("Compute")
 	fs.BoolVar(&o.idleOnly, "idle-only", false, "compute only while the machine is otherwise idle (no input for --idle-after, other programs under --idle-cpu); stop within a second when that ends")
@@ -122,10 +123,16 @@ func (o *workOptions) run(ctx context.Context, config string, stdout, stderr io.
 		return err
 	}
 	defer release()
+	caps := workerCaps(b, o.memoryMB)
+	if cpu, ok := b.(*cpubackend.Backend); ok && caps.MemoryMB > 0 {
+		// What it told the coordinator it may spend, it keeps to: a
+		// batch that does not fit is computed in micro-batches.
+		cpu.SetMemoryBudget(int64(caps.MemoryMB) << 20)
+	}
 	w, err := worker.New(worker.Config{
 		Coordinator: o.coord, Backend: b, Kind: workerKind(b), Token: o.joinToken, VolunteerKey: key, Name: o.name,
 		Client: "crowdtrain/" + version, Logf: logger.Printf, TLSConfig: tlsConfig,
-		Job: o.pin, Caps: workerCaps(b, o.memoryMB),
+		Job: o.pin, Caps: caps,
 		Duty: maxCPU.v, Idle: idle, Hours: hours.h, ResumeAfter: idleResumeAfter,
 		StartAhead: o.startAhead,
 	})
