@@ -174,10 +174,12 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	d := st.agg.Offer(engine.Contribution{Update: update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
 		Worker: sub.worker, Volunteer: sub.volunteer})
 	if !d.Accepted {
-		j.requeue(l)
 		if d.Reason == engine.ReasonQuarantined {
+			j.requeueRefused(l)
 			d.Reason = protocol.ReasonQuarantined
 			j.spotRefused(sub, l)
+		} else {
+			j.requeue(l)
 		}
 		return reject(d.Reason, d.Detail)
 	}

@@ -240,3 +240,10 @@ func (j *Job) requeue(l *engine.Lease) {
 	j.st.sched.Lost(l)
 	j.unleased([]*engine.Lease{l})
 }
+
+// requeueRefused is requeue for a result validation refused: in a round,
+// the task waits for the next round's version (engine.Scheduler.Refused).
+func (j *Job) requeueRefused(l *engine.Lease) {
+	j.st.sched.Refused(l)
+	j.unleased([]*engine.Lease{l})
+}

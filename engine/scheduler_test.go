@@ -210,6 +210,30 @@ func TestRoundNeverLeasesATaskTwice(t *testing.T) {
 	}
 }
 
+// A task whose result validation refused in a round is not leased again
+// in that round (from the same version it would be computed to the same
+// refused update), but first in the next; in asynchronous mode, where the
+// model moves, at once.
+func TestRoundDoesNotLeaseARefusedTaskAgain(t *testing.T) {
+	s := newTestScheduler()
+	s.SetQueue([]Task{{Shard: 0, Count: 40}, {Shard: 1, Count: 40}, {Shard: 2, Count: 40}})
+	a, _ := s.Grant("a", 0, 1)
+	s.Refused(s.Take("a", a.ID))
+	b, ok := s.Grant("b", 0, 1)
+	if !ok || b.Task == a.Task {
+		t.Fatalf("after validation refused %+v the round leased %+v (ok %v): want another task", a.Task, b.Task, ok)
+	}
+	if l, ok := s.Grant("c", 1, 2); !ok || l.Task != a.Task {
+		t.Fatalf("round 2 leased %+v (ok %v), want the refused task %+v first", l, ok, a.Task)
+	}
+	s.SetQueue([]Task{{Shard: 3, Count: 40}, {Shard: 4, Count: 40}})
+	x, _ := s.Grant("d", 0, 0)
+	s.Refused(s.Take("d", x.ID))
+	if l, ok := s.Grant("d", 0, 0); !ok || l.Task != x.Task {
+		t.Fatalf("asynchronous: after a refusal the next lease is %+v (ok %v), want the refused task %+v again", l, ok, x.Task)
+	}
+}
+
 // A task whose lease was lost in a round (given back, expired, its result
 // refused) left the round: the round may lease it again.
 func TestRoundLeasesALostTaskAgain(t *testing.T) {
