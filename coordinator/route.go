@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -24,10 +24,11 @@ func (j *Job) placeInfo(spec JobSpec) *placement.Job {
 	p := &placement.Job{
 		ID: j.ID, Priority: spec.Priority, Weight: spec.EffectiveWeight(),
 		Needs:     placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB},
-		NeedMB:    modelNeedMB(j.model, spec.BatchSize),
 		NumParams: j.model.NumParams,
 		Parent:    j.parent,
 	}
+	whole, micro := compute.MemoryNeed(j.model, spec.BatchSize)
+	p.NeedMB, p.MicroNeedMB = toMB(whole), toMB(micro)
 	if j.shardSet != nil {
 		p.Data = j.shardSet.key
 	}
@@ -39,28 +40,15 @@ func (j *Job) placeInfo(spec JobSpec) *placement.Job {
 	return p
 }
 
-// modelNeedMB estimates the memory a worker needs to train model with
-// batches of batch: the parameters, snapshot, gradient, update and
-// optimizer state (about seven vectors), and each layer's activations and
-// their gradients for the batch, attention's scores included.
-func modelNeedMB(model *nn.Model, batch int) int {
-	floats := 7 * float64(model.NumParams)
-	for _, l := range model.Plan() {
-		per := float64(l.Out[0] * l.Out[1] * l.Out[2])
-		if l.Type == nn.TypeAttention {
-			t := float64(l.In[0])
-			per += t * t * 4 // scores and their gradients, a few heads' worth
-		}
-		floats += 2 * per * float64(batch)
-	}
-	return int(4*floats/(1<<20)) + 1
-}
+// toMB rounds bytes up to whole MB.
+func toMB(bytes int64) int { return int((bytes + 1<<20 - 1) >> 20) }
 
 // placeWorker is what placement knows of a connection.
 func (wc *workerConn) placeWorker() *placement.Worker {
 	w := &placement.Worker{Kind: wc.hello.Kind, Pin: wc.hello.Job}
 	if c := wc.hello.Caps; c != nil {
 		w.MemoryMB, w.MaxParams, w.Layers, w.Data = c.MemoryMB, c.MaxParams, c.Layers, c.Data
+		w.MicroBatches = c.MicroBatches
 	}
 	if j := wc.cur.Load(); j != nil {
 		w.Current = j.ID

@@ -3,6 +3,7 @@ package cpubackend
 import (
 	"fmt"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -15,15 +16,21 @@ import (
 // (nn.Workspace.SetFirstExample), so the masks are the whole batch's.
 //
 // The budget covers the job as the worker holds it: the model's
-// parameters in jobCopies copies outside the backend (the snapshot, the
-// parameters the lease computes from, the update, the inner steps'
-// parameters, gradient and two optimizer moments), each part's gradient
+// parameters in compute.JobCopies copies outside the backend, each part's gradient
 // and micro-batch sum, and the workspaces (nn.Model.WorkspaceBytes). The
 // data shards, the process and the snapshot cache come on top. Where even
 // one example per thread does not fit, fewer threads compute; where one
 // example on one thread does not fit, Prepare says so: recomputing
-// activations per block instead of keeping them is not implemented.
-const jobCopies = 6
+// activations per block instead of keeping them is not implemented. The
+// coordinator places a job on a worker that says it splits batches
+// (SplitsBatches) by compute.MemoryNeed's micro figure, which is this
+// plan's for one thread and one example.
+const jobCopies = compute.JobCopies
+
+// SplitsBatches reports that the backend computes a batch that does not
+// fit its memory budget in micro-batches (worker.Config: the hello's
+// caps say so).
+func (b *Backend) SplitsBatches() bool { return true }
 
 // SetMemoryBudget bounds the memory, in bytes, a job may take on this
 // backend (see jobCopies); 0 lifts the bound. It applies from the next

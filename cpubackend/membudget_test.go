@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -156,6 +157,22 @@ func TestPrepareStaysWithinTheMemoryBudget(t *testing.T) {
 	}
 	if _, _, err := small.Gradient(make([]float32, m.NumParams), nil, nil, nil); err == nil {
 		t.Fatal("Gradient after a failed Prepare did not fail")
+	}
+}
+
+// The coordinator places a job on a worker that splits batches by
+// compute.MemoryNeed's micro figure: a budget of that much is enough for
+// this backend to train it on one thread, and less is not.
+func TestMicroMemoryNeedIsWhatTheBackendPlans(t *testing.T) {
+	for _, name := range []string{"gpt-small", "charlm", "mnist-cnn"} {
+		m := presetModel(t, name)
+		_, micro := compute.MemoryNeed(m, 16)
+		if _, err := planMemory(m, 1, 16, micro); err != nil {
+			t.Errorf("%s: a budget of MemoryNeed's micro figure (%d bytes): %v", name, micro, err)
+		}
+		if _, err := planMemory(m, 1, 16, micro-4*int64(m.NumParams)-1); err == nil {
+			t.Errorf("%s: a budget of a vector under MemoryNeed's micro figure was enough: the figure asks too much", name)
+		}
 	}
 }
 

@@ -20,22 +20,27 @@ type Job struct {
 	Weight   float64 // share within a priority; > 0
 	Needs    Needs
 	// NeedMB is the memory a worker needs to train the model (parameters,
-	// gradients, optimizer state and the activations of a batch).
-	NeedMB    int
-	NumParams int
-	Layers    []string // the layer kinds of its model
-	Data      string   // the key of its shards' data set
-	Parent    string   // the sweep it is a trial of, "" if none
+	// gradients, optimizer state and the activations of a batch);
+	// MicroNeedMB, a worker that computes a batch in micro-batches (one
+	// example's activations). 0: as NeedMB.
+	NeedMB, MicroNeedMB int
+	NumParams           int
+	Layers              []string // the layer kinds of its model
+	Data                string   // the key of its shards' data set
+	Parent              string   // the sweep it is a trial of, "" if none
 }
 
 // Worker is what placement knows of a worker.
 type Worker struct {
-	Kind      string
-	MemoryMB  int // 0: unknown
-	MaxParams int // 0: no limit of its own
-	Layers    []string
-	Pin       string // a job or sweep id; "" any job
-	Current   string // the job it computes for now, "" none
+	Kind     string
+	MemoryMB int // 0: unknown
+	// MicroBatches: it computes a batch that does not fit in
+	// micro-batches, so MicroNeedMB is what it needs.
+	MicroBatches bool
+	MaxParams    int // 0: no limit of its own
+	Layers       []string
+	Pin          string // a job or sweep id; "" any job
+	Current      string // the job it computes for now, "" none
 	// Since is when it was moved to Current by this ranking; zero when
 	// long ago, or when it landed there only because the jobs ranked
 	// before had no task free for it: then it has no stay and goes back
@@ -53,7 +58,11 @@ func Fit(w *Worker, j *Job) string {
 	if len(j.Needs.Kinds) > 0 && !slices.Contains(j.Needs.Kinds, w.Kind) {
 		return fmt.Sprintf("kind %s, the job requires %s", w.Kind, strings.Join(j.Needs.Kinds, " or "))
 	}
-	need := max(j.NeedMB, j.Needs.MinMemoryMB)
+	need := j.NeedMB
+	if w.MicroBatches && j.MicroNeedMB > 0 {
+		need = j.MicroNeedMB
+	}
+	need = max(need, j.Needs.MinMemoryMB)
 	if j.Needs.MinMemoryMB > 0 && w.MemoryMB == 0 {
 		return fmt.Sprintf("memory unknown, the job requires %d MB", need)
 	}

@@ -342,6 +342,12 @@ func TestFit(t *testing.T) {
 		{Worker{Kind: "native", MemoryMB: 512}, &Job{ID: "j", Needs: Needs{MinMemoryMB: 1024}}, "1024 MB"},
 		{Worker{Kind: "native", Pin: "other"}, &Job{ID: "j"}, "pinned"},
 		{Worker{Kind: "native", Pin: "sweep1"}, &Job{ID: "j", Parent: "sweep1"}, ""},
+		// A worker that computes in micro-batches needs one example's
+		// activations, not the batch's; one that does not (a GPU), the batch's.
+		{Worker{Kind: "browser", MemoryMB: 600, MicroBatches: true}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500}, ""},
+		{Worker{Kind: "browser", MemoryMB: 600}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500}, "1600 MB"},
+		{Worker{Kind: "browser", MemoryMB: 400, MicroBatches: true}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500}, "500 MB"},
+		{Worker{Kind: "native", MemoryMB: 600, MicroBatches: true}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500, Needs: Needs{MinMemoryMB: 1024}}, "1024 MB"},
 	} {
 		got := Fit(&c.w, c.j)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {

@@ -18,6 +18,10 @@ type Caps struct {
 	// FLOPS is its measured speed, floating-point operations a second;
 	// 0: not measured.
 	FLOPS float64 `msgpack:"flops,omitempty"`
+	// MicroBatches says the worker computes a batch that does not fit
+	// MemoryMB in micro-batches (gradient accumulation): a job fits it
+	// if one example at a time does.
+	MicroBatches bool `msgpack:"micro_batches,omitempty"`
 	// Data names the data sets whose shards it holds already (the keys
 	// in shard URLs, /api/v1/data/KEY/...), which count in the choice of
 	// its job.

@@ -422,6 +422,9 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 		*caps = *w.cfg.Caps
 	}
 	caps.Data = append(slices.Clip(caps.Data), w.heldData()...)
+	if s, ok := b.(interface{ SplitsBatches() bool }); ok && s.SplitsBatches() {
+		caps.MicroBatches = true
+	}
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: helloBackend, Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
