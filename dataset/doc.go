@@ -2,7 +2,8 @@
 // the coordinator serves to workers: the built-in MNIST and Fashion-MNIST
 // (IDX files), bible-kjv and go-source (text), and a job's own data as IDX,
 // .npy or UTF-8 text, a file or a tree of files selected by a glob and
-// split by file (docs/JOBS.md). Text is bytes, or with a tokenizer in
+// split by file, or a verifiable task's problems written as text
+// (docs/JOBS.md). Text is bytes, or with a tokenizer in
 // Options (an Encoder: package tokenizer, which dataset does not import)
 // its token ids, encoded once as it loads into uint16 windows.
 //
@@ -18,8 +19,8 @@
 // sizes before allocating and returns an error that says what was wrong and
 // what to do; no input makes a decoder panic.
 //
-// dataset imports only the standard library, nothing else of ours, and it
-// builds for js/wasm: the browser worker decodes shards with it. File-system
+// dataset imports only the standard library and rltask (whose problems
+// the task data set writes as text), and it builds for js/wasm: the browser worker decodes shards with it. File-system
 // searching (FindMNIST) uses only os and path/filepath, which compile there
 // too (it just finds nothing without a file system).
 package dataset

@@ -51,6 +51,8 @@ func (s Spec) Source() (Source, error) {
 		return IDXSource{TrainImages: s.TrainImages, TrainLabels: s.TrainLabels, TestImages: s.TestImages, TestLabels: s.TestLabels}, nil
 	case s.Type == TypeNPY:
 		return NPYSource{TrainX: s.TrainX, TrainY: s.TrainY, TestX: s.TestX, TestY: s.TestY}, nil
+	case s.Type == TypeTask:
+		return s.taskSource()
 	}
 	return TextSource{Path: s.Path, Glob: s.Glob, ValFraction: s.ValFraction}, nil
 }

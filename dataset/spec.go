@@ -15,10 +15,11 @@ const (
 	TypeIDX  = "idx"
 	TypeNPY  = "npy"
 	TypeText = "text"
+	TypeTask = "task"
 )
 
 // Types lists the data spec types in documentation order.
-var Types = []string{TypeIDX, TypeNPY, TypeText}
+var Types = []string{TypeIDX, TypeNPY, TypeText, TypeTask}
 
 // DefaultValFraction is the share of a text held out for validation when
 // the spec does not say.
@@ -27,8 +28,9 @@ const DefaultValFraction = 0.05
 // Spec is a job spec's `dataset`: a built-in data set by Name, or files of
 // a Type. In JSON and YAML it is a string (the built-in name) or an object
 // {type: idx, train_images, train_labels, test_images, test_labels},
-// {type: npy, train_x, train_y, test_x, test_y} or {type: text, path,
-// glob, val_fraction}.
+// {type: npy, train_x, train_y, test_x, test_y}, {type: text, path,
+// glob, val_fraction} or {type: task, name, digits, length, examples,
+// seed, val_fraction}.
 type Spec struct {
 	Name string `json:"-"`
 	Type string `json:"type"`
@@ -48,6 +50,14 @@ type Spec struct {
 	// it a directory's top-level files are read as one text.
 	Glob        string  `json:"glob,omitempty"`
 	ValFraction float64 `json:"val_fraction,omitempty"`
+
+	// Type task: the problems of a verifiable task (package rltask)
+	// written as text, Examples of them from the stream TaskSeed.
+	Task     string `json:"name,omitempty"`
+	Digits   int    `json:"digits,omitempty"`
+	Length   int    `json:"length,omitempty"`
+	Examples int    `json:"examples,omitempty"`
+	TaskSeed uint64 `json:"seed,omitempty"`
 }
 
 // Builtin returns the spec of the built-in data set name.
@@ -58,6 +68,7 @@ var SpecKeys = map[string][]string{
 	TypeIDX:  {"train_images", "train_labels", "test_images", "test_labels"},
 	TypeNPY:  {"train_x", "train_y", "test_x", "test_y"},
 	TypeText: {"path", "glob", "val_fraction"},
+	TypeTask: {"name", "digits", "length", "examples", "seed", "val_fraction"},
 }
 
 // File is one file a spec names: its key and a pointer to its path.
@@ -78,7 +89,14 @@ func (s *Spec) Files() []File {
 }
 
 // IsText reports whether the spec is text (a language model's data).
-func (s Spec) IsText() bool { return s.Type == TypeText || s.Name == BibleKJV || s.Name == GoSource }
+func (s Spec) IsText() bool {
+	return s.Type == TypeText || s.Type == TypeTask || s.Name == BibleKJV || s.Name == GoSource
+}
+
+// ReadsTextFiles reports whether the spec is text read from files (type
+// text, bible-kjv, go-source), which a command's --data may replace; a
+// task's text is generated.
+func (s Spec) ReadsTextFiles() bool { return s.IsText() && s.Type != TypeTask }
 
 // IsImageBuiltin reports whether the spec is a built-in 28x28 grey image
 // set.
@@ -97,6 +115,9 @@ func (s Spec) String() string {
 	}
 	if s.Glob != "" {
 		parts = append(parts, "glob="+s.Glob)
+	}
+	if s.Type == TypeTask {
+		parts = append(parts, s.taskString())
 	}
 	return strings.Join(parts, " ")
 }
@@ -160,11 +181,15 @@ func (s Spec) Validate() error {
 			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("is not a key of type %s (its keys: %s)", s.Type, strings.Join(keys, ", "))}
 		}
 	}
+	if err := s.validateTask(); err != nil {
+		return err
+	}
+	hasVal := s.Type == TypeText || s.Type == TypeTask
 	switch {
-	case s.Type == TypeText && !(s.ValFraction > 0 && s.ValFraction <= 0.5):
+	case hasVal && !(s.ValFraction > 0 && s.ValFraction <= 0.5):
 		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("must be in (0, 0.5], got %v", s.ValFraction)}
-	case s.Type != TypeText && s.ValFraction != 0:
-		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("is a key of type text, not %s", s.Type)}
+	case !hasVal && s.ValFraction != 0:
+		return &KeyError{Key: "dataset.val_fraction", Problem: fmt.Sprintf("is a key of types text and task, not %s", s.Type)}
 	case s.Type != TypeText && s.Glob != "":
 		return &KeyError{Key: "dataset.glob", Problem: fmt.Sprintf("is a key of type text, not %s", s.Type)}
 	case s.Glob != "":

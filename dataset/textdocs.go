@@ -13,10 +13,17 @@ func TrainingDocs(s Spec) (docs [][]byte, desc string, err error) {
 		return nil, "", err
 	}
 	if !s.IsText() {
-		return nil, "", &KeyError{Key: "dataset", Problem: fmt.Sprintf("%s is not text (want %s, %s or type text)", s, BibleKJV, GoSource)}
+		return nil, "", &KeyError{Key: "dataset", Problem: fmt.Sprintf("%s is not text (want %s, %s, type text or type task)", s, BibleKJV, GoSource)}
 	}
 	var tree *TextTree
 	switch {
+	case s.Type == TypeTask:
+		src, err := s.taskSource()
+		if err != nil {
+			return nil, "", err
+		}
+		text, _ := src.(TaskSource).Texts()
+		return [][]byte{text}, fmt.Sprintf("%s: %d bytes, the training problems", s, len(text)), nil
 	case s.Name == GoSource:
 		dir, err := GoSourceDir()
 		if err != nil {

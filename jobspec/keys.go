@@ -141,6 +141,9 @@ func Parse(data []byte) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
+	if err := checkKind(m); err != nil {
+		return Spec{}, err
+	}
 	if err := checkKeys("", m, Keys()); err != nil {
 		return Spec{}, err
 	}
@@ -409,6 +412,12 @@ func decodeDataset(val *yaml.Node, s *Spec, _ given) error {
 			}
 			continue
 		}
+		if done, err := decodeTaskKey(k, v, &d); done || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if k == "glob" {
 			if v.Kind != yaml.ScalarNode || v.Value == "" {
 				return Errorf("dataset.glob", "want a pattern of the files under path, such as \"**/*.go\" (quoted: YAML reads a bare * as an alias)")
@@ -425,11 +434,44 @@ func decodeDataset(val *yaml.Node, s *Spec, _ given) error {
 			}
 		}
 	}
-	if d.Type == dataset.TypeText && d.ValFraction == 0 {
+	if (d.Type == dataset.TypeText || d.Type == dataset.TypeTask) && d.ValFraction == 0 {
 		d.ValFraction = dataset.DefaultValFraction
+	}
+	if d.Type == dataset.TypeTask && d.Examples == 0 {
+		d.Examples = dataset.DefaultTaskExamples
 	}
 	s.Dataset = d
 	return nil
+}
+
+// decodeTaskKey reads the keys of a task data set (type task): name,
+// digits, length, examples and seed. It reports whether k was one of them.
+func decodeTaskKey(k string, v *yaml.Node, d *dataset.Spec) (bool, error) {
+	var err error
+	switch k {
+	case "name":
+		if v.Kind != yaml.ScalarNode || v.Value == "" {
+			return true, Errorf("dataset.name", "want the name of a task (add, reverse or sort)")
+		}
+		d.Task = v.Value
+	case "digits":
+		err = decodeScalar(v, &d.Digits)
+	case "length":
+		err = decodeScalar(v, &d.Length)
+	case "examples":
+		err = decodeScalar(v, &d.Examples)
+		if err == nil && d.Examples == 0 {
+			return true, Errorf("dataset.examples", "must be at least 2 (leave it out for %d)", dataset.DefaultTaskExamples)
+		}
+	case "seed":
+		err = decodeScalar(v, &d.TaskSeed)
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return true, Errorf("dataset."+k, "%v", cleanYAMLError(err))
+	}
+	return true, nil
 }
 
 func decodeModel(val *yaml.Node, s *Spec, _ given) error {

@@ -10,6 +10,12 @@
 // flat vectors, token ids [t], sequences [t,d]), places its tensors, sizes
 // its buffers and runs forward and backward behind the Layer interface.
 //
+// A causal sequence model also decodes one token at a time (Decoder: a
+// key-value cache per attention layer, greedy or seeded sampling that
+// returns each token's log-probability), and GradientOfLogits
+// backpropagates any loss of the logits, such as the GRPO loss of package
+// rl, through the same backward pass.
+//
 // The coordinator and every worker share this code, so parameters, gradients,
 // updates and snapshots all use the same flat layout (Model.Layout) and can be
 // added, averaged and shipped without knowing the architecture.

@@ -89,7 +89,7 @@ func (l *dropoutLayer) backward(c *runCtx, st any, params, in, out, dOut, dIn, g
 	if dIn == nil {
 		return
 	}
-	if l.rate == 0 {
+	if !c.train || l.rate == 0 { // the forward pass let every value through
 		copy(dIn, dOut)
 		return
 	}

@@ -62,31 +62,37 @@ func (l *layerNormLayer) newState(b *wsBuilder, maxBatch int) any {
 func (l *layerNormLayer) forward(c *runCtx, st any, params, in, out []float32, n int) {
 	s := st.(*layerNormState)
 	D := l.d
+	for r := 0; r < n*l.rows; r++ {
+		s.rstd[r] = l.normRow(params, in[r*D:(r+1)*D], out[r*D:(r+1)*D], s.xhat[r*D:(r+1)*D])
+	}
+}
+
+// normRow normalises one row x into y, keeping x̂ in xh if it is not nil,
+// and returns 1/std.
+func (l *layerNormLayer) normRow(params, x, y, xh []float32) float32 {
+	D := l.d
 	g := params[l.wOff : l.wOff+D]
 	b := params[l.bOff : l.bOff+D]
-	invD := 1 / float64(D)
-	for r := 0; r < n*l.rows; r++ {
-		x := in[r*D : (r+1)*D]
-		// One pass for both sums; in float64 the cancellation in
-		// E[x²] - mean² costs nothing that matters for float32 inputs.
-		var sum, sq float64
-		for _, v := range x {
-			v64 := float64(v)
-			sum += v64
-			sq += float64(v64 * v64)
-		}
-		mean := sum * invD
-		rstd := 1 / math.Sqrt(max(sq*invD-float64(mean*mean), 0)+l.eps)
-		s.rstd[r] = float32(rstd)
-		xh := s.xhat[r*D : (r+1)*D]
-		y := out[r*D : (r+1)*D]
-		m32, r32 := float32(mean), float32(rstd)
-		for j, v := range x {
-			h := float32((v - m32) * r32)
-			xh[j] = h
-			y[j] = float32(h*g[j]) + b[j]
-		}
+	// One pass for both sums; in float64 the cancellation in
+	// E[x²] - mean² costs nothing that matters for float32 inputs.
+	var sum, sq float64
+	for _, v := range x {
+		v64 := float64(v)
+		sum += v64
+		sq += float64(v64 * v64)
 	}
+	invD := 1 / float64(D)
+	mean := sum * invD
+	rstd := 1 / math.Sqrt(max(sq*invD-float64(mean*mean), 0)+l.eps)
+	m32, r32 := float32(mean), float32(rstd)
+	for j, v := range x {
+		h := float32((v - m32) * r32)
+		if xh != nil {
+			xh[j] = h
+		}
+		y[j] = float32(h*g[j]) + b[j]
+	}
+	return r32
 }
 
 // backward: with ĥ = dy·g, dx = rstd·(ĥ - mean(ĥ) - x̂·mean(ĥ·x̂)).

@@ -20,6 +20,17 @@ residual body), loads the weights strictly, and then:
   sample --model M --prompt TEXT [--tokens N] [--temperature T] [--seed S]
          prints the prompt's continuation from a byte-level text model, fed
          as crowdtrain's Generate feeds it (the last <= t bytes, left-aligned).
+  grpo   --model M --batch B.json [--grad G.npy]
+         prints `loss L`, `kl K` and `clip_fraction C` of the GRPO loss
+         of a batch of completion groups, as crowdtrain's rl.Loss defines
+         it: B is {"groups": [[{"prompt": [ids], "tokens": [ids],
+         "old_logprobs": [..], "ref_logprobs": [..] (optional), "reward":
+         r}, ...], ...], "clip", "kl_coef", "eps", "temperature"}; each
+         completion is one example (prompt then tokens, left-aligned, zeros
+         after), advantages (r - mean)/(std + eps) per group with the
+         population std, the clipped surrogate and the k3 KL estimate per
+         token, averaged over every completion token. With --grad it writes
+         the loss's gradient as score does.
   train  --model M --data FILE [--tokens N] [--batch B] [--threads K]
          trains the same architecture from the exported (initial) weights
          single-process on the text file, with the job's outer optimizer
@@ -318,6 +329,69 @@ def cmd_sample(a):
     sys.stdout.buffer.write(bytes(out) + b"\n")
 
 
+def grpo_loss(model, batch):
+    """The GRPO loss of batch (see the docstring's grpo), its mean k3
+    and its clipped share, in the model's dtype."""
+    clip = batch.get("clip", 0.2)
+    kl_coef = batch.get("kl_coef", 0.0)
+    eps = batch.get("eps", 1e-4)
+    temperature = batch.get("temperature", 1.0)
+    t = model.input[0]
+    xs, picks, olds, refs, advs = [], [], [], [], []
+    has_ref = True
+    for group in batch["groups"]:
+        r = torch.tensor([c["reward"] for c in group], dtype=torch.float64)
+        adv = (r - r.mean()) / (r.std(unbiased=False) + eps)
+        for c, a in zip(group, adv):
+            seq = list(c["prompt"]) + list(c["tokens"])
+            x = torch.zeros(t, dtype=torch.float64)
+            x[:len(seq)] = torch.tensor(seq, dtype=torch.float64)
+            e, p0 = len(xs), len(c["prompt"])
+            xs.append(x)
+            for j, tok in enumerate(c["tokens"]):
+                picks.append((e, p0 + j - 1, tok))
+                advs.append(a)
+            olds += c["old_logprobs"]
+            if c.get("ref_logprobs") is None:
+                has_ref = False
+            else:
+                refs += c["ref_logprobs"]
+    logits = model(torch.stack(xs)) / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    idx = torch.tensor(picks)
+    logp = logp_all[idx[:, 0], idx[:, 1], idx[:, 2]]
+    adv = torch.stack(advs)
+    ratio = torch.exp(logp - torch.tensor(olds, dtype=torch.float64))
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip, 1 + clip) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    kl = torch.zeros(())
+    if has_ref and refs:
+        d = torch.tensor(refs, dtype=torch.float64) - logp
+        k3 = torch.exp(d) - d - 1
+        per_token = per_token + kl_coef * k3
+        kl = k3.mean()
+    elif kl_coef > 0:
+        raise SystemExit("grpo: kl_coef > 0 needs ref_logprobs for every completion")
+    return per_token.mean(), kl, (unclipped > clipped).double().mean()
+
+
+def cmd_grpo(a):
+    torch.set_num_threads(a.threads)
+    model, _ = load(a.model)
+    model.eval()
+    with open(a.batch) as f:
+        batch = json.load(f)
+    loss, kl, clip_fraction = grpo_loss(model, batch)
+    if a.grad:
+        loss.backward()
+        grads = {n[len("net."):]: p.grad for n, p in model.named_parameters()}
+        np.save(a.grad, torch.cat([grads[n].reshape(-1) for n in sorted(grads)]).numpy())
+    print(f"loss {loss.item():.12f}")
+    print(f"kl {kl.item():.12f}")
+    print(f"clip_fraction {clip_fraction.item():.12f}")
+
+
 def make_optimizer(params, o):
     typ, lr = o.get("type", "adam"), o["lr"]
     betas = (o.get("beta1") or 0.9, o.get("beta2") or 0.999)
@@ -414,6 +488,12 @@ def main():
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(f=cmd_sample)
+    s = sub.add_parser("grpo", help="the GRPO loss (and gradient) of a batch of completion groups")
+    s.add_argument("--model", required=True)
+    s.add_argument("--batch", required=True, help="the batch as JSON (see above)")
+    s.add_argument("--grad", help="also write the loss's gradient to this .npy (float64, tensors in sorted name order)")
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(f=cmd_grpo)
     s = sub.add_parser("train", help="train the same architecture single-process on a text file")
     s.add_argument("--model", required=True, help="the exported initial model (version 0)")
     s.add_argument("--data", required=True, help="the text file")

@@ -271,7 +271,7 @@ func (o *relayOptions) run(ctx context.Context, stderr io.Writer) error {
 	srv, err := coordinator.New(coordinator.Config{
 		LoadData: func(d dataset.Spec, opts dataset.Options) (*dataset.Set, *dataset.Set, error) {
 			opts.MNISTDir = o.dataDir
-			if d.IsText() && o.dataDir != "" {
+			if d.ReadsTextFiles() && o.dataDir != "" {
 				d.Path = o.dataDir
 			}
 			return dataset.Load(d, opts)

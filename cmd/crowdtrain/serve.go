@@ -176,7 +176,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	mnistDir := o.dataDir
 	if spec.Dataset.IsText() {
 		mnistDir = ""
-		if o.dataDir != "" {
+		if o.dataDir != "" && spec.Dataset.ReadsTextFiles() {
 			// --data names the text a text job trains on.
 			abs, err := filepath.Abs(o.dataDir)
 			if err != nil {

@@ -76,6 +76,12 @@ func TestImportDirections(t *testing.T) {
 		"jobspec":   {"/coordinator", "/store", "/protocol", "/worker", "/web"},
 		// The tokenizer is a leaf: bytes in, ids out, standard library only.
 		"tokenizer": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/compute", "/internal"},
+		// Verifiable tasks are a leaf like the tokenizer: dataset builds
+		// its task data sets on them, and the browser may run them.
+		"rltask": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine", "/compute", "/internal"},
+		// The GRPO loss is math on nn's models: no HTTP, protocol,
+		// database or job spec.
+		"rl": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/engine", "/compute"},
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
 		// neither; it builds on nn, protocol and dataset only.
