@@ -208,11 +208,7 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 // SetDropoutSeed implements worker.Seeder: the next Gradient call draws
 // its dropout masks with seed, the one after with seed+1, and so on.
 // Steps takes its seed from its plan instead.
-func (b *Backend) SetDropoutSeed(seed uint64) {
-	if b.exec != nil {
-		b.exec.SetDropoutSeed(seed)
-	}
-}
+func (b *Backend) SetDropoutSeed(seed uint64) { b.exec.SetDropoutSeed(seed) }
 
 // Gradient implements worker.Backend: the parameters are uploaded on every
 // call. Steps uploads a snapshot once.

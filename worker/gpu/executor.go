@@ -47,14 +47,6 @@ func (e *Executor) Prepare(model *nn.Model, maxBatch int) error {
 // Release forgets the model; the device frees its memory.
 func (e *Executor) Release() { e.net, e.snap = nil, 0 }
 
-// Prepared is the model of the last Prepare, nil before one.
-func (e *Executor) Prepared() *nn.Model {
-	if e.net == nil {
-		return nil
-	}
-	return e.net.model
-}
-
 // SetDropoutSeed implements worker.Seeder: the next Gradient call draws
 // its dropout masks with seed, the one after with seed+1, and so on.
 // Steps takes its seed from its plan instead.

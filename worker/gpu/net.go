@@ -84,7 +84,8 @@ type pass struct {
 	train   bool
 }
 
-// w and g are a tensor of the layer's parameters and of their gradient.
+// wAt and gAt are where a tensor of the parameters, and its gradient,
+// starts (offset in floats, as in nn.LayerPlan).
 func (p *pass) wAt(offset int) Ptr { return Off(p.w, offset) }
 func (p *pass) gAt(offset int) Ptr { return Off(p.grad, offset) }
 
