@@ -3,18 +3,16 @@
 package gpuworker
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
-	"math"
 	"os"
 	"path/filepath"
 
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/gpu"
 )
 
 // Backend computes on one NVIDIA GPU. It implements worker.Backend and
@@ -32,8 +30,8 @@ type Backend struct {
 
 	info          cuda.DeviceInfo
 	driverVersion int
-	net           *net
-	seed          uint64 // the next Gradient call's dropout seed
+	dev           *gpuDevice    // worker/gpu's Device on this GPU
+	exec          *gpu.Executor // the layers and inner steps, on dev
 }
 
 var (
@@ -131,14 +129,16 @@ func (b *Backend) open(o Options) (err error) {
 			return err
 		}
 	}
+	b.dev = &gpuDevice{b: b}
+	b.exec = gpu.New(b.dev, "gpuworker")
 	return nil
 }
 
 // release frees whatever open and Prepare made; on the device thread.
 func (b *Backend) release() {
-	if b.net != nil {
-		b.net.free(b.d)
-		b.net = nil
+	if b.dev != nil {
+		b.exec.Release()
+		b.dev.free()
 	}
 	if b.mod != 0 {
 		b.d.UnloadModule(b.mod)
@@ -186,8 +186,8 @@ func (b *Backend) Describe() string {
 		b.driverVersion/1000, b.driverVersion%1000/10, b.d.Path, b.nv.Major, b.nv.Minor, b.nv.Path, b.blas.Version, b.blas.Path)
 }
 
-// Prepare allocates the device buffers for model with batches of up to
-// maxBatch examples; the dropout seed starts again at 0.
+// Prepare lays model out in device memory for batches of up to maxBatch
+// examples; the dropout seed starts again at 0.
 func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 	if maxBatch < 1 {
 		return fmt.Errorf("batch size must be positive, got %d", maxBatch)
@@ -196,83 +196,28 @@ func (b *Backend) Prepare(model *nn.Model, maxBatch int) error {
 		return errors.New("gpuworker: backend is closed")
 	}
 	return b.th.do(func() error {
-		if b.net != nil {
-			b.net.free(b.d)
-			b.net = nil
-		}
-		n, err := newNet(b, model, maxBatch)
-		if err != nil {
+		if err := b.exec.Prepare(model, maxBatch); err != nil {
 			free, total, _ := b.d.MemInfo()
 			return fmt.Errorf("preparing the GPU for %d-parameter model batches of %d (%d of %d MiB free): %w",
 				model.NumParams, maxBatch, free>>20, total>>20, err)
 		}
-		b.net = n
-		b.seed = 0 // as a new nn.Workspace's
 		return nil
 	})
-}
-
-func (b *Backend) ready(params, x []float32, labels []int32) error {
-	if b.th == nil {
-		return errors.New("gpuworker: backend is closed")
-	}
-	if b.net == nil {
-		return errors.New("gpuworker: Gradient or Steps before Prepare")
-	}
-	m := b.net.model
-	if len(params) != m.NumParams {
-		return fmt.Errorf("gpuworker: %d parameters, the model has %d", len(params), m.NumParams)
-	}
-	if len(labels)%m.LabelsPerExample != 0 {
-		return fmt.Errorf("gpuworker: %d labels is not a whole number of examples of %d labels", len(labels), m.LabelsPerExample)
-	}
-	if err := m.CheckLabels(labels); err != nil {
-		return err
-	}
-	// Token ids index the embedding's table on the device: check them here.
-	return m.CheckInputs(x)
 }
 
 // SetDropoutSeed implements worker.Seeder: the next Gradient call draws
 // its dropout masks with seed, the one after with seed+1, and so on.
 // Steps takes its seed from its plan instead.
-func (b *Backend) SetDropoutSeed(seed uint64) { b.seed = seed }
+func (b *Backend) SetDropoutSeed(seed uint64) { b.exec.SetDropoutSeed(seed) }
 
 // Gradient implements worker.Backend: the parameters are uploaded on every
 // call. Steps uploads a snapshot once.
-func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
-	if err := b.ready(params, x, labels); err != nil {
-		return 0, 0, err
+func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) (loss float64, correct int, err error) {
+	if b.th == nil {
+		return 0, 0, errors.New("gpuworker: backend is closed")
 	}
-	n := len(labels) / b.net.model.LabelsPerExample
-	if n < 1 || n > b.net.maxBatch || len(x) != n*b.net.model.InputSize || len(grad) != len(params) {
-		return 0, 0, fmt.Errorf("gpuworker: Gradient of %d examples (%d values, grad %d), want 1..%d examples of %d values",
-			n, len(x), len(grad), b.net.maxBatch, b.net.model.InputSize)
-	}
-	var loss float64
-	var correct int
-	err := b.th.do(func() error {
-		nt := b.net
-		nt.seed = b.seed
-		b.seed++
-		nt.snap = 0 // base is not what w holds from here on
-		if err := nt.upload(b.d, nt.w, params); err != nil {
-			return err
-		}
-		if err := nt.uploadBatch(b.d, x, labels); err != nil {
-			return err
-		}
-		if err := b.d.Memset32(nt.acc, 0, 4); err != nil {
-			return err
-		}
-		if err := nt.gradient(b, nt.w, nt.x, nt.labels, n, nt.grad); err != nil {
-			return err
-		}
-		if err := nt.download(b.d, grad, nt.grad); err != nil {
-			return err
-		}
-		var err error
-		loss, correct, err = nt.results(b.d)
+	err = b.th.do(func() (err error) {
+		loss, correct, err = b.exec.Gradient(params, x, labels, grad)
 		return err
 	})
 	return loss, correct, err
@@ -282,92 +227,24 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 // is new, and the inner steps (SGD or AdamW, its moments zeroed first) run
 // on the device, each gradient clipped there to the inner optimizer's
 // clip_norm first.
-func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (float64, int, error) {
-	if err := b.ready(params, x, labels); err != nil {
-		return 0, 0, err
+func (b *Backend) Steps(id worker.SnapshotID, params, x []float32, labels []int32, plan worker.InnerSteps, update []float32) (loss float64, correct int, err error) {
+	if b.th == nil {
+		return 0, 0, errors.New("gpuworker: backend is closed")
 	}
-	lpe := b.net.model.LabelsPerExample
-	count := len(labels) / lpe
-	in := b.net.model.InputSize
-	if err := plan.Check(); err != nil {
-		return 0, 0, fmt.Errorf("gpuworker: %w", err)
-	}
-	switch {
-	case plan.BatchSize > b.net.maxBatch:
-		return 0, 0, fmt.Errorf("gpuworker: batch of %d, prepared for 1..%d", plan.BatchSize, b.net.maxBatch)
-	case count < 1 || len(x) != count*in || len(update) != len(params):
-		return 0, 0, fmt.Errorf("gpuworker: Steps with %d examples of %d values (want %d), update %d", count, len(x)/max(in, 1), in, len(update))
-	}
-	o := plan.Inner
-	adamw := o.Type == protocol.InnerAdamW
-	n := len(params)
-	var loss float64
-	var correct int
-	err := b.th.do(func() error {
-		nt := b.net
-		if id == 0 || id != nt.snap {
-			nt.snap = 0
-			if err := nt.upload(b.d, nt.base, params); err != nil {
-				return err
-			}
-			nt.snap = id
-		}
-		nt.seed = plan.Seed
-		if err := b.d.Copy(nt.w, nt.base, 4*n); err != nil {
-			return err
-		}
-		if err := nt.uploadBatch(b.d, x, labels); err != nil {
-			return err
-		}
-		if err := b.d.Memset32(nt.acc, 0, 4); err != nil {
-			return err
-		}
-		if adamw {
-			for _, p := range []cuda.DevicePtr{nt.moment1, nt.moment2} {
-				if err := b.d.Memset32(p, 0, n); err != nil {
-					return err
-				}
-			}
-		}
-		for step := 0; step < plan.Steps; step++ {
-			lo := step * plan.BatchSize
-			if lo >= count {
-				break
-			}
-			hi := min(lo+plan.BatchSize, count)
-			if err := nt.gradient(b, nt.w, off(nt.x, lo*in), off(nt.labels, lo*lpe), hi-lo, nt.grad); err != nil {
-				return err
-			}
-			if err := nt.clip(b, nt.grad, o.ClipNorm); err != nil {
-				return err
-			}
-			if plan.GradientOnly(count) {
-				break // the only step: its gradient is the update
-			}
-			var err error
-			if adamw {
-				c1, c2 := nn.AdamWScales(step+1, o.Beta1, o.Beta2)
-				err = b.launch("adamw_step", n, nt.w, nt.grad, nt.moment1, nt.moment2, o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon, c1, c2, n)
-			} else {
-				err = b.launch("sgd_step", n, nt.w, nt.grad, o.LR, n)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if !plan.GradientOnly(count) {
-			if err := b.launch("pseudo_gradient", n, nt.base, nt.w, nt.grad, plan.UpdateScale(), n); err != nil {
-				return err
-			}
-		}
-		if err := nt.download(b.d, update, nt.grad); err != nil {
-			return err
-		}
-		var err error
-		loss, correct, err = nt.results(b.d)
+	err = b.th.do(func() (err error) {
+		loss, correct, err = b.exec.Steps(id, params, x, labels, plan, update)
 		return err
 	})
 	return loss, correct, err
+}
+
+// Forward writes the model's output (logits) for the examples of x into
+// out, without dropout.
+func (b *Backend) Forward(params, x, out []float32) error {
+	if b.th == nil {
+		return errors.New("gpuworker: backend is closed")
+	}
+	return b.th.do(func() error { return b.exec.Forward(params, x, out) })
 }
 
 // ClipsNorm reports that Steps clips each step's gradient to the inner
@@ -398,18 +275,4 @@ func (b *Backend) launchGrid(name string, grid, block int, args ...any) error {
 		return fmt.Errorf("kernel %s: %w", name, err)
 	}
 	return nil
-}
-
-// results reads the loss and correct-count accumulators.
-func (nt *net) results(d *cuda.Driver) (float64, int, error) {
-	var acc [16]byte
-	if err := d.DownloadBytes(acc[:], nt.acc); err != nil {
-		return 0, 0, err
-	}
-	loss := math.Float64frombits(binary.LittleEndian.Uint64(acc[0:]))
-	correct := int(int32(binary.LittleEndian.Uint32(acc[8:])))
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return 0, 0, fmt.Errorf("gpuworker: the loss is %v: training diverged (lower the learning rate)", loss)
-	}
-	return loss, correct, nil
 }

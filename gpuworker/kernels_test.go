@@ -11,6 +11,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker/gpu"
 )
 
 // The sequence layers' kernels, one at a time, against float64 references
@@ -462,7 +463,7 @@ func TestDropoutKernel(t *testing.T) {
 		px := k.floats(x)
 		const layer = 3
 		for _, rate := range []float64{0.1, 0.5} {
-			th, scale := dropoutThreshold(rate), float32(1/(1-rate))
+			th, scale := gpu.DropoutThreshold(rate), float32(1/(1-rate))
 			var masks [2][]bool
 			for si, seed := range []uint64{12345, 12346} {
 				out := k.floats(make([]float32, n))
@@ -571,26 +572,28 @@ func TestAttentionMatchesReference(t *testing.T) {
 			x, dout := randFloats(rng, rows*d, 1), randFloats(rng, rows*d, 1)
 			win, bin := randFloats(rng, 3*d*d, 0.5), randFloats(rng, 3*d, 0.1)
 			wout, bout := randFloats(rng, d*d, 0.5), randFloats(rng, d, 0.1)
-			a := &attention{n: n, t: tt, d: d, heads: c.heads, causal: c.causal,
-				win: k.floats(win), bin: k.floats(bin), wout: k.floats(wout), bout: k.floats(bout),
-				gwin: k.floats(make([]float32, 3*d*d)), gbin: k.floats(make([]float32, 3*d)),
-				gwout: k.floats(make([]float32, d*d)), gbout: k.floats(make([]float32, d))}
-			a.qkv, a.probs, a.ctx = k.floats(make([]float32, a.qkvSize())), k.floats(make([]float32, a.probsSize())), k.floats(make([]float32, a.ctxSize()))
-			s := attentionScratch{dctx: k.floats(make([]float32, a.ctxSize())), dprobs: k.floats(make([]float32, a.probsSize())), dqkv: k.floats(make([]float32, a.qkvSize()))}
-			px, pd, out, dx := k.floats(x), k.floats(dout), k.floats(make([]float32, rows*d)), k.floats(make([]float32, rows*d))
-			k.do(func() error { return a.forward(k.b, px, out) })
-			k.do(func() error { return a.backward(k.b, s, px, pd, dx) })
+			// gp puts v on the device as the executor's pointer.
+			gp := func(v []float32) gpu.Ptr { return gpu.Ptr(k.floats(v)) }
+			a := &gpu.Attention{N: n, T: tt, D: d, Heads: c.heads, Causal: c.causal,
+				Win: gp(win), Bin: gp(bin), Wout: gp(wout), Bout: gp(bout),
+				GWin: gp(make([]float32, 3*d*d)), GBin: gp(make([]float32, 3*d)),
+				GWout: gp(make([]float32, d*d)), GBout: gp(make([]float32, d))}
+			a.QKV, a.Probs, a.Ctx = gp(make([]float32, a.QKVSize())), gp(make([]float32, a.ProbsSize())), gp(make([]float32, a.CtxSize()))
+			s := gpu.AttentionScratch{DCtx: gp(make([]float32, a.CtxSize())), DProbs: gp(make([]float32, a.ProbsSize())), DQKV: gp(make([]float32, a.QKVSize()))}
+			px, pd, out, dx := gp(x), gp(dout), gp(make([]float32, rows*d)), gp(make([]float32, rows*d))
+			k.do(func() error { return a.Forward(k.b.dev, px, out) })
+			k.do(func() error { return a.Backward(k.b.dev, s, px, pd, dx) })
 			what := fmt.Sprintf("attention n=%d t=%d d=%d heads=%d causal=%v", n, tt, d, c.heads, c.causal)
 			ref := func(x, win, bin, wout, bout []float64) []float64 {
 				return attentionRef(x, win, bin, wout, bout, n, tt, d, c.heads, c.causal)
 			}
 			X, Win, Bin, Wout, Bout, D := f64(x), f64(win), f64(bin), f64(wout), f64(bout), f64(dout)
-			k.closeTo(what+": output", k.read(out, rows*d), ref(X, Win, Bin, Wout, Bout), fwdTol)
-			k.closeTo(what+": input gradient", k.read(dx, rows*d), numGrad(func(v []float64) []float64 { return ref(v, Win, Bin, Wout, Bout) }, X, D), bwdTol)
-			k.closeTo(what+": in_proj_weight gradient", k.read(a.gwin, 3*d*d), numGrad(func(v []float64) []float64 { return ref(X, v, Bin, Wout, Bout) }, Win, D), bwdTol)
-			k.closeTo(what+": in_proj_bias gradient", k.read(a.gbin, 3*d), numGrad(func(v []float64) []float64 { return ref(X, Win, v, Wout, Bout) }, Bin, D), bwdTol)
-			k.closeTo(what+": out_proj.weight gradient", k.read(a.gwout, d*d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, v, Bout) }, Wout, D), bwdTol)
-			k.closeTo(what+": out_proj.bias gradient", k.read(a.gbout, d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, Wout, v) }, Bout, D), bwdTol)
+			k.closeTo(what+": output", k.read(cuda.DevicePtr(out), rows*d), ref(X, Win, Bin, Wout, Bout), fwdTol)
+			k.closeTo(what+": input gradient", k.read(cuda.DevicePtr(dx), rows*d), numGrad(func(v []float64) []float64 { return ref(v, Win, Bin, Wout, Bout) }, X, D), bwdTol)
+			k.closeTo(what+": in_proj_weight gradient", k.read(cuda.DevicePtr(a.GWin), 3*d*d), numGrad(func(v []float64) []float64 { return ref(X, v, Bin, Wout, Bout) }, Win, D), bwdTol)
+			k.closeTo(what+": in_proj_bias gradient", k.read(cuda.DevicePtr(a.GBin), 3*d), numGrad(func(v []float64) []float64 { return ref(X, Win, v, Wout, Bout) }, Bin, D), bwdTol)
+			k.closeTo(what+": out_proj.weight gradient", k.read(cuda.DevicePtr(a.GWout), d*d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, v, Bout) }, Wout, D), bwdTol)
+			k.closeTo(what+": out_proj.bias gradient", k.read(cuda.DevicePtr(a.GBout), d), numGrad(func(v []float64) []float64 { return ref(X, Win, Bin, Wout, v) }, Bout, D), bwdTol)
 		}
 	})
 }
@@ -610,13 +613,13 @@ func TestClipKernels(t *testing.T) {
 		norm := math.Sqrt(ss)
 		for _, c := range []float64{norm / 4, norm * 2} {
 			pg := k.floats(g)
-			partial := k.floats(make([]float32, 2*clipBlocks))
+			partial := k.floats(make([]float32, 2*gpu.ClipBlocks))
 			scale := k.floats([]float32{0})
 			k.do(func() error {
-				if err := k.b.launchGrid("grad_sumsq_partial", clipBlocks, 256, pg, n, partial); err != nil {
+				if err := k.b.launchGrid("grad_sumsq_partial", gpu.ClipBlocks, 256, pg, n, partial); err != nil {
 					return err
 				}
-				if err := k.b.launchGrid("clip_scale", 1, 256, partial, clipBlocks, float32(c), scale); err != nil {
+				if err := k.b.launchGrid("clip_scale", 1, 256, partial, gpu.ClipBlocks, float32(c), scale); err != nil {
 					return err
 				}
 				return k.b.launch("scale_by", n, pg, scale, n)

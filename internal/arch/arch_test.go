@@ -63,6 +63,10 @@ func TestImportDirections(t *testing.T) {
 		"gpuworker":   {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
 		"coordinator": {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
 		"wasmworker":  {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
+		// The GPU executor is shared by the CUDA and the WebGPU backend:
+		// it knows neither (they implement its Device), nor anything a
+		// browser cannot build.
+		"worker/gpu": {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/cpubackend"},
 		// The engine and the job spec know no HTTP, protocol or database:
 		// they are plain values and flat vectors. The job spec names the
 		// built-in data sets, so it may import dataset (a leaf), and it
@@ -146,7 +150,7 @@ func TestRulesApplyToSubpackages(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "cpubackend", "wasmworker", "cmd/wasmworker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "cpubackend", "wasmworker", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",
@@ -158,9 +162,10 @@ func TestBrowserPackagesStayLight(t *testing.T) {
 }
 
 // The GPU backend loads the CUDA libraries at run time, so it must build
-// without cgo (and without a CUDA toolkit).
+// without cgo (and without a CUDA toolkit), as must the executor it
+// shares with the browser.
 func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
-	cmd := exec.Command("go", "build", module+"/gpuworker/...")
+	cmd := exec.Command("go", "build", module+"/gpuworker/...", module+"/worker/gpu")
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)

@@ -4,19 +4,26 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/crowdtrain/crowdtrain/worker/gpu"
 )
 
-// ptr is a float index into the arena: what a kernel takes for a buffer.
-// 0 is never allocated (the arena starts with a guard), so it means "no
-// buffer" where a gradient is not needed, as a null pointer does in the
-// CUDA backend.
-type ptr uint32
+// none is the pointer argument a kernel reads as "absent"
+// (embedding_forward's position table): what gpu.Ptr 0 becomes. 0 itself
+// is never a buffer (the executor leaves the arena's first bytes unused).
+const none = math.MaxUint32
 
-// none is a pointer argument a kernel reads as "absent"
-// (embedding_forward's position table).
-const none ptr = math.MaxUint32
-
-func off(p ptr, floats int) ptr { return p + ptr(floats) }
+// floatIndex is a pointer as the kernels take it: the index of a float in
+// the arena.
+func floatIndex(p gpu.Ptr) (uint32, error) {
+	if p == 0 {
+		return none, nil
+	}
+	if p%4 != 0 || p/4 >= none {
+		return 0, fmt.Errorf("pointer %d is not a float of a 32-bit arena", p)
+	}
+	return uint32(p / 4), nil
+}
 
 // Sizes of a kernel's arguments: a uniform buffer slot of slotBytes (the
 // dynamic offset alignment WebGPU guarantees) of which the kernels read
@@ -27,8 +34,8 @@ const (
 )
 
 // packArgs writes a kernel's arguments into dst as the kernels read them:
-// int as i32, float32 as f32, ptr and uint32 as u32, uint64 as two u32
-// (low word first). It returns the words written.
+// int as i32, float32 as f32, uint32 as u32, gpu.Ptr as the u32 index of
+// its float (0: none), uint64 as two u32 (low word first). It returns the words written.
 func packArgs(dst []byte, args ...any) (int, error) {
 	w := 0
 	put := func(v uint32) error {
@@ -49,8 +56,11 @@ func packArgs(dst []byte, args ...any) (int, error) {
 			err = put(uint32(int32(v)))
 		case float32:
 			err = put(math.Float32bits(v))
-		case ptr:
-			err = put(uint32(v))
+		case gpu.Ptr:
+			var u uint32
+			if u, err = floatIndex(v); err == nil {
+				err = put(u)
+			}
 		case uint32:
 			err = put(v)
 		case uint64:

@@ -6,9 +6,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"syscall/js"
 	"unsafe"
+
+	"github.com/crowdtrain/crowdtrain/worker/gpu"
 )
 
 //go:embed kernels.wgsl
@@ -26,7 +29,7 @@ var kernelNames = []string{
 	"add_bias", "relu_forward", "relu_backward", "im2row", "row2im", "conv_output", "conv_grad_rows",
 	"column_sums", "maxpool_forward", "maxpool_backward", "softmax_xent", "accumulate_rows",
 	"sgd_step", "pseudo_gradient", "adamw_step", "grad_sumsq_partial", "clip_scale", "scale_by",
-	"embedding_forward", "embedding_backward_gather", "embedding_backward_columns", "embedding_backward_positions",
+	"embedding_forward", "embedding_backward_gather", "embedding_backward_scatter", "embedding_backward_positions",
 	"layernorm_forward", "layernorm_backward", "layernorm_param_grads", "gelu_forward", "gelu_backward",
 	"attention_softmax", "attention_softmax_backward", "add", "dropout_apply", "fill", "copy", "gemm",
 }
@@ -35,9 +38,9 @@ var kernelNames = []string{
 // uniform buffer holds one argument slot per dispatch of a submission.
 const maxSlots = 1024
 
-// device is a GPUDevice with the kernels compiled, and one arena. Its
-// methods must be called from one goroutine, never from a JS callback
-// (they wait for the GPU's promises).
+// device is a GPUDevice with the kernels compiled, and one arena: the
+// WebGPU side of worker/gpu's Device. Its methods must be called from one
+// goroutine, never from a JS callback (they wait for the GPU's promises).
 type device struct {
 	dev, queue js.Value
 	pipelines  map[string]js.Value
@@ -55,7 +58,15 @@ type device struct {
 	stage     js.Value // Uint8Array uploads and downloads go through
 
 	failed string // the first uncaptured error or the loss, once seen
+
+	rowLoss []float32 // the loss sums read back (Losses)
+	rowHit  []int32
 }
+
+var _ gpu.Device = (*device)(nil)
+
+// Name is "WebGPU".
+func (d *device) Name() string { return "WebGPU" }
 
 // openDevice compiles the kernels on dev, a GPUDevice.
 func openDevice(dev js.Value) (*device, error) {
@@ -129,6 +140,13 @@ func (d *device) err() error {
 		return fmt.Errorf("%w: %s", ErrDevice, d.failed)
 	}
 	return nil
+}
+
+// Reserve replaces the device memory with an arena of bytes, a readback
+// buffer of readBytes, and returns the arena's start: 0, since pointers
+// are places in it.
+func (d *device) Reserve(bytes, readBytes int) (gpu.Ptr, error) {
+	return 0, d.setArena((bytes+3)/4, (readBytes+3)/4)
 }
 
 // setArena replaces the device memory with an arena of floats and a
@@ -211,21 +229,78 @@ func (d *device) dispatch(name string, x, y, z int, args ...any) error {
 	return nil
 }
 
-// launch runs an elementwise kernel over total elements.
-func (d *device) launch(name string, total int, args ...any) error {
+// Launch runs an elementwise kernel over total elements.
+func (d *device) Launch(name string, total int, args ...any) error {
 	return d.dispatch(name, elementGroups(total), 1, 1, args...)
 }
 
-// launchRows runs a kernel taking a workgroup per row over rows rows.
-func (d *device) launchRows(name string, rows int, args ...any) error {
+// LaunchRows runs a kernel taking a workgroup per row over rows rows.
+func (d *device) LaunchRows(name string, rows int, args ...any) error {
 	return d.dispatch(name, rowGroups(rows), 1, 1, args...)
 }
 
-// gemm records C = alpha·op(A)·op(B) + beta·C, row-major, for batch
-// matrices at strides sa, sb, sc (floats).
-func (d *device) gemm(transA, transB bool, m, n, k int, alpha float32, a ptr, lda, sa int, b ptr, ldb, sb int, beta float32, c ptr, ldc, sc, batch int) error {
+// LaunchBlocks runs a kernel on blocks workgroups of 256 (a kernel that
+// takes one per column loops over the columns past WebGPU's limit).
+func (d *device) LaunchBlocks(name string, blocks int, args ...any) error {
+	return d.dispatch(name, rowGroups(blocks), 1, 1, args...)
+}
+
+// Gemm records C = alpha·op(A)·op(B) + beta·C, row-major, for batch
+// matrices at strides (floats) strideA, strideB, strideC: one tiled
+// kernel for single and batched products.
+func (d *device) Gemm(transA, transB bool, m, n, k int, alpha float32, a gpu.Ptr, lda, strideA int, b gpu.Ptr, ldb, strideB int, beta float32, c gpu.Ptr, ldc, strideC, batch int) error {
 	return d.dispatch("gemm", (n+gemmTile-1)/gemmTile, (m+gemmTile-1)/gemmTile, batch,
-		transA, transB, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc)
+		transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC)
+}
+
+// Zero fills floats values at p with 0.
+func (d *device) Zero(p gpu.Ptr, floats int) error {
+	return d.Launch("fill", floats, p, floats, float32(0))
+}
+
+// Copy copies floats values from src to dst with a kernel.
+func (d *device) Copy(dst, src gpu.Ptr, floats int) error {
+	return d.Launch("copy", floats, dst, src, floats)
+}
+
+// Examples uploads examples [lo, hi) into room: the arena is laid out
+// once, for one batch.
+func (d *device) Examples(x []float32, labels []int32, lo, hi int, room gpu.Batch) (gpu.Batch, error) {
+	in, lpe := room.InputSize, room.LabelsPerExample
+	if err := d.Upload(room.X, x[lo*in:hi*in]); err != nil {
+		return gpu.Batch{}, err
+	}
+	return room, d.uploadInts(room.Labels, labels[lo*lpe:hi*lpe])
+}
+
+// AddLosses adds each row's loss and hit into its own sum (the loss sums
+// per row, then the hits per row): the host adds those up, in row order
+// and in float64 (Losses).
+func (d *device) AddLosses(rowLoss, rowHit gpu.Ptr, rows int, sums gpu.LossSums) error {
+	return d.Launch("accumulate_rows", rows, rowLoss, rowHit, sums.Loss, sums.Hits, rows)
+}
+
+// Losses reads the per-row sums back and adds them up in row order.
+func (d *device) Losses(sums gpu.LossSums) (float64, int, error) {
+	if len(d.rowLoss) != sums.Rows {
+		d.rowLoss, d.rowHit = make([]float32, sums.Rows), make([]int32, sums.Rows)
+	}
+	if err := d.Download(d.rowLoss, sums.Loss); err != nil {
+		return 0, 0, err
+	}
+	if err := d.downloadInts(d.rowHit, sums.Hits); err != nil {
+		return 0, 0, err
+	}
+	var loss float64
+	var hits int
+	for i, l := range d.rowLoss {
+		loss += float64(l)
+		hits += int(d.rowHit[i])
+	}
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, 0, fmt.Errorf("%w: the loss came back as %v", ErrDevice, loss)
+	}
+	return loss, hits, nil
 }
 
 // flush submits what is recorded, with its arguments.
@@ -249,25 +324,25 @@ func (d *device) stageBytes(n int) js.Value {
 	return d.stage
 }
 
-func (d *device) check(p ptr, floats int) error {
-	if int(p)+floats > d.arenaFloats {
-		return fmt.Errorf("webgpu: %d floats at %d are outside the arena of %d", floats, p, d.arenaFloats)
+func (d *device) check(p gpu.Ptr, floats int) error {
+	if p%4 != 0 || int(p/4)+floats > d.arenaFloats {
+		return fmt.Errorf("webgpu: %d floats at byte %d are outside the arena of %d floats", floats, p, d.arenaFloats)
 	}
 	return nil
 }
 
-// upload writes v at p. What was recorded before runs first.
-func (d *device) upload(p ptr, v []float32) error { return d.uploadBytes(p, floatBytes(v)) }
+// Upload writes v at p. What was recorded before runs first.
+func (d *device) Upload(p gpu.Ptr, v []float32) error { return d.uploadBytes(p, floatBytes(v)) }
 
 // uploadInts writes v at p as int32 bits.
-func (d *device) uploadInts(p ptr, v []int32) error {
+func (d *device) uploadInts(p gpu.Ptr, v []int32) error {
 	if len(v) == 0 {
 		return nil
 	}
 	return d.uploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
 }
 
-func (d *device) uploadBytes(p ptr, b []byte) error {
+func (d *device) uploadBytes(p gpu.Ptr, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
@@ -277,24 +352,24 @@ func (d *device) uploadBytes(p ptr, b []byte) error {
 	d.flush() // the write is queued: commands recorded before it must go first
 	s := d.stageBytes(len(b))
 	js.CopyBytesToJS(s, b)
-	d.queue.Call("writeBuffer", d.arena, 4*int(p), s, 0, len(b))
+	d.queue.Call("writeBuffer", d.arena, int(p), s, 0, len(b))
 	return nil
 }
 
-// download waits for the GPU and copies len(v) floats at p into v.
-func (d *device) download(v []float32, p ptr) error {
+// Download waits for the GPU and copies len(v) floats at p into v.
+func (d *device) Download(v []float32, p gpu.Ptr) error {
 	return d.downloadBytes(floatBytes(v), p)
 }
 
 // downloadInts is download for int32 bits.
-func (d *device) downloadInts(v []int32, p ptr) error {
+func (d *device) downloadInts(v []int32, p gpu.Ptr) error {
 	if len(v) == 0 {
 		return nil
 	}
 	return d.downloadBytes(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)), p)
 }
 
-func (d *device) downloadBytes(b []byte, p ptr) error {
+func (d *device) downloadBytes(b []byte, p gpu.Ptr) error {
 	n := len(b)
 	if n == 0 {
 		return d.err()
@@ -307,7 +382,7 @@ func (d *device) downloadBytes(b []byte, p ptr) error {
 	}
 	d.flush()
 	enc := d.dev.Call("createCommandEncoder")
-	enc.Call("copyBufferToBuffer", d.arena, 4*int(p), d.readback, 0, n)
+	enc.Call("copyBufferToBuffer", d.arena, int(p), d.readback, 0, n)
 	d.queue.Call("submit", []any{enc.Call("finish")})
 	mode := js.Global().Get("GPUMapMode").Get("READ").Int()
 	if _, err := await(d.readback.Call("mapAsync", mode, 0, n)); err != nil {

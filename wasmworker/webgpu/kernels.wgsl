@@ -570,13 +570,14 @@ fn embedding_backward_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(loc
 	}
 }
 
-// embedding_backward_columns(x, dout, dweight, rows, d, vocab): replaces
-// CUDA's embedding_backward_scatter (WGSL has no float atomics). One
-// invocation per column j (total = d) walks the rows in order and adds
-// dout[r*d + j] into dweight[tok*d + j] for the tokens in 0..vocab-1:
-// deterministic, no atomics.
+// embedding_backward_scatter(x, dout, dweight, rows, d, vocab): CUDA's
+// adds with float atomics, which WGSL lacks. Here one invocation per
+// column j walks the rows in order and adds dout[r*d + j] into
+// dweight[tok*d + j] for the tokens in 0..vocab-1: deterministic, no
+// atomics. It is launched, as in CUDA, over rows*d elements; invocations
+// past the d columns have nothing to do.
 @compute @workgroup_size(256)
-fn embedding_backward_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+fn embedding_backward_scatter(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
 		@builtin(num_workgroups) nwg: vec3<u32>) {
 	let x = arg_u(0u);
 	let dout = arg_u(1u);
