@@ -155,6 +155,9 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if err := refuseRL(spec); err != nil {
+		return nil, err
+	}
 	// A random suffix keeps ids unique across coordinators and databases.
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
 	// The tokenizer is read or trained once, here, and stored with the

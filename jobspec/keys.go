@@ -92,6 +92,16 @@ var keys = []key{
 	{name: "priority", decode: decodePriority, live: true},
 	{name: "requires", decode: decodeRequires},
 	{name: "sweep", decode: decodeSweep},
+	{name: "kind", decode: decodeKind},
+	{name: "policy", decode: decodePolicy},
+	{name: "task", decode: decodeTask},
+	{name: "algorithm", decode: rlScalar(func(r *RL) any { return &r.Algorithm })},
+	{name: "group_size", decode: rlScalar(func(r *RL) any { return &r.GroupSize })},
+	{name: "max_new_tokens", decode: rlScalar(func(r *RL) any { return &r.MaxNewTokens })},
+	{name: "temperature", decode: rlScalar(func(r *RL) any { return &r.Temperature })},
+	{name: "clip", decode: rlScalar(func(r *RL) any { return &r.Clip })},
+	{name: "kl_coef", decode: rlScalar(func(r *RL) any { return &r.KLCoef })},
+	{name: "max_rollout_staleness", decode: rlScalar(func(r *RL) any { return &r.MaxRolloutStaleness })},
 }
 
 // Keys lists every key a spec file may contain, in documentation order.
@@ -141,9 +151,6 @@ func Parse(data []byte) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
-	if err := checkKind(m); err != nil {
-		return Spec{}, err
-	}
 	if err := checkKeys("", m, Keys()); err != nil {
 		return Spec{}, err
 	}
@@ -168,6 +175,9 @@ func Parse(data []byte) (Spec, error) {
 	}
 	if s.ModelPreset == "" && len(s.Model.Layers) == 0 {
 		return Spec{}, Errorf("model", "is required: a preset name (%s) or a list of layers", strings.Join(nn.PresetNames(), ", "))
+	}
+	if err := finishRL(&s, g); err != nil {
+		return Spec{}, err
 	}
 	return finish(s, g)
 }

@@ -114,6 +114,12 @@ type Spec struct {
 	Priority int     `json:"priority" yaml:"priority"`
 	// Requires limits the workers the job is placed on.
 	Requires Requires `json:"requires,omitzero" yaml:"-"`
+	// Kind is KindRL for a reinforcement-learning job (rl.go), empty for
+	// supervised training. Policy is an RL job's starting parameters
+	// (the forms of Init), and RL its other keys.
+	Kind   string `json:"kind,omitempty" yaml:"-"`
+	Policy *Init  `json:"policy,omitempty" yaml:"-"`
+	RL     *RL    `json:"rl,omitempty" yaml:"-"`
 	// Sweep, set on a sweep's spec only, makes it a hyperparameter search
 	// whose trials are this spec with the sweep's values (sweep.go).
 	Sweep *Sweep `json:"sweep,omitempty" yaml:"-"`

@@ -131,17 +131,3 @@ func TestTaskDatasetDefaultsAndErrors(t *testing.T) {
 		}
 	}
 }
-
-// kind: rl is refused with an error that says RL jobs are not available
-// yet; any other kind is an unknown key.
-func TestKindRLIsNotAvailableYet(t *testing.T) {
-	_, err := Parse([]byte("name: j\nkind: rl\nmodel: charlm-tiny\ndataset: {type: task, name: add, digits: 2}\n"))
-	var se *Error
-	if !errors.As(err, &se) || se.Key != "kind" || !strings.Contains(err.Error(), "RL jobs (kind: rl) are not available yet") {
-		t.Errorf("kind: rl: error %v", err)
-	}
-	_, err = Parse([]byte("name: j\nkind: train\nmodel: charlm-tiny\ndataset: bible-kjv\n"))
-	if !errors.As(err, &se) || se.Key != "kind" || !strings.Contains(err.Error(), "unknown key (line 2)") {
-		t.Errorf("kind: train: error %v", err)
-	}
-}

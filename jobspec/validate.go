@@ -52,6 +52,9 @@ func (s Spec) Validate() error {
 	if err := s.validateInit(); err != nil {
 		return err
 	}
+	if s.Kind == KindRL || s.RL != nil || s.Policy != nil {
+		return s.validateRLJob()
+	}
 	if err := s.Dataset.Validate(); err != nil {
 		var ke *dataset.KeyError
 		if errors.As(err, &ke) {

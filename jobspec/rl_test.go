@@ -1,0 +1,88 @@
+package jobspec
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const rlBase = "name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: sft-1}\ntask: {type: add, digits: 2}\n"
+
+// A kind: rl spec fills the documented defaults and keeps the task and
+// the policy as given.
+func TestRLSpecDefaults(t *testing.T) {
+	s, err := Parse([]byte(rlBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RL{Algorithm: "grpo", GroupSize: 8, MaxNewTokens: 16, Temperature: 1, Clip: 0.2, MaxRolloutStaleness: 2}
+	want.Task.Name, want.Task.Digits = "add", 2
+	if s.Kind != KindRL || s.RL == nil || *s.RL != want {
+		t.Fatalf("kind %q, rl %+v; want %+v", s.Kind, s.RL, want)
+	}
+	if s.Policy == nil || s.Policy.Job != "sft-1" || s.Init != nil {
+		t.Errorf("policy %+v, init %+v; want policy {job: sft-1} and no init", s.Policy, s.Init)
+	}
+	if s.Mode != ModeAsync || s.Dataset.Type != "" || s.TargetAccuracy != 0 {
+		t.Errorf("mode %s, dataset %+v, target_accuracy %v; want async, no data set, no target", s.Mode, s.Dataset, s.TargetAccuracy)
+	}
+	s, err = Parse([]byte("name: j\nkind: rl\nmodel: charlm-tiny\npolicy: sft.safetensors\ntask: {type: reverse, length: 4}\n" +
+		"group_size: 4\nmax_new_tokens: 6\ntemperature: 0.7\nclip: 0.1\nmax_rollout_staleness: 0\nalgorithm: grpo\nkl_coef: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = RL{Algorithm: "grpo", GroupSize: 4, MaxNewTokens: 6, Temperature: 0.7, Clip: 0.1}
+	want.Task.Name, want.Task.Length = "reverse", 4
+	if *s.RL != want || s.Policy.File != "sft.safetensors" {
+		t.Errorf("rl %+v, policy %+v", s.RL, s.Policy)
+	}
+}
+
+// Every wrong RL key is refused with an error naming it.
+func TestRLSpecErrorsNameTheKey(t *testing.T) {
+	for _, c := range []struct{ yaml, key, msg string }{
+		{"name: j\nkind: rl\nmodel: charlm-tiny\ntask: {type: add, digits: 2}\n", "policy", "is required"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\n", "task", "is required"},
+		{"name: j\nkind: ppo\nmodel: charlm-tiny\n", "kind", "not a job kind"},
+		{"name: j\nmodel: charlm-tiny\ndataset: bible-kjv\ngroup_size: 4\n", "group_size", "kind: rl"},
+		{"name: j\nmodel: charlm-tiny\ndataset: bible-kjv\npolicy: {job: x}\n", "policy", "kind: rl"},
+		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
+		{rlBase + "init: {job: y}\n", "init", "policy"},
+		{rlBase + "mode: sync\n", "mode", "not yet supported"},
+		{rlBase + "algorithm: ppo\n", "algorithm", "grpo"},
+		{rlBase + "group_size: 1\n", "group_size", "2..256"},
+		{rlBase + "max_new_tokens: 0\n", "max_new_tokens", "context"},
+		{rlBase + "max_new_tokens: 32\n", "max_new_tokens", "context (32 tokens)"},
+		{rlBase + "temperature: 0\n", "temperature", "(0, 10]"},
+		{rlBase + "clip: 1\n", "clip", "(0, 1)"},
+		{rlBase + "kl_coef: -1\n", "kl_coef", ">= 0"},
+		{rlBase + "kl_coef: 0.1\n", "kl_coef", "not supported yet"},
+		{rlBase + "max_rollout_staleness: -1\n", "max_rollout_staleness", "0..64"},
+		{rlBase + "group_size: [1]\n", "group_size", "single value"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add}\n", "task.digits", "1..18"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: mul, digits: 2}\n", "task.type", "not a task"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add, digits: 2, length: 3}\n", "task.length", "not a key"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: jsonl}\n", "task.path", "needs path"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add, digits: 2, name: z}\n", "task.name", "unknown key"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x, file: y}\ntask: {type: add, digits: 2}\n", "policy", "not both"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {version: 3}\ntask: {type: add, digits: 2}\n", "policy.version", "recorded"},
+		{"name: j\nkind: rl\nmodel: mnist-mlp\npolicy: {job: x}\ntask: {type: add, digits: 2}\n", "model", "language model"},
+	} {
+		_, err := Parse([]byte(c.yaml))
+		var se *Error
+		if !errors.As(err, &se) || se.Key != c.key || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: error %v; want key %s mentioning %q", strings.ReplaceAll(c.yaml, "\n", "; "), err, c.key, c.msg)
+		}
+	}
+}
+
+// docs/JOBS.md's RL example is a valid spec.
+func TestDocsRLExampleParses(t *testing.T) {
+	s, err := Parse([]byte(docsYAML(t, "name: rl-add\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Kind != KindRL || s.RL.MaxNewTokens != 5 || s.Policy.Job == "" {
+		t.Errorf("parsed %+v, rl %+v", s, s.RL)
+	}
+}
