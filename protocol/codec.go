@@ -274,6 +274,16 @@ func decode(b []byte, maxBytes int, bounds Bounds, floats Floats, packed Packed)
 	if err := dec.Decode(m); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, t, err)
 	}
+	if res, ok := m.(*Result); ok {
+		// A reused buffer the frame left empty (a rollout result's
+		// update, a packed result's) decodes as absent, as without reuse.
+		if len(res.Update) == 0 {
+			res.Update = nil
+		}
+		if len(res.Packed) == 0 {
+			res.Packed = nil
+		}
+	}
 	if r.Len() != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the %s body", ErrMalformed, r.Len(), t)
 	}

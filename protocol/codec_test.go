@@ -35,6 +35,7 @@ func sampleMessages() []Message {
 		&Release{LeaseIDs: []uint64{7, 8}, Reason: "snapshot gone"},
 		&Bye{Reason: "shutting down"},
 		&Error{Code: "bad_hello", Message: "what went wrong"},
+		rolloutLease(), learnLease(), rolloutResult(),
 	}
 }
 

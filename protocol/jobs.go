@@ -26,6 +26,9 @@ type Caps struct {
 	// in shard URLs, /api/v1/data/KEY/...), which count in the choice of
 	// its job.
 	Data []string `msgpack:"data,omitempty"`
+	// RL says the worker computes RL jobs' rollout and learn leases
+	// (rl.go); only such workers are given them.
+	RL bool `msgpack:"rl,omitempty"`
 }
 
 // Bounds on Caps.

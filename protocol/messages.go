@@ -260,6 +260,10 @@ type Lease struct {
 	// it computes again. The copy draws that lease's dropout masks, so an
 	// honest copy agrees with it.
 	CopyOf uint64 `msgpack:"copy_of,omitempty"`
+	// Rollout or Learn makes the lease one of an RL job's (rl.go): the
+	// shard, batch and optimizer fields are then unused.
+	Rollout *RolloutTask `msgpack:"rollout,omitempty"`
+	Learn   *LearnTask   `msgpack:"learn,omitempty"`
 }
 
 // Start tells the coordinator the worker begins computing a lease whose
@@ -303,6 +307,9 @@ type Result struct {
 	// worker under --kernel auto chooses its kernel by timing the job's
 	// model, after the hello. Empty: unchanged.
 	Backend string `msgpack:"backend,omitempty"`
+	// Rollouts is a rollout lease's result (rl.go): the completions, in
+	// place of an update.
+	Rollouts []Rollout `msgpack:"rollouts,omitempty"`
 }
 
 // Link is what a worker measured of its connection to the coordinator.
@@ -501,6 +508,12 @@ func (m *Want) Validate() error {
 }
 
 func (m *Lease) Validate() error {
+	if m.ID == 0 {
+		return invalid(TypeLease, "id", "must not be 0")
+	}
+	if m.Rollout != nil || m.Learn != nil {
+		return m.validateRL()
+	}
 	switch {
 	case m.ID == 0:
 		return invalid(TypeLease, "id", "must not be 0")
@@ -571,6 +584,12 @@ func (m *Started) Validate() error {
 }
 
 func (m *Result) Validate() error {
+	if m.LeaseID == 0 {
+		return invalid(TypeResult, "lease_id", "must not be 0")
+	}
+	if len(m.Rollouts) > 0 {
+		return m.validateRollouts()
+	}
 	switch {
 	case m.LeaseID == 0:
 		return invalid(TypeResult, "lease_id", "must not be 0")
