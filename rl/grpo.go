@@ -100,6 +100,31 @@ type Stats struct {
 // in the context (they must fit it together); completions go through ws
 // maxBatch at a time.
 func Loss(m *nn.Model, ws *nn.Workspace, params []float32, groups []Group, cfg Config, grad []float32) (Stats, error) {
+	return loss(m, ws, params, groups, nil, cfg, grad)
+}
+
+// LossWithAdvantages is Loss with each completion's advantage given
+// (adv[g][i] for completion i of group g) instead of computed from the
+// rewards, which it does not read: a learn lease carries the advantages
+// the coordinator computed from the rewards it scored itself.
+func LossWithAdvantages(m *nn.Model, ws *nn.Workspace, params []float32, groups []Group, adv [][]float64, cfg Config, grad []float32) (Stats, error) {
+	if len(adv) != len(groups) {
+		return Stats{}, fmt.Errorf("grpo: %d groups of advantages for %d groups", len(adv), len(groups))
+	}
+	for g, a := range adv {
+		if len(a) != len(groups[g]) {
+			return Stats{}, fmt.Errorf("grpo: group %d: %d advantages for %d completions", g, len(a), len(groups[g]))
+		}
+		for i, x := range a {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return Stats{}, fmt.Errorf("grpo: group %d, completion %d: advantage %v is not a finite number", g, i, x)
+			}
+		}
+	}
+	return loss(m, ws, params, groups, adv, cfg, grad)
+}
+
+func loss(m *nn.Model, ws *nn.Workspace, params []float32, groups []Group, adv [][]float64, cfg Config, grad []float32) (Stats, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return Stats{}, err
@@ -107,17 +132,20 @@ func Loss(m *nn.Model, ws *nn.Workspace, params []float32, groups []Group, cfg C
 	if len(grad) != m.NumParams || len(params) != m.NumParams {
 		return Stats{}, fmt.Errorf("grpo: %d parameters and %d gradients, the model has %d", len(params), len(grad), m.NumParams)
 	}
-	items, tokens, err := flatten(m, groups, cfg)
+	items, tokens, err := flatten(m, groups, cfg, adv == nil)
 	if err != nil {
 		return Stats{}, err
 	}
-	st := Stats{Tokens: tokens, Advantages: make([][]float64, len(groups))}
-	for g, grp := range groups {
-		rewards := make([]float64, len(grp))
-		for i, c := range grp {
-			rewards[i] = c.Reward
+	st := Stats{Tokens: tokens, Advantages: adv}
+	if adv == nil {
+		st.Advantages = make([][]float64, len(groups))
+		for g, grp := range groups {
+			rewards := make([]float64, len(grp))
+			for i, c := range grp {
+				rewards[i] = c.Reward
+			}
+			st.Advantages[g] = Advantages(rewards, cfg.Eps)
 		}
-		st.Advantages[g] = Advantages(rewards, cfg.Eps)
 	}
 	T := m.InputSize
 	batch := ws.MaxBatch()
@@ -172,7 +200,7 @@ type item struct {
 
 // flatten checks every completion and lists them with their group and
 // index; it returns the batch's completion tokens.
-func flatten(m *nn.Model, groups []Group, cfg Config) ([]item, int, error) {
+func flatten(m *nn.Model, groups []Group, cfg Config, rewards bool) ([]item, int, error) {
 	if len(m.Spec.Input) != 1 || m.LabelsPerExample != m.InputSize {
 		return nil, 0, fmt.Errorf("grpo: the model reads %v with %d rows of scores; it needs token ids [t] in and one row per position out", m.Spec.Input, m.LabelsPerExample)
 	}
@@ -198,7 +226,7 @@ func flatten(m *nn.Model, groups []Group, cfg Config) ([]item, int, error) {
 				return nil, 0, fmt.Errorf("%s: %d reference log-probabilities for %d tokens", where, len(c.RefLogProbs), len(c.Tokens))
 			case cfg.KLCoef > 0 && c.RefLogProbs == nil:
 				return nil, 0, fmt.Errorf("%s: kl_coef %v needs the reference policy's log-probabilities (RefLogProbs)", where, cfg.KLCoef)
-			case math.IsNaN(c.Reward) || math.IsInf(c.Reward, 0):
+			case rewards && (math.IsNaN(c.Reward) || math.IsInf(c.Reward, 0)):
 				return nil, 0, fmt.Errorf("%s: reward %v is not a finite number", where, c.Reward)
 			}
 			for _, tok := range append(capped(c.Prompt), c.Tokens...) {
@@ -299,7 +327,7 @@ func LogProbs(m *nn.Model, ws *nn.Workspace, params []float32, prompt, completio
 		temperature = 1
 	}
 	c := Completion{Prompt: prompt, Tokens: completion, OldLogProbs: make([]float32, len(completion))}
-	if _, _, err := flatten(m, []Group{{c}}, Config{Temperature: temperature}); err != nil {
+	if _, _, err := flatten(m, []Group{{c}}, Config{Temperature: temperature}, false); err != nil {
 		return nil, err
 	}
 	T, V := m.InputSize, m.NumClasses

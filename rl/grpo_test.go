@@ -287,3 +287,42 @@ func TestGRPOErrors(t *testing.T) {
 		}
 	}
 }
+
+// Given the advantages Loss computes from the rewards, LossWithAdvantages
+// gives the same loss and gradient, and reads no reward.
+func TestLossWithAdvantagesIsLossOfThoseAdvantages(t *testing.T) {
+	m, p := tinyGPT(t)
+	groups := sampledBatch(t, m, p)
+	ws := m.NewWorkspace(4)
+	want := make([]float32, m.NumParams)
+	st, err := Loss(m, ws, p, groups, Config{}, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		for i := range g {
+			g[i].Reward = math.NaN() // never read
+		}
+	}
+	got := make([]float32, m.NumParams)
+	st2, err := LossWithAdvantages(m, ws, p, groups, st.Advantages, Config{}, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.Loss != st.Loss {
+		t.Errorf("loss %v, want %v", st2.Loss, st.Loss)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("gradient %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if _, err := LossWithAdvantages(m, ws, p, groups, st.Advantages[:1], Config{}, got); err == nil {
+		t.Error("too few groups of advantages accepted")
+	}
+	bad := [][]float64{append([]float64{math.Inf(1)}, st.Advantages[0][1:]...)}
+	bad = append(bad, st.Advantages[1:]...)
+	if _, err := LossWithAdvantages(m, ws, p, groups, bad, Config{}, got); err == nil || !strings.Contains(err.Error(), "advantage") {
+		t.Errorf("an infinite advantage: %v", err)
+	}
+}
