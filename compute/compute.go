@@ -32,6 +32,9 @@ type Computer struct {
 	local  []float32
 	adamw  nn.AdamW
 	result protocol.Result
+	// decoder and ws compute RL leases (rl.go), made on first use.
+	decoder *nn.Decoder
+	ws      *nn.Workspace
 }
 
 // Prepared is the model and batch a backend was last prepared for.
@@ -66,6 +69,9 @@ func (c *Computer) Compute(t *Task) (res *protocol.Result, err error) {
 		}
 	}()
 	l := t.Lease
+	if IsRL(l) {
+		return c.computeRL(t)
+	}
 	if l.Snapshot != protocol.SnapshotGranted && l.Snapshot != protocol.SnapshotLatest {
 		return nil, fmt.Errorf("snapshot policy %q is not %q or %q: update crowdtrain", l.Snapshot, protocol.SnapshotGranted, protocol.SnapshotLatest)
 	}
