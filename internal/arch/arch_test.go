@@ -86,9 +86,13 @@ func TestImportDirections(t *testing.T) {
 		// The GRPO loss is math on nn's models: no HTTP, protocol,
 		// database or job spec.
 		"rl": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/engine", "/compute"},
+		// An RL job's rules (prompts, scoring, buffer, evaluation) are the
+		// coordinator's but know nothing of its leases' plumbing, its
+		// database or its job spec.
+		"rljob": {"/coordinator", "/store", "/dataset", "/worker", "/jobspec", "/web", "/engine", "/compute"},
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
-		// neither; it builds on nn, protocol and dataset only.
+		// neither; it builds on nn, rl, protocol and dataset only.
 		"compute": {"/coordinator", "/store", "/worker", "/cpubackend", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/placement", "/search", "/upstream", "/internal", "/attack", "/cmd"},
 		// What a relay and its root say over NATS is plain messages; the
 		// embedded NATS server knows only them.

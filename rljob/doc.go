@@ -1,0 +1,13 @@
+// Package rljob holds the coordinator's rules for an RL job (kind: rl),
+// apart from its leases and sockets: which prompt a rollout lease gets
+// (Job.NextRollout), how a rollout result is checked and scored by the
+// task's own checker (Job.Score: the worker's tokens only, never a
+// reward it claims), the buffer of scored groups that learn leases draw
+// from while at most max_rollout_staleness versions old
+// (Job.NextLearn), and the evaluation on a fixed held-out set of prompts
+// with greedy decoding (Evaluate: reward and solved).
+//
+// Prompts and completions are bytes: a problem's prompt is a newline
+// (the end of the problem before it, as the task data set's text has
+// it) and the prompt's bytes; a completion ends at its first newline.
+package rljob
