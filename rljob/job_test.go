@@ -129,10 +129,18 @@ func TestScoreRefusesBadRollouts(t *testing.T) {
 		reason  string
 		words   string
 	}{
-		{"out of vocabulary", 5, func() *protocol.Result { r := result(1, 5, ans, ans, ans, ans); r.Rollouts[2].Tokens[0] = 256; return r }(), protocol.ReasonInvalid, "outside the vocabulary"},
+		{"out of vocabulary", 5, func() *protocol.Result {
+			r := result(1, 5, ans, ans, ans, ans)
+			r.Rollouts[2].Tokens[0] = 256
+			return r
+		}(), protocol.ReasonInvalid, "outside the vocabulary"},
 		{"longer than max_new_tokens", 5, result(1, 5, ans, "123456", ans, ans), protocol.ReasonInvalid, "max_new_tokens"},
 		{"too stale", 8, result(1, 5, ans, ans, ans, ans), protocol.ReasonStale, "3 versions behind"},
-		{"positive log-prob", 5, func() *protocol.Result { r := result(1, 5, ans, ans, ans, ans); r.Rollouts[0].LogProbs[0] = 0.1; return r }(), protocol.ReasonInvalid, "log_probs"},
+		{"positive log-prob", 5, func() *protocol.Result {
+			r := result(1, 5, ans, ans, ans, ans)
+			r.Rollouts[0].LogProbs[0] = 0.1
+			return r
+		}(), protocol.ReasonInvalid, "log_probs"},
 		{"NaN log-prob", 5, func() *protocol.Result {
 			r := result(1, 5, ans, ans, ans, ans)
 			r.Rollouts[1].LogProbs[0] = float32(math.NaN())
