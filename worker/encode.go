@@ -52,7 +52,9 @@ func (e *encoder) codec() string { return e.enc.Codec }
 // judges it as it always has, and pack says why.
 func (e *encoder) pack(res *protocol.Result, l protocol.Lease) error {
 	c := e.enc.Codec
-	if c == protocol.CodecF32 || (l.CopyOf != 0 && c != protocol.CodecF16) {
+	// An RL lease's result goes as it is: a rollout result has no
+	// update, and a learn lease's gradient is not the residual's.
+	if c == protocol.CodecF32 || (l.CopyOf != 0 && c != protocol.CodecF16) || l.Rollout != nil || l.Learn != nil {
 		return nil
 	}
 	b, err := e.enc.Encode(e.packed[:0], res.Update, l.CopyOf == 0)

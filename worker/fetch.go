@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -124,6 +125,19 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 	}
 	model := jc.model
 	t.params = grow(t.params, model.NumParams)
+	if compute.IsRL(l) {
+		// An RL lease reads no shard: its prompt or its scored groups
+		// travel in the lease, and it computes from the policy version
+		// it names (always granted).
+		t.x, t.labels = t.x[:0], t.labels[:0]
+		before := f.snapNanos.Load()
+		if err := f.copySnapshot(ctx, t, l.SnapshotURL, model.NumParams); err != nil {
+			return err
+		}
+		t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
+		t.base = f.baseOf(l.BaseVersion)
+		return nil
+	}
 	shard, err := f.shard(ctx, l.ShardURL)
 	if err != nil {
 		return err

@@ -425,6 +425,10 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 	if s, ok := b.(interface{ SplitsBatches() bool }); ok && s.SplitsBatches() {
 		caps.MicroBatches = true
 	}
+	// The native worker computes RL jobs' rollout and learn leases (on
+	// the host, with nn, whatever its backend); the browser's does not
+	// yet, and announces nothing.
+	caps.RL = w.cfg.Kind == protocol.KindNative
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: helloBackend, Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
