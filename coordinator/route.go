@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/compute"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -23,7 +24,7 @@ import (
 func (j *Job) placeInfo(spec JobSpec) *placement.Job {
 	p := &placement.Job{
 		ID: j.ID, Priority: spec.Priority, Weight: spec.EffectiveWeight(),
-		Needs:     placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB},
+		Needs:     placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB, RL: spec.Kind == jobspec.KindRL},
 		NumParams: j.model.NumParams,
 		Parent:    j.parent,
 	}
@@ -48,7 +49,7 @@ func (wc *workerConn) placeWorker() *placement.Worker {
 	w := &placement.Worker{Kind: wc.hello.Kind, Pin: wc.hello.Job}
 	if c := wc.hello.Caps; c != nil {
 		w.MemoryMB, w.MaxParams, w.Layers, w.Data = c.MemoryMB, c.MaxParams, c.Layers, c.Data
-		w.MicroBatches = c.MicroBatches
+		w.MicroBatches, w.RL = c.MicroBatches, c.RL
 	}
 	if j := wc.cur.Load(); j != nil {
 		w.Current = j.ID

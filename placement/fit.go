@@ -11,6 +11,9 @@ import (
 type Needs struct {
 	Kinds       []string // worker kinds that may run it; empty: any
 	MinMemoryMB int      // 0: none beyond the model's own need
+	// RL: the job hands out RL leases (rollout and learn), which only a
+	// worker that announces them computes.
+	RL bool
 }
 
 // Job is what placement knows of a job.
@@ -47,6 +50,8 @@ type Worker struct {
 	// as soon as they have.
 	Since time.Time
 	Data  []string
+	// RL: it computes RL leases (hello.caps.rl).
+	RL bool
 }
 
 // Fit returns "" if w can run j, else what is missing, in words for an
@@ -57,6 +62,9 @@ func Fit(w *Worker, j *Job) string {
 	}
 	if len(j.Needs.Kinds) > 0 && !slices.Contains(j.Needs.Kinds, w.Kind) {
 		return fmt.Sprintf("kind %s, the job requires %s", w.Kind, strings.Join(j.Needs.Kinds, " or "))
+	}
+	if j.Needs.RL && !w.RL {
+		return fmt.Sprintf("a %s worker that computes no RL leases: the job needs one that does (the native worker, for now)", w.Kind)
 	}
 	need := j.NeedMB
 	if w.MicroBatches && j.MicroNeedMB > 0 {

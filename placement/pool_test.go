@@ -348,6 +348,11 @@ func TestFit(t *testing.T) {
 		{Worker{Kind: "browser", MemoryMB: 600}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500}, "1600 MB"},
 		{Worker{Kind: "browser", MemoryMB: 400, MicroBatches: true}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500}, "500 MB"},
 		{Worker{Kind: "native", MemoryMB: 600, MicroBatches: true}, &Job{ID: "j", NeedMB: 1600, MicroNeedMB: 500, Needs: Needs{MinMemoryMB: 1024}}, "1024 MB"},
+		// An RL job goes to workers that compute RL leases only: a browser
+		// tab (which announces none) gets nothing of it.
+		{Worker{Kind: "browser", MemoryMB: 8192}, &Job{ID: "rl", Needs: Needs{RL: true}}, "no RL leases"},
+		{Worker{Kind: "native", RL: true}, &Job{ID: "rl", Needs: Needs{RL: true}}, ""},
+		{Worker{Kind: "native", RL: true}, &Job{ID: "j"}, ""},
 	} {
 		got := Fit(&c.w, c.j)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
