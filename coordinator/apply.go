@@ -67,6 +67,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.requeue(l) // a copy's task stays with its primary (requeue)
 		return reject(protocol.ReasonBanned, "this volunteer is banned from this coordinator; its results are not applied")
 	}
+	if rl, ok := j.rlLeases[l.ID]; ok && !rl.learn {
+		return j.applyRollout(sub, l, ack, reject) // rljob.go
+	}
 	if l.IsCopy() && st.spot.IsCopy(l.ID) {
 		return j.spotCopy(sub, l, ack, reject) // spotcheck.go: compared, never applied
 	}
@@ -105,8 +108,8 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		invalid = fmt.Sprintf("lease %d takes the latest snapshot and was never started: send start before computing", l.ID)
 	case res.BaseVersion != l.Base:
 		invalid = fmt.Sprintf("result claims base version %d, the lease gave %d", res.BaseVersion, l.Base)
-	case res.Examples != l.Task.Count:
-		invalid = fmt.Sprintf("result covers %d examples, the lease has %d", res.Examples, l.Task.Count)
+	case res.Examples != j.leaseExamples(l):
+		invalid = fmt.Sprintf("result covers %d examples, the lease has %d", res.Examples, j.leaseExamples(l))
 	case res.Correct > res.Examples*j.model.LabelsPerExample:
 		invalid = fmt.Sprintf("result says %d label positions were right, of %d examples of %d each", res.Correct, res.Examples, j.model.LabelsPerExample)
 	}
@@ -218,6 +221,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	j.spotSample(sub, l)
 	if j.mirror != nil {
 		j.mirrorAnswered(l, sub.volunteer, res)
+	}
+	if j.rl != nil {
+		j.rlRequeue(l) // an RL lease's queue task only paces the leases (rljob.go)
 	}
 	// The aggregator keeps its own copy of what it holds; an asynchronous
 	// rule's step applies res.Update before this returns.

@@ -121,6 +121,7 @@ func CheckData(spec *JobSpec, train *dataset.Set) error {
 // submitting again works without a restart. A load that takes longer than
 // the timeout is refused; it goes on, and a later call takes its result.
 func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
+	spec.Dataset = JobData(spec) // rljob.go: an RL job's
 	opts, err := DataOptions(spec)
 	if err != nil {
 		return nil, nil, err
@@ -225,5 +226,8 @@ func (s *Server) resolveData(spec *JobSpec) error {
 	if err := resolveTokenizer(spec, root); err != nil {
 		return err
 	}
-	return resolveInit(spec, root)
+	if err := resolveInit(spec, root); err != nil {
+		return err
+	}
+	return resolvePolicy(spec, root) // rljob.go
 }

@@ -277,6 +277,15 @@ func checkFinite(model *nn.Model, params []float32, from string) error {
 	return nil
 }
 
+// describeStart is where a job's version 0 came from, for its log line:
+// its init, or an RL job's policy.
+func describeStart(spec JobSpec) string {
+	if spec.Policy != nil {
+		return "RL (task " + spec.RL.Task.Name + ") from the policy " + spec.Policy.Describe()
+	}
+	return describeInit(spec.Init)
+}
+
 // describeInit is where a job's version 0 came from, for its log line.
 func describeInit(in *jobspec.Init) string {
 	if in == nil {

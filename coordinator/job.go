@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/rljob"
+	"github.com/crowdtrain/crowdtrain/rltask"
 	"log/slog"
 	"slices"
 	"sync"
@@ -59,6 +62,11 @@ type Job struct {
 
 	model *nn.Model
 	test  *dataset.Set
+	// rl, rlTask and rlLeases are an RL job's rules, task and the RL
+	// leases it handed out (rljob.go); nil for any other job. Loop only.
+	rl       *rljob.Job
+	rlTask   rltask.Task
+	rlLeases map[uint64]rlLease
 	// validator scores the updates the robust clip flags on a fixed
 	// held-out batch of the training data (validate.go).
 	validator *validator
@@ -308,6 +316,11 @@ func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.
 	st.stalenessHist = make([]int64, stalenessBuckets)
 	st.members = map[string]member{}
 	j.initSpot(spec)
+	if spec.Kind == jobspec.KindRL {
+		if err := j.newRL(spec); err != nil {
+			return nil, err
+		}
+	}
 	st.published = -1
 	st.rejections = map[string]int64{protocol.ReasonStale: 0, protocol.ReasonInvalid: 0, protocol.ReasonLate: 0}
 	st.startedAt = time.Now()

@@ -55,8 +55,10 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 		return nil
 	}
 	var out []protocol.Lease
-	if pl, ok := j.grantCopy(worker, baseURL); ok { // spotcheck.go
-		out, n = append(out, pl), n-1
+	if j.rl == nil {
+		if pl, ok := j.grantCopy(worker, baseURL); ok { // spotcheck.go
+			out, n = append(out, pl), n-1
+		}
 	}
 	now := st.sched.Now()
 	for ; n > 0; n-- {
@@ -69,11 +71,20 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 			st.agg.Unlease(round)
 			break
 		}
+		pl := protocol.Lease{}
+		if j.rl != nil {
+			if pl, ok = j.rlLeaseMessage(l, baseURL); !ok {
+				j.unleased(st.sched.Release(worker, []uint64{l.ID}))
+				break
+			}
+		} else {
+			pl = j.leaseMessage(l, baseURL)
+		}
 		st.leasesIssued++
 		if m, ok := st.members[worker]; ok {
 			st.grantShares.add(m.volunteer)
 		}
-		out = append(out, j.leaseMessage(l, baseURL))
+		out = append(out, pl)
 	}
 	return out
 }
@@ -182,6 +193,9 @@ func (j *Job) snapshotBody(version int64) []byte {
 // handed to its backup leaves its place to the backup.
 func (j *Job) unleased(ls []*engine.Lease) int {
 	for _, l := range ls {
+		if j.rl != nil {
+			j.rlSettle(l)
+		}
 		if l.Requeued() {
 			j.st.agg.Unlease(l.Round)
 		} else {

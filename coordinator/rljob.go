@@ -1,15 +1,246 @@
 package coordinator
 
-import "github.com/crowdtrain/crowdtrain/jobspec"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
 
-// refuseRL refuses a kind: rl job. Its spec parses and validates
-// (jobspec/rl.go), workers compute its rollout and learn leases
-// (compute/rl.go) and package rljob holds its scoring, buffer and
-// evaluation rules, but the coordinator's lease loop does not drive them
-// yet.
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/rljob"
+	"github.com/crowdtrain/crowdtrain/rltask"
+)
+
+// An RL job (kind: rl, docs/TRAINING.md "How an RL job runs") is an
+// asynchronous job whose leases are rollout and learn leases instead of
+// shard tasks. The scheduler still hands out its leases (ids, deadlines,
+// the policy version, expiry, each worker's share), one queue task each,
+// but an RL lease's task goes back to the queue when the lease settles:
+// the queue only paces the leases. Rollout results are scored by
+// package rljob and never touch the model; learn results go through the
+// asynchronous path every gradient takes (norm gate, robust aggregation,
+// staleness, the outer optimizer). An epoch is rlEpochCompletions
+// completions learnt from.
+
+// rlEpochCompletions is an RL job's epoch: the completions its learn
+// leases carry before max_epochs counts one.
+const rlEpochCompletions = 1024
+
+// rlDataExamples is how many of the task's problems make the text set an
+// RL job's evaluation loss and validation read.
+const rlDataExamples = 2000
+
+// rlLease is what an RL job remembers of a lease it handed out.
+type rlLease struct {
+	learn       bool
+	completions int // a learn lease's
+}
+
+// refuseRL refuses what the coordinator cannot run of an RL spec yet.
 func refuseRL(spec JobSpec) error {
 	if spec.Kind != jobspec.KindRL {
 		return nil
 	}
-	return &SpecError{Key: "kind", Problem: "RL jobs (kind: rl) are not available yet on this coordinator: the spec is valid, but rollout and learn leases are not scheduled yet; to fine-tune on a task's answers, run a supervised job with dataset: {type: task, ...}"}
+	if spec.RL.Task.Name == rltask.JSONL {
+		return &SpecError{Key: "task.type", Problem: "jsonl tasks are not available on the coordinator yet: use add, reverse or sort"}
+	}
+	return nil
+}
+
+// rlDataset is the data set an RL job's evaluation loss and validation
+// read: its task's problems as text, as `dataset: {type: task}` makes
+// them.
+func rlDataset(spec JobSpec) dataset.Spec {
+	t := spec.RL.Task
+	return dataset.Spec{Type: dataset.TypeTask, Task: t.Name, Digits: t.Digits, Length: t.Length,
+		Examples: rlDataExamples, TaskSeed: uint64(spec.Seed), ValFraction: dataset.DefaultValFraction}
+}
+
+// JobData is the data set a job reads: its spec's, or an RL job's
+// (rlDataset).
+func JobData(spec JobSpec) dataset.Spec {
+	if spec.Kind == jobspec.KindRL {
+		return rlDataset(spec)
+	}
+	return spec.Dataset
+}
+
+// newRL sets up an RL job's rules on j.
+func (j *Job) newRL(spec JobSpec) error {
+	r := spec.RL
+	task, err := rltask.New(r.Task)
+	if err != nil {
+		return &SpecError{Key: "task", Problem: err.Error()}
+	}
+	j.rl, err = rljob.New(task, rljob.Config{GroupSize: r.GroupSize, MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature,
+		Clip: r.Clip, MaxRolloutStaleness: int64(r.MaxRolloutStaleness), Seed: uint64(spec.Seed),
+		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlGroupsPerLearn})
+	if err != nil {
+		return &SpecError{Key: "model", Problem: err.Error()}
+	}
+	j.rlTask, j.rlLeases = task, map[uint64]rlLease{}
+	j.epochSize = rlEpochCompletions
+	return nil
+}
+
+// rlLeaseMessage turns scheduler lease l into an RL lease: a learn lease
+// while the buffer holds a learn lease's worth of fresh groups, else a
+// rollout lease. ok is false when no RL lease can be made (the prompt
+// does not fit); the caller gives l back.
+func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, bool) {
+	st := &j.st
+	pl := protocol.Lease{ID: l.ID, JobID: j.ID, Snapshot: protocol.SnapshotGranted, BaseVersion: l.Base,
+		SnapshotURL: j.snapshotURL(l.Worker, l.Base, baseURL), DeadlineUnixMs: l.Deadline.UnixMilli()}
+	if j.rl.Buffered() >= rlGroupsPerLearn {
+		if lt, ok := j.rl.NextLearn(st.model.Version); ok {
+			n := 0
+			for _, g := range lt.Groups {
+				n += len(g.Completions)
+			}
+			pl.Learn = &lt
+			j.rlLeases[l.ID] = rlLease{learn: true, completions: n}
+			return pl, true
+		}
+	}
+	r, err := j.rl.NextRollout(l.ID, l.Base)
+	if err != nil {
+		j.log.Warn(fmt.Sprintf("job %s: %v", j.ID, err))
+		return protocol.Lease{}, false
+	}
+	pl.Rollout = &r
+	j.rlLeases[l.ID] = rlLease{}
+	return pl, true
+}
+
+// rlGroupsPerLearn is how many scored groups a learn lease carries: 64
+// completions at the default group size, a gradient steady enough for
+// one version each.
+const rlGroupsPerLearn = 8
+
+// rlSettle forgets RL lease l, which settled, and puts its queue task
+// back. It returns what the lease was.
+func (j *Job) rlSettle(l *engine.Lease) (rlLease, bool) {
+	rl, ok := j.rlLeases[l.ID]
+	delete(j.rlLeases, l.ID)
+	if !rl.learn {
+		j.rl.Forget(l.ID)
+	}
+	return rl, ok
+}
+
+// applyRollout scores the result of rollout lease l. It never changes
+// the model; a refused result changes nothing at all.
+func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, reject func(reason, detail string) protocol.Ack) protocol.Ack {
+	st := &j.st
+	defer j.rlRequeue(l)
+	if sub.reason != "" {
+		j.rlSettle(l)
+		return reject(sub.reason, sub.detail)
+	}
+	if sub.res.JobID != j.ID {
+		j.rlSettle(l)
+		return reject(protocol.ReasonInvalid, fmt.Sprintf("result names job %q, the lease is for %q", sub.res.JobID, j.ID))
+	}
+	g, err := j.rl.Score(l.ID, st.model.Version, sub.res)
+	j.rlSettle(l)
+	var ref *rljob.Refusal
+	if errors.As(err, &ref) {
+		return reject(ref.Reason, ref.Detail)
+	} else if err != nil {
+		return reject(protocol.ReasonInvalid, err.Error())
+	}
+	ack.Accepted, ack.Staleness = true, st.model.Version-g.Version
+	// A rollout is inference: a prompt and its completions' forward passes.
+	n := int64(len(g.Rollouts))
+	j.ledger.Credit(sub.volunteer, j.ID, n, float64(n)*j.flopsPerExample/3)
+	st.sched.Observe(sub.worker, int(n), st.sched.Now().Sub(l.Since))
+	return ack
+}
+
+// rlEval evaluates an RL job's policy on the held-out prompts.
+func (j *Job) rlEval(params []float32, res *EvalResult) {
+	e, err := rljob.Evaluate(j.model, params, j.rlTask, rljob.DefaultEvalProblems, j.Spec.RL.MaxNewTokens)
+	if err != nil {
+		j.log.Warn(fmt.Sprintf("job %s: evaluating the policy: %v", j.ID, err))
+		return
+	}
+	res.Reward, res.Solved = &e.Reward, &e.Solved
+}
+
+// rlPolicy reads an RL job's policy (spec.Policy, in the forms of init)
+// and records where it came from in spec.Policy.
+func (s *Server) rlPolicy(spec *JobSpec) ([]float32, error) {
+	model, err := nn.NewModel(spec.Model)
+	if err != nil {
+		return nil, &SpecError{Key: "model", Problem: err.Error()}
+	}
+	c := *spec
+	c.Init = spec.Policy
+	params, err := s.initParams(context.Background(), &c, model)
+	var se *SpecError
+	if errors.As(err, &se) {
+		e := *se
+		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
+		return nil, &e
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec.Policy = c.Init
+	return params, nil
+}
+
+// leaseExamples is the examples a result of l must cover: its task's, or
+// the completions of an RL job's learn lease.
+func (j *Job) leaseExamples(l *engine.Lease) int {
+	if rl, ok := j.rlLeases[l.ID]; ok {
+		return rl.completions
+	}
+	return l.Task.Count
+}
+
+// resolvePolicy confines an RL job's policy file, as resolveInit does an
+// init file.
+func resolvePolicy(spec *JobSpec, root string) error {
+	if spec.Policy == nil || spec.Policy.File == "" {
+		return nil
+	}
+	c := *spec
+	c.Init = spec.Policy
+	err := resolveInit(&c, root)
+	var se *SpecError
+	if errors.As(err, &se) {
+		e := *se
+		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
+		return &e
+	}
+	if err != nil {
+		return err
+	}
+	spec.Policy = c.Init
+	return nil
+}
+
+// rlRequeue settles RL lease l and puts its queue task back while the
+// job still hands out leases (not after its last epoch emptied the queue).
+func (j *Job) rlRequeue(l *engine.Lease) {
+	if j.st.epoch < j.st.spec.MaxEpochs {
+		j.requeue(l)
+		return
+	}
+	j.rlSettle(l)
+}
+
+// rlDataError names an RL job's key, task, in an error loading its data
+// set (which the spec never names).
+func rlDataError(spec JobSpec, err error) error {
+	var se *SpecError
+	if spec.Kind != jobspec.KindRL || !errors.As(err, &se) || !strings.HasPrefix(se.Key, "dataset") {
+		return err
+	}
+	return &SpecError{Key: "task", Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -165,9 +166,18 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if err := PrepareTokenizer(&spec); err != nil {
 		return nil, err
 	}
+	// An RL job's policy is read and checked first: the parameters it
+	// improves are what it is about.
+	var initial []float32
+	if spec.Kind == jobspec.KindRL {
+		var err error
+		if initial, err = s.rlPolicy(&spec); err != nil { // rljob.go
+			return nil, err
+		}
+	}
 	train, test, err := s.data.get(spec)
 	if err != nil {
-		return nil, err
+		return nil, rlDataError(spec, err)
 	}
 	if err := CheckData(&spec, train); err != nil {
 		return nil, err
@@ -177,7 +187,6 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	}
 	// Parameters from `init` are read and checked now, before anything
 	// is stored, and where they came from is recorded in the spec.
-	var initial []float32
 	if spec.Init != nil {
 		model, err := nn.NewModel(spec.Model)
 		if err != nil {
@@ -210,11 +219,12 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	}
 	s.startJob(j)
 	j.log.Info(fmt.Sprintf("job %s (%q): %d parameters, %s, %d shards of %d, batch %d, local_steps %d, max_staleness %d, target accuracy %.3f",
-		id, spec.Name, j.model.NumParams, describeInit(spec.Init), len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
+		id, spec.Name, j.model.NumParams, describeStart(spec), len(j.shards), spec.ShardSize, spec.BatchSize, spec.LocalSteps, spec.MaxStaleness, spec.TargetAccuracy),
 		"name", spec.Name)
-	if spec.Init != nil {
+	if spec.Init != nil || spec.Policy != nil {
 		// A job that starts from a trained model is scored before it
-		// trains, so its curve starts where its source's ended.
+		// trains, so its curve starts where its source's ended (an RL
+		// job's at its policy's solved share).
 		_ = j.exec(context.Background(), func(*jobState) { j.startEval(false) })
 	}
 	return j, nil

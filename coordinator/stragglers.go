@@ -44,8 +44,8 @@ func (j *Job) stragglerAfter() time.Duration {
 // queue (or the open round) has no task for worker.
 func (j *Job) backup(worker, baseURL string) []protocol.Lease {
 	st := &j.st
-	if st.state != StateRunning {
-		return nil
+	if st.state != StateRunning || j.rl != nil {
+		return nil // an RL lease is cheap to hand out again: no backups
 	}
 	m, ok := st.members[worker]
 	if !ok {

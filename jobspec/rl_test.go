@@ -23,8 +23,9 @@ func TestRLSpecDefaults(t *testing.T) {
 	if s.Policy == nil || s.Policy.Job != "sft-1" || s.Init != nil {
 		t.Errorf("policy %+v, init %+v; want policy {job: sft-1} and no init", s.Policy, s.Init)
 	}
-	if s.Mode != ModeAsync || s.Dataset.Type != "" || s.TargetAccuracy != 0 {
-		t.Errorf("mode %s, dataset %+v, target_accuracy %v; want async, no data set, no target", s.Mode, s.Dataset, s.TargetAccuracy)
+	if s.Mode != ModeAsync || s.Dataset.Type != "" || s.TargetAccuracy != 0 || s.Snapshot != SnapshotGranted || s.SpotCheck != 0 {
+		t.Errorf("mode %s, dataset %+v, target_accuracy %v, snapshot %s, spot_check %v; want async, no data set, no target, granted, 0",
+			s.Mode, s.Dataset, s.TargetAccuracy, s.Snapshot, s.SpotCheck)
 	}
 	s, err = Parse([]byte("name: j\nkind: rl\nmodel: charlm-tiny\npolicy: sft.safetensors\ntask: {type: reverse, length: 4}\n" +
 		"group_size: 4\nmax_new_tokens: 6\ntemperature: 0.7\nclip: 0.1\nmax_rollout_staleness: 0\nalgorithm: grpo\nkl_coef: 0\n"))
@@ -49,6 +50,8 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
 		{rlBase + "init: {job: y}\n", "init", "policy"},
 		{rlBase + "mode: sync\n", "mode", "not yet supported"},
+		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
+		{rlBase + "spot_check: 0.1\n", "spot_check", "not supported yet"},
 		{rlBase + "algorithm: ppo\n", "algorithm", "grpo"},
 		{rlBase + "group_size: 1\n", "group_size", "2..256"},
 		{rlBase + "max_new_tokens: 0\n", "max_new_tokens", "context"},

@@ -30,7 +30,7 @@ module=$($GO list -m)
 # the coordinator's trainings to a target under attack or beside
 # stragglers, apart from the rest of its in-process tests.
 relay='TestRelay|TestRootRestartWithRelays|TestServeWithExternalNATS'
-torch='TestCharLM|TestTorch|TestExport|TestFashion|TestTextSpec|TestServeCharlm|TestCharlm|TestSample|TestTaskDataset'
+torch='TestCharLM|TestTorch|TestExport|TestFashion|TestTextSpec|TestServeCharlm|TestCharlm|TestSample|TestTaskDataset|TestRLJob'
 training='TestMLP|TestGPTMini|TestCNN|TestLocalSGD|TestStaleResults|TestDiLoCo|TestInt8|TestHostile|TestAsyncEarly|TestSpotCheck|TestValidator|TestSync|TestStraggler|TestVanished|TestExpired'
 rest_pkgs=$($GO list ./... | grep -v -x -e "$module/coordinator" -e "$module/cmd/crowdtrain" -e "$module/web" -e "$module/wasmworker")
 

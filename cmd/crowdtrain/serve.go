@@ -216,15 +216,18 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err := coordinator.PrepareTokenizer(&spec); err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
-	opts, err := coordinator.DataOptions(spec)
+	// An RL job reads its task's problems as text (coordinator.JobData).
+	dspec := spec
+	dspec.Dataset = coordinator.JobData(spec)
+	opts, err := coordinator.DataOptions(dspec)
 	if err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
-	train, test, err := loadData(spec.Dataset, opts)
+	train, test, err := loadData(dspec.Dataset, opts)
 	if err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
-	if err := coordinator.CheckData(&spec, train); err != nil {
+	if err := coordinator.CheckData(&dspec, train); err != nil {
 		return &usageError{fmt.Sprintf("job %s: the model does not fit the data (%s): %v", o.jobArg, train.Describe(), err)}
 	}
 	// Starting parameters that do not fit the model exit 2 here too
@@ -232,8 +235,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err := coordinator.CheckInitFile(spec); err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
-	logger.Printf("data: %s: train %s; test %s", spec.Dataset, train.Describe(), test.Describe())
-	preloaded := spec.Dataset.Key()
+	spec.Model = dspec.Model
+	logger.Printf("data: %s: train %s; test %s", dspec.Dataset, train.Describe(), test.Describe())
+	preloaded := dspec.Dataset.Key()
 	var db *store.Store
 	storeStuck := false // a frozen store: closing it would hang
 	if o.dbPath != "" {
