@@ -102,4 +102,3 @@ func heldOutSolved(t *testing.T, path string) float64 {
 	}
 	return e.Solved
 }
-
