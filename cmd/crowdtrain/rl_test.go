@@ -58,7 +58,6 @@ max_new_tokens: 4
 outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
 max_epochs: 24
 eval_every: 40
-robust: {method: none}
 `, policy)))
 	addr = freeAddr(t)
 	start := time.Now()
