@@ -1,10 +1,19 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // What the coordinator cannot run of a valid RL spec yet is refused over
@@ -31,5 +40,134 @@ func TestRLJobRefusals(t *testing.T) {
 	}
 	if n := jobs(); n != before {
 		t.Errorf("%d jobs after the refusals, want %d", n, before)
+	}
+}
+
+// rlGrid is a coordinator running an RL job on one-digit sums from a
+// random charlm-tiny policy, beside the test grid's MNIST job.
+func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
+	t.Helper()
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, 3)
+	var b bytes.Buffer
+	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.safetensors")
+	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n", policy)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := g.srv.AddJob(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, j
+}
+
+// joinRL joins a raw worker of kind, announcing RL leases or not, pinned
+// to job.
+func joinRL(g *testGrid, kind string, rl bool, job string) *rawClient {
+	g.t.Helper()
+	rc := &rawClient{t: g.t, conn: g.dialRaw()}
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job})
+	w, ok := rc.read().(*protocol.Welcome)
+	if !ok {
+		g.t.Fatal("expected a welcome")
+	}
+	rc.welcome = w
+	return rc
+}
+
+// rollouts answers rollout lease l with completions of the given texts.
+func rollouts(l protocol.Lease, texts ...string) *protocol.Result {
+	r := &protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Examples: len(texts)}
+	for _, s := range texts {
+		ro := protocol.Rollout{}
+		for i := range s {
+			ro.Tokens = append(ro.Tokens, int32(s[i]))
+			ro.LogProbs = append(ro.LogProbs, -1)
+		}
+		r.Rollouts = append(r.Rollouts, ro)
+	}
+	return r
+}
+
+// Over a real websocket: a worker that announces RL leases gets rollout
+// leases of the task's prompts; a rollout result with a token outside the
+// vocabulary, a completion longer than max_new_tokens, a positive
+// log-probability or the wrong number of completions is refused with its
+// reason and leaves the job as it was (its version, its updates); a sound
+// one is accepted and changes no parameter. A browser tab pinned to the
+// job gets no lease at all.
+func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
+	g, j := rlGrid(t)
+	rc := joinRL(g, protocol.KindNative, true, j.ID)
+	state := func() (int64, int64) {
+		v, ok, err := g.srv.JobView(context.Background(), j.ID)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		return v.Version, v.UpdatesApplied
+	}
+	version, applied := state()
+	for _, c := range []struct {
+		name   string
+		result func(l protocol.Lease) *protocol.Result
+		words  string
+	}{
+		{"out of vocabulary", func(l protocol.Lease) *protocol.Result {
+			r := rollouts(l, "1\n", "2\n", "3\n", "4\n")
+			r.Rollouts[1].Tokens[0] = 300
+			return r
+		}, "outside the vocabulary"},
+		{"too long", func(l protocol.Lease) *protocol.Result { return rollouts(l, "1\n", "2345", "3\n", "4\n") }, "max_new_tokens"},
+		{"positive log-prob", func(l protocol.Lease) *protocol.Result {
+			r := rollouts(l, "1\n", "2\n", "3\n", "4\n")
+			r.Rollouts[2].LogProbs[0] = 0.5
+			return r
+		}, "log_probs"},
+		{"too few", func(l protocol.Lease) *protocol.Result { return rollouts(l, "1\n", "2\n") }, "asked for 4"},
+	} {
+		l := rc.grantedLeases(1)[0]
+		if l.Rollout == nil || l.Rollout.GroupSize != 4 || l.Rollout.MaxNewTokens != 3 || l.Snapshot != protocol.SnapshotGranted {
+			t.Fatalf("%s: lease %+v; want a granted rollout lease of 4 completions of at most 3 tokens", c.name, l)
+		}
+		rc.send(c.result(l))
+		a := rc.ack(l.ID)
+		if a.Accepted || a.Reason != protocol.ReasonInvalid || !strings.Contains(a.Detail, c.words) {
+			t.Errorf("%s: ack %+v; want refused invalid mentioning %q", c.name, a, c.words)
+		}
+		if v, n := state(); v != version || n != applied {
+			t.Errorf("%s: the job moved to version %d with %d updates applied, from %d and %d", c.name, v, n, version, applied)
+		}
+	}
+	l := rc.grantedLeases(1)[0]
+	rc.send(rollouts(l, "1\n", "12\n", "x", "9\n"))
+	if a := rc.ack(l.ID); !a.Accepted {
+		t.Errorf("a sound rollout result: ack %+v", a)
+	}
+	if v, _ := state(); v != version {
+		t.Errorf("a rollout moved the policy to version %d from %d", v, version)
+	}
+
+	tab := joinRL(g, protocol.KindBrowser, false, j.ID)
+	tab.send(&protocol.Want{N: 1})
+	for {
+		switch m := tab.read().(type) {
+		case *protocol.Lease:
+			t.Fatalf("a browser tab got lease %+v of the RL job", m)
+		case *protocol.Idle:
+			return
+		}
 	}
 }
