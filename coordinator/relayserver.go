@@ -3,7 +3,9 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -210,6 +212,11 @@ func (rt *relayRuntime) startMirror(s *Server, info upstream.JobInfo) error {
 	}
 	if err := spec.Validate(); err != nil {
 		return err
+	}
+	if spec.Kind == jobspec.KindRL {
+		// Its rollouts are scored, buffered and turned into learn
+		// leases by the root alone: its workers connect there.
+		return errors.New("an RL job is not relayed yet: its workers connect to the root")
 	}
 	train, test, err := s.data.get(spec)
 	if err != nil {
