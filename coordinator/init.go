@@ -130,6 +130,9 @@ func checkSameTokenizer(spec JobSpec, src initSource) error {
 func (s *Server) reinit(ctx context.Context, j *Job) error {
 	in := j.Spec.Init
 	if in == nil {
+		in = j.Spec.Policy // an RL job's starting parameters
+	}
+	if in == nil {
 		return nil
 	}
 	spec := j.Spec

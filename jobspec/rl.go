@@ -172,6 +172,8 @@ func finishRL(s *Spec, g given) error {
 		return nil
 	}
 	switch {
+	case g["sweep"]:
+		return Errorf("sweep", "sweeps of RL jobs are not supported yet: remove sweep")
 	case g["dataset"]:
 		return Errorf("dataset", "an RL job's prompts come from its task: remove dataset (to fine-tune on a task's answers first, run a supervised job with dataset: {type: task, ...} and give it as policy: {job: ID})")
 	case g["init"]:

@@ -49,6 +49,7 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{"name: j\nmodel: charlm-tiny\ndataset: bible-kjv\npolicy: {job: x}\n", "policy", "kind: rl"},
 		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
 		{rlBase + "init: {job: y}\n", "init", "policy"},
+		{rlBase + "sweep: {method: grid, space: {clip: [0.1, 0.2]}}\n", "sweep", "not supported yet"},
 		{rlBase + "mode: sync\n", "mode", "not yet supported"},
 		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
 		{rlBase + "spot_check: 0.1\n", "spot_check", "not supported yet"},
