@@ -61,6 +61,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	// From here on the lease is settled one way or the other.
 	if l.Superseded {
+		if a, ok := j.lateCopy(sub, l, ack); ok { // stragglers.go
+			return a
+		}
 		return reject(protocol.ReasonDuplicate, fmt.Sprintf("lease %d's task was answered first by another copy (a straggler's backup, or the lease it backed up)", l.ID))
 	}
 	if j.bannedSubmission(sub) {
@@ -195,7 +198,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.empty.accepted(sub.volunteer)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.sched.ObserveComm(sub.worker, res.CommMs, res.ComputeMs, l.LocalSteps)
-	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
+	j.answered(l, sub) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
 	st.normCount++
 	// A running mean over roughly the last 50 updates: it follows the
