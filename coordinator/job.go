@@ -13,8 +13,8 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"

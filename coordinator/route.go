@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/compute"
-	"github.com/crowdtrain/crowdtrain/placement"
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
