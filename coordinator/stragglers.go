@@ -205,6 +205,9 @@ func (j *Job) lateCopy(sub submission, l *engine.Lease, ack protocol.Ack) (proto
 	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
 	st.abuse.lateCredited++
 	j.resultAccepted(l.Worker)
+	if j.verbose {
+		j.log.Debug(fmt.Sprintf("job %s: late copy, lease %d of worker %s, credited: it agrees with the copy applied (%s)", j.ID, l.ID, l.Worker, how))
+	}
 	ack.Accepted = true
 	ack.Reason, ack.Detail = protocol.ReasonDuplicate, "credited, not applied: another copy of this task answered first and was applied, and this result agrees with it ("+how+")"
 	return ack, true
