@@ -258,7 +258,9 @@ func (j *Job) step(now time.Time) {
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)
 	}
-	if st.model.Version-st.lastEvalAt >= evalEveryVersions(&st.spec) {
+	// In an asynchronous mode a version is one result, or a relay's
+	// aggregate of several: eval_every counts the results.
+	if every := evalEveryVersions(&st.spec); st.model.Version-st.lastEvalAt >= every || !st.spec.Rounds() && st.applied-st.lastEvalApplied >= every {
 		j.startEval(false)
 	}
 	if st.model.Version-st.ckptVersion >= int64(st.spec.CheckpointEvery) {

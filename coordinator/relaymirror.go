@@ -204,7 +204,8 @@ func (j *Job) mirrorStep(now time.Time) {
 		// back (mirrorDrop takes those out of ups). One aggregate a round.
 		due = (m.results > 0 || len(m.released) > 0) && !slices.ContainsFunc(m.ups, func(u *upLease) bool { return !u.answered })
 	} else {
-		due = len(m.released) > 0 || m.results > 0 && now.Sub(m.since) >= st.spec.EffectiveRelayWindow()
+		due = len(m.released) > 0 || m.results >= relayMaxResults(&st.spec) ||
+			m.results > 0 && now.Sub(m.since) >= st.spec.EffectiveRelayWindow() // 0: each result
 	}
 	if due {
 		j.mirrorFlush()
@@ -216,6 +217,15 @@ func (j *Job) mirrorStep(now time.Time) {
 		}
 	}
 }
+
+// relayMaxResults is the most results an aggregate holds in an
+// asynchronous mode. The root takes an aggregate of k results as k steps
+// from one base (engine.Async): the last of them is as stale as a direct
+// result k steps behind, so k is bounded by max_staleness, the bound a
+// direct result has. It also keeps an aggregate from turning into one
+// large batch: all its results are computed from the versions the relay
+// held while it gathered them.
+func relayMaxResults(s *JobSpec) int { return max(1, s.MaxStaleness/2) }
 
 // mirrorWantsWork reports whether the relay should lease more: its queue
 // is short for its workers, and in a round mode its round is settled.
