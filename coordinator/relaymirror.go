@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
@@ -141,7 +142,11 @@ func (j *Job) makeMirror(relay string, out *relayOutbox, bootID string) *mirror 
 	st.sched.SetQueue(nil)
 	// One local lease per root lease, as the root carved it: H is the
 	// steps its examples make.
-	st.sched.Dynamic, st.sched.LocalSteps, st.sched.Latest, st.sched.KeepTasks = false, math.MaxInt32, false, true
+	st.sched.Dynamic, st.sched.LocalSteps, st.sched.KeepTasks = false, math.MaxInt32, true
+	// In an asynchronous mode a worker here starts a task from the newest
+	// version the relay holds, as it would at the root (snapshot:
+	// latest): a task it queued must not be staler for the queue.
+	st.sched.Latest = !st.spec.Rounds() && st.spec.Snapshot == jobspec.SnapshotLatest
 	st.remaining = math.MaxInt64 // the root counts the epoch
 	st.model.Version = -1        // nothing until the first block
 	return m
