@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
 // A relay's aggregate meets the gates a direct result meets where they
@@ -22,7 +23,7 @@ func TestRelayAggregateMeetsTheGates(t *testing.T) {
 	relay.join()
 	// send answers k fresh leases with a sum of scale times aggregateOf's,
 	// whose mean's norm does not depend on k.
-	send := func(id string, scale float32, k int) {
+	send := func(id string, scale float32, k int, sum []float32) *upstream.Aggregate {
 		t.Helper()
 		relay.join() // heard from: the root lists relays heard from lately
 		r := relay.lease(g.job.ID, k)
@@ -33,19 +34,24 @@ func TestRelayAggregateMeetsTheGates(t *testing.T) {
 		for i := range a.Sum {
 			a.Sum[i] *= scale
 		}
+		if sum != nil {
+			copy(a.Sum, sum)
+		}
 		relay.publish(a)
+		return a
 	}
 	// The norm gate's warm-up: a dozen ordinary aggregates, each its own sum.
 	const warm = 12
+	var sent []*upstream.Aggregate
 	for i := range warm {
-		send(fmt.Sprintf("r1-warm-%d", i), 1+float32(i)/10, 1)
+		sent = append(sent, send(fmt.Sprintf("r1-warm-%d", i), 1+float32(i)/10, 1, nil))
 		waitRelay(t, g.srv, "r1", "warm-up aggregate applied", func(v coordinator.RelayView) bool { return v.AggregatesApplied == int64(i+1) })
 	}
 	before := g.jobView()
 
-	send("r1-huge", 1000, 2) // the mean of two results, 1000x the norm of the others
+	send("r1-huge", 1000, 2, nil) // the mean of two results, 1000x the norm of the others
 	waitRelay(t, g.srv, "r1", "the huge aggregate refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == 1 })
-	send("r1-replay", 1+float32(3)/10, 1) // r1-warm-3's sum again, under a new id for new leases
+	send("r1-replay", 1, 1, sent[3].Sum) // r1-warm-3's sum again, under a new id for new leases
 	// Quarantined (after one forged aggregate, here), the relay would
 	// leave the list waitRelay reads.
 	waitRelay(t, g.srv, "r1", "the replayed sum refused", func(v coordinator.RelayView) bool { return v.AggregatesRefused == 2 })
@@ -53,7 +59,7 @@ func TestRelayAggregateMeetsTheGates(t *testing.T) {
 		t.Fatalf("a refused aggregate moved the model: version %d -> %d, applied %d -> %d", before.Version, after.Version, before.UpdatesApplied, after.UpdatesApplied)
 	}
 
-	send("r1-pair", 1.07, 2) // two results whose mean is as large as the others': applied
+	send("r1-pair", 1, 2, nil) // two results whose mean is as large as the others': applied
 	waitRelay(t, g.srv, "r1", "the pair applied", func(v coordinator.RelayView) bool { return v.AggregatesApplied == warm+1 })
 	if after := g.jobView(); after.Version != before.Version+1 || after.UpdatesApplied != before.UpdatesApplied+2 {
 		t.Fatalf("an aggregate of two results: version %d -> %d, applied %d -> %d; want one version, two results",

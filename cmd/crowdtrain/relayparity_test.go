@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 // A job trains as well through relays as direct: mnist-mlp reaches 97%
 // through a root and two relays, one native worker on each, within
 // relayParityBound times the examples the same job took with the same
-// two workers connected to the root. Both runs are measured here, one
+// two workers connected to the root. Both are measured here, one run
 // after the other, so the machine's load weighs on both alike.
 
 // relayParityBound is how many times the direct run's examples to 97% a
@@ -24,21 +26,38 @@ func relayParitySpec(mode string) string {
 	return fmt.Sprintf("name: parity\nmodel: mnist-mlp\nmode: %s\neval_every: 50\nmax_epochs: 10\n", mode)
 }
 
-func TestRelayParityAsync(t *testing.T)  { relayParity(t, "async") }
-func TestRelayParitySync(t *testing.T)   { relayParity(t, "sync") }
-func TestRelayParityDiLoCo(t *testing.T) { relayParity(t, "diloco") }
+// In async the order results arrive in differs from run to run, and so
+// do the examples to 97%: 62,512 to 87,512 in five direct runs of this
+// job on one machine. One run of each would compare that noise, so each
+// is run three times and the medians are compared. A round mode's
+// rounds hold the same tasks in every run: one of each is enough.
+func TestRelayParityAsync(t *testing.T)  { relayParity(t, "async", 3) }
+func TestRelayParitySync(t *testing.T)   { relayParity(t, "sync", 1) }
+func TestRelayParityDiLoCo(t *testing.T) { relayParity(t, "diloco", 1) }
 
-func relayParity(t *testing.T, mode string) {
+func relayParity(t *testing.T, mode string, runs int) {
 	spec := relayParitySpec(mode)
-	direct := trainToTarget(t, "direct", spec, false)
-	relayed := trainToTarget(t, "through relays", spec, true)
-	ratio := float64(relayed.Eval.Examples) / float64(direct.Eval.Examples)
-	t.Logf("%s: 97%% direct after %d examples (version %d), through two relays after %d examples (version %d): %.2fx",
-		mode, direct.Eval.Examples, direct.Eval.Version, relayed.Eval.Examples, relayed.Eval.Version, ratio)
-	if ratio > relayParityBound {
-		t.Errorf("%s through relays took %.2fx the examples direct took to reach 97%% (%d against %d); want at most %.1fx",
-			mode, ratio, relayed.Eval.Examples, direct.Eval.Examples, relayParityBound)
+	var direct, relayed []int64
+	for i := range runs {
+		d := trainToTarget(t, fmt.Sprintf("direct, run %d", i+1), spec, false)
+		r := trainToTarget(t, fmt.Sprintf("through relays, run %d", i+1), spec, true)
+		direct, relayed = append(direct, d.Eval.Examples), append(relayed, r.Eval.Examples)
 	}
+	d, r := median(direct), median(relayed)
+	ratio := float64(r) / float64(d)
+	t.Logf("%s: 97%% direct after %v examples (median %d), through two relays after %v (median %d): %.2fx",
+		mode, direct, d, relayed, r, ratio)
+	if ratio > relayParityBound {
+		t.Errorf("%s through relays took %.2fx the examples direct took to reach 97%% (median %d against %d); want at most %.1fx",
+			mode, ratio, r, d, relayParityBound)
+	}
+}
+
+// median is the middle of xs (of an odd count; the upper middle else).
+func median(xs []int64) int64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // trainToTarget runs spec to 97% with two native workers, on the root
@@ -67,8 +86,15 @@ func trainToTarget(t *testing.T, how, spec string, relayed bool) coordinator.Job
 		v.MeanStaleness, v.Rejections)
 	if relayed {
 		m := g.relaysView()
-		t.Logf("%s: aggregates applied: ra %d, rb %d; refused: ra %d, rb %d",
-			how, m["ra"].AggregatesApplied, m["rb"].AggregatesApplied, m["ra"].AggregatesRefused, m["rb"].AggregatesRefused)
+		why := map[string]int{}
+		for _, line := range strings.Split(g.root.logText(), "\n") {
+			if _, reason, ok := strings.Cut(line, "REFUSED: "); ok {
+				reason, _, _ = strings.Cut(reason, ":") // "stale", "lease 12 is not held ...", ...
+				why[reason]++
+			}
+		}
+		t.Logf("%s: aggregates applied: ra %d, rb %d; refused: ra %d, rb %d %v",
+			how, m["ra"].AggregatesApplied, m["rb"].AggregatesApplied, m["ra"].AggregatesRefused, m["rb"].AggregatesRefused, why)
 	}
 	for _, w := range workers {
 		w.kill()
