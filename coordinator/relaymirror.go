@@ -224,12 +224,13 @@ func (j *Job) mirrorStep(now time.Time) {
 }
 
 // relayMaxResults is the most results an aggregate holds in an
-// asynchronous mode. The root takes an aggregate of k results as k steps
-// from one base (engine.Async): the last of them is as stale as a direct
-// result k steps behind, so k is bounded by max_staleness, the bound a
-// direct result has. It also keeps an aggregate from turning into one
-// large batch: all its results are computed from the versions the relay
-// held while it gathered them.
+// asynchronous mode with a relay_window. The root takes an aggregate of k
+// results as k steps from one base (engine.Async): the last of them is
+// as stale as a direct result k steps behind, and the aggregate's base
+// is some versions old already, so k is held to half of max_staleness,
+// the bound a direct result has. It also keeps an aggregate from turning
+// into one large batch computed from the versions the relay held while
+// it gathered them.
 func relayMaxResults(s *JobSpec) int { return max(1, s.MaxStaleness/2) }
 
 // mirrorWantsWork reports whether the relay should lease more: its queue
