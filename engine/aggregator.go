@@ -153,10 +153,13 @@ func (a *Async) Offer(c Contribution) Decision {
 		// step of the sum would make a relay's k results one step of
 		// an adaptive optimizer, whose step does not grow with its
 		// input: k times too few.
-		mean := make([]float32, len(c.Update))
-		inv := 1 / float32(c.Results)
-		for i, v := range c.Update {
-			mean[i] = v * inv
+		mean := c.Update // one result is its own mean, applied at once by Ready
+		if c.Results > 1 {
+			mean = make([]float32, len(c.Update))
+			inv := 1 / float32(c.Results)
+			for i, v := range c.Update {
+				mean[i] = v * inv
+			}
 		}
 		a.pending, a.has, a.staleness, a.results, a.weight = mean, true, c.Staleness, c.Results, 0
 		return Decision{Accepted: true}
