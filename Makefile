@@ -200,8 +200,8 @@ bench-charlm: data
 bench-compare: data
 	BASELINES="$(BASELINES)" scripts/bench-compare.sh
 
-# The native training steps only (mnist-mlp, mnist-cnn, charlm) beside
-# PyTorch, best runs and medians, without the browser part (about 8 minutes).
+# The native training steps only (mnist-mlp, mnist-cnn, charlm, gpt-small)
+# beside PyTorch, best runs and medians, without the browser part.
 bench-torch: data
 	BASELINES="$(BASELINES)" SKIP_BROWSER=1 scripts/bench-compare.sh
 

@@ -362,3 +362,62 @@ func saturate(j *Job) {
 	p := j.st.model.Params
 	p[len(p)-2], p[len(p)-1] = 100, -100
 }
+
+// In a round mode a straggler's backup computes from the straggler's
+// base, so the straggler's own result, arriving second, is the same
+// computation: credited (not applied) when it agrees with the copy
+// applied, refused as a duplicate when it does not. The model and the
+// job's examples move once.
+func TestLateCopyInARoundIsCreditedWhenItAgrees(t *testing.T) {
+	j, now := abuseJob(t, "mode: sync\nround_size: 2\nbackup_workers: 0\nlease_timeout: 60s\n")
+	book := newVolunteerBook()
+	j.ledger = book
+	for round, tc := range []struct {
+		applied, late float32 // the backup's update and the straggler's, everywhere
+		agree         bool
+	}{{0.5, 0.5, true}, {0.6, -0.6, false}} {
+		slow := leaseFor(t, j, "hostage")
+		mine := leaseFor(t, j, "honest")
+		*now = now.Add(500 * time.Millisecond)
+		if a := j.apply(submissionOf(j, "honest", "a-honest", *mine)); !a.Accepted {
+			t.Fatalf("round %d, honest: %+v", round+1, a)
+		}
+		*now = now.Add(j.stragglerAfter())
+		bs := j.backup("honest", "")
+		if len(bs) != 1 || bs[0].BaseVersion != slow.BaseVersion {
+			t.Fatalf("round %d: backup %+v of %+v", round+1, bs, slow)
+		}
+		sub := result(j, bs[0], tc.applied)
+		sub.worker, sub.volunteer = "honest", "a-honest"
+		if a := j.apply(sub); !a.Accepted {
+			t.Fatalf("round %d, backup: %+v", round+1, a)
+		}
+		version, seen := j.st.model.Version, j.st.examplesSeen
+		before := int64(0)
+		if c := book.byID["a-hostage"]; c != nil {
+			before = c.Examples
+		}
+		late := result(j, *slow, tc.late)
+		late.worker, late.volunteer = "hostage", "a-hostage"
+		a := j.apply(late)
+		credited := int64(0)
+		if c := book.byID["a-hostage"]; c != nil {
+			credited = c.Examples - before
+		}
+		if a.Accepted != tc.agree || a.Reason != protocol.ReasonDuplicate {
+			t.Fatalf("round %d: the straggler's late result (%v against the applied %v): %+v; want accepted %v, duplicate", round+1, tc.late, tc.applied, a, tc.agree)
+		}
+		if want := map[bool]int64{true: int64(slow.Count)}[tc.agree]; credited != want {
+			t.Fatalf("round %d: the straggler was credited %d examples, want %d", round+1, credited, want)
+		}
+		if j.st.model.Version != version || j.st.examplesSeen != seen {
+			t.Fatalf("round %d: the late copy moved the model (v%d to v%d) or the examples (%d to %d)", round+1, version, j.st.model.Version, seen, j.st.examplesSeen)
+		}
+	}
+	if got := j.abuseView().LateCopiesCredited; got != 1 {
+		t.Fatalf("late copies credited %d, want 1", got)
+	}
+	if len(j.st.abuse.answers) != 0 {
+		t.Fatalf("%d applied answers still kept after their late copies came", len(j.st.abuse.answers))
+	}
+}

@@ -61,6 +61,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	// From here on the lease is settled one way or the other.
 	if l.Superseded {
+		if a, ok := j.lateCopy(sub, l, ack); ok { // stragglers.go
+			return a
+		}
 		return reject(protocol.ReasonDuplicate, fmt.Sprintf("lease %d's task was answered first by another copy (a straggler's backup, or the lease it backed up)", l.ID))
 	}
 	if j.bannedSubmission(sub) {
@@ -198,26 +201,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	st.empty.accepted(sub.volunteer)
 	st.sched.Observe(sub.worker, res.Examples, st.sched.Now().Sub(l.Since))
 	st.sched.ObserveComm(sub.worker, res.CommMs, res.ComputeMs, l.LocalSteps)
-	j.answered(l, sub.hash) // stragglers.go: the other copy, the lease cap, the replay window
+	j.answered(l, sub) // stragglers.go: the other copy, the lease cap, the replay window
 	st.nonFiniteRun = 0
-	st.normCount++
-	// A running mean over roughly the last 50 updates: it follows the
-	// norms down as training converges.
 	// A clipped update counts at the norm it was applied with: a hostile
 	// one's own size must not raise the gate for the next.
 	norm := sub.norm
 	if d.Clipped && d.Norm > 0 {
 		norm = min(norm, d.Norm)
 	}
-	st.normMean += (norm - st.normMean) / float64(min(st.normCount, 50))
-	st.normRef.observe(sub.volunteer, norm)
-	st.applied++
-	st.stalenessSum += ack.Staleness
-	j.observeStaleness(ack.Staleness, 1)
-	st.stalenessHist[min(ack.Staleness, stalenessBuckets-1)]++
-	st.examplesSeen += int64(res.Examples)
-	st.epochExamples += int64(res.Examples)
-	st.remaining -= int64(res.Examples)
+	j.observeNorm(sub.volunteer, norm)
+	j.countApplied(1, res.Examples, ack.Staleness)
 	j.spotSample(sub, l)
 	if j.mirror != nil {
 		j.mirrorAnswered(l, sub.volunteer, res)
@@ -233,6 +226,30 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		j.endEpoch()
 	}
 	return ack
+}
+
+// observeNorm feeds the norm gate an accepted update's norm: a running
+// mean over roughly the last 50 updates, which follows the norms down as
+// training converges, and the reference no few sources can set
+// (normgate.go).
+func (j *Job) observeNorm(source string, norm float64) {
+	st := &j.st
+	st.normCount++
+	st.normMean += (norm - st.normMean) / float64(min(st.normCount, 50))
+	st.normRef.observe(source, norm)
+}
+
+// countApplied books results accepted at staleness, of examples in all:
+// a direct result is one, a relay's aggregate its results.
+func (j *Job) countApplied(results, examples int, staleness int64) {
+	st := &j.st
+	st.applied += int64(results)
+	st.stalenessSum += staleness * int64(results)
+	j.observeStaleness(staleness, results)
+	st.stalenessHist[min(staleness, stalenessBuckets-1)] += int64(results)
+	st.examplesSeen += int64(examples)
+	st.epochExamples += int64(examples)
+	st.remaining -= int64(examples)
 }
 
 // step applies the aggregator's step if one is due at now.
@@ -266,7 +283,9 @@ func (j *Job) step(now time.Time) {
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)
 	}
-	if st.model.Version-st.lastEvalAt >= evalEveryVersions(&st.spec) {
+	// In an asynchronous mode a version is one result, or a relay's
+	// aggregate of several: eval_every counts the results.
+	if every := evalEveryVersions(&st.spec); st.model.Version-st.lastEvalAt >= every || !st.spec.Rounds() && st.applied-st.lastEvalApplied >= every {
 		j.startEval(false)
 	}
 	if st.model.Version-st.ckptVersion >= int64(st.spec.CheckpointEvery) {

@@ -62,8 +62,11 @@ func benchCoordinatorIngest(b *testing.B, snapshot string) {
 		go func() {
 			defer wg.Done()
 			// Each result its own update: the same one again would be
-			// refused as a replay.
+			// refused as a replay. Each frame is encoded into the
+			// client's one buffer, as a worker does (worker.go's
+			// sendBuf); the raw side sends one frame built beforehand.
 			update := slices.Clone(update)
+			var buf []byte
 			for k := range count {
 				l, ok := rc.leaseWaiting()
 				if !ok {
@@ -71,9 +74,10 @@ func benchCoordinatorIngest(b *testing.B, snapshot string) {
 				}
 				rc.start(&l) // under latest: the start/started exchange
 				update[0] = 1e-3 + float32(k*ingestClients+i)*1e-9
-				frame, err := protocol.Encode(&protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion,
+				frame, err := protocol.AppendEncode(buf, &protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion,
 					Codec: protocol.CodecF32, Update: update, Examples: l.Count, LossSum: 1})
 				if err == nil {
+					buf = frame
 					err = rc.sendBytes(frame)
 				}
 				var m protocol.Message

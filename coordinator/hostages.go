@@ -39,9 +39,15 @@ type abuseState struct {
 	dropped         int64                // volunteers dropped for expiries in a row
 	backupsGranted  int64
 	backupsAnswered int64 // tasks whose backup's result came first
-	reclaimed       int64 // leases of closed rounds taken back (stragglers.go)
-	dedup           dedupWindow
-	dupRun          int // duplicates since the last accepted result
+	// answers holds, in a round mode, the result applied for a backed-up
+	// task by the lease it superseded (stragglers.go, lateCopy), within
+	// keptAnswerBytes; lateCredited counts the late copies credited.
+	answers      map[uint64]engine.SpotResult
+	answerOrder  []uint64
+	lateCredited int64
+	reclaimed    int64 // leases of closed rounds taken back (stragglers.go)
+	dedup        dedupWindow
+	dupRun       int // duplicates since the last accepted result
 	// noStragglerBefore is when the oldest lease held last time a scan
 	// found no straggler becomes one (stragglers.go): no scan before.
 	noStragglerBefore time.Time
@@ -58,6 +64,10 @@ type AbuseView struct {
 	// BackupsAnswered the tasks whose backup answered first.
 	BackupsGranted  int64 `json:"backups_granted"`
 	BackupsAnswered int64 `json:"backups_answered"`
+	// LateCopiesCredited counts the copies of backed-up tasks that
+	// answered second in a round mode and were credited, not applied,
+	// for agreeing with the copy applied.
+	LateCopiesCredited int64 `json:"late_copies_credited"`
 	// Reclaimed counts straggling leases of closed rounds taken back and
 	// queued again (sync and DiLoCo).
 	Reclaimed int64 `json:"reclaimed"`
@@ -66,7 +76,7 @@ type AbuseView struct {
 func (j *Job) abuseView() AbuseView {
 	a := &j.st.abuse
 	return AbuseView{LimitedVolunteers: len(a.caps), DroppedVolunteers: a.dropped,
-		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered, Reclaimed: a.reclaimed}
+		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered, LateCopiesCredited: a.lateCredited, Reclaimed: a.reclaimed}
 }
 
 // leaseExpired counts l's expiry against its worker's volunteer.

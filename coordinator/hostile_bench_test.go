@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/attack"
+	"github.com/crowdtrain/crowdtrain/internal/attack"
 )
 
 // hostileMatrix lists the attack matrix's cells for modes and kinds: per

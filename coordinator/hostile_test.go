@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"

@@ -16,8 +16,8 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
@@ -200,18 +200,21 @@ type jobState struct {
 	nonFiniteRun   int   // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
-	eval           *EvalResult
-	finalEvalAfter bool // stop once the running evaluation finishes
-	startedAt      time.Time
-	doneAt         time.Time
-	reason         string              // why the job is done or failed
-	ckptVersion    int64               // version of the newest checkpoint handed to the writer, which retries it until durable
-	ckptApplied    int64               // accepted results then: a partial round moves them, not the version
-	ckptSpot       engine.SpotCounters // the spot checks' counters then
-	ckptAt         time.Time
-	metricAt       time.Time // when the last metrics row was taken, and the counters then
-	metricExamples int64
-	metricApplied  int64
+	// lastEvalApplied is st.applied then: an asynchronous mode's relay
+	// aggregate is one version of many results.
+	lastEvalApplied int64
+	eval            *EvalResult
+	finalEvalAfter  bool // stop once the running evaluation finishes
+	startedAt       time.Time
+	doneAt          time.Time
+	reason          string              // why the job is done or failed
+	ckptVersion     int64               // version of the newest checkpoint handed to the writer, which retries it until durable
+	ckptApplied     int64               // accepted results then: a partial round moves them, not the version
+	ckptSpot        engine.SpotCounters // the spot checks' counters then
+	ckptAt          time.Time
+	metricAt        time.Time // when the last metrics row was taken, and the counters then
+	metricExamples  int64
+	metricApplied   int64
 	// stalenessHist[i] counts updates applied at staleness i; the last
 	// bucket holds every staleness at or above its index.
 	stalenessHist []int64

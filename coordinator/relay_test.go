@@ -141,7 +141,8 @@ func (f *fakeRelay) publish(a *upstream.Aggregate) {
 	}
 }
 
-// aggregateOf answers leases with a sum of small values.
+// aggregateOf answers leases with a sum of small values, its own for its
+// first lease (two alike would be a replay).
 func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, leases []upstream.Lease, n int) *upstream.Aggregate {
 	a := &upstream.Aggregate{ID: id, Relay: relay, Job: job, Run: r.Run, Base: r.Version, Round: r.Round, Results: len(leases), Sum: make([]float32, n)}
 	for _, l := range leases {
@@ -150,8 +151,9 @@ func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, lea
 		a.Volunteers = append(a.Volunteers, "")
 		a.Examples += l.Count
 	}
+	own := 1 + float32(leases[0].ID%1024)/4096
 	for i := range a.Sum {
-		a.Sum[i] = 1e-3 * float32(len(leases)) * float32(i%7-3)
+		a.Sum[i] = 1e-3 * own * float32(len(leases)) * float32(i%7-3)
 	}
 	return a
 }

@@ -413,8 +413,8 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 
 func (g *relayGate) onLease(m *nats.Msg) {
 	var req upstream.LeaseRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil || req.Want < 1 {
-		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 1"})
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Want < 0 {
+		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 0 (0: only the newest version)"})
 		return
 	}
 	if why := g.admit(m.Subject, &req.Relay); why != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/upstream"
 )
@@ -141,7 +142,11 @@ func (j *Job) makeMirror(relay string, out *relayOutbox, bootID string) *mirror 
 	st.sched.SetQueue(nil)
 	// One local lease per root lease, as the root carved it: H is the
 	// steps its examples make.
-	st.sched.Dynamic, st.sched.LocalSteps, st.sched.Latest, st.sched.KeepTasks = false, math.MaxInt32, false, true
+	st.sched.Dynamic, st.sched.LocalSteps, st.sched.KeepTasks = false, math.MaxInt32, true
+	// In an asynchronous mode a worker here starts a task from the newest
+	// version the relay holds, as it would at the root (snapshot:
+	// latest): a task it queued must not be staler for the queue.
+	st.sched.Latest = !st.spec.Rounds() && st.spec.Snapshot == jobspec.SnapshotLatest
 	st.remaining = math.MaxInt64 // the root counts the epoch
 	st.model.Version = -1        // nothing until the first block
 	return m
@@ -204,7 +209,8 @@ func (j *Job) mirrorStep(now time.Time) {
 		// back (mirrorDrop takes those out of ups). One aggregate a round.
 		due = (m.results > 0 || len(m.released) > 0) && !slices.ContainsFunc(m.ups, func(u *upLease) bool { return !u.answered })
 	} else {
-		due = len(m.released) > 0 || m.results > 0 && now.Sub(m.since) >= st.spec.EffectiveRelayWindow()
+		due = len(m.released) > 0 || m.results >= relayMaxResults(&st.spec) ||
+			m.results > 0 && now.Sub(m.since) >= st.spec.EffectiveRelayWindow() // 0: each result
 	}
 	if due {
 		j.mirrorFlush()
@@ -216,6 +222,16 @@ func (j *Job) mirrorStep(now time.Time) {
 		}
 	}
 }
+
+// relayMaxResults is the most results an aggregate holds in an
+// asynchronous mode with a relay_window. The root takes an aggregate of k
+// results as k steps from one base (engine.Async): the last of them is
+// as stale as a direct result k steps behind, and the aggregate's base
+// is some versions old already, so k is held to half of max_staleness,
+// the bound a direct result has. It also keeps an aggregate from turning
+// into one large batch computed from the versions the relay held while
+// it gathered them.
+func relayMaxResults(s *JobSpec) int { return max(1, s.MaxStaleness/2) }
 
 // mirrorWantsWork reports whether the relay should lease more: its queue
 // is short for its workers, and in a round mode its round is settled.

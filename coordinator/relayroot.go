@@ -289,6 +289,25 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 	if staleness < 0 {
 		return forged("aggregate computed from version %d, newer than the model's %d", a.Base, st.model.Version)
 	}
+	// The gates a direct result meets, where they apply to a sum (its
+	// NaN and Inf are checkAggregate's, its staleness the aggregator's):
+	// the norm gate takes the mean of its results, whose norm a direct
+	// result's is compared with; the replay window its sum.
+	norm := protocol.Floats(a.Sum).Norm() / float64(a.Results)
+	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && norm > st.spec.MaxUpdateNormRatio*ref {
+		if st.normRef.refused(worker) {
+			j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several sources, none accepted between: its reference %.3g was stale; it starts again",
+				j.ID, normStaleRun, ref))
+			st.normMean, st.normCount = 0, 0
+		}
+		return refuse("the mean of its %d results has norm %.3g, %.0fx the typical norm %.3g of accepted updates (limit %gx): the relay's own norm gate should have refused what made it",
+			a.Results, norm, norm/ref, ref, st.spec.MaxUpdateNormRatio)
+	}
+	hash := updateHash(a.Sum)
+	if hash != 0 && st.abuse.dedup.seen(hash) {
+		j.duplicateRun()
+		return refuse("its sum is bit-identical to an update accepted before (a replay)")
+	}
 	// From here on the aggregate is taken: its leases are settled.
 	for _, l := range leases {
 		st.sched.Take(worker, l.ID)
@@ -315,13 +334,13 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 	dropped := j.creditAggregate(a)
 	st.relay.applied.add(a.ID)
 	st.relay.aggregates++
-	st.applied += int64(a.Results)
-	st.stalenessSum += staleness * int64(a.Results)
-	j.observeStaleness(staleness, a.Results)
-	st.stalenessHist[min(staleness, stalenessBuckets-1)] += int64(a.Results)
-	st.examplesSeen += int64(a.Examples)
-	st.epochExamples += int64(a.Examples)
-	st.remaining -= int64(a.Examples)
+	if hash != 0 {
+		st.abuse.dedup.add(hash)
+	}
+	st.abuse.dupRun = 0
+	st.nonFiniteRun = 0
+	j.observeNorm(worker, norm)
+	j.countApplied(a.Results, a.Examples, staleness)
 	// Stepped first: the checkpoint that acknowledges it must hold the
 	// step (an asynchronous rule applies it in step, not in Offer).
 	j.step(st.sched.Now())

@@ -246,21 +246,31 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 	m := j.mirror
 	failures := 0
 	for {
+		fresh := false // the root announced a new version
 		select {
 		case <-rt.ctx.Done():
 			return
 		case <-m.wake:
 		case <-announced:
+			fresh = true
 		case <-time.After(250 * time.Millisecond):
 		}
 		var want int
 		var version, run, offset int64
 		var answered uint64
 		var release []uint64
+		var refresh bool
 		if err := j.exec(rt.ctx, func(st *jobState) {
 			if j.mirrorWantsWork() && !rt.out.full() {
 				want = j.mirrorWant()
 			}
+			// In an asynchronous mode the workers here compute from the
+			// newest version the relay holds: it takes each new one as
+			// the root announces it, as a worker of the root's would,
+			// not only with its next block (a lease request for no
+			// task). Otherwise their results are the staler by the
+			// relay's queue.
+			refresh = fresh && want == 0 && !st.spec.Rounds() && st.state == StateRunning
 			version, answered, run, offset = st.model.Version, m.answered, m.run, m.offset
 			release, m.toRelease = m.toRelease, nil
 		}); err != nil {
@@ -269,7 +279,7 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 		if len(release) > 0 {
 			rt.release(j.ID, release) // else they expire at the root
 		}
-		if want == 0 {
+		if want == 0 && !refresh {
 			continue
 		}
 		var reply upstream.LeaseReply

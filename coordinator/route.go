@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/compute"
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/jobspec"
-	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/crowdtrain/crowdtrain/engine/placement"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/placement"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 

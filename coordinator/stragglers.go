@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -26,6 +27,22 @@ import (
 // fills its primary's. In async mode it computes from the newest
 // version instead: the primary's base may be long stale by the time the
 // lease straggles.
+
+// A late copy in a round mode. Both copies of a backed-up task compute
+// from the round's base, so the one that answers second is the same
+// computation as the one applied: its result is compared with that one
+// (engine.SpotChecks.Agree, the spot checks' tolerance) and, when they
+// agree, credited to its volunteer and acked accepted with "duplicate",
+// never applied (the task's examples were, once). An honest slow
+// volunteer (a browser tab beside native workers in DiLoCo, whose
+// native backup answered first) keeps its work; one that disagrees gets
+// "duplicate" as before, and nothing else. In async mode the backup
+// computes from a newer version than its primary: nothing to compare.
+//
+// keptAnswerBytes bounds the applied results kept for the copies they
+// superseded, the oldest dropped first (each is a model's worth of
+// floats: 0.9 MB for mnist-mlp, 49 MB for gpt-small).
+const keptAnswerBytes = 64 << 20
 
 // minStraggle is the least time a lease is held before it may be backed
 // up, whatever the median task time: backups of ordinary leases would
@@ -142,12 +159,69 @@ func (j *Job) reclaimClosed(now time.Time, open uint64, after time.Duration) boo
 	return any
 }
 
+// keepAnswer keeps the result sub, just applied for l, for the copy it
+// superseded, other, when both computed from one base.
+func (j *Job) keepAnswer(l, other *engine.Lease, sub submission) {
+	a := &j.st.abuse
+	size := 4 * len(sub.res.Update)
+	if other == nil || other.Base != l.Base || l.Round == 0 || size > keptAnswerBytes {
+		return
+	}
+	if a.answers == nil {
+		a.answers = map[uint64]engine.SpotResult{}
+	}
+	for len(a.answerOrder) > 0 && size*(len(a.answers)+1) > keptAnswerBytes {
+		delete(a.answers, a.answerOrder[0])
+		a.answerOrder = a.answerOrder[1:]
+	}
+	a.answers[other.ID] = engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker),
+		Update: slices.Clone(sub.res.Update), Examples: sub.res.Examples, Slack: slackOf(sub.res)}
+	a.answerOrder = append(a.answerOrder, other.ID)
+}
+
+// lateCopy answers the result of l, a lease superseded by its other
+// copy's accepted result: credited if it agrees with that result (see
+// keepAnswer), else ok is false and the caller refuses it.
+func (j *Job) lateCopy(sub submission, l *engine.Lease, ack protocol.Ack) (protocol.Ack, bool) {
+	st := &j.st
+	kept, ok := st.abuse.answers[l.ID]
+	if !ok {
+		return ack, false
+	}
+	delete(st.abuse.answers, l.ID)
+	if k := slices.Index(st.abuse.answerOrder, l.ID); k >= 0 {
+		st.abuse.answerOrder = slices.Delete(st.abuse.answerOrder, k, k+1)
+	}
+	res := sub.res
+	if sub.reason != "" || j.bannedSubmission(sub) || res.JobID != j.ID || len(res.Update) != j.model.NumParams ||
+		res.BaseVersion != l.Base || res.Examples != l.Task.Count || !engine.Finite(res.Update) {
+		return ack, false
+	}
+	agree, how := st.spot.Agree(kept, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker),
+		Update: res.Update, Examples: res.Examples, Slack: slackOf(res)})
+	if !agree {
+		return ack, false
+	}
+	j.ledger.Credit(sub.volunteer, j.ID, int64(res.Examples), float64(res.Examples)*j.flopsPerExample)
+	st.abuse.lateCredited++
+	j.resultAccepted(l.Worker)
+	if j.verbose {
+		j.log.Debug(fmt.Sprintf("job %s: late copy, lease %d of worker %s, credited: it agrees with the copy applied (%s)", j.ID, l.ID, l.Worker, how))
+	}
+	ack.Accepted = true
+	ack.Reason, ack.Detail = protocol.ReasonDuplicate, "credited, not applied: another copy of this task answered first and was applied, and this result agrees with it ("+how+")"
+	return ack, true
+}
+
 // answered settles what an accepted result for l means past the model:
 // the other copy of a backup pair is superseded, the volunteer's lease cap
 // recovers (hostages.go), and the update joins the replay window.
-func (j *Job) answered(l *engine.Lease, hash uint64) {
+func (j *Job) answered(l *engine.Lease, sub submission) {
 	st := &j.st
-	if other := st.sched.Answered(l); other != nil && l.IsCopy() {
+	hash := sub.hash
+	other := st.sched.Answered(l)
+	j.keepAnswer(l, other, sub)
+	if other != nil && l.IsCopy() {
 		st.abuse.backupsAnswered++
 		if j.verbose {
 			j.log.Debug(fmt.Sprintf("job %s: backup lease %d of worker %s answered before lease %d of worker %s", j.ID, l.ID, l.Worker, other.ID, other.Worker))

@@ -12,16 +12,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/engine/asha"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
-	"github.com/crowdtrain/crowdtrain/search"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // A sweep (docs/SCHEDULING.md, Sweeps) runs its trials as jobs of their
 // own on the grid, sharing the data's shards. Its controller watches
 // them: with ASHA, a trial that reaches a rung is paused, evaluated on the
-// held-out set, and resumed or stopped as search.ASHA decides. The sweep's
+// held-out set, and resumed or stopped as asha.ASHA decides. The sweep's
 // state (its trials, their rung metrics, its best) is its record's spec in
 // the store, written at every change, so a restarted coordinator carries
 // it on.
@@ -65,7 +65,7 @@ type trialInfo struct {
 	ID    string        `json:"id"`
 	Name  string        `json:"name"`
 	Point jobspec.Point `json:"point"`
-	State string        `json:"state"` // search.Running, Waiting, Stopped, Ended
+	State string        `json:"state"` // asha.Running, Waiting, Stopped, Ended
 	Rungs []MetricPoint `json:"rungs"` // its metric at each rung reached
 	Final *MetricPoint  `json:"final,omitempty"`
 	Note  string        `json:"note,omitempty"`
@@ -184,7 +184,7 @@ func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
 			return x, fmt.Errorf("sweep %s: trial %d: %w (the trials before it run)", id, i+1, err)
 		}
 		x.mu.Lock()
-		x.rec.Trials = append(x.rec.Trials, trialInfo{ID: j.ID, Name: t.Name, Point: points[i], State: search.Running})
+		x.rec.Trials = append(x.rec.Trials, trialInfo{ID: j.ID, Name: t.Name, Point: points[i], State: asha.Running})
 		x.jobs[j.ID] = j
 		x.dirty = true
 		x.mu.Unlock()
@@ -236,12 +236,12 @@ func (s *Server) Sweeps(ctx context.Context) []SweepView {
 }
 
 // asha is the sweep's rule, nil without one.
-func (x *Sweep) asha() *search.ASHA {
+func (x *Sweep) asha() *asha.ASHA {
 	a := x.rec.Spec.Sweep.ASHA
 	if a == nil {
 		return nil
 	}
-	return &search.ASHA{Rungs: a.Rungs, Reduction: a.Reduction, Maximize: x.rec.Metric == "accuracy"}
+	return &asha.ASHA{Rungs: a.Rungs, Reduction: a.Reduction, Maximize: x.rec.Metric == "accuracy"}
 }
 
 // control runs the sweep until it is done or ctx ends.
@@ -279,12 +279,12 @@ func (x *Sweep) step(ctx context.Context) bool {
 	rule := x.asha()
 	for i := range trials {
 		t := &trials[i]
-		if t.State == search.Stopped || t.State == search.Ended {
+		if t.State == asha.Stopped || t.State == asha.Ended {
 			continue
 		}
 		j := jobs[t.ID]
 		if j == nil {
-			t.State, t.Note = search.Ended, "its job is gone"
+			t.State, t.Note = asha.Ended, "its job is gone"
 			continue
 		}
 		v, err := x.s.jobViewOnly(ctx, j)
@@ -296,15 +296,15 @@ func (x *Sweep) step(ctx context.Context) bool {
 			if m, ok := x.score(ctx, j); ok {
 				t.Final = &MetricPoint{Examples: v.ExamplesSeen, Value: m}
 			}
-			t.State, t.Note, t.Complete = search.Ended, v.Reason, v.State == StateDone
-		case t.State == search.Waiting:
+			t.State, t.Note, t.Complete = asha.Ended, v.Reason, v.State == StateDone
+		case t.State == asha.Waiting:
 		case v.State == StateRunning && v.UpdatesRejected >= trialRefusals && v.UpdatesRejected > 50*v.UpdatesApplied:
 			// Its model refuses nearly every result (a rate that blew it
 			// up short of non-finite values): it would never reach a rung.
 			note := fmt.Sprintf("stopped: %d of its %d results were refused (%v); its values do not train", v.UpdatesRejected,
 				v.UpdatesRejected+v.UpdatesApplied, v.Rejections)
 			if _, err := x.s.StopJob(ctx, t.ID); err == nil || errors.Is(err, ErrTransition) {
-				t.State, t.Note = search.Ended, note
+				t.State, t.Note = asha.Ended, note
 				if m, ok := x.score(ctx, j); ok {
 					t.Final = &MetricPoint{Examples: v.ExamplesSeen, Value: m}
 				}
@@ -316,19 +316,19 @@ func (x *Sweep) step(ctx context.Context) bool {
 				}
 				m, _ := x.score(ctx, j)
 				t.Rungs = append(t.Rungs, MetricPoint{Examples: v.ExamplesSeen, Value: m})
-				t.State = search.Waiting
+				t.State = asha.Waiting
 				x.s.cfg.Logf("sweep %s: trial %s at rung %d (%d examples): %s %.4f", x.ID, t.ID, len(t.Rungs), v.ExamplesSeen, x.rec.Metric, m)
 			}
 		}
 	}
 	if rule != nil {
-		var st []search.Trial
+		var st []asha.Trial
 		for _, t := range trials {
 			ms := make([]float64, len(t.Rungs))
 			for k, p := range t.Rungs {
 				ms[k] = p.Value
 			}
-			st = append(st, search.Trial{ID: t.ID, State: t.State, Metrics: ms})
+			st = append(st, asha.Trial{ID: t.ID, State: t.State, Metrics: ms})
 		}
 		promote, stop := rule.Decide(st)
 		for i := range trials {
@@ -336,13 +336,13 @@ func (x *Sweep) step(ctx context.Context) bool {
 			switch {
 			case slices.Contains(promote, t.ID):
 				if _, err := x.s.ResumeJob(ctx, t.ID); err == nil {
-					t.State = search.Running
+					t.State = asha.Running
 				}
 			case slices.Contains(stop, t.ID):
 				k := len(t.Rungs)
 				note := fmt.Sprintf("stopped by ASHA at rung %d: %s %.4f is not in the best 1/%g", k, x.rec.Metric, t.Rungs[k-1].Value, rule.Reduction)
 				if _, err := x.s.StopJob(ctx, t.ID); err == nil || errors.Is(err, ErrTransition) {
-					t.State, t.Note = search.Stopped, note
+					t.State, t.Note = asha.Stopped, note
 				}
 			}
 		}
@@ -354,7 +354,7 @@ func (x *Sweep) step(ctx context.Context) bool {
 	x.dirty = true
 	done := true
 	for _, t := range trials {
-		done = done && (t.State == search.Stopped || t.State == search.Ended)
+		done = done && (t.State == asha.Stopped || t.State == asha.Ended)
 	}
 	if done && len(trials) > 0 {
 		x.rec.State, x.rec.DoneAt = StateDone, time.Now().UTC()
@@ -529,13 +529,13 @@ func (x *Sweep) reconcile(ctx context.Context) {
 		}
 		var what string
 		switch {
-		case t.State == search.Running && v.State == StatePaused:
+		case t.State == asha.Running && v.State == StatePaused:
 			_, err = x.s.ResumeJob(ctx, t.ID)
 			what = "resumed"
-		case t.State == search.Waiting && v.State == StateRunning:
+		case t.State == asha.Waiting && v.State == StateRunning:
 			_, err = x.s.PauseJob(ctx, t.ID)
 			what = "paused at its rung"
-		case t.State == search.Stopped || t.State == search.Ended:
+		case t.State == asha.Stopped || t.State == asha.Ended:
 			_, err = x.s.StopJob(ctx, t.ID)
 			what = "stopped"
 		default:

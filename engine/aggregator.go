@@ -23,8 +23,10 @@ type Contribution struct {
 	Volunteer string
 	// Results, when above 0, says Update is the sum of that many results
 	// pre-aggregated by a trusted relay, which applied the per-volunteer
-	// defences itself: it counts as that many results, and the
-	// asynchronous rule steps once on it, without its robust clip.
+	// defences itself: it counts as that many results. The asynchronous
+	// rule takes their mean as that many steps of the optimizer (one
+	// version), as it would have taken the results one by one, without
+	// its robust clip.
 	Results int
 }
 
@@ -72,6 +74,10 @@ type Step struct {
 	// round it closes (0 for the asynchronous rules).
 	Results int
 	Round   uint64
+	// Repeat is how many times the optimizer steps on Update, a mean of
+	// that many results (a relay's aggregate in an asynchronous mode); 0
+	// is once. The model's version moves on by one all the same.
+	Repeat int
 }
 
 // Aggregator decides what accepted results do to the model.
@@ -141,8 +147,21 @@ func (a *Async) Offer(c Contribution) Decision {
 		return Decision{Reason: ReasonStale, Detail: fmt.Sprintf("staleness %d > max_staleness %d: fetch a newer snapshot", c.Staleness, a.MaxStaleness)}
 	}
 	if c.Results > 0 {
-		// A relay's sum: one step, applied as it is.
-		a.pending, a.has, a.staleness, a.results, a.weight = c.Update, true, c.Staleness, c.Results, 0
+		// A relay's sum of c.Results results, all computed from about
+		// the same version: their mean taken as c.Results steps, as
+		// many as the results would have made one by one (Ready). One
+		// step of the sum would make a relay's k results one step of
+		// an adaptive optimizer, whose step does not grow with its
+		// input: k times too few.
+		mean := c.Update // one result is its own mean, applied at once by Ready
+		if c.Results > 1 {
+			mean = make([]float32, len(c.Update))
+			inv := 1 / float32(c.Results)
+			for i, v := range c.Update {
+				mean[i] = v * inv
+			}
+		}
+		a.pending, a.has, a.staleness, a.results, a.weight = mean, true, c.Staleness, c.Results, 0
 		return Decision{Accepted: true}
 	}
 	if a.Clip != nil {
@@ -290,7 +309,7 @@ func (a *Async) Ready(now time.Time) (Step, bool) {
 	if !a.has {
 		return Step{}, false
 	}
-	s := Step{Update: a.pending, Scale: 1, Results: max(1, a.results)}
+	s := Step{Update: a.pending, Scale: 1, Results: max(1, a.results), Repeat: a.results}
 	if a.InverseStaleness {
 		s.Scale = 1 / float32(1+a.staleness)
 	}

@@ -198,3 +198,43 @@ func TestPartialRoundRestores(t *testing.T) {
 		t.Fatal("restored a round with more results than its size")
 	}
 }
+
+// A relay's sum of k results in async is taken as k steps of the
+// optimizer on their mean, one version: with Adam, as many steps as the
+// results would have made one by one, not one step of the sum.
+func TestAsyncRelaySumIsKStepsOfItsMean(t *testing.T) {
+	newModel := func() *Model {
+		opt, err := nn.NewOptimizer(nn.OptimizerSpec{Type: nn.OptAdam, LR: 0.1}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Model{Params: vec(0, 0), Opt: opt, LRScale: 1}
+	}
+	a := &Async{MaxStaleness: 8}
+	sum := vec(4, -8) // four results whose mean is (1, -2)
+	if d := a.Offer(Contribution{Update: sum, Results: 4}); !d.Accepted {
+		t.Fatalf("refused: %+v", d)
+	}
+	if sum[0] != 4 || sum[1] != -8 {
+		t.Fatalf("Offer changed the caller's sum: %v", sum)
+	}
+	s, ok := a.Ready(time.Time{})
+	if !ok || s.Repeat != 4 || s.Results != 4 {
+		t.Fatalf("step %+v, %v; want 4 repeats of 4 results", s, ok)
+	}
+	near(t, "the step's update", s.Update, []float64{1, -2})
+	relayed := newModel()
+	relayed.Apply(s)
+	// The same four steps taken one by one on the mean.
+	direct := newModel()
+	for range 4 {
+		direct.Apply(Step{Update: vec(1, -2), Scale: 1})
+	}
+	if relayed.Version != 1 || direct.Version != 4 {
+		t.Fatalf("versions: relayed %d, want 1; direct %d", relayed.Version, direct.Version)
+	}
+	near(t, "parameters after the relay's aggregate", relayed.Params, []float64{float64(direct.Params[0]), float64(direct.Params[1])})
+	if math.Abs(float64(relayed.Params[0])) < 0.3 {
+		t.Fatalf("parameters %v: four Adam steps of rate 0.1 move each by about 0.4", relayed.Params)
+	}
+}

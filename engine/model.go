@@ -14,8 +14,11 @@ type Model struct {
 	LRScale float32
 }
 
-// Apply takes one step and moves the version on.
+// Apply takes one step (s.Repeat steps of the optimizer on the same
+// update) and moves the version on by one.
 func (m *Model) Apply(s Step) {
-	m.Opt.Step(m.Params, s.Update, s.Scale*m.LRScale)
+	for range max(1, s.Repeat) {
+		m.Opt.Step(m.Params, s.Update, s.Scale*m.LRScale)
+	}
 	m.Version++
 }

@@ -412,16 +412,19 @@ func (s *Scheduler) Lost(l *Lease) {
 }
 
 // Refused settles l as Lost does, for a result the coordinator's
-// validation refused. In a round its task stays among the round's
-// tasks: from the round's version it would be computed to the same
-// refused update (a task validation refused was leased and refused nine
-// times in 33 ms in one synchronous round), so it waits, at the front of
-// the queue, for the next round's version.
+// validation refused. In a round its task stays among the round's tasks
+// (from the round's version it would be computed to the same refused
+// update: a task was leased and refused nine times in 33 ms in one
+// synchronous round) and goes to the back of the queue, not the front: a
+// batch whose honest step climbs the held-out loss now was refused again
+// at each of the next twelve rounds' versions when it came first; later
+// in the epoch the model has moved further.
 func (s *Scheduler) Refused(l *Lease) {
-	s.Lost(l)
-	if l.Requeued() && l.Round != 0 && l.Round == s.round {
-		s.inRound = append(s.inRound, l.Task)
+	if l.IsCopy() || l.Superseded || s.BackupOf(l.ID) != nil || l.Round == 0 || l.Round != s.round {
+		s.Lost(l)
+		return
 	}
+	s.queue = append(s.queue, l.Task)
 }
 
 // Start fixes a Latest lease's base at newest, the newest published

@@ -212,8 +212,8 @@ func TestRoundNeverLeasesATaskTwice(t *testing.T) {
 
 // A task whose result validation refused in a round is not leased again
 // in that round (from the same version it would be computed to the same
-// refused update), but first in the next; in asynchronous mode, where the
-// model moves, at once.
+// refused update), and waits at the back of the queue; in asynchronous
+// mode, where the model moves, it is leased again at once.
 func TestRoundDoesNotLeaseARefusedTaskAgain(t *testing.T) {
 	s := newTestScheduler()
 	s.SetQueue([]Task{{Shard: 0, Count: 40}, {Shard: 1, Count: 40}, {Shard: 2, Count: 40}})
@@ -223,8 +223,11 @@ func TestRoundDoesNotLeaseARefusedTaskAgain(t *testing.T) {
 	if !ok || b.Task == a.Task {
 		t.Fatalf("after validation refused %+v the round leased %+v (ok %v): want another task", a.Task, b.Task, ok)
 	}
+	if l, ok := s.Grant("c", 1, 2); !ok || l.Task.Shard != 2 {
+		t.Fatalf("round 2 leased %+v (ok %v), want shard 2, before the refused task at the back", l, ok)
+	}
 	if l, ok := s.Grant("c", 1, 2); !ok || l.Task != a.Task {
-		t.Fatalf("round 2 leased %+v (ok %v), want the refused task %+v first", l, ok, a.Task)
+		t.Fatalf("round 2's next lease is %+v (ok %v), want the refused task %+v", l, ok, a.Task)
 	}
 	s.SetQueue([]Task{{Shard: 3, Count: 40}, {Shard: 4, Count: 40}})
 	x, _ := s.Grant("d", 0, 0)

@@ -62,6 +62,11 @@ func (p *SpotChecks) within(a, b SpotResult, factor float64) (ok bool, rel float
 	return math.Sqrt(d) <= factor*p.Tolerance*scale+slack, rel, exact
 }
 
+// Agree compares two results of one task computed from one base as a
+// check's are (agree): a straggler's late copy against the copy that
+// answered first and was applied, in a round mode.
+func (p *SpotChecks) Agree(a, b SpotResult) (bool, string) { return p.agree(a, b) }
+
 // agree compares results a and b within Tolerance (of the larger of
 // their norms and RefNorm) plus their slack, and bit for bit when their
 // volunteers were seen to compute alike and neither came through a lossy

@@ -165,7 +165,7 @@ func TestPatch(t *testing.T) {
 	}
 	// Every live key's change is a change: noted, so applied and stored.
 	for _, c := range []struct{ patch, note string }{
-		{`{"relay_window": "250ms"}`, "relay_window 1s -> 250ms"},
+		{`{"relay_window": "250ms"}`, "relay_window 0s -> 250ms"},
 		{`{"max_comm_fraction": 0.3}`, "max_comm_fraction 0.1 -> 0.3"},
 	} {
 		if _, notes, err := Patch(cur, []byte(c.patch)); err != nil || len(notes) != 1 || notes[0] != c.note {

@@ -74,8 +74,9 @@ type Spec struct {
 	LeaseTimeout       Duration `json:"lease_timeout" yaml:"-"`
 	// RelayWindow is how long a relay sums its workers' results before
 	// it forwards them upstream in an asynchronous mode (round modes
-	// forward once per round); left out, it is DefaultRelayWindow, which
-	// the spec records like every other default.
+	// forward once per round); 0, the default, forwards each result as
+	// it is accepted (docs/RELAYS.md says why). The spec records it like
+	// every other default.
 	RelayWindow Duration `json:"relay_window" yaml:"-"`
 	// Robust is how results are combined against hostile ones, in every
 	// mode (the `robust` key).
@@ -132,16 +133,16 @@ type Requires struct {
 	MinMemoryMB int      `json:"min_memory_mb,omitempty" yaml:"min_memory_mb"`
 }
 
-// DefaultRelayWindow is relay_window when a spec leaves it out.
-const DefaultRelayWindow = time.Second
+// DefaultRelayWindow is relay_window when a spec leaves it out: none, a
+// relay forwards each result of an asynchronous mode as it is accepted.
+// A window sums several into one aggregate, which the root takes as that
+// many steps from one base: the root hears fewer messages, and the model
+// needs more examples (docs/RELAYS.md has the figures).
+const DefaultRelayWindow = 0
 
-// EffectiveRelayWindow is RelayWindow, or DefaultRelayWindow.
-func (s *Spec) EffectiveRelayWindow() time.Duration {
-	if s.RelayWindow.Duration > 0 {
-		return s.RelayWindow.Duration
-	}
-	return DefaultRelayWindow
-}
+// EffectiveRelayWindow is how long a relay sums results in an
+// asynchronous mode: RelayWindow (0: it forwards each).
+func (s *Spec) EffectiveRelayWindow() time.Duration { return max(0, s.RelayWindow.Duration) }
 
 // EffectiveWeight is Weight, or 1 for a spec stored before the key.
 func (s *Spec) EffectiveWeight() float64 {
@@ -367,10 +368,6 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	}
 	if s.MaxCommFraction == 0 {
 		s.MaxCommFraction = DefaultMaxCommFraction
-	}
-	// A spec stored before relay_window was recorded ran at the default.
-	if s.RelayWindow.Duration == 0 {
-		s.RelayWindow.Duration = DefaultRelayWindow
 	}
 	if s.RoundSize == 0 {
 		s.RoundSize = 1

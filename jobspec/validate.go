@@ -152,7 +152,7 @@ func (s Spec) validateTraining() error {
 	case s.LeaseTimeout.Duration < 100*time.Millisecond || s.LeaseTimeout.Duration > MaxLeaseTimeout:
 		return Errorf("lease_timeout", "must be in 100ms..%v, got %v: a lease held longer keeps its task from everyone else", MaxLeaseTimeout, s.LeaseTimeout.Duration)
 	case s.RelayWindow.Duration < 0 || s.RelayWindow.Duration > 0 && s.RelayWindow.Duration < 10*time.Millisecond || s.RelayWindow.Duration > MaxRelayWindow:
-		return Errorf("relay_window", "must be in 10ms..%v (or left out: %v), got %v", MaxRelayWindow, DefaultRelayWindow, s.RelayWindow.Duration)
+		return Errorf("relay_window", "must be 0 (the default: each result forwarded) or in 10ms..%v, got %v", MaxRelayWindow, s.RelayWindow.Duration)
 	case !(s.Weight >= 0 && s.Weight <= MaxWeight):
 		return Errorf("weight", "must be a number above 0 and at most %g (left out: 1), got %v: a job's share of the grid is its weight over the running jobs' sum", float64(MaxWeight), s.Weight)
 	case s.Priority < -MaxPriority || s.Priority > MaxPriority:

@@ -6,8 +6,9 @@
 #           OpenBLAS; avx512; avx2; openblas; gonum; a -tags purego build
 #           without OpenBLAS) against PyTorch + OpenBLAS
 #           (the baselines' torch_step.py), for mnist-mlp and mnist-cnn at
-#           batch 64; then the charlm transformer at batch 32 (auto only)
-#           against the same model in PyTorch (scripts/torch_charlm_step.py);
+#           batch 64; then the transformers, charlm at batch 32 and gpt-small
+#           at batch 8 (auto only), against the same models in PyTorch
+#           (scripts/torch_charlm_step.py);
 #   browser: our worker (wasm-simd, wasm-go) against TensorFlow.js 4.22's
 #           wasm backend (SIMD, one thread), each in a Web Worker in the same
 #           headless Chromium (BenchmarkBrowserVsTFJS; TF.js comes from npm
@@ -33,12 +34,12 @@
 #
 # BASELINES (default ../shared/baselines) holds torch_step.py and TF.js's
 # package.json; REPS (default 5) repetitions; MODELS (default mnist-mlp
-# mnist-cnn charlm) the models; SKIP_BROWSER=1 skips the browser part. The
+# mnist-cnn charlm gpt-small) the models; SKIP_BROWSER=1 skips the browser part. The
 # report goes to stdout and, when $OUT is set, to $OUT/bench-compare.txt.
 set -u
 BASELINES="${BASELINES:-$(pwd)/../shared/baselines}"
 REPS="${REPS:-5}"
-MODELS="${MODELS:-mnist-mlp mnist-cnn charlm}"
+MODELS="${MODELS:-mnist-mlp mnist-cnn charlm gpt-small}"
 PY="${PYTHON:-/usr/bin/python3}"
 work="$(mktemp -d)"
 report="$work/report"
@@ -82,16 +83,18 @@ say ""
 say "## native, one thread: examples/s, median and best of $REPS"
 for model in $MODELS; do
 	case "$model" in
-	charlm)
-		# The transformer: auto only (its steps take a while), batch 32.
-		if ! "$work/crowdtrain" bench --model charlm --rounds 1 --round 10ms --batch 1 >/dev/null 2>&1; then
-			say "charlm: no such preset in this build; skipped"
+	charlm | gpt-small | gpt-mini)
+		# The transformers: auto only (their steps take a while), batch 32
+		# (gpt-small: 8, sequences of 256 tokens).
+		if ! "$work/crowdtrain" bench --model "$model" --rounds 1 --round 10ms --batch 1 >/dev/null 2>&1; then
+			say "$model: no such preset in this build; skipped"
 			continue
 		fi
 		mvariants="auto"
 		batch=32
+		[ "$model" = gpt-small ] && batch=8
 		peer=""
-		if [ -n "$torch" ]; then peer="$PY scripts/torch_charlm_step.py 1 --batch 32"; fi
+		if [ -n "$torch" ]; then peer="$PY scripts/torch_charlm_step.py 1 --model $model --batch $batch"; fi
 		;;
 	*)
 		mvariants="$variants"

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""One training step of the charlm transformer in PyTorch on the CPU, timed
-beside `crowdtrain bench --model charlm` (docs/BENCHMARKS.md).
+"""One training step of a transformer preset in PyTorch on the CPU, timed
+beside `crowdtrain bench --model charlm|gpt-small|gpt-mini`
+(docs/BENCHMARKS.md).
 
-usage: /usr/bin/python3 scripts/torch_charlm_step.py [THREADS] [--batch 32] [--opt sgd|adamw]
+usage: /usr/bin/python3 scripts/torch_charlm_step.py [THREADS] [--model charlm]
+       [--batch 32] [--opt sgd|adamw]
 
-The model is the charlm preset written in plain PyTorch: byte embeddings
-(256 x 128) plus learned positions (128), four pre-LayerNorm blocks of
-causal 4-head self-attention (nn.MultiheadAttention) and a 512-unit GELU
-MLP, each with a residual connection, a final LayerNorm and a 256-way
-linear output: 875,520 parameters. A step is forward, the cross-entropy
-over all 128 positions, backward and an optimizer step (SGD by default,
-as our bench), on one fixed batch of random bytes. Prints the median of 5
-rounds of about 2 s after a warm-up, as examples/s (sequences of 128
-tokens) and tokens/s.
+The model is the preset (nn.Transformer in Go) written in plain PyTorch:
+token embeddings plus learned positions, pre-LayerNorm blocks of causal
+self-attention (nn.MultiheadAttention) and a 4x GELU MLP, each with a
+residual connection, a final LayerNorm and a linear output over the
+vocabulary, tied to the token embedding where the preset ties it (its
+bias is not tied). charlm: 256 bytes, width 128, context 128, 4 blocks of
+4 heads, 875,520 parameters; gpt-small: 4,096 tokens, width 384, context
+256, 6 blocks of 6 heads, tied, 12,322,816; gpt-mini: 1,024 tokens, width
+64, context 64, 2 blocks of 2 heads, 236,288. A step is forward, the
+cross-entropy over every position, backward and an optimizer step (SGD by
+default, as our bench), on one fixed batch of random tokens. Prints the
+median of 5 rounds of about 2 s after a warm-up, as examples/s
+(sequences of the context's length) and tokens/s.
 """
 import argparse, statistics, time
 
@@ -22,6 +28,7 @@ import torch.nn.functional as F
 
 p = argparse.ArgumentParser()
 p.add_argument('threads', nargs='?', type=int, default=1)
+p.add_argument('--model', choices=['charlm', 'gpt-small', 'gpt-mini'], default='charlm')
 p.add_argument('--batch', type=int, default=32)
 p.add_argument('--opt', choices=['sgd', 'adamw'], default='sgd')
 p.add_argument('--rounds', type=int, default=5)
@@ -29,7 +36,11 @@ p.add_argument('--round', type=float, default=2.0, help='seconds per round')
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
-D, HEADS, LAYERS, CTX, VOCAB = 128, 4, 4, 128, 256
+D, HEADS, LAYERS, CTX, VOCAB, TIED = {
+    'charlm': (128, 4, 4, 128, 256, False),
+    'gpt-small': (384, 6, 6, 256, 4096, True),
+    'gpt-mini': (64, 2, 2, 64, 1024, False),
+}[a.model]
 
 
 class Block(nn.Module):
@@ -46,7 +57,7 @@ class Block(nn.Module):
         return x + self.ff(self.norm2(x))
 
 
-class CharLM(nn.Module):
+class Transformer(nn.Module):
     def __init__(self):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, D)
@@ -54,6 +65,8 @@ class CharLM(nn.Module):
         self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
         self.norm = nn.LayerNorm(D)
         self.head = nn.Linear(D, VOCAB)
+        if TIED:
+            self.head.weight = self.embed.weight
         self.register_buffer('mask', torch.triu(torch.full((CTX, CTX), float('-inf')), 1))
 
     def forward(self, x):
@@ -64,7 +77,7 @@ class CharLM(nn.Module):
         return self.head(self.norm(h))
 
 
-model = CharLM()
+model = Transformer()
 params = sum(q.numel() for q in model.parameters())
 if a.opt == 'sgd':
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -94,7 +107,7 @@ for _ in range(a.rounds):
         step()
     rates.append(a.batch * per_round / (time.perf_counter() - t0))
 blas = sorted({l.split()[-1].rsplit('/', 1)[-1] for l in open('/proc/self/maps') if 'blas' in l})
-print(f"torch {torch.__version__} charlm params={params} batch={a.batch} threads={a.threads} opt={a.opt} blas={blas}")
+print(f"torch {torch.__version__} {a.model} params={params} batch={a.batch} threads={a.threads} opt={a.opt} blas={blas}")
 print('rounds: ' + ' '.join(f'{r:.1f}' for r in rates))
 med = statistics.median(rates)
 print(f'examples/s: {med:.1f}')

@@ -122,7 +122,9 @@ type JobInfo struct {
 	State string          `json:"state"`
 }
 
-// LeaseRequest asks for up to Want tasks of Job.
+// LeaseRequest asks for up to Want tasks of Job; Want 0 asks only for
+// the newest version (its snapshot), which a relay in an asynchronous
+// mode takes as soon as the root announces it.
 type LeaseRequest struct {
 	Relay string `json:"relay"`
 	Job   string `json:"job"`

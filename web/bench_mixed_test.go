@@ -57,8 +57,11 @@ type mixedRun struct {
 	// refused and results: results refused for a reason other than late,
 	// stale or not_running, of all results answered (the job's counts).
 	refused, results int64
-	kinds            map[string]*kindTally
-	absent           map[string]string // kind → why it took no part
+	// lateCredited: copies of backed-up tasks that answered second,
+	// agreed with the copy applied and were credited (rounds only).
+	lateCredited int64
+	kinds        map[string]*kindTally
+	absent       map[string]string // kind → why it took no part
 }
 
 // kindTally is what one kind of worker's results came to.
@@ -289,6 +292,7 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 		stop()
 	}
 	r.examples, r.versions, r.state = v.ExamplesSeen, v.Version, v.State
+	r.lateCredited = v.Abuse.LateCopiesCredited
 	if v.Eval != nil {
 		r.versions = v.Eval.Version
 	}
@@ -438,7 +442,11 @@ func (r *mixedRun) shareCell() string {
 	if r.results == 0 {
 		return "no results"
 	}
-	return fmt.Sprintf("%.2f%% (%d of %d)", 100*float64(r.refused)/float64(r.results), r.refused, r.results)
+	s := fmt.Sprintf("%.2f%% (%d of %d)", 100*float64(r.refused)/float64(r.results), r.refused, r.results)
+	if r.lateCredited > 0 {
+		s += fmt.Sprintf("; %d late copies credited", r.lateCredited)
+	}
+	return s
 }
 
 // mixedTable is the benchmark's markdown, a row per cell.

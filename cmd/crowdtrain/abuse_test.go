@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 )
 

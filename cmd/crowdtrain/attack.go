@@ -6,8 +6,8 @@ import (
 	"io"
 	"log"
 
-	"github.com/crowdtrain/crowdtrain/attack"
 	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 

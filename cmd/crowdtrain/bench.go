@@ -59,8 +59,17 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rs, median = m.Rounds, m.Median
 	}
 	for i, r := range rs {
-		fmt.Fprintf(stdout, "round %d: %.0f examples/s\n", i+1, r)
+		fmt.Fprintf(stdout, "round %d: %.*f examples/s\n", i+1, rateDigits(r), r)
 	}
-	fmt.Fprintf(stdout, "examples/s: %.0f\n", median)
+	fmt.Fprintf(stdout, "examples/s: %.*f\n", rateDigits(median), median)
 	return nil
+}
+
+// rateDigits is how many decimals a rate is printed with: one below 100
+// (a large model's few examples a second), none above.
+func rateDigits(r float64) int {
+	if r < 100 {
+		return 1
+	}
+	return 0
 }

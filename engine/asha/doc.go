@@ -1,4 +1,4 @@
-// Package search is the rule of a hyperparameter sweep's early stopping:
+// Package asha is the rule of a hyperparameter sweep's early stopping:
 // asynchronous successive halving (ASHA, Li et al. 2020). Trials are
 // compared at rungs of examples seen; at each rung a trial goes on only
 // if its metric is among the best 1/reduction of the trials that reached
@@ -8,4 +8,4 @@
 //
 // It works on plain values: the coordinator pauses a trial at each rung,
 // evaluates it, asks Decide, and resumes or stops it.
-package search
+package asha
