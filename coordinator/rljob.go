@@ -48,6 +48,15 @@ func refuseRL(spec JobSpec) error {
 	if spec.RL.Task.Name == rltask.JSONL {
 		return &SpecError{Key: "task.type", Problem: "jsonl tasks are not available on the coordinator yet: use add, reverse or sort"}
 	}
+	task, err := rltask.New(spec.RL.Task)
+	if err != nil {
+		return &SpecError{Key: "task", Problem: err.Error()}
+	}
+	// A generated task's prompts all have one length: the first says
+	// whether an answer fits the context after them.
+	if n, t := len(rljob.Prompt(task.Problem(uint64(spec.Seed), 0))), spec.Model.Input[0]; n+1 > t {
+		return &SpecError{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, t)}
+	}
 	return nil
 }
 

@@ -32,6 +32,7 @@ func TestRLJobRefusals(t *testing.T) {
 	for _, c := range []struct{ spec, key, msg string }{
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: jsonl, path: x.jsonl}\n", "task.type", "not available on the coordinator yet"},
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: nosuch}\ntask: {type: add, digits: 1}\n", "policy.job", "no job \"nosuch\""},
+		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: reverse, length: 40}\n", "task", "no room for an answer"},
 	} {
 		code, _, key, msg := g.submit(c.spec)
 		if code != http.StatusBadRequest || key != c.key || !strings.Contains(msg, c.msg) {
