@@ -130,8 +130,8 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, b
 // one version each.
 const rlGroupsPerLearn = 8
 
-// rlSettle forgets RL lease l, which settled, and puts its queue task
-// back. It returns what the lease was.
+// rlSettle forgets RL lease l, which settled (its rollout, if it was one,
+// is no longer pending). It returns what the lease was.
 func (j *Job) rlSettle(l *engine.Lease) (rlLease, bool) {
 	rl, ok := j.rlLeases[l.ID]
 	delete(j.rlLeases, l.ID)
