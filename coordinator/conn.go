@@ -574,18 +574,22 @@ func (s *Server) start(ctx context.Context, wc *workerConn, jobID string, leaseI
 
 func (s *Server) submit(ctx context.Context, wc *workerConn, job *Job, sub submission) {
 	var ack protocol.Ack
-	if err := job.exec(ctx, func(*jobState) { ack = job.apply(sub) }); err != nil {
+	if err := job.exec(ctx, func(*jobState) {
+		ack = job.apply(sub)
+		// Counted on the loop, with the credit apply gave: a view read
+		// once the job has stopped sees both or neither.
+		if ack.Accepted {
+			wc.accepted.Add(1)
+			wc.examples.Add(int64(sub.res.Examples))
+		} else {
+			wc.rejected.Add(1)
+		}
+	}); err != nil {
 		return
 	}
 	wc.lastStaleness.Store(ack.Staleness)
 	// The frame's upload time, for the worker's link estimate.
 	ack.RecvMs = float64(sub.recv.Microseconds()) / 1000
-	if ack.Accepted {
-		wc.accepted.Add(1)
-		wc.examples.Add(int64(sub.res.Examples))
-	} else {
-		wc.rejected.Add(1)
-	}
 	s.enqueue(wc, &ack)
 }
 
