@@ -383,3 +383,78 @@ np.asarray(labels, dtype="<i4").tofile(sys.argv[2] + ".y")
 		t.Fatalf("a format 1 shard: %v\n%s", err, out)
 	}
 }
+
+// pyworker.py's maxpool2d sends a window's gradient to its first maximum in
+// row-major order, as Go does: a 1x1 conv2d with weights (0.5, 0.5) makes
+// the four outputs of a 2x2 window tie at 0.5 from four different input
+// pairs, so the conv weight's gradient says which input won.
+func TestPythonMaxPoolTiesGoToTheFirstMaximum(t *testing.T) {
+	python := pythonWithModules(t)
+	spec := nn.ModelSpec{Input: []int{2, 2, 2}, Layers: []nn.LayerSpec{
+		{Type: nn.TypeConv2D, Filters: 1, Kernel: 1},
+		{Type: nn.TypeMaxPool2D, Kernel: 2},
+		{Type: nn.TypeFlatten},
+		{Type: nn.TypeDense, Units: 2},
+	}}
+	m, err := nn.NewModel(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// conv weight [1, 2, 1, 1], conv bias, dense weight [2, 1], dense bias.
+	params := []float32{0.5, 0.5, 0, 1, -1, 0, 0}
+	if m.NumParams != len(params) {
+		t.Fatalf("the model has %d parameters, the test sets %d", m.NumParams, len(params))
+	}
+	// Channel 0 then channel 1; each position's pair sums to 1.
+	x := []float32{0.25, 0.75, 0.5, 1, 0.75, 0.25, 0.5, 0}
+	labels := []int32{1}
+	want := make([]float32, m.NumParams)
+	m.Gradient(m.NewWorkspace(1), params, x, labels, want)
+
+	dir := t.TempDir()
+	specJSON, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), specJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "params"), protocol.EncodeFloats(params), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x"), protocol.EncodeFloats(x), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scripts, _ := filepath.Abs(filepath.Join("..", "..", "scripts"))
+	const probe = `
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import pyworker
+d = sys.argv[2]
+params = np.fromfile(d + "/params", dtype="<f4")
+model = pyworker.Model(json.load(open(d + "/model.json")), len(params))
+grad = np.zeros_like(params)
+model.gradient(params, np.fromfile(d + "/x", dtype="<f4").reshape(1, -1), np.array([1]), grad)
+grad.astype("<f4").tofile(d + "/grad")
+`
+	if out, err := exec.Command(python, "-c", probe, scripts, dir).CombinedOutput(); err != nil {
+		t.Fatalf("pyworker.Model.gradient: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "grad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, m.NumParams)
+	if err := protocol.DecodeFloatsInto(got, raw); err != nil {
+		t.Fatal(err)
+	}
+	// The winner is input 0, (0.25, 0.75): the conv weight's gradient is
+	// dOut times that pair, 1:3.
+	if want[1] != 3*want[0] || want[0] == 0 {
+		t.Fatalf("Go's conv weight gradient %v is not 1:3; the test's premise (Go picks the first of tied maxima) is wrong", want[:2])
+	}
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-6 {
+			t.Errorf("gradient: Python %v, Go %v (entries 0 and 1 are the conv weight's: the pair of the input that won the tie)", got, want)
+			break
+		}
+	}
+}
