@@ -3,9 +3,10 @@
 
 It joins a coordinator, takes leases one at a time, downloads their shard and
 snapshot over HTTP, runs the lease's inner steps (sgd or adamw) on a model of
-dense, relu and flatten layers (mnist-mlp, for one), and sends the update the
-lease asks for. It shows that the protocol document is enough to write a
-worker without reading the Go code.
+dense, relu, flatten, conv2d and maxpool2d layers (mnist-mlp, mnist-cnn and
+fashion-cnn, for three), and sends the update the lease asks for. It shows
+that the protocol document is enough to write a worker without reading the
+Go code.
 
     python3 scripts/pyworker.py --coordinator ws://127.0.0.1:8080/ws --seconds 60 [--results N]
 
@@ -43,55 +44,95 @@ def unframe(data):
 
 
 class Model:
-    """Dense/relu/flatten layers over one flat float32 parameter vector,
-    laid out as docs/PROTOCOL.md says: per dense layer weight [units, in]
-    then bias [units]."""
+    """Dense, relu, flatten, conv2d and maxpool2d layers over one flat
+    float32 parameter vector, laid out as docs/PROTOCOL.md says: per dense
+    layer weight [units, in] then bias [units]; per conv2d layer weight
+    [filters, C, kernel, kernel] then bias [filters]. Activations between
+    layers are (N, C, H, W) for images and (N, values) once flat."""
 
     def __init__(self, spec, num_params):
         c, h, w = spec["input"]
-        size = c * h * w
-        self.input_size = size
-        self.layers = []  # ("dense", w_off, units, in) or ("relu",)
+        self.input_shape = (c, h, w)
+        self.input_size = c * h * w
+        shape = (c, h, w)  # (C, H, W) for an image, (values,) once flat
+        self.layers = []  # dicts with "type" and what the layer needs
         off = 0
-        for layer in spec["layers"]:
+        for i, layer in enumerate(spec["layers"]):
             kind = layer["type"]
             if kind == "dense":
-                units = layer["units"]
-                self.layers.append(("dense", off, units, size))
-                off += units * size + units
-                size = units
+                units, n_in = layer["units"], int(np.prod(shape))
+                if units < 1:
+                    raise ValueError(f"layer {i}: dense units must be >= 1, got {units}")
+                self.layers.append({"type": "dense", "w": (off, (units, n_in)), "b": (off + units * n_in, (units,))})
+                off += units * n_in + units
+                shape = (units,)
+            elif kind == "conv2d":
+                if len(shape) != 3:
+                    raise ValueError(f"layer {i}: conv2d needs a [C, H, W] input, gets {list(shape)} (put conv2d before flatten)")
+                f, k = layer.get("filters", 0), layer.get("kernel", 0)
+                stride, pad = layer.get("stride", 0) or 1, layer.get("padding", 0)
+                if f < 1 or k < 1 or stride < 1 or pad < 0:
+                    raise ValueError(f"layer {i}: conv2d needs filters >= 1, kernel >= 1, stride >= 1 and padding >= 0, "
+                                     f"got {f}, {k}, {stride}, {pad}")
+                cin, hin, win = shape
+                if k > hin + 2 * pad or k > win + 2 * pad:
+                    raise ValueError(f"layer {i}: conv2d kernel {k} larger than the padded input {hin + 2 * pad}x{win + 2 * pad}")
+                out = (f, (hin + 2 * pad - k) // stride + 1, (win + 2 * pad - k) // stride + 1)
+                self.layers.append({"type": "conv2d", "w": (off, (f, cin, k, k)), "b": (off + f * cin * k * k, (f,)),
+                                    "k": k, "stride": stride, "pad": pad, "out": out})
+                off += f * cin * k * k + f
+                shape = out
+            elif kind == "maxpool2d":
+                if len(shape) != 3:
+                    raise ValueError(f"layer {i}: maxpool2d needs a [C, H, W] input, gets {list(shape)} (put maxpool2d before flatten)")
+                k = layer.get("kernel", 0) or 2
+                stride = layer.get("stride", 0) or k
+                cin, hin, win = shape
+                if k > hin or k > win:
+                    raise ValueError(f"layer {i}: maxpool2d window {k} larger than its input {hin}x{win}")
+                shape = (cin, (hin - k) // stride + 1, (win - k) // stride + 1)
+                self.layers.append({"type": "maxpool2d", "k": k, "stride": stride})
             elif kind == "relu":
-                self.layers.append(("relu",))
+                self.layers.append({"type": "relu"})
             elif kind == "flatten":
-                pass  # inputs are already flat, in C, H, W order
+                shape = (int(np.prod(shape)),)
+                self.layers.append({"type": "flatten"})
             else:
-                raise ValueError(f"layer type {kind!r} is not supported by this worker (dense, relu, flatten only)")
+                raise ValueError(f"layer type {kind!r} is not supported by this worker "
+                                 "(dense, relu, flatten, conv2d and maxpool2d only)")
         if off != num_params:
             raise ValueError(f"the model has {off} parameters here, {num_params} at the coordinator")
         self.num_params = off
 
-    def tensors(self, params, layer):
-        _, off, units, n_in = layer
-        weight = params[off:off + units * n_in].reshape(units, n_in)
-        bias = params[off + units * n_in:off + units * n_in + units]
-        return weight, bias
+    @staticmethod
+    def tensor(vec, where):
+        off, shape = where
+        return vec[off:off + int(np.prod(shape))].reshape(shape)
 
     def gradient(self, params, x, labels, grad):
         """Writes the gradient of the mean loss into grad; returns the summed
         loss and the number of correct predictions."""
-        acts = [x]
-        for layer in self.layers:
-            a = acts[-1]
-            if layer[0] == "dense":
-                weight, bias = self.tensors(params, layer)
-                acts.append(a @ weight.T + bias)
+        n = len(labels)
+        acts = [x.reshape((n,) + self.input_shape)]
+        saved = [None] * len(self.layers)  # what a layer's backward pass needs
+        for i, layer in enumerate(self.layers):
+            a, kind = acts[-1], layer["type"]
+            if kind == "dense":
+                acts.append(a.reshape(n, -1) @ self.tensor(params, layer["w"]).T + self.tensor(params, layer["b"]))
+            elif kind == "conv2d":
+                out, saved[i] = conv2d_forward(layer, a, self.tensor(params, layer["w"]), self.tensor(params, layer["b"]))
+                acts.append(out)
+            elif kind == "maxpool2d":
+                out, saved[i] = maxpool2d_forward(layer, a)
+                acts.append(out)
+            elif kind == "flatten":
+                acts.append(a.reshape(n, -1))
             else:
                 acts.append(np.maximum(a, 0))
         z = acts[-1].astype(np.float64)
         zmax = z.max(axis=1, keepdims=True)
         e = np.exp(z - zmax)
         s = e.sum(axis=1, keepdims=True)
-        n = len(labels)
         rows = np.arange(n)
         loss = float((zmax[:, 0] + np.log(s[:, 0]) - z[rows, labels]).sum())
         correct = int((z.argmax(axis=1) == labels).sum())
@@ -99,17 +140,85 @@ class Model:
         d[rows, labels] -= 1
         d = (d / n).astype(np.float32)
         for i in range(len(self.layers) - 1, -1, -1):
-            layer = self.layers[i]
-            if layer[0] == "relu":
+            layer, kind = self.layers[i], self.layers[i]["type"]
+            if kind == "relu":
                 d = d * (acts[i + 1] > 0)
-                continue
-            weight, _ = self.tensors(params, layer)
-            gw, gb = self.tensors(grad, layer)
-            gw[:] = d.T @ acts[i]
-            gb[:] = d.sum(axis=0)
-            if i > 0:
-                d = d @ weight
+            elif kind == "flatten":
+                d = d.reshape(acts[i].shape)
+            elif kind == "maxpool2d":
+                d = maxpool2d_backward(layer, saved[i], d, acts[i].shape)
+            elif kind == "conv2d":
+                d = conv2d_backward(layer, saved[i], d, self.tensor(params, layer["w"]),
+                                    self.tensor(grad, layer["w"]), self.tensor(grad, layer["b"]), acts[i].shape, i > 0)
+            else:
+                self.tensor(grad, layer["w"])[:] = d.T @ acts[i].reshape(n, -1)
+                self.tensor(grad, layer["b"])[:] = d.sum(axis=0)
+                if i > 0:
+                    d = (d @ self.tensor(params, layer["w"])).reshape(acts[i].shape)
         return loss, correct
+
+
+def windows(x, k, stride):
+    """The k×k windows of x (N, C, H, W) at stride: a (N, C, OH, OW, k, k) view."""
+    v = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))
+    return v[:, :, ::stride, ::stride]
+
+
+def conv2d_forward(layer, x, weight, bias):
+    """Cross-correlation with zero padding (im2col): returns the output
+    (N, F, OH, OW) and the patch matrix (N·OH·OW, C·k·k) for the backward pass."""
+    k, stride, pad = layer["k"], layer["stride"], layer["pad"]
+    f, oh, ow = layer["out"]
+    n, c = x.shape[:2]
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    # Patch rows ordered (c, kh, kw), as the weight's [F, C, k, k] rows are.
+    cols = windows(x, k, stride)[:, :, :oh, :ow].transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k)
+    out = cols @ weight.reshape(f, -1).T + bias
+    return np.ascontiguousarray(out.reshape(n, oh, ow, f).transpose(0, 3, 1, 2)), cols
+
+
+def conv2d_backward(layer, cols, d, weight, gw, gb, in_shape, need_input):
+    """Writes the weight and bias gradients; returns the input's gradient
+    (or None when need_input is false)."""
+    k, stride, pad = layer["k"], layer["stride"], layer["pad"]
+    f, oh, ow = layer["out"]
+    n, c, h, w = in_shape
+    d2 = d.transpose(0, 2, 3, 1).reshape(n * oh * ow, f)
+    gw[:] = (d2.T @ cols).reshape(gw.shape)
+    gb[:] = d2.sum(axis=0)
+    if not need_input:
+        return None
+    dcols = (d2 @ weight.reshape(f, -1)).reshape(n, oh, ow, c, k, k)
+    dx = np.zeros((n, c, h + 2 * pad, w + 2 * pad), dtype=np.float32)
+    for kh in range(k):  # col2im: each patch entry back to the input it was read from
+        for kw in range(k):
+            dx[:, :, kh:kh + stride * (oh - 1) + 1:stride, kw:kw + stride * (ow - 1) + 1:stride] += \
+                dcols[:, :, :, :, kh, kw].transpose(0, 3, 1, 2)
+    return dx[:, :, pad:pad + h, pad:pad + w]
+
+
+def maxpool2d_forward(layer, x):
+    """The max of each window; returns it and, per output, the winner's
+    index within its window: the first maximum in row-major order, as the
+    Go worker picks on ties."""
+    k, stride = layer["k"], layer["stride"]
+    n, c, h, w = x.shape
+    oh, ow = (h - k) // stride + 1, (w - k) // stride + 1
+    win = windows(x, k, stride)[:, :, :oh, :ow].reshape(n, c, oh, ow, k * k)
+    arg = win.argmax(axis=4)
+    return np.take_along_axis(win, arg[..., None], axis=4)[..., 0], arg
+
+
+def maxpool2d_backward(layer, arg, d, in_shape):
+    k, stride = layer["k"], layer["stride"]
+    _, _, oh, ow = d.shape
+    dx = np.zeros(in_shape, dtype=np.float32)
+    for kh in range(k):
+        for kw in range(k):
+            dx[:, :, kh:kh + stride * (oh - 1) + 1:stride, kw:kw + stride * (ow - 1) + 1:stride] += \
+                d * (arg == kh * k + kw)
+    return dx
 
 
 def run_lease(model, lease, base, x, labels):

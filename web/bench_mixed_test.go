@@ -103,9 +103,9 @@ func routineReason(reason string) bool {
 // versions to the target, each kind's results answered and refused for
 // reasons other than late, stale and not_running (with the reasons,
 // counted from the coordinator's REFUSED log lines), and the job's
-// honest-refused share. pyworker.py computes dense models only, so for
-// the other presets the crowd is the native worker and the tab, and the
-// table says so. With MIX_PAIR (default 1) it also trains mnist-mlp
+// honest-refused share. pyworker.py computes the dense and convolutional
+// presets (mnist-mlp, mnist-cnn, fashion-cnn), not charlm: there the crowd
+// is the native worker and the tab, and the table says so. With MIX_PAIR (default 1) it also trains mnist-mlp
 // async with the native worker alone and with a tab beside it.
 //
 // MIX_PRESETS, MIX_MODES and MIX_SPOT (comma-separated; a rate of
@@ -217,18 +217,19 @@ func mixedSpec(tb testing.TB, preset, mode, spot string, n int) (coordinator.Job
 	return s, edit
 }
 
-// pythonCannot says why scripts/pyworker.py cannot train preset (it
-// computes dense, relu and flatten layers only), or "" when it can.
+// pythonLayers are the layer types scripts/pyworker.py computes.
+var pythonLayers = []string{"dense", "relu", "flatten", "conv2d", "maxpool2d"}
+
+// pythonCannot says why scripts/pyworker.py cannot train preset (a layer
+// type it does not compute), or "" when it can.
 func pythonCannot(tb testing.TB, preset string) string {
 	spec, err := nn.Preset(preset)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	for _, l := range spec.Layers {
-		switch l.Type {
-		case "dense", "relu", "flatten":
-		default:
-			return fmt.Sprintf("pyworker.py computes dense, relu and flatten layers only; %s has %s", preset, l.Type)
+		if !slices.Contains(pythonLayers, l.Type) {
+			return fmt.Sprintf("pyworker.py computes %s layers only; %s has %s", strings.Join(pythonLayers, ", "), preset, l.Type)
 		}
 	}
 	return ""
