@@ -40,30 +40,33 @@ func pythonWithModules(t *testing.T) string {
 // updates (the one at version 250) is well above chance.
 func TestPythonWorkerFromTheProtocolDoc(t *testing.T) {
 	testenv.Long(t, "starts a coordinator and a Python worker")
-	trainWithPython(t, "mnist-mlp", 300, 0.85, "SGD on mnist-mlp gets there in 250 steps")
+	trainWithPython(t, "mnist-mlp", 300, 80*time.Second, 0.85, "SGD on mnist-mlp gets there in 250 steps")
 }
 
 // The same for mnist-cnn: pyworker.py's conv2d and maxpool2d train it with
 // every result accepted, past 90% test accuracy at version 250.
 func TestPythonWorkerTrainsTheCNN(t *testing.T) {
 	testenv.Long(t, "starts a coordinator and a Python worker")
-	trainWithPython(t, "mnist-cnn", 300, 0.90, "the job's default Adam outer steps on mnist-cnn get there in 250 updates; 96% measured")
+	// numpy's convolutions are slow beside the other shards' processes:
+	// 227 results in 80 s in one CI run.
+	trainWithPython(t, "mnist-cnn", 300, 240*time.Second, 0.90, "the job's default Adam outer steps on mnist-cnn get there in 250 updates; 96% measured")
 }
 
 // trainWithPython serves job alone to one pyworker.py until it has results
-// accepted results, and checks that none was rejected and that the job's
-// last evaluation reaches minAcc (why says why that is the bar).
-func trainWithPython(t *testing.T, job string, results int, minAcc float64, why string) {
+// accepted results (or for at most seconds), and checks that none was
+// rejected and that the job's last evaluation reaches minAcc (why says why
+// that is the bar).
+func trainWithPython(t *testing.T, job string, results int, seconds time.Duration, minAcc float64, why string) {
 	python := pythonWithModules(t)
 	const token = "pyworker-test-admin-token"
 	addr := freeAddr(t)
 	startProc(t, "serve", "--addr", addr, "--job", job, "--db", "", "--admin-token", token)
 	waitJob(t, addr, 30*time.Second, "the coordinator", func(coordinator.JobView) bool { return true })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), seconds+10*time.Second)
 	defer cancel()
 	py := exec.CommandContext(ctx, python, filepath.Join("..", "..", "scripts", "pyworker.py"),
-		"--coordinator", "ws://"+addr+"/ws", "--seconds", "80", "--results", strconv.Itoa(results))
+		"--coordinator", "ws://"+addr+"/ws", "--seconds", strconv.Itoa(int(seconds.Seconds())), "--results", strconv.Itoa(results))
 	var out strings.Builder
 	py.Stdout, py.Stderr = &out, &out
 	if err := py.Start(); err != nil {
