@@ -418,9 +418,12 @@ func (s *Scheduler) Lost(l *Lease) {
 // synchronous round) and goes to the back of the queue, not the front: a
 // batch whose honest step climbs the held-out loss now was refused again
 // at each of the next twelve rounds' versions when it came first; later
-// in the epoch the model has moved further.
+// in the epoch the model has moved further. Where the round could lease
+// nothing else (the epoch's last task), it is lost as any other: a round
+// with no result and nothing to lease would never close.
 func (s *Scheduler) Refused(l *Lease) {
-	if l.IsCopy() || l.Superseded || s.BackupOf(l.ID) != nil || l.Round == 0 || l.Round != s.round {
+	if l.IsCopy() || l.Superseded || s.BackupOf(l.ID) != nil || l.Round == 0 || l.Round != s.round ||
+		!slices.ContainsFunc(s.queue, func(t Task) bool { return !s.overlapsRound(t) }) {
 		s.Lost(l)
 		return
 	}

@@ -229,6 +229,14 @@ func TestRoundDoesNotLeaseARefusedTaskAgain(t *testing.T) {
 	if l, ok := s.Grant("c", 1, 2); !ok || l.Task != a.Task {
 		t.Fatalf("round 2's next lease is %+v (ok %v), want the refused task %+v", l, ok, a.Task)
 	}
+	// The epoch's last task: the round has nothing else to lease, and a
+	// round with no result and no lease would never close.
+	s.SetQueue([]Task{{Shard: 5, Count: 40}})
+	last, _ := s.Grant("c", 1, 3)
+	s.Refused(s.Take("c", last.ID))
+	if l, ok := s.Grant("c", 1, 3); !ok || l.Task != last.Task {
+		t.Fatalf("round 3 after refusing the epoch's last task leased %+v (ok %v), want that task again", l, ok)
+	}
 	s.SetQueue([]Task{{Shard: 3, Count: 40}, {Shard: 4, Count: 40}})
 	x, _ := s.Grant("d", 0, 0)
 	s.Refused(s.Take("d", x.ID))
