@@ -50,6 +50,9 @@ func peakHeld(t *testing.T, r attackReport) int {
 	return n
 }
 
+// ended reports whether v's job has stopped for good: not running, and
+// not finishing (its last evaluation and checkpoint under way, the view's
+// state and Eval not yet final).
 func ended(v coordinator.JobView) bool {
 	return v.State != coordinator.StateRunning && v.State != coordinator.StateFinishing
 }

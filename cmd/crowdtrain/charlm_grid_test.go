@@ -182,9 +182,7 @@ seed: %d
 	// A generous bound: 300 tokens/s, a fraction of what the grid does on
 	// 2 cores even when other work shares them.
 	limit := max(10*time.Minute, time.Duration(tokens/300)*time.Second)
-	v := waitJob(t, addr, limit, "charlm to finish its epoch", func(v coordinator.JobView) bool {
-		return v.State != coordinator.StateRunning
-	})
+	v := waitJob(t, addr, limit, "charlm to finish its epoch", ended)
 	gridWall := time.Since(gridStart)
 	pollWorkers()
 	close(stopPoll)

@@ -57,7 +57,7 @@ max_epochs: 20
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", spec, "--local-workers", "2", "--progress", "2s")
-	v := waitJob(t, addr, 4*time.Minute, "the text job to finish", func(v coordinator.JobView) bool { return v.State != coordinator.StateRunning })
+	v := waitJob(t, addr, 4*time.Minute, "the text job to finish", ended)
 	if v.Eval == nil {
 		t.Fatalf("no evaluation; log:\n%s", srv.logText())
 	}

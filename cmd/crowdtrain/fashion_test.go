@@ -42,9 +42,7 @@ func TestFashionCNNReachesNinetyPercent(t *testing.T) {
 	// A bound, not a speed: about a minute alone on 2 cores, but a
 	// slower machine running the other packages' tests beside it took
 	// over 4 minutes.
-	v := waitJob(t, addr, 10*time.Minute, "fashion-cnn to finish", func(v coordinator.JobView) bool {
-		return v.State != coordinator.StateRunning
-	})
+	v := waitJob(t, addr, 10*time.Minute, "fashion-cnn to finish", ended)
 	acc := 0.0
 	if v.Eval != nil {
 		acc = v.Eval.Accuracy

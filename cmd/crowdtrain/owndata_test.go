@@ -80,7 +80,7 @@ func trainOwnData(t *testing.T, spec string, timeout time.Duration) coordinator.
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", spec, "--local-workers", "2", "--progress", "2s")
-	v := waitJob(t, addr, timeout, "the job to finish", func(v coordinator.JobView) bool { return v.State != coordinator.StateRunning })
+	v := waitJob(t, addr, timeout, "the job to finish", ended)
 	acc := 0.0
 	if v.Eval != nil {
 		acc = v.Eval.Accuracy

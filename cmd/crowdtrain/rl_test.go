@@ -35,7 +35,7 @@ max_epochs: 2
 	addr := freeAddr(t)
 	db := filepath.Join(dir, "sft.db")
 	srv := startProc(t, "serve", "--addr", addr, "--db", db, "--job", sft, "--local-workers", "2")
-	v := waitJob(t, addr, 4*time.Minute, "the warm-up to finish", func(v coordinator.JobView) bool { return ended(v) })
+	v := waitJob(t, addr, 4*time.Minute, "the warm-up to finish", ended)
 	if v.State != coordinator.StateDone {
 		t.Fatalf("warm-up ended %s (%s); log:\n%s", v.State, v.Reason, srv.logText())
 	}
@@ -62,7 +62,7 @@ eval_every: 40
 	addr = freeAddr(t)
 	start := time.Now()
 	srv = startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")
-	v = waitJob(t, addr, 4*time.Minute, "the RL job to finish", func(v coordinator.JobView) bool { return ended(v) })
+	v = waitJob(t, addr, 4*time.Minute, "the RL job to finish", ended)
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Solved == nil {
 		t.Fatalf("RL job ended %s (%s), eval %+v; log:\n%s", v.State, v.Reason, v.Eval, srv.logText())
 	}

@@ -36,7 +36,7 @@ max_epochs: 4
 	addr := freeAddr(t)
 	db := filepath.Join(dir, "ct.db")
 	srv := startProc(t, "serve", "--addr", addr, "--db", db, "--job", spec, "--local-workers", "2")
-	v := waitJob(t, addr, 4*time.Minute, "the task job to finish", func(v coordinator.JobView) bool { return v.State != coordinator.StateRunning })
+	v := waitJob(t, addr, 4*time.Minute, "the task job to finish", ended)
 	if v.State != coordinator.StateDone || v.Eval == nil {
 		t.Fatalf("ended %s (%s); log:\n%s", v.State, v.Reason, srv.logText())
 	}
