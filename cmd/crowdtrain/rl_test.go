@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,26 +23,7 @@ import (
 func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	testenv.Long(t, "trains a text job and then an RL job end to end")
 	dir := t.TempDir()
-	sft := filepath.Join(dir, "sft.yaml")
-	writeTestFile(t, sft, []byte(`name: sft-add
-model: charlm-tiny
-dataset: {type: task, name: add, digits: 1, examples: 20000, seed: 1}
-outer_optimizer: {type: adamw, lr: 0.003, clip_norm: 1}
-batch_size: 32
-max_epochs: 2
-`))
-	addr := freeAddr(t)
-	db := filepath.Join(dir, "sft.db")
-	srv := startProc(t, "serve", "--addr", addr, "--db", db, "--job", sft, "--local-workers", "2")
-	v := waitJob(t, addr, 4*time.Minute, "the warm-up to finish", ended)
-	if v.State != coordinator.StateDone {
-		t.Fatalf("warm-up ended %s (%s); log:\n%s", v.State, v.Reason, srv.logText())
-	}
-	srv.kill()
-	policy := filepath.Join(dir, "sft.safetensors")
-	if code, stdout, stderr := runCmd(t, context.Background(), "export", "--db", db, "--job", v.ID, "--out", policy); code != 0 {
-		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
-	}
+	policy, v := warmUpOnAdd(t, dir, 2)
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
@@ -59,9 +39,9 @@ outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
 max_epochs: 24
 eval_every: 40
 `, policy)))
-	addr = freeAddr(t)
+	addr := freeAddr(t)
 	start := time.Now()
-	srv = startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")
+	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")
 	v = waitJob(t, addr, 4*time.Minute, "the RL job to finish", ended)
 	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Solved == nil {
 		t.Fatalf("RL job ended %s (%s), eval %+v; log:\n%s", v.State, v.Reason, v.Eval, srv.logText())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -24,27 +25,7 @@ import (
 // finite loss and a gradient.
 func TestTaskDatasetTeachesAnswersTheDecoderGives(t *testing.T) {
 	testenv.Long(t, "trains a text job end to end")
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "sft.yaml")
-	writeTestFile(t, spec, []byte(`name: sft-add
-model: charlm-tiny
-dataset: {type: task, name: add, digits: 1, examples: 20000, seed: 1}
-outer_optimizer: {type: adamw, lr: 0.003, clip_norm: 1}
-batch_size: 32
-max_epochs: 4
-`))
-	addr := freeAddr(t)
-	db := filepath.Join(dir, "ct.db")
-	srv := startProc(t, "serve", "--addr", addr, "--db", db, "--job", spec, "--local-workers", "2")
-	v := waitJob(t, addr, 4*time.Minute, "the task job to finish", ended)
-	if v.State != coordinator.StateDone || v.Eval == nil {
-		t.Fatalf("ended %s (%s); log:\n%s", v.State, v.Reason, srv.logText())
-	}
-	srv.kill()
-	file := filepath.Join(dir, "sft.safetensors")
-	if code, stdout, stderr := runCmd(t, context.Background(), "export", "--db", db, "--job", v.ID, "--out", file); code != 0 {
-		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
-	}
+	file, v := warmUpOnAdd(t, t.TempDir(), 4)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -136,4 +117,32 @@ max_epochs: 4
 	if mixed && !(norm > 0) {
 		t.Error("groups with different rewards gave a zero gradient")
 	}
+}
+
+// warmUpOnAdd serves a text job on one-digit sums (the task data set) to
+// charlm-tiny with two local workers for epochs epochs, and exports the
+// model it ended with into dir: the path of the export, and the job.
+func warmUpOnAdd(t *testing.T, dir string, epochs int) (string, coordinator.JobView) {
+	t.Helper()
+	spec := filepath.Join(dir, "sft.yaml")
+	writeTestFile(t, spec, []byte(fmt.Sprintf(`name: sft-add
+model: charlm-tiny
+dataset: {type: task, name: add, digits: 1, examples: 20000, seed: 1}
+outer_optimizer: {type: adamw, lr: 0.003, clip_norm: 1}
+batch_size: 32
+max_epochs: %d
+`, epochs)))
+	addr := freeAddr(t)
+	db := filepath.Join(dir, "sft.db")
+	srv := startProc(t, "serve", "--addr", addr, "--db", db, "--job", spec, "--local-workers", "2")
+	v := waitJob(t, addr, 4*time.Minute, "the task job to finish", ended)
+	if v.State != coordinator.StateDone || v.Eval == nil {
+		t.Fatalf("the task job ended %s (%s); log:\n%s", v.State, v.Reason, srv.logText())
+	}
+	srv.kill()
+	file := filepath.Join(dir, "sft.safetensors")
+	if code, stdout, stderr := runCmd(t, context.Background(), "export", "--db", db, "--job", v.ID, "--out", file); code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	return file, v
 }
