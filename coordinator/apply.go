@@ -25,6 +25,20 @@ type submission struct {
 	hash uint64
 	// recv is how long the result's frame took to arrive (frames.go).
 	recv time.Duration
+	// decided, where the sender can wait, takes the ack of a result apply
+	// answers later (ackLater: recheck.go); it is called once, on the
+	// job's loop, or off it if the job stopped first.
+	decided func(protocol.Ack)
+}
+
+// refusal counts and logs the refusal of sub for reason, and returns ack
+// saying so.
+func (j *Job) refusal(sub submission, ack protocol.Ack, reason, detail string) protocol.Ack {
+	j.st.rejected++
+	j.st.rejections[reason]++
+	ack.Reason, ack.Detail = reason, detail
+	j.logRefusal(sub, reason, detail)
+	return ack
 }
 
 // nonFiniteCheck is how many non-finite results in a row make the job
@@ -43,10 +57,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	res := sub.res
 	ack := protocol.Ack{LeaseID: res.LeaseID, Version: st.model.Version}
 	reject := func(reason, detail string) protocol.Ack {
-		st.rejected++
-		st.rejections[reason]++
-		ack.Reason, ack.Detail = reason, detail
-		j.logRefusal(sub, reason, detail)
+		ack = j.refusal(sub, ack, reason, detail)
 		return ack
 	}
 	if st.state != StateRunning {
@@ -182,6 +193,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if !d.Accepted {
 		if d.Reason == engine.ReasonQuarantined {
 			j.requeueRefused(l)
+			if a, later := j.recheck(sub, l, ack, d.Detail); later { // recheck.go
+				return a
+			}
 			d.Reason = protocol.ReasonQuarantined
 			j.spotRefused(sub, l)
 		} else {

@@ -573,19 +573,35 @@ func (s *Server) start(ctx context.Context, wc *workerConn, jobID string, leaseI
 }
 
 func (s *Server) submit(ctx context.Context, wc *workerConn, job *Job, sub submission) {
-	var ack protocol.Ack
-	if err := job.exec(ctx, func(*jobState) {
-		ack = job.apply(sub)
-		// Counted on the loop, with the credit apply gave: a view read
-		// once the job has stopped sees both or neither.
+	// Counted on the loop, with the credit apply gave: a view read once
+	// the job has stopped sees both or neither.
+	examples := int64(sub.res.Examples)
+	count := func(ack protocol.Ack) {
 		if ack.Accepted {
 			wc.accepted.Add(1)
-			wc.examples.Add(int64(sub.res.Examples))
+			wc.examples.Add(examples)
 		} else {
 			wc.rejected.Add(1)
 		}
+	}
+	later := make(chan protocol.Ack, 1)
+	sub.decided = func(ack protocol.Ack) { count(ack); later <- ack }
+	var ack protocol.Ack
+	if err := job.exec(ctx, func(*jobState) {
+		if ack = job.apply(sub); ack.Reason != ackLater {
+			count(ack)
+		}
 	}); err != nil {
 		return
+	}
+	if ack.Reason == ackLater {
+		// The coordinator recomputes the result (recheck.go): this
+		// connection's next messages wait for its ack, the job does not.
+		select {
+		case ack = <-later:
+		case <-ctx.Done():
+			return
+		}
 	}
 	wc.lastStaleness.Store(ack.Staleness)
 	// The frame's upload time, for the worker's link estimate.

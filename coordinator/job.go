@@ -168,6 +168,7 @@ type jobState struct {
 	members        map[string]member  // connected workers by id
 	spot           *engine.SpotChecks // spotcheck.go
 	referee        refereeState       // spotreferee.go: the coordinator's recomputations
+	recheck        recheckState       // recheck.go: validation's second opinions
 	model          engine.Model
 	sched          engine.Scheduler
 	agg            engine.Aggregator
@@ -488,6 +489,9 @@ type JobView struct {
 	// held-out batch (those the robust clip flagged); the refused ones are
 	// rejections["quarantined"].
 	Validated int64 `json:"validated"`
+	// Rechecks is what the coordinator's recomputations of the results
+	// validation refused decided (recheck.go).
+	Rechecks RecheckView `json:"validation_rechecks"`
 	// ClipRadius is the asynchronous robust clip's radius now (0 in its
 	// warm-up and in round modes).
 	ClipRadius float64 `json:"clip_radius,omitempty"`
@@ -599,6 +603,7 @@ func (j *Job) view(st *jobState) JobView {
 	j.wireView(&v)
 	if j.validator != nil {
 		v.Validated = j.validator.zeno.Checked
+		v.Rechecks = j.recheckView()
 	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		v.ClipRadius = a.Clip.Radius()

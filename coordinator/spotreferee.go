@@ -123,13 +123,8 @@ func (j *Job) recompute(c *engine.Check) {
 			j.ID, pl.ID, c.Results[0].Volunteer, pl.Base)
 		return
 	}
-	spec := &st.spec
-	lease := protocol.Lease{
-		ID: pl.ID, JobID: j.ID, ShardID: pl.Task.Shard, Start: pl.Task.Start, Count: pl.Task.Count,
-		BatchSize: spec.BatchSize, LocalSteps: pl.LocalSteps, Inner: innerOptimizer(spec), UpdateKind: spec.UpdateKind(),
-		Snapshot: protocol.SnapshotGranted, BaseVersion: pl.Base,
-	}
-	f16 := wireUpdateCodec(*spec) == protocol.CodecF16
+	lease := j.refereeLease(&pl)
+	f16 := wireUpdateCodec(st.spec) == protocol.CodecF16
 	body := j.shardBody[pl.Task.Shard]
 	p.Refereeing(c)
 	st.referee.running = true
@@ -137,7 +132,7 @@ func (j *Job) recompute(c *engine.Check) {
 	go func() {
 		defer j.evals.Done()
 		start := time.Now()
-		u, err := j.referee(lease, snap.body, body, f16)
+		u, err := j.referee(&compute.Reference{}, lease, snap.body, body, f16)
 		took := time.Since(start).Seconds()
 		_ = j.exec(context.Background(), func(st *jobState) {
 			st.referee.running = false
@@ -148,10 +143,21 @@ func (j *Job) recompute(c *engine.Check) {
 	}()
 }
 
+// refereeLease is the lease the coordinator computes l's task by: l's
+// examples, base and inner plan, as its worker was given them.
+func (j *Job) refereeLease(l *engine.Lease) protocol.Lease {
+	spec := &j.st.spec
+	return protocol.Lease{
+		ID: l.ID, JobID: j.ID, ShardID: l.Task.Shard, Start: l.Task.Start, Count: l.Task.Count,
+		BatchSize: spec.BatchSize, LocalSteps: l.LocalSteps, Inner: innerOptimizer(spec), UpdateKind: spec.UpdateKind(),
+		Snapshot: protocol.SnapshotGranted, BaseVersion: l.Base,
+	}
+}
+
 // referee computes lease's update from the snapshot body and shard body,
-// as a worker would, on the pinned backend; in an f16 job rounded to
-// halves as an f16 copy comes. It runs off the loop.
-func (j *Job) referee(l protocol.Lease, snapBody, shardBody []byte, f16 bool) ([]float32, error) {
+// as a worker would, on b (the pinned backend for a spot check); in an
+// f16 job rounded to halves as an f16 copy comes. It runs off the loop.
+func (j *Job) referee(b compute.Backend, l protocol.Lease, snapBody, shardBody []byte, f16 bool) ([]float32, error) {
 	m := j.model
 	params := make([]float32, m.NumParams)
 	if err := protocol.DecodeFloatsInto(params, snapBody); err != nil {
@@ -167,7 +173,7 @@ func (j *Job) referee(l protocol.Lease, snapBody, shardBody []byte, f16 bool) ([
 	x := make([]float32, l.Count*m.InputSize)
 	labels := make([]int32, l.Count*m.LabelsPerExample)
 	shard.Fill(x, labels, l.Start, l.Count)
-	res, err := compute.Lease(&compute.Reference{}, m, l, params, x, labels)
+	res, err := compute.Lease(b, m, l, params, x, labels)
 	if err != nil {
 		return nil, err
 	}

@@ -60,8 +60,11 @@ type mixedRun struct {
 	// lateCredited: copies of backed-up tasks that answered second,
 	// agreed with the copy applied and were credited (rounds only).
 	lateCredited int64
-	kinds        map[string]*kindTally
-	absent       map[string]string // kind → why it took no part
+	// rechecks: what the coordinator's recomputations of the results
+	// validation refused decided.
+	rechecks coordinator.RecheckView
+	kinds    map[string]*kindTally
+	absent   map[string]string // kind → why it took no part
 }
 
 // kindTally is what one kind of worker's results came to.
@@ -294,6 +297,7 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 	}
 	r.examples, r.versions, r.state = v.ExamplesSeen, v.Version, v.State
 	r.lateCredited = v.Abuse.LateCopiesCredited
+	r.rechecks = v.Rechecks
 	if v.Eval != nil {
 		r.versions = v.Eval.Version
 	}
@@ -446,6 +450,9 @@ func (r *mixedRun) shareCell() string {
 	s := fmt.Sprintf("%.2f%% (%d of %d)", 100*float64(r.refused)/float64(r.results), r.refused, r.results)
 	if r.lateCredited > 0 {
 		s += fmt.Sprintf("; %d late copies credited", r.lateCredited)
+	}
+	if c := r.rechecks; c.Rechecked+c.Skipped > 0 {
+		s += fmt.Sprintf("; validation refused %d: %d recomputed and credited, %d refuted, %d not recomputed", c.Rechecked+c.Skipped, c.Vindicated, c.Refuted, c.Skipped)
 	}
 	return s
 }

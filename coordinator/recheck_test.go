@@ -1,0 +1,75 @@
+package coordinator_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+)
+
+// A result the validation refuses is recomputed by the coordinator
+// before it is thrown away: an honest one (a hard batch) is credited to
+// its volunteer, not applied; one that is not what its task computes is
+// refused and its volunteer struck. The inner rate is made huge, so that
+// every honest gradient's step climbs on the held-out batch and the
+// validation refuses it (the asynchronous warm-up validates every
+// result).
+func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
+	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 0 // no copies: only the recomputation decides
+		s.InnerOptimizer.LR = 500
+	})
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGrid(t, spec)
+	const honestKey, liarKey = "recheck-honest-key-aaaaaaaaaa", "recheck-liar-key-bbbbbbbbbbbb"
+	honest, liar := g.joinRawKey(honestKey), g.joinRawKey(liarKey)
+	hid, lid := coordinator.VolunteerIDOfKey(honestKey), coordinator.VolunteerIDOfKey(liarKey)
+
+	l := honest.leases(1)[0]
+	honest.send(g.honestResult(m, l))
+	ack := honest.ack(l.ID)
+	if !ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "credited, not applied") ||
+		!strings.Contains(ack.Detail, "validation refused") {
+		t.Fatalf("the honest result: %+v; want it credited, not applied, saying validation refused it and the recomputation matched", ack)
+	}
+
+	// The liar sends the honest gradient, reversed: it climbs too, and it
+	// is not what its task computes.
+	l2 := liar.leases(1)[0]
+	lie := g.honestResult(m, l2)
+	for i := range lie.Update {
+		lie.Update[i] = -lie.Update[i]
+	}
+	liar.send(lie)
+	ack = liar.ack(l2.ID)
+	if ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "differs") {
+		t.Fatalf("the reversed gradient: %+v; want it refused, the recomputation differing", ack)
+	}
+
+	v := g.waitFor("both decided", 10*time.Second, func(v coordinator.JobView) bool {
+		return v.Rechecks.Vindicated+v.Rechecks.Refuted == 2
+	})
+	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 {
+		t.Fatalf("rechecks %+v: want two recomputed, the honest one vindicated, the liar's refuted", r)
+	}
+	if v.UpdatesApplied != 0 || v.Version != 0 {
+		t.Fatalf("applied %d updates (version %d): a result validation refused must never move the model", v.UpdatesApplied, v.Version)
+	}
+	if v.Rejections[protocol.ReasonQuarantined] != 1 {
+		t.Fatalf("rejections %v: want one quarantined (the liar's)", v.Rejections)
+	}
+	book := g.standing()
+	if h := book[hid]; h.Examples != int64(l.Count) || h.Strikes != 0 {
+		t.Fatalf("the honest volunteer: %+v; want credited %d examples and no strike", h, l.Count)
+	}
+	if b := book[lid]; b.Examples != 0 || b.Strikes != 1 {
+		t.Fatalf("the liar: %+v; want no credit and one strike", b)
+	}
+}
