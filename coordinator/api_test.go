@@ -11,6 +11,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -184,7 +185,7 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 // bounded in bytes even with a huge max_staleness: past the bound the
 // oldest go, the current version stays.
 func TestSnapshotsArePrunedPastTheCacheBound(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
 		s.MaxStaleness = 1 << 20

@@ -15,6 +15,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -50,7 +51,7 @@ func (c hostileCell) name() string {
 // round of fewer than 3 results is averaged, there being no majority to
 // trust; with one backup the slowest honest worker may miss a round, as
 // it would on a real grid.
-func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) coordinator.JobSpec {
+func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) jobspec.Spec {
 	tb.Helper()
 	size := max(3, group-1)
 	backups := max(0, group-size)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -231,7 +232,7 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs = 100 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs = 100 })
 	g := newStoredGrid(t, db, &spec)
 	// Every bad aggregate below is counted, none quarantines the relay.
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1000})
@@ -341,7 +342,7 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 // subject; a revoked relay is cut off at once and its leases requeued.
 func TestRelayIdentityIsItsCredential(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
 	g.addWorker(1, nil) // an honest local worker, all along
@@ -456,7 +457,7 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 // is it in GET /api/v1/relays and the pages' connect-src.
 func TestRelayURLsVouchedFor(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box, Approval: coordinator.RelayApprovalManual})
 	text, err := g.srv.IssueRelayCredential("r1", "ws://127.0.0.9:1/ws")

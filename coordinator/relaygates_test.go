@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
@@ -15,7 +16,7 @@ import (
 // gate may have a reference of its own); one within the gates is applied.
 func TestRelayAggregateMeetsTheGates(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1})
 	n := modelParams(t, spec)

@@ -231,7 +231,7 @@ func (j *Job) mirrorStep(now time.Time) {
 // the bound a direct result has. It also keeps an aggregate from turning
 // into one large batch computed from the versions the relay held while
 // it gathered them.
-func relayMaxResults(s *JobSpec) int { return max(1, s.MaxStaleness/2) }
+func relayMaxResults(s *jobspec.Spec) int { return max(1, s.MaxStaleness/2) }
 
 // mirrorWantsWork reports whether the relay should lease more: its queue
 // is short for its workers, and in a round mode its round is settled.

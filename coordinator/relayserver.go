@@ -206,7 +206,7 @@ func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
 
 // startMirror builds and starts the relay's copy of a root job.
 func (rt *relayRuntime) startMirror(s *Server, info relaymsg.JobInfo) error {
-	var spec JobSpec
+	var spec jobspec.Spec
 	if err := json.Unmarshal(info.Spec, &spec); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
@@ -21,7 +22,7 @@ import (
 // leased to that relay carries them.
 func TestRelayForgedClaimsRefused(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 12})
 	n := modelParams(t, spec)

@@ -9,6 +9,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -20,7 +21,7 @@ import (
 // as GET /api/v1/volunteers/standing shows them.
 func TestSpotChecksBanAForger(t *testing.T) {
 	testenv.Long(t, "trains mnist-mlp to its target")
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		// Every task 50 examples, so an ack count is an example count.
 		s.BatchSize, s.ShardSize = 50, 5000
 		s.SpotCheck = 0.2 // a newcomer's results are all but always checked

@@ -13,6 +13,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -64,7 +65,7 @@ func (g *testGrid) honestResult(m *nn.Model, l protocol.Lease) *protocol.Result 
 // record clean. The job view and /metrics count the
 // recomputations.
 func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1 // every result of a newcomer is checked
 		s.Robust.Method = "none"

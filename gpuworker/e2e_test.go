@@ -16,6 +16,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -39,7 +40,7 @@ func TestGPUWorkerTrainsMLPTo97(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	spec, err := coordinator.LoadJobSpec("mnist-mlp")
+	spec, err := jobspec.Load("mnist-mlp")
 	if err != nil {
 		t.Fatal(err)
 	}
