@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/crowdtrain
 MNIST_DIR := data/mnist
 # Packages the browser worker builds: vetted for GOOS=js GOARCH=wasm too.
-WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/... ./wasmworker/... ./cmd/wasmworker/...
+WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./wasmworker/... ./cmd/wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
@@ -230,7 +230,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=js GOARCH=wasm $(GO) vet $(WASM_PKGS)
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./worker/...
 
 clean:
 	rm -rf bin build data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js

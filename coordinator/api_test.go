@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // The API's field names are an interface other tools rely on.
@@ -141,7 +141,7 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 	}
 	srv1, hs1 := start(ln)
 
-	b, _ := cpubackend.New(1)
+	b, _ := cpu.New(1)
 	w, err := worker.New(worker.Config{Coordinator: "ws://" + addr + "/ws", Backend: b, Logf: t.Logf,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {

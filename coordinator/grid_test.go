@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 var (
@@ -135,7 +135,7 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 // Config (a volunteer key, a name).
 func (g *testGrid) addWorkerWith(threads int, wrap func(worker.Backend) worker.Backend, edit func(*worker.Config)) *worker.Worker {
 	g.t.Helper()
-	b, err := cpubackend.New(threads)
+	b, err := cpu.New(threads)
 	if err != nil {
 		g.t.Fatal(err)
 	}

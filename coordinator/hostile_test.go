@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // hostileCell is one cell of the attack matrix: a mode, an attack kind
@@ -153,7 +153,7 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	if c.attackers > 0 {
 		cfg := attack.Config{
 			Coordinator: g.wsURL(), Kind: c.kind, N: c.attackers, JobID: g.job.ID,
-			NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
+			NewBackend: func() (worker.Backend, error) { return cpu.New(1) },
 		}
 		if c.kind == attack.Sybil {
 			// One sybil is many identities from one address.

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // goTree is a tree of this repository's own Go sources of a few packages
@@ -151,15 +151,15 @@ func TestGPTMiniLearnsTokens(t *testing.T) {
 	spec.TargetLoss = unigramNats(t, spec)
 	t.Logf("unigram baseline %.3f nats/token", spec.TargetLoss)
 	g := newTestGridWith(t, spec, withTextData)
-	var cpu *cpubackend.Backend
+	var cb *cpu.Backend
 	g.addWorker(1, func(b worker.Backend) worker.Backend {
-		cpu = b.(*cpubackend.Backend)
-		cpu.SetMemoryBudget(14 << 20)
+		cb = b.(*cpu.Backend)
+		cb.SetMemoryBudget(14 << 20)
 		return b
 	})
 	v := g.waitDone(4 * time.Minute)
 	g.close()
-	if planned, micro := cpu.MemoryPlanned(); micro < 2 || micro >= 16 || planned > 14<<20 {
+	if planned, micro := cb.MemoryPlanned(); micro < 2 || micro >= 16 || planned > 14<<20 {
 		t.Errorf("the worker planned %d bytes in passes of %d examples: want micro-batches of a batch of 16 within 14 MB", planned, micro)
 	} else {
 		t.Logf("trained in micro-batches of %d examples, %.1f MB planned", micro, float64(planned)/(1<<20))

@@ -17,12 +17,12 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker/cuda"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 var (
@@ -370,7 +370,7 @@ func TestLeaseDropoutMatchesNative(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, threads := range []int{1, 4} {
-					cpu, err := cpubackend.New(threads)
+					cpu, err := cpu.New(threads)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"syscall/js"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/wasmworker/webgpu"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // BackendWebGPU is the GPU backend's name.
@@ -48,7 +48,7 @@ func openCPU(want string) (computeBackend, error) {
 	if err != nil {
 		cb.reason = fmt.Sprintf("%s is not available (%v): the scalar Go kernel", want, err)
 	}
-	b, err := cpubackend.New(1)
+	b, err := cpu.New(1)
 	cb.Backend = b
 	return cb, err
 }
@@ -58,7 +58,7 @@ func openCPU(want string) (computeBackend, error) {
 // say): a batch whose activations do not fit is computed in
 // micro-batches.
 func keepWithin(cb computeBackend, memoryMB int) {
-	if c, ok := cb.Backend.(*cpubackend.Backend); ok && memoryMB > 0 {
+	if c, ok := cb.Backend.(*cpu.Backend); ok && memoryMB > 0 {
 		c.SetMemoryBudget(int64(memoryMB) << 20)
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 func TestBenchReportsRounds(t *testing.T) {
@@ -43,7 +43,7 @@ func TestBenchReportsRounds(t *testing.T) {
 
 func newCPU(t *testing.T) worker.Backend {
 	t.Helper()
-	b, err := cpubackend.New(1)
+	b, err := cpu.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package wasmworker is the browser worker: the shared worker loop of
-// package worker with the shared CPU backend (package cpubackend) on one
+// package worker with the shared CPU backend (package worker/cpu) on one
 // thread, driven from a Web Worker (web/static/worker.js) through two
 // JavaScript functions.
 //

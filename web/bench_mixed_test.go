@@ -18,7 +18,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
@@ -26,6 +25,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // The worker kinds of a mixed crowd, as the table names them.
@@ -352,7 +352,7 @@ func workerKind(w coordinator.WorkerView) string {
 // key's, in this process until stop.
 func startVolunteerWorker(tb testing.TB, wsURL, key string) (stop func()) {
 	tb.Helper()
-	be, err := cpubackend.New(1)
+	be, err := cpu.New(1)
 	if err != nil {
 		tb.Fatal(err)
 	}

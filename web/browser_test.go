@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 
 	"github.com/chromedp/chromedp"
 
@@ -399,7 +399,7 @@ func writeArtifact(t *testing.T, name string, b []byte) {
 // startNativeWorker runs a native CPU worker in this process until stop.
 func startNativeWorker(t testing.TB, wsURL string, threads int) (stop func()) {
 	t.Helper()
-	b, err := cpubackend.New(threads)
+	b, err := cpu.New(threads)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/gpuworker"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
 )
 
 // Backend choices for --backend.
@@ -20,18 +20,18 @@ const (
 // openBackend returns the backend --backend asks for and a function that
 // releases it. auto takes the GPU when one is usable and the CPU
 // otherwise, logging which and why; the CPU trains on the GEMM kernel
-// --kernel names (see nativeworker.UseKernel), also logged.
+// --kernel names (see native.UseKernel), also logged.
 func openBackend(kind string, device, threads int, kernel string, logf func(string, ...any)) (worker.Backend, func(), error) {
 	cpu := func() (worker.Backend, func(), error) {
 		if threads < 0 {
 			return nil, nil, usagef("threads must be >= 0 (0 = one per CPU), got %d", threads)
 		}
 		// The kernel first: under auto, the backend measures them.
-		msg, err := nativeworker.UseKernel(kernel)
+		msg, err := native.UseKernel(kernel)
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := cpubackend.New(threads)
+		b, err := cpu.New(threads)
 		if err != nil {
 			return nil, nil, usagef("%v", err)
 		}

@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // serveOptions are serve's settings, as its flags set them.
@@ -376,7 +376,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range o.localWorkers {
-		b, err := cpubackend.New(o.threads)
+		b, err := cpu.New(o.threads)
 		if err != nil {
 			stopWorkers()
 			return err

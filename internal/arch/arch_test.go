@@ -51,22 +51,27 @@ func TestEveryPackageHasADoc(t *testing.T) {
 // the coordinator or storage.
 func TestImportDirections(t *testing.T) {
 	forbidden := map[string][]string{
-		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
-		"store":        {"/coordinator", "/worker", "/nativeworker", "/nn", "/dataset", "/protocol"},
-		"dataset":      {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
-		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
-		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
-		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"nn":       {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"store":    {"/coordinator", "/worker", "/nn", "/dataset", "/protocol"},
+		"dataset":  {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
+		"protocol": {"/coordinator", "/store", "/worker", "/dataset"},
+		// The loop knows no worker kind: they plug into it.
+		"worker": {"/coordinator", "/store", "/worker/cpu", "/gpuworker", "/wasmworker"},
+		// The native CPU worker's own parts: its kernel choice, the host's
+		// OpenBLAS and its manners on a volunteer's machine.
+		"worker/cpu/native":   {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"worker/cpu/openblas": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"worker/cpu/polite":   {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
 		// The CPU backend is shared by the native and the browser worker:
 		// it knows neither, nor anything a browser cannot build.
-		"cpubackend":  {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker", "/web"},
-		"gpuworker":   {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
-		"coordinator": {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
-		"wasmworker":  {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
+		"worker/cpu":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/gpuworker", "/wasmworker", "/web"},
+		"gpuworker":   {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/wasmworker"},
+		"coordinator": {"/worker", "/gpuworker", "/wasmworker"},
+		"wasmworker":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/gpuworker", "/web"},
 		// The GPU executor is shared by the CUDA and the WebGPU backend:
 		// it knows neither (they implement its Device), nor anything a
 		// browser cannot build.
-		"worker/gpu": {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/cpubackend"},
+		"worker/gpu": {"/coordinator", "/store", "/worker/cpu", "/gpuworker", "/wasmworker", "/web"},
 		// The engine and the job spec know no HTTP, protocol or database:
 		// they are plain values and flat vectors. The job spec names the
 		// built-in data sets, so it may import dataset (a leaf), and it
@@ -96,18 +101,18 @@ func TestImportDirections(t *testing.T) {
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
 		// neither; it builds on nn, rl, protocol and dataset only.
-		"compute": {"/coordinator", "/store", "/worker", "/cpubackend", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/protocol/relay", "/internal", "/cmd"},
+		"compute": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/protocol/relay", "/internal", "/cmd"},
 		// What a relay and its root say over NATS is plain messages, not
 		// even the workers' protocol beside it; the embedded NATS server
 		// knows only them.
 		"protocol/relay":   {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"internal/natsbox": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		// The pages are served by the coordinator and import nothing of ours.
-		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
+		"web": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the
 		// browser worker; they know nothing of what a test serves.
-		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
-		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
 	}
 	// A room inside a forbidden one that a rule lets in all the same: the
 	// embedded NATS server knows the relays' messages (protocol/relay),
@@ -179,7 +184,7 @@ func TestRulesApplyToSubpackages(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "cpubackend", "wasmworker", "cmd/wasmworker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "worker/cpu", "wasmworker", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",

@@ -1,4 +1,4 @@
-package cpubackend
+package cpu
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ var autoKernel atomic.Bool
 
 // SetAutoKernel makes Backends made by New afterwards choose the GEMM
 // kernel by timing their model on each (on), or run the one in use (off).
-// nativeworker.UseKernel sets it for --kernel.
+// native.UseKernel (worker/cpu/native) sets it for --kernel.
 func SetAutoKernel(on bool) { autoKernel.Store(on) }
 
 // Backend computes gradients on the CPU. With more than one thread, a batch
@@ -132,7 +132,7 @@ func (b *Backend) Gradient(params, x []float32, labels []int32, grad []float32) 
 
 func (b *Backend) gradient(params, x []float32, labels []int32, grad []float32) (float64, int, error) {
 	if b.model == nil {
-		return 0, 0, fmt.Errorf("cpubackend: Gradient before Prepare")
+		return 0, 0, fmt.Errorf("worker/cpu: Gradient before Prepare")
 	}
 	seed := b.seed
 	b.seed++

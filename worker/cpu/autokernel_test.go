@@ -1,4 +1,4 @@
-package cpubackend
+package cpu
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package nativeworker
+package native
 
 import (
 	"errors"
@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
-	"github.com/crowdtrain/crowdtrain/nativeworker/openblas"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/openblas"
 )
 
 func TestUseKernel(t *testing.T) {
@@ -20,7 +20,7 @@ func TestUseKernel(t *testing.T) {
 	if err != nil || nn.KernelName() != nn.KernelGonum || !strings.Contains(msg, "gonum") {
 		t.Fatalf("UseKernel(gonum) = %q, %v; kernel now %s", msg, err, nn.KernelName())
 	}
-	if b, _ := cpubackend.New(1); b.Name() != "cpu-gonum" {
+	if b, _ := cpu.New(1); b.Name() != "cpu-gonum" {
 		t.Errorf("backend name %q, want cpu-gonum", b.Name())
 	}
 	if _, err := UseKernel("no-such-kernel"); err == nil {
@@ -28,7 +28,7 @@ func TestUseKernel(t *testing.T) {
 	}
 
 	// auto: a provisional kernel of those present, and Backends made
-	// afterwards measure (cpubackend/autokernel_test.go).
+	// afterwards measure (worker/cpu/autokernel_test.go).
 	msg, err = UseKernel(KernelAuto)
 	if err != nil {
 		t.Fatal(err)
@@ -36,13 +36,13 @@ func TestUseKernel(t *testing.T) {
 	if !slices.Contains(nn.Kernels(), nn.KernelName()) || !strings.Contains(msg, "kernel auto") {
 		t.Errorf("auto: kernel %s (%q), not one of %v", nn.KernelName(), msg, nn.Kernels())
 	}
-	if b, _ := cpubackend.New(1); !b.Tunes() {
+	if b, _ := cpu.New(1); !b.Tunes() {
 		t.Error("a Backend made under auto does not measure the kernels")
 	}
 	if _, err := UseKernel(nn.KernelGonum); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := cpubackend.New(1); b.Tunes() {
+	if b, _ := cpu.New(1); b.Tunes() {
 		t.Error("a Backend made under a fixed kernel measures the kernels")
 	}
 

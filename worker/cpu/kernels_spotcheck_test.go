@@ -1,13 +1,13 @@
-package cpubackend_test
+package cpu_test
 
 import (
 	"testing"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/spotbench"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // Every GEMM kernel this build has computes a lease's update within the
@@ -45,7 +45,7 @@ func TestKernelsAgreeWithinSpotCheckTolerance(t *testing.T) {
 			params := make([]float32, model.NumParams)
 			model.Init(params, 5)
 			x, labels := worker.RandomBatch(model, lease.Count)
-			b, err := cpubackend.New(1)
+			b, err := cpu.New(1)
 			if err != nil {
 				t.Fatal(err)
 			}

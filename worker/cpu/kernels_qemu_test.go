@@ -1,4 +1,4 @@
-package cpubackend_test
+package cpu_test
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ import (
 // (TestAutoKernelPicksAValidKernel). Which one it takes under emulation
 // says nothing about real arm64 hardware.
 func TestArm64BackendUnderQEMU(t *testing.T) {
-	testenv.Long(t, "cross-compiles cpubackend's tests for arm64 and runs them under qemu-user")
+	testenv.Long(t, "cross-compiles worker/cpu's tests for arm64 and runs them under qemu-user")
 	out := testenv.RunTestsUnderQEMU(t, "arm64", ".", "^(TestKernelsAgreeWithinSpotCheckTolerance|TestAutoKernelPicksAValidKernel)$")
 	for _, want := range []string{
 		"--- PASS: TestKernelsAgreeWithinSpotCheckTolerance",

@@ -1,13 +1,13 @@
-package nativeworker
+package native
 
 import (
 	"fmt"
 	"os"
 	"strings"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
-	"github.com/crowdtrain/crowdtrain/nativeworker/openblas"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/openblas"
 )
 
 // KernelAuto asks UseKernel for the fastest kernel this machine has.
@@ -18,8 +18,8 @@ const KernelAuto = "auto"
 // KernelAuto or one of nn's kernel names; "openblas" loads the host's
 // OpenBLAS (an error says where it looked when there is none). With
 // KernelAuto, $CROWDTRAIN_KERNEL, when set, wins; otherwise Backends made
-// by cpubackend.New afterwards time the model they are given on every kernel and take
-// the fastest (cpubackend/autokernel.go).
+// by cpu.New afterwards time the model they are given on every kernel and take
+// the fastest (worker/cpu/autokernel.go).
 func UseKernel(name string) (string, error) {
 	if name == KernelAuto {
 		if env := os.Getenv(nn.EnvKernel); env != "" {
@@ -40,7 +40,7 @@ func UseKernel(name string) (string, error) {
 		}
 	}
 	if name != KernelAuto {
-		cpubackend.SetAutoKernel(false)
+		cpu.SetAutoKernel(false)
 		if err := nn.UseKernel(name); err != nil {
 			return "", fmt.Errorf("--kernel %s: %w, or %s where it is installed", name, err, nn.KernelOpenBLAS)
 		}
@@ -50,7 +50,7 @@ func UseKernel(name string) (string, error) {
 		return "kernel " + name, nil
 	}
 	// A provisional kernel until a Backend measures them on its model
-	// (cpubackend.Backend.Prepare); the first of Kernels is our fastest guess.
+	// (cpu.Backend.Prepare); the first of Kernels is our fastest guess.
 	names := nn.Kernels()
 	if len(names) == 0 {
 		return "", fmt.Errorf("no GEMM kernel available")
@@ -58,6 +58,6 @@ func UseKernel(name string) (string, error) {
 	if err := nn.UseKernel(names[0]); err != nil {
 		return "", err
 	}
-	cpubackend.SetAutoKernel(true)
+	cpu.SetAutoKernel(true)
 	return fmt.Sprintf("kernel auto (of %s; %s): each job's model is timed on every kernel when it arrives", strings.Join(names, ", "), blasNote), nil
 }
