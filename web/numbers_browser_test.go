@@ -27,7 +27,7 @@ import (
 // wasm-go and on wasm-simd, against the native CPU backend on the same
 // batch. The relative L2 distance of the gradients must be under 1e-6
 // (the kernels sum in other orders: float32 rounding). Under Node the
-// same check runs in package wasmworker.
+// same check runs in package worker/wasm.
 func TestBrowserGradientMatchesNative(t *testing.T) {
 	testenv.Long(t, "computes gradients in Chromium")
 	ctx := numbersPage(t)

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker/cpu"
 	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
+	"github.com/crowdtrain/crowdtrain/worker/cuda"
 )
 
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -42,8 +42,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer release()
 	var rs []float64
 	var median float64
-	if g, ok := b.(*gpuworker.Backend); ok {
-		m, err := gpuworker.Measure(g, *model, *batch, *localSteps, *rounds, *round)
+	if g, ok := b.(*cuda.Backend); ok {
+		m, err := cuda.Measure(g, *model, *batch, *localSteps, *rounds, *round)
 		if err != nil {
 			return err
 		}

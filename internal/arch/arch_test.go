@@ -56,22 +56,22 @@ func TestImportDirections(t *testing.T) {
 		"dataset":  {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
 		"protocol": {"/coordinator", "/store", "/worker", "/dataset"},
 		// The loop knows no worker kind: they plug into it.
-		"worker": {"/coordinator", "/store", "/worker/cpu", "/gpuworker", "/wasmworker"},
+		"worker": {"/coordinator", "/store", "/worker/cpu", "/worker/cuda", "/worker/wasm"},
 		// The native CPU worker's own parts: its kernel choice, the host's
 		// OpenBLAS and its manners on a volunteer's machine.
-		"worker/cpu/native":   {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
-		"worker/cpu/openblas": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
-		"worker/cpu/polite":   {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"worker/cpu/native":   {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
+		"worker/cpu/openblas": {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
+		"worker/cpu/polite":   {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
 		// The CPU backend is shared by the native and the browser worker:
 		// it knows neither, nor anything a browser cannot build.
-		"worker/cpu":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/gpuworker", "/wasmworker", "/web"},
-		"gpuworker":   {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/wasmworker"},
-		"coordinator": {"/worker", "/gpuworker", "/wasmworker"},
-		"wasmworker":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/gpuworker", "/web"},
+		"worker/cpu":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/cuda", "/worker/wasm", "/web"},
+		"worker/cuda": {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/wasm"},
+		"coordinator": {"/worker"},
+		"worker/wasm": {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/cuda", "/web"},
 		// The GPU executor is shared by the CUDA and the WebGPU backend:
 		// it knows neither (they implement its Device), nor anything a
 		// browser cannot build.
-		"worker/gpu": {"/coordinator", "/store", "/worker/cpu", "/gpuworker", "/wasmworker", "/web"},
+		"worker/gpu": {"/coordinator", "/store", "/worker/cpu", "/worker/cuda", "/worker/wasm", "/web"},
 		// The engine and the job spec know no HTTP, protocol or database:
 		// they are plain values and flat vectors. The job spec names the
 		// built-in data sets, so it may import dataset (a leaf), and it
@@ -101,18 +101,18 @@ func TestImportDirections(t *testing.T) {
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
 		// neither; it builds on nn, rl, protocol and dataset only.
-		"compute": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/protocol/relay", "/internal", "/cmd"},
+		"compute": {"/coordinator", "/store", "/worker", "/web", "/engine", "/jobspec", "/protocol/relay", "/internal", "/cmd"},
 		// What a relay and its root say over NATS is plain messages, not
 		// even the workers' protocol beside it; the embedded NATS server
 		// knows only them.
 		"protocol/relay":   {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"internal/natsbox": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		// The pages are served by the coordinator and import nothing of ours.
-		"web": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
+		"web": {"/coordinator", "/store", "/worker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the
 		// browser worker; they know nothing of what a test serves.
-		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
-		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
 	}
 	// A room inside a forbidden one that a rule lets in all the same: the
 	// embedded NATS server knows the relays' messages (protocol/relay),
@@ -152,7 +152,7 @@ func under(path string, rooms []string) bool {
 }
 
 // rulesFor is the rule of rel, or of the nearest package above it that
-// has one: a package's subpackages (wasmworker/internal/gradprobe) keep
+// has one: a package's subpackages (worker/wasm/internal/gradprobe) keep
 // its rule unless they have their own.
 func rulesFor(rules map[string][]string, rel string) ([]string, bool) {
 	for p := rel; ; {
@@ -168,10 +168,10 @@ func rulesFor(rules map[string][]string, rel string) ([]string, bool) {
 }
 
 func TestRulesApplyToSubpackages(t *testing.T) {
-	rules := map[string][]string{"wasmworker": {"/a"}, "internal/testnpy": {"/b"}}
+	rules := map[string][]string{"worker/wasm": {"/a"}, "internal/testnpy": {"/b"}}
 	for rel, want := range map[string]string{
-		"wasmworker": "/a", "wasmworker/internal/gradprobe": "/a",
-		"internal/testnpy": "/b", "internal/arch": "", "wasmworkers": "",
+		"worker/wasm": "/a", "worker/wasm/internal/gradprobe": "/a",
+		"internal/testnpy": "/b", "internal/arch": "", "worker/wasms": "", "worker": "",
 	} {
 		bad, ok := rulesFor(rules, rel)
 		if got := strings.Join(bad, ","); ok != (want != "") || got != want {
@@ -184,7 +184,7 @@ func TestRulesApplyToSubpackages(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "worker/cpu", "wasmworker", "cmd/wasmworker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "worker/cpu", "worker/wasm", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",
@@ -199,10 +199,10 @@ func TestBrowserPackagesStayLight(t *testing.T) {
 // without cgo (and without a CUDA toolkit), as must the executor it
 // shares with the browser.
 func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
-	cmd := exec.Command("go", "build", module+"/gpuworker/...", module+"/worker/gpu")
+	cmd := exec.Command("go", "build", module+"/worker/cuda/...", module+"/worker/gpu")
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)
+		t.Fatalf("CGO_ENABLED=0 go build ./worker/cuda/... ./worker/gpu: %v\n%s", err, out)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package openblas loads the host's OpenBLAS at run time (with purego, like
-// gpuworker/cuda loads the CUDA libraries) and offers its SGEMM to package
+// worker/cuda/driver loads the CUDA libraries) and offers its SGEMM to package
 // nn as a GEMM kernel, so the binary builds, ships and runs without it and
 // uses it where a volunteer's machine has it.
 //
