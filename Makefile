@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/crowdtrain
 MNIST_DIR := data/mnist
 # Packages the browser worker builds: vetted for GOOS=js GOARCH=wasm too.
-WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cpubackend/... ./wasmworker/... ./cmd/wasmworker/...
+WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cmd/wasmworker/...
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
@@ -215,14 +215,14 @@ gpu-check: data
 GPU_CARRY ?= .gpu-carry
 gpu-carry: data
 	rm -rf $(GPU_CARRY)
-	mkdir -p $(GPU_CARRY)/gpuworker/testdata $(GPU_CARRY)/gpuworker/cuda/testdata $(GPU_CARRY)/mnist
+	mkdir -p $(GPU_CARRY)/worker/cuda/testdata $(GPU_CARRY)/worker/cuda/driver/testdata $(GPU_CARRY)/mnist
 	$(GO) build -ldflags='-s -w' -o $(GPU_CARRY)/crowdtrain ./cmd/crowdtrain
-	$(GO) test -c -ldflags='-s -w' -o $(GPU_CARRY)/gpuworker.test ./gpuworker
-	gzip -9 $(GPU_CARRY)/crowdtrain $(GPU_CARRY)/gpuworker.test
+	$(GO) test -c -ldflags='-s -w' -o $(GPU_CARRY)/cuda.test ./worker/cuda
+	gzip -9 $(GPU_CARRY)/crowdtrain $(GPU_CARRY)/cuda.test
 	cp scripts/gpu-check.sh scripts/torch_bench.py $(GPU_CARRY)/
-	cp gpuworker/kernels.cu $(GPU_CARRY)/gpuworker/
-	cp gpuworker/testdata/emu.cpp $(GPU_CARRY)/gpuworker/testdata/
-	cp gpuworker/cuda/testdata/fakecuda.c $(GPU_CARRY)/gpuworker/cuda/testdata/
+	cp worker/cuda/kernels.cu $(GPU_CARRY)/worker/cuda/
+	cp worker/cuda/testdata/emu.cpp $(GPU_CARRY)/worker/cuda/testdata/
+	cp worker/cuda/driver/testdata/fakecuda.c $(GPU_CARRY)/worker/cuda/driver/testdata/
 	cp $(MNIST_DIR)/*-ubyte.gz $(GPU_CARRY)/mnist/
 
 lint:
@@ -230,7 +230,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=js GOARCH=wasm $(GO) vet $(WASM_PKGS)
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./cpubackend/... ./worker/...
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) vet ./nn/... ./worker/...
 
 clean:
 	rm -rf bin build data dist web/dist/crowdtrain.wasm web/dist/wasm_exec.js

@@ -9,7 +9,7 @@ import (
 // Reference is the pinned fp32 backend: nn's layers on one thread with
 // the pure-Go GEMM kernel (nn.KernelGo), whatever kernel the process
 // uses, so its figures are the same on every machine and equal, bit for
-// bit, a one-thread CPU worker's on that kernel (cpubackend's tests check
+// bit, a one-thread CPU worker's on that kernel (worker/cpu's tests check
 // it). The coordinator recomputes a disputed spot check on it. Its zero
 // value is ready; use it from one goroutine.
 type Reference struct {

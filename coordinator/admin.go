@@ -38,7 +38,7 @@ func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
 		writeJSON(w, map[string]bool{"signed_in": true})
 	})).Methods(http.MethodGet)
 	api.HandleFunc("/presets", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, JobPresetNames())
+		writeJSON(w, jobspec.PresetNames())
 	}).Methods(http.MethodGet)
 	api.HandleFunc("/jobs", s.admin(s.handleSubmit)).Methods(http.MethodPost)
 	api.HandleFunc("/jobs/{id}", s.admin(s.handlePatch)).Methods(http.MethodPatch)
@@ -62,7 +62,7 @@ func (s *Server) adminRoutes(r *mux.Router, api *mux.Router) {
 // writeControl answers a job control request: the job's view, or the
 // error with the status that fits it.
 func writeControl(w http.ResponseWriter, v JobView, err error) {
-	var se *SpecError
+	var se *jobspec.Error
 	switch {
 	case err == nil:
 		writeJSON(w, v)
@@ -106,7 +106,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var (
-		spec JobSpec
+		spec jobspec.Spec
 		err  error
 	)
 	switch {
@@ -118,14 +118,14 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		spec, ok = jobspec.Preset(req.Preset)
 		if !ok {
 			writeJSONStatus(w, http.StatusBadRequest, map[string]string{
-				"error":   fmt.Sprintf("unknown preset %q (presets: %s)", req.Preset, strings.Join(JobPresetNames(), ", ")),
+				"error":   fmt.Sprintf("unknown preset %q (presets: %s)", req.Preset, strings.Join(jobspec.PresetNames(), ", ")),
 				"key":     "preset",
 				"problem": "unknown preset",
 			})
 			return
 		}
 	case strings.TrimSpace(req.Spec) != "":
-		spec, err = ParseJobSpec([]byte(req.Spec))
+		spec, err = jobspec.Parse([]byte(req.Spec))
 	default:
 		writeError(w, http.StatusBadRequest, "the spec is empty: paste a YAML or JSON job spec, or pick a preset")
 		return

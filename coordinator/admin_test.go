@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
@@ -271,7 +272,7 @@ func TestChangeSettingsWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stored coordinator.JobSpec
+	var stored jobspec.Spec
 	if err := json.Unmarshal(rec.Spec, &stored); err != nil || stored.MaxStaleness != 2 || stored.OuterOptimizer.LR != 0.0005 {
 		t.Fatalf("stored spec: max_staleness %d, lr %v (%v)", stored.MaxStaleness, stored.OuterOptimizer.LR, err)
 	}
@@ -317,7 +318,7 @@ func TestMetricsEventsAndDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.TargetAccuracy = 1; s.EvalEvery = 20 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.TargetAccuracy = 1; s.EvalEvery = 20 })
 	g := newStoredGrid(t, db, &spec)
 	id := g.job.ID
 

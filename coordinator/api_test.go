@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // The API's field names are an interface other tools rely on.
@@ -140,7 +141,7 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 	}
 	srv1, hs1 := start(ln)
 
-	b, _ := cpubackend.New(1)
+	b, _ := cpu.New(1)
 	w, err := worker.New(worker.Config{Coordinator: "ws://" + addr + "/ws", Backend: b, Logf: t.Logf,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
@@ -184,7 +185,7 @@ func TestWorkerReconnectsWhenCoordinatorRestarts(t *testing.T) {
 // bounded in bytes even with a huge max_staleness: past the bound the
 // oldest go, the current version stays.
 func TestSnapshotsArePrunedPastTheCacheBound(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
 		s.MaxStaleness = 1 << 20

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -343,7 +344,7 @@ func (j *Job) endEpoch() {
 // async H=1 result is one), into versions: a diloco round of M results of
 // H steps each is M*H of them; with dynamic local steps, H is taken at its
 // most (the fastest worker's).
-func evalEveryVersions(s *JobSpec) int64 {
+func evalEveryVersions(s *jobspec.Spec) int64 {
 	per := s.TaskSteps()
 	if s.Rounds() {
 		per *= s.RoundSize

@@ -13,13 +13,14 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
 // quietJob never finishes on its own and evaluates rarely, so tests
 // control every update.
-func quietJob(t testing.TB) coordinator.JobSpec {
-	return jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+func quietJob(t testing.TB) jobspec.Spec {
+	return jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1_000_000
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -47,7 +48,7 @@ var crowdTargets = map[string]string{
 // crowdSpec is preset in mode, sized for n workers: a round holds one
 // result of each (sync, diloco), each run stops at the target or after
 // a few epochs.
-func crowdSpec(tb testing.TB, preset, mode string, n int) (coordinator.JobSpec, func(*coordinator.Config)) {
+func crowdSpec(tb testing.TB, preset, mode string, n int) (jobspec.Spec, func(*coordinator.Config)) {
 	tb.Helper()
 	y := fmt.Sprintf("name: crowd-%s-%s\nmodel: %s\neval_every: 50\nmax_epochs: 5\n%s", preset, mode, preset, crowdTargets[preset])
 	if rate := os.Getenv("CROWD_SPOT"); rate != "" {
@@ -89,7 +90,7 @@ func crowdSpec(tb testing.TB, preset, mode string, n int) (coordinator.JobSpec, 
 		y += fmt.Sprintf("dataset: {type: text, path: %q, val_fraction: 0.02}\nbatch_size: 32\n", path)
 		edit = func(cfg *coordinator.Config) { cfg.LoadData = dataset.Load }
 	}
-	s, err := coordinator.ParseJobSpec([]byte(y))
+	s, err := jobspec.Parse([]byte(y))
 	if err != nil {
 		tb.Fatalf("%s/%s: %v\n%s", preset, mode, err, y)
 	}

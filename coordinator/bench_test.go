@@ -34,7 +34,7 @@ func BenchmarkIngest(b *testing.B) {
 // benchCoordinatorIngest runs the ingest benchmark under a snapshot
 // policy; under latest each lease costs a start/started exchange too.
 func benchCoordinatorIngest(b *testing.B, snapshot string) {
-	g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Snapshot = snapshot
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
@@ -218,7 +218,7 @@ func BenchmarkTimeTo97(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.Snapshot = c.snapshot }))
+				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *jobspec.Spec) { s.Snapshot = c.snapshot }))
 				start := time.Now()
 				for range 2 {
 					g.addWorkerWith(1, nil, func(cfg *worker.Config) { cfg.StartAhead = c.ahead })

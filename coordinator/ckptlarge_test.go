@@ -18,6 +18,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -26,7 +27,7 @@ import (
 // a checkpoint holds does not depend on the data.
 func gptSmallJob(t *testing.T, id string) *Job {
 	t.Helper()
-	spec, err := LoadJobSpec("gpt-small")
+	spec, err := jobspec.Load("gpt-small")
 	if err != nil {
 		t.Fatal(err)
 	}

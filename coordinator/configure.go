@@ -19,7 +19,7 @@ const asyncWarmupTimeout = 10 * time.Second
 // new rule first closes any partial round with what it has, and every
 // lease out goes back to the queue, since its task was cut for the old
 // rule (its result would be refused as unknown_lease).
-func (j *Job) configure(spec JobSpec) error {
+func (j *Job) configure(spec jobspec.Spec) error {
 	st := &j.st
 	defer func() { j.place.Store(j.placeInfo(st.spec)) }() // route.go
 	old := st.spec
@@ -29,7 +29,7 @@ func (j *Job) configure(spec JobSpec) error {
 	if fresh || outerChanged(old, spec) {
 		opt, err := outerOptimizer(spec, n)
 		if err != nil {
-			return &SpecError{Key: "outer_optimizer", Problem: err.Error()}
+			return &jobspec.Error{Key: "outer_optimizer", Problem: err.Error()}
 		}
 		st.model.Opt, st.model.OptLR, st.model.LRScale = opt, spec.OuterOptimizer.LR, 1
 	} else {
@@ -55,7 +55,7 @@ func (j *Job) configure(spec JobSpec) error {
 		st.agg = &engine.Async{}
 	}
 	if a, ok := st.agg.(*engine.Async); ok {
-		a.MaxStaleness, a.InverseStaleness = spec.MaxStaleness, spec.StalenessLR == StalenessLRInverse
+		a.MaxStaleness, a.InverseStaleness = spec.MaxStaleness, spec.StalenessLR == jobspec.StalenessLRInverse
 		// One result at a time: every robust method but none clips it
 		// around the robust running centre.
 		switch {
@@ -94,7 +94,7 @@ func (j *Job) configure(spec JobSpec) error {
 }
 
 // outerOptimizer builds the optimizer spec's mode steps with.
-func outerOptimizer(spec JobSpec, n int) (nn.Optimizer, error) {
+func outerOptimizer(spec jobspec.Spec, n int) (nn.Optimizer, error) {
 	if spec.Mode == jobspec.ModeDiLoCo && spec.AsyncDiLoCo {
 		o := spec.OuterOptimizer
 		return nn.NewDelayedNesterov(o.LR, o.Momentum, spec.RoundSize, n)
@@ -104,16 +104,16 @@ func outerOptimizer(spec JobSpec, n int) (nn.Optimizer, error) {
 
 // outerChanged reports whether the outer optimizer must be built anew
 // (its state starts fresh): anything but its rate changed.
-func outerChanged(a, b JobSpec) bool {
+func outerChanged(a, b jobspec.Spec) bool {
 	oa, ob := a.OuterOptimizer, b.OuterOptimizer
 	oa.LR, ob.LR = 0, 0
-	delayed := func(s JobSpec) bool { return s.Mode == jobspec.ModeDiLoCo && s.AsyncDiLoCo }
+	delayed := func(s jobspec.Spec) bool { return s.Mode == jobspec.ModeDiLoCo && s.AsyncDiLoCo }
 	return oa != ob || delayed(a) != delayed(b) || (delayed(b) && a.RoundSize != b.RoundSize)
 }
 
 // ruleChanged reports whether results of leases granted under a would
 // mean something else under b.
-func ruleChanged(a, b JobSpec) bool {
+func ruleChanged(a, b jobspec.Spec) bool {
 	return a.Mode != b.Mode || a.AsyncDiLoCo != b.AsyncDiLoCo || a.InnerOptimizer != b.InnerOptimizer ||
 		a.RoundSize != b.RoundSize || a.BackupWorkers != b.BackupWorkers || a.Snapshot != b.Snapshot ||
 		a.LocalSteps != b.LocalSteps || a.DynamicLocalSteps != b.DynamicLocalSteps

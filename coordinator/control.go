@@ -25,7 +25,7 @@ var ErrTransition = errors.New("not possible in the job's state")
 // stay as they are.
 type Settings struct {
 	LR           *float64 `json:"lr,omitempty"`            // the outer optimizer's learning rate
-	MaxStaleness *int     `json:"max_staleness,omitempty"` // see JobSpec.MaxStaleness
+	MaxStaleness *int     `json:"max_staleness,omitempty"` // see jobspec.Spec.MaxStaleness
 }
 
 // control runs f on the job's loop and returns the job's view after it.
@@ -105,7 +105,7 @@ func (s *Server) UpdateJob(ctx context.Context, id string, set Settings) (JobVie
 // max_staleness, ...), as jobspec.Patch applies them. They take effect
 // from the next lease and result, are recorded as a note in the metrics
 // history, and are stored with the job's spec so a resumed job keeps
-// them. Invalid values are a *SpecError naming the key.
+// them. Invalid values are a *jobspec.Error naming the key.
 func (s *Server) PatchJob(ctx context.Context, id string, patch []byte) (JobView, error) {
 	var specJSON []byte
 	v, err := s.control(ctx, id, func(j *Job, st *jobState) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // crowdBound is the most examples two workers may take to a job's target,
@@ -27,14 +28,14 @@ var crowdBound = map[string]float64{"mnist-mlp": 1.3, "charlm-tiny": 1.3}
 func TestASecondWorkerPaysOff(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		spec func(t *testing.T) (coordinator.JobSpec, func(*coordinator.Config))
+		spec func(t *testing.T) (jobspec.Spec, func(*coordinator.Config))
 	}{
-		{"mnist-mlp", func(t *testing.T) (coordinator.JobSpec, func(*coordinator.Config)) {
-			return jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+		{"mnist-mlp", func(t *testing.T) (jobspec.Spec, func(*coordinator.Config)) {
+			return jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 				s.TargetAccuracy, s.EvalEvery, s.MaxEpochs = 0.95, 50, 3
 			}), nil
 		}},
-		{"charlm-tiny", func(t *testing.T) (coordinator.JobSpec, func(*coordinator.Config)) {
+		{"charlm-tiny", func(t *testing.T) (jobspec.Spec, func(*coordinator.Config)) {
 			text, err := dataset.BibleText()
 			if err != nil {
 				testenv.Missing(t, fmt.Sprintf("charlm-tiny trains on the King James text: %v; %s", err, dataset.BibleFix))
@@ -45,7 +46,7 @@ func TestASecondWorkerPaysOff(t *testing.T) {
 			}
 			// The charlm preset's optimizer and batch on the tiny model, to
 			// 2.8 bits per character (1.94 nats): about 400 versions alone.
-			s, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: crowd-charlm-tiny
+			s, err := jobspec.Parse([]byte(fmt.Sprintf(`name: crowd-charlm-tiny
 model: charlm-tiny
 dataset: {type: text, path: %q, val_fraction: 0.02}
 outer_optimizer: {type: adamw, lr: 0.003, weight_decay: 0.01, clip_norm: 1}
@@ -88,7 +89,7 @@ max_epochs: 1
 }
 
 // targetMet reports whether an evaluation reached spec's target.
-func targetMet(spec coordinator.JobSpec, e *coordinator.EvalResult) bool {
+func targetMet(spec jobspec.Spec, e *coordinator.EvalResult) bool {
 	if spec.TargetLoss > 0 {
 		return e.Loss <= spec.TargetLoss
 	}

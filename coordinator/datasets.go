@@ -63,7 +63,7 @@ func dataKey(d dataset.Spec, context int) string {
 // jobDataKey is dataKey with the spec's tokenizer: a tokenized text is
 // other data than its bytes, and than the same text under another
 // tokenizer.
-func jobDataKey(spec JobSpec, context int) string {
+func jobDataKey(spec jobspec.Spec, context int) string {
 	k := dataKey(spec.Dataset, context)
 	if spec.Tokenizer != nil {
 		k += "/" + tokenizerKey(spec)
@@ -73,12 +73,12 @@ func jobDataKey(spec JobSpec, context int) string {
 
 // contextOf is the window a text data set is cut to: the model's input
 // [t].
-func contextOf(spec JobSpec) (int, error) {
+func contextOf(spec jobspec.Spec) (int, error) {
 	if !spec.Dataset.IsText() {
 		return 0, nil
 	}
 	if len(spec.Model.Input) != 1 {
-		return 0, specErr("model.input", "is %s; a model of text reads [t] tokens (the context, e.g. [128])", dataset.ShapeString(spec.Model.Input))
+		return 0, jobspec.Errorf("model.input", "is %s; a model of text reads [t] tokens (the context, e.g. [128])", dataset.ShapeString(spec.Model.Input))
 	}
 	return spec.Model.Input[0], nil
 }
@@ -86,7 +86,7 @@ func contextOf(spec JobSpec) (int, error) {
 // DataOptions are the options the data spec names is loaded with: the
 // context text is cut to and, for a tokenized job (its tokenizer
 // prepared: PrepareTokenizer), the tokenizer that encodes it.
-func DataOptions(spec JobSpec) (dataset.Options, error) {
+func DataOptions(spec jobspec.Spec) (dataset.Options, error) {
 	c, err := contextOf(spec)
 	if err != nil {
 		return dataset.Options{}, err
@@ -102,7 +102,7 @@ func DataOptions(spec JobSpec) (dataset.Options, error) {
 // CheckData checks that spec's model fits train, as AddJob does, so that
 // a command can refuse a job before it changes anything. A model without
 // an input takes the shape of train's examples (jobspec.InputFromData).
-func CheckData(spec *JobSpec, train *dataset.Set) error {
+func CheckData(spec *jobspec.Spec, train *dataset.Set) error {
 	if len(spec.Model.Input) == 0 {
 		spec.Model.Input = jobspec.InputFromData(train.Shape)
 		if err := spec.Validate(); err != nil {
@@ -111,7 +111,7 @@ func CheckData(spec *JobSpec, train *dataset.Set) error {
 	}
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
-		return &SpecError{Key: "model", Problem: err.Error()}
+		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	return fitsData(model, *spec, train)
 }
@@ -120,7 +120,7 @@ func CheckData(spec *JobSpec, train *dataset.Set) error {
 // load is not remembered: installing the package or fixing the file and
 // submitting again works without a restart. A load that takes longer than
 // the timeout is refused; it goes on, and a later call takes its result.
-func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
+func (d *dataSets) get(spec jobspec.Spec) (train, test *dataset.Set, err error) {
 	spec.Dataset = JobData(spec) // rljob.go: an RL job's
 	opts, err := DataOptions(spec)
 	if err != nil {
@@ -135,7 +135,7 @@ func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
 	if d.load == nil {
 		names := d.namesLocked()
 		d.mu.Unlock()
-		return nil, nil, specErr("dataset", "%s is not loaded on this coordinator (it has: %s)", spec.Dataset, names)
+		return nil, nil, jobspec.Errorf("dataset", "%s is not loaded on this coordinator (it has: %s)", spec.Dataset, names)
 	}
 	l := d.loading[key]
 	if l == nil {
@@ -153,16 +153,16 @@ func (d *dataSets) get(spec JobSpec) (train, test *dataset.Set, err error) {
 	select {
 	case <-l.done:
 	case <-timeout:
-		return nil, nil, &SpecError{Key: "dataset", Problem: fmt.Sprintf(
+		return nil, nil, &jobspec.Error{Key: "dataset", Problem: fmt.Sprintf(
 			"loading %s did not finish in %v (it has run for %v): a file that blocks or never ends (a named pipe, a device, "+
 				"a hung network file system) or a very large one; name regular files the coordinator can read quickly, "+
 				"or start it with a longer --data-load-timeout", spec.Dataset, d.timeout, time.Since(l.started).Round(time.Millisecond))}
 	}
 	if l.err != nil {
-		se := SpecError{Key: "dataset", Problem: l.err.Error()}
+		se := jobspec.Error{Key: "dataset", Problem: l.err.Error()}
 		var ke *dataset.KeyError
 		if errors.As(l.err, &ke) {
-			se = SpecError{Key: ke.Key, Problem: ke.Problem}
+			se = jobspec.Error{Key: ke.Key, Problem: ke.Problem}
 		}
 		return nil, nil, &dataLoadError{se, l.err}
 	}
@@ -187,15 +187,16 @@ func (d *dataSets) run(key string, l *dataLoad, spec dataset.Spec, o dataset.Opt
 	l.train, l.test, l.err = d.load(spec, o)
 }
 
-// dataLoadError is a spec's data set that cannot be loaded: a *SpecError
+// dataLoadError is a spec's data set that cannot be loaded: a *jobspec.Error
 // naming the `dataset` key (so the API answers 400 with the loader's
 // advice), that also wraps the loader's error for errors.Is.
 type dataLoadError struct {
-	SpecError
-	err error
+	spec jobspec.Error
+	err  error
 }
 
-func (e *dataLoadError) Unwrap() []error { return []error{&e.SpecError, e.err} }
+func (e *dataLoadError) Error() string   { return e.spec.Error() }
+func (e *dataLoadError) Unwrap() []error { return []error{&e.spec, e.err} }
 
 func (d *dataSets) namesLocked() string {
 	var names []string
@@ -211,7 +212,7 @@ func (d *dataSets) namesLocked() string {
 // resolveData confines the files a spec submitted over the API names
 // (data, tokenizer and init) to the coordinator's data root, resolving relative
 // paths against it.
-func (s *Server) resolveData(spec *JobSpec) error {
+func (s *Server) resolveData(spec *jobspec.Spec) error {
 	root := s.cfg.DataRoot
 	if root == "" {
 		root = "."
@@ -219,9 +220,9 @@ func (s *Server) resolveData(spec *JobSpec) error {
 	if err := spec.Dataset.ResolveUnder(root); err != nil {
 		var ke *dataset.KeyError
 		if errors.As(err, &ke) {
-			return &SpecError{Key: ke.Key, Problem: ke.Problem}
+			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
 		}
-		return &SpecError{Key: "dataset", Problem: err.Error()}
+		return &jobspec.Error{Key: "dataset", Problem: err.Error()}
 	}
 	if err := resolveTokenizer(spec, root); err != nil {
 		return err

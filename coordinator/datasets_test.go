@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -55,7 +56,7 @@ func TestJobsLoadTheirDataSetOnceEach(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	specs := []coordinator.JobSpec{
+	specs := []jobspec.Spec{
 		jobSpec(t, "mnist-mlp", nil),
 		jobSpec(t, "fashion-cnn", nil),
 		jobSpec(t, "mnist-cnn", nil),
@@ -132,9 +133,9 @@ func TestMissingDataSetIsASpecError(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = srv.AddJob(jobSpec(t, "fashion-cnn", nil))
-	var se *coordinator.SpecError
+	var se *jobspec.Error
 	if !errors.As(err, &se) || se.Key != "dataset" || !errors.Is(err, missing) {
-		t.Fatalf("AddJob(fashion-cnn) = %v, want a SpecError for key dataset wrapping the loader's error", err)
+		t.Fatalf("AddJob(fashion-cnn) = %v, want a *jobspec.Error for key dataset wrapping the loader's error", err)
 	}
 	if views, _ := srv.JobViews(context.Background()); len(views) != 0 {
 		t.Fatalf("a job was added anyway: %+v", views)

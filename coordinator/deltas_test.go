@@ -33,8 +33,8 @@ func (g *testGrid) getBody(path string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-func deltaJob(t *testing.T, codec string) coordinator.JobSpec {
-	return jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+func deltaJob(t *testing.T, codec string) jobspec.Spec {
+	return jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30
 		s.MaxStaleness = 1 << 20

@@ -18,12 +18,13 @@
 // each when the checkpoint holding it is durable (relayroot.go). A relay
 // (relayserver.go) runs a copy of each of its root's jobs whose model is
 // the root's and whose Aggregator sums instead of stepping
-// (relaymirror.go); what the root says travels as package upstream.
+// (relaymirror.go); what the root says travels as package protocol/relay
+// (imported as relaymsg).
 //
 // Logs go through Config.Logger (log/slog): each message reads as the
 // printf line it was, and carries the job, worker, volunteer and relay it
 // concerns as attributes, for an operator's log pipeline (logging.go).
 //
 // coordinator imports engine, jobspec, nn, dataset, protocol, store and
-// upstream; no worker package imports it.
+// protocol/relay; no worker package imports it.
 package coordinator

@@ -8,6 +8,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -38,7 +39,7 @@ func TestMLPReaches97WithTwoWorkers(t *testing.T) {
 
 func TestCNNReaches95WithTwoWorkers(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	g := newTestGrid(t, jobSpec(t, "mnist-cnn", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-cnn", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 0.95
 		s.MaxEpochs = 2
 		s.EvalEvery = 150
@@ -70,7 +71,7 @@ func (b *slowBackend) Gradient(params, x []float32, labels []int32, grad []float
 
 func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.MaxStaleness = 2
 	}))
 	fast := g.addWorker(1, nil)
@@ -110,7 +111,7 @@ func TestStaleResultsRejectedJobStillReachesTarget(t *testing.T) {
 // asynchronous local SGD.
 func TestLocalSGDReaches95(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 0.1}
 		s.InnerOptimizer.LR = 0.1
 		s.LocalSteps = 4
@@ -138,7 +139,7 @@ func TestLocalSGDReaches95(t *testing.T) {
 // overflows, so the next evaluation's loss is NaN. (Real workers at a huge
 // rate do not always get there: the model may settle as finite garbage.)
 func TestDivergedJobFails(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.OuterOptimizer = nn.OptimizerSpec{Type: "sgd", LR: 1000}
 		s.MaxUpdateNormRatio = 0 // let the bad step through
 		s.Robust.Method = "none" // no clip, and no validation to refuse it

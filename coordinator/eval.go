@@ -67,7 +67,7 @@ func (e EvalResult) MarshalJSON() ([]byte, error) {
 // targetReached says whether an evaluation ends the job by the spec's
 // targets, and how: accuracy at or over target_accuracy, or loss at or
 // under target_loss (a zero target is none).
-func targetReached(s *JobSpec, e EvalResult) (string, bool) {
+func targetReached(s *jobspec.Spec, e EvalResult) (string, bool) {
 	switch {
 	case s.Kind == jobspec.KindRL && s.TargetAccuracy > 0 && e.Solved != nil && *e.Solved >= s.TargetAccuracy:
 		return fmt.Sprintf("reached target solved share %.4f >= %.4f at version %d", *e.Solved, s.TargetAccuracy, e.Version), true
@@ -170,7 +170,7 @@ func (j *Job) finishEval(res EvalResult, params []float32) {
 	}
 }
 
-func reachedTarget(s JobSpec, e EvalResult) bool {
+func reachedTarget(s jobspec.Spec, e EvalResult) bool {
 	_, ok := targetReached(&s, e)
 	return ok
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/onnx"
 	"github.com/crowdtrain/crowdtrain/protocol"
@@ -61,7 +62,7 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, f
 		}
 		return Export(ctx, db, sr.Best.ID, version, format, w)
 	}
-	var spec JobSpec
+	var spec jobspec.Spec
 	if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 		return ExportInfo{}, fmt.Errorf("job %s: spec: %w", jobID, err)
 	}
@@ -113,7 +114,7 @@ func Export(ctx context.Context, db *store.Store, jobID string, version int64, f
 // model spec as JSON, all a reader needs to rebuild the architecture:
 // scripts/torch_reference.py does) and "crowdtrain.spec" (the whole job
 // spec as JSON: its optimizer, batch size and data).
-func ExportMetadata(jobID string, spec JobSpec, version int64, exported string) map[string]string {
+func ExportMetadata(jobID string, spec jobspec.Spec, version int64, exported string) map[string]string {
 	modelJSON, _ := json.Marshal(spec.Model)
 	specJSON, _ := json.Marshal(spec)
 	return map[string]string{

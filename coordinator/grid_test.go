@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 var (
@@ -51,14 +52,14 @@ type testGrid struct {
 	snapshotBytes atomic.Int64
 }
 
-func newTestGrid(t testing.TB, spec coordinator.JobSpec) *testGrid {
+func newTestGrid(t testing.TB, spec jobspec.Spec) *testGrid {
 	t.Helper()
 	return newTestGridWith(t, spec, nil)
 }
 
 // newTestGridWith is newTestGrid with edit, if not nil, applied to the
 // coordinator's configuration.
-func newTestGridWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.Config)) *testGrid {
+func newTestGridWith(t testing.TB, spec jobspec.Spec, edit func(*coordinator.Config)) *testGrid {
 	t.Helper()
 	train, test := loadMNIST(t)
 	cfg := coordinator.Config{Train: train, Test: test, Logf: t.Logf, IdleRetry: 50 * time.Millisecond, AdminToken: testAdminToken}
@@ -134,7 +135,7 @@ func (g *testGrid) addWorker(threads int, wrap func(worker.Backend) worker.Backe
 // Config (a volunteer key, a name).
 func (g *testGrid) addWorkerWith(threads int, wrap func(worker.Backend) worker.Backend, edit func(*worker.Config)) *worker.Worker {
 	g.t.Helper()
-	b, err := cpubackend.New(threads)
+	b, err := cpu.New(threads)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -219,9 +220,9 @@ func (g *testGrid) waitDone(timeout time.Duration) coordinator.JobView {
 	})
 }
 
-func jobSpec(t testing.TB, preset string, edit func(*coordinator.JobSpec)) coordinator.JobSpec {
+func jobSpec(t testing.TB, preset string, edit func(*jobspec.Spec)) jobspec.Spec {
 	t.Helper()
-	s, err := coordinator.LoadJobSpec(preset)
+	s, err := jobspec.Load(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func jobSpec(t testing.TB, preset string, edit func(*coordinator.JobSpec)) coord
 	return s
 }
 
-func modelParams(t testing.TB, spec coordinator.JobSpec) int {
+func modelParams(t testing.TB, spec jobspec.Spec) int {
 	t.Helper()
 	m, err := nn.NewModel(spec.Model)
 	if err != nil {

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // hostileCell is one cell of the attack matrix: a mode, an attack kind
@@ -50,7 +51,7 @@ func (c hostileCell) name() string {
 // round of fewer than 3 results is averaged, there being no majority to
 // trust; with one backup the slowest honest worker may miss a round, as
 // it would on a real grid.
-func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) coordinator.JobSpec {
+func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) jobspec.Spec {
 	tb.Helper()
 	size := max(3, group-1)
 	backups := max(0, group-size)
@@ -152,7 +153,7 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	if c.attackers > 0 {
 		cfg := attack.Config{
 			Coordinator: g.wsURL(), Kind: c.kind, N: c.attackers, JobID: g.job.ID,
-			NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
+			NewBackend: func() (worker.Backend, error) { return cpu.New(1) },
 		}
 		if c.kind == attack.Sybil {
 			// One sybil is many identities from one address.

@@ -30,7 +30,7 @@ const maxInitHeader = 16 << 20
 
 // resolveInit confines an init file named by a spec submitted over the
 // API to the coordinator's data root, as its data files are.
-func resolveInit(spec *JobSpec, root string) error {
+func resolveInit(spec *jobspec.Spec, root string) error {
 	in := spec.Init
 	if in == nil || in.File == "" {
 		return nil
@@ -39,9 +39,9 @@ func resolveInit(spec *JobSpec, root string) error {
 	if err != nil {
 		var ke *dataset.KeyError
 		if errors.As(err, &ke) {
-			return &SpecError{Key: ke.Key, Problem: ke.Problem}
+			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
 		}
-		return &SpecError{Key: "init", Problem: err.Error()}
+		return &jobspec.Error{Key: "init", Problem: err.Error()}
 	}
 	c := *in
 	c.File = p
@@ -52,9 +52,9 @@ func resolveInit(spec *JobSpec, root string) error {
 // initParams returns the parameters spec.Init names for model (nil
 // without init), and records in spec.Init where they came from: the
 // file's SHA-256, or the version of the job's model taken. Every problem
-// is a *SpecError for the `init` key naming what is wrong: a missing,
+// is a *jobspec.Error for the `init` key naming what is wrong: a missing,
 // extra or mis-shaped tensor by name with both shapes, an unknown job.
-func (s *Server) initParams(ctx context.Context, spec *JobSpec, model *nn.Model) ([]float32, error) {
+func (s *Server) initParams(ctx context.Context, spec *jobspec.Spec, model *nn.Model) ([]float32, error) {
 	if spec.Init == nil {
 		return nil, nil
 	}
@@ -89,7 +89,7 @@ type initSource struct {
 	sum     string
 	job     string
 	version int64
-	spec    *JobSpec
+	spec    *jobspec.Spec
 	from    string // for errors
 }
 
@@ -97,7 +97,7 @@ type initSource struct {
 func readPinnedInit(in jobspec.Init, model *nn.Model) (initSource, error) {
 	src, err := readInitFile(in.File, model)
 	if err == nil && in.SHA256 != "" && src.sum != in.SHA256 {
-		err = &SpecError{Key: "init.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it is another file than the one named (leave sha256 out to take it as it is)", in.File, src.sum, in.SHA256)}
+		err = &jobspec.Error{Key: "init.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it is another file than the one named (leave sha256 out to take it as it is)", in.File, src.sum, in.SHA256)}
 	}
 	return src, err
 }
@@ -105,7 +105,7 @@ func readPinnedInit(in jobspec.Init, model *nn.Model) (initSource, error) {
 // checkSameTokenizer refuses parameters trained on other token ids than
 // the job's: with another tokenizer of the same size every shape fits,
 // but each embedding row stands for another token.
-func checkSameTokenizer(spec JobSpec, src initSource) error {
+func checkSameTokenizer(spec jobspec.Spec, src initSource) error {
 	if src.spec == nil || src.spec.Tokenizer == nil && spec.Tokenizer == nil {
 		return nil
 	}
@@ -118,7 +118,7 @@ func checkSameTokenizer(spec JobSpec, src initSource) error {
 	if have == want {
 		return nil
 	}
-	return &SpecError{Key: "init", Problem: fmt.Sprintf("%s was trained on the token ids of %s, this job reads %s: every embedding row would stand for another token. Fix: give the job the source's tokenizer (its stored spec's tokenizer), or leave init out",
+	return &jobspec.Error{Key: "init", Problem: fmt.Sprintf("%s was trained on the token ids of %s, this job reads %s: every embedding row would stand for another token. Fix: give the job the source's tokenizer (its stored spec's tokenizer), or leave init out",
 		src.from, src.spec.Tokenizer.Describe(), spec.Tokenizer.Describe())}
 }
 
@@ -145,7 +145,7 @@ func (s *Server) reinit(ctx context.Context, j *Job) error {
 	}
 	now := spec.Init
 	if in.File != "" && in.SHA256 != "" && now.SHA256 != in.SHA256 {
-		return &SpecError{Key: "init", Problem: fmt.Sprintf("%s changed since the job was created (sha256 %s, now %s), and the job has no checkpoint to start from: put the file back, or delete the job", in.File, in.SHA256, now.SHA256)}
+		return &jobspec.Error{Key: "init", Problem: fmt.Sprintf("%s changed since the job was created (sha256 %s, now %s), and the job has no checkpoint to start from: put the file back, or delete the job", in.File, in.SHA256, now.SHA256)}
 	}
 	if in.Job != "" && now.Version != in.Version {
 		j.log.Warn(fmt.Sprintf("job %s: no checkpoint saved; starting again from job %s at version %d (it was created from version %d)", j.ID, now.Job, now.Version, in.Version))
@@ -157,13 +157,13 @@ func (s *Server) reinit(ctx context.Context, j *Job) error {
 // CheckInitFile reads the file a spec's init names (none: nil) and checks
 // it against the spec's model, as AddJob will: for `serve --job`, which
 // refuses a file that does not fit before it opens its database.
-func CheckInitFile(spec JobSpec) error {
+func CheckInitFile(spec jobspec.Spec) error {
 	if spec.Init == nil || spec.Init.File == "" {
 		return nil
 	}
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
-		return &SpecError{Key: "model", Problem: err.Error()}
+		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	src, err := readPinnedInit(*spec.Init, model)
 	if err != nil {
@@ -177,7 +177,7 @@ func CheckInitFile(spec JobSpec) error {
 // be, whose tensors are exactly the model's.
 func readInitFile(path string, model *nn.Model) (initSource, error) {
 	fail := func(problem string) (initSource, error) {
-		return initSource{}, &SpecError{Key: "init", Problem: problem}
+		return initSource{}, &jobspec.Error{Key: "init", Problem: problem}
 	}
 	f, err := dataset.OpenRegular(path)
 	if err != nil {
@@ -210,7 +210,7 @@ func readInitFile(path string, model *nn.Model) (initSource, error) {
 	src := initSource{params: params, sum: hex.EncodeToString(h[:]), from: path}
 	// The tensors are all a file needs; an export's spec, when it
 	// has one, also says which tokens it was trained on.
-	var exported JobSpec
+	var exported jobspec.Spec
 	if js, ok := meta["crowdtrain.spec"]; ok && json.Unmarshal([]byte(js), &exported) == nil {
 		src.spec = &exported
 	}
@@ -221,7 +221,7 @@ func readInitFile(path string, model *nn.Model) (initSource, error) {
 // trial's) for model.
 func (s *Server) paramsOfJob(ctx context.Context, id string, model *nn.Model) (initSource, error) {
 	fail := func(format string, args ...any) (initSource, error) {
-		return initSource{}, &SpecError{Key: "init.job", Problem: fmt.Sprintf(format, args...)}
+		return initSource{}, &jobspec.Error{Key: "init.job", Problem: fmt.Sprintf(format, args...)}
 	}
 	if best, ok, err := s.bestOf(id); ok {
 		if err != nil {
@@ -273,7 +273,7 @@ func checkFinite(model *nn.Model, params []float32, from string) error {
 	for _, t := range model.Layout {
 		for i, v := range params[t.Offset : t.Offset+t.Size] {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return &SpecError{Key: "init", Problem: fmt.Sprintf("%s: tensor %q holds %v at index %d: a model cannot train from non-finite parameters", from, t.Name, v, i)}
+				return &jobspec.Error{Key: "init", Problem: fmt.Sprintf("%s: tensor %q holds %v at index %d: a model cannot train from non-finite parameters", from, t.Name, v, i)}
 			}
 		}
 	}
@@ -282,7 +282,7 @@ func checkFinite(model *nn.Model, params []float32, from string) error {
 
 // describeStart is where a job's version 0 came from, for its log line:
 // its init, or an RL job's policy.
-func describeStart(spec JobSpec) string {
+func describeStart(spec jobspec.Spec) string {
 	if spec.Policy != nil {
 		return "RL (task " + spec.RL.Task.Name + ") from the policy " + spec.Policy.Describe()
 	}

@@ -62,11 +62,11 @@ func writeInitFile(t testing.TB, b []byte) string {
 }
 
 // initProblem reads path as m's init and returns the problem, failing t
-// unless it is a *SpecError for the `init` key naming the file.
+// unless it is a *jobspec.Error for the `init` key naming the file.
 func initProblem(t *testing.T, path string, m *nn.Model) string {
 	t.Helper()
 	_, err := readInitFile(path, m)
-	var se *SpecError
+	var se *jobspec.Error
 	if !errors.As(err, &se) || se.Key != "init" {
 		t.Fatalf("got %v (%T), want a spec error for the init key", err, err)
 	}
@@ -130,7 +130,7 @@ func TestInitFileRoundTripIsBitIdentical(t *testing.T) {
 	m.Init(params, 5)
 	params[0], params[1], params[2] = float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, math.MaxFloat32
 	var b bytes.Buffer
-	spec := JobSpec{Name: "src", Model: nn.ModelSpec{Input: []int{1, 2, 2}}}
+	spec := jobspec.Spec{Name: "src", Model: nn.ModelSpec{Input: []int{1, 2, 2}}}
 	if err := nn.WriteSafetensors(&b, m.Layout, params, ExportMetadata("src-1", spec, 7, "test")); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func FuzzInitFile(f *testing.F) {
 		src, err := readInitFile(path, m)
 		got := src.params
 		if err != nil {
-			var se *SpecError
+			var se *jobspec.Error
 			if !errors.As(err, &se) || se.Key != "init" {
 				t.Fatalf("got %v (%T), want a spec error for the init key", err, err)
 			}
@@ -263,9 +263,9 @@ func TestInitFromAnotherTokenizerIsRefused(t *testing.T) {
 		{"a tokenizer, then bytes", tok("merges A"), nil, true},
 		{"bytes, then a tokenizer", nil, tok("merges A"), true},
 	} {
-		src := initSource{spec: &JobSpec{Tokenizer: c.src}, from: "job src at version 3"}
-		err := checkSameTokenizer(JobSpec{Tokenizer: c.job}, src)
-		var se *SpecError
+		src := initSource{spec: &jobspec.Spec{Tokenizer: c.src}, from: "job src at version 3"}
+		err := checkSameTokenizer(jobspec.Spec{Tokenizer: c.job}, src)
+		var se *jobspec.Error
 		switch {
 		case !c.refused && err != nil:
 			t.Errorf("%s: %v", c.name, err)
@@ -274,7 +274,7 @@ func TestInitFromAnotherTokenizerIsRefused(t *testing.T) {
 		}
 	}
 	// A file with no spec in its metadata is taken on its tensors alone.
-	if err := checkSameTokenizer(JobSpec{Tokenizer: tok("merges A")}, initSource{from: "f"}); err != nil {
+	if err := checkSameTokenizer(jobspec.Spec{Tokenizer: tok("merges A")}, initSource{from: "f"}); err != nil {
 		t.Errorf("a file without crowdtrain.spec: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -123,11 +124,11 @@ func TestInitStartsAJobFromAnExportOrAJob(t *testing.T) {
 
 	for _, c := range []struct {
 		form, init string
-		want       coordinator.JobSpec
+		want       jobspec.Spec
 	}{
-		{"file", `"src.safetensors"`, coordinator.JobSpec{Init: &coordinator.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
-		{"job", fmt.Sprintf(`{"job": %q}`, src), coordinator.JobSpec{Init: &coordinator.Init{Job: src, Version: 0}}},
-		{"pinned-file", fmt.Sprintf(`{"file": "src.safetensors", "sha256": "%x"}`, sum), coordinator.JobSpec{Init: &coordinator.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
+		{"file", `"src.safetensors"`, jobspec.Spec{Init: &jobspec.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
+		{"job", fmt.Sprintf(`{"job": %q}`, src), jobspec.Spec{Init: &jobspec.Init{Job: src, Version: 0}}},
+		{"pinned-file", fmt.Sprintf(`{"file": "src.safetensors", "sha256": "%x"}`, sum), jobspec.Spec{Init: &jobspec.Init{File: filepath.Join(realRoot, "src.safetensors"), SHA256: hex.EncodeToString(sum[:])}}},
 	} {
 		t.Run(c.form, func(t *testing.T) {
 			code, v, key, msg := g.submit(initSpec("from-"+c.form, c.init))
@@ -147,7 +148,7 @@ func TestInitStartsAJobFromAnExportOrAJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			sameBits(t, "the new job's saved version 0", got, want)
-			var stored coordinator.JobSpec
+			var stored jobspec.Spec
 			if err := json.Unmarshal([]byte(meta["crowdtrain.spec"]), &stored); err != nil || stored.Init == nil || *stored.Init != *c.want.Init {
 				t.Errorf("the stored spec records init %+v (%v), want %+v", stored.Init, err, c.want.Init)
 			}
@@ -225,7 +226,7 @@ func TestMLPStartedFromInitMatchesItsSourcesLoss(t *testing.T) {
 	}
 	defer db.Close()
 	root := t.TempDir()
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.Name, s.TargetAccuracy, s.EvalEvery = "source", 0.8, 50 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.Name, s.TargetAccuracy, s.EvalEvery = "source", 0.8, 50 })
 	g := newStoredGridWith(t, db, &spec, func(c *coordinator.Config) { c.DataRoot = root })
 	for range 2 {
 		g.addWorker(1, nil)
@@ -305,7 +306,7 @@ func TestResumedInitJobWithoutCheckpointReadsTheFileAgain(t *testing.T) {
 	}
 	want, _, _ := nn.ReadSafetensors(b.Bytes())
 	sum := sha256.Sum256(b.Bytes())
-	spec.Init = &coordinator.Init{File: file, SHA256: hex.EncodeToString(sum[:])}
+	spec.Init = &jobspec.Init{File: file, SHA256: hex.EncodeToString(sum[:])}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // A FIFO given as init is refused at once, not waited on for a writer.
@@ -25,7 +27,7 @@ func TestInitFileThatIsAFIFOIsRefused(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		var se *SpecError
+		var se *jobspec.Error
 		if !errors.As(err, &se) || se.Key != "init" || !strings.Contains(se.Problem, fifo) || !strings.Contains(se.Problem, "named pipe") {
 			t.Errorf("got %v; want an init error saying %s is a named pipe", err, fifo)
 		}

@@ -58,7 +58,7 @@ type snapshot struct {
 // immutable and served straight from their own read-locked maps.
 type Job struct {
 	ID   string
-	Spec JobSpec
+	Spec jobspec.Spec
 
 	model *nn.Model
 	test  *dataset.Set
@@ -164,7 +164,7 @@ type jobState struct {
 	// spec is the job's spec as it is now: the live settings an operator
 	// changed (mode, rates, ...) are read here, on the loop; j.Spec is the
 	// spec the job started with and never changes.
-	spec           JobSpec
+	spec           jobspec.Spec
 	members        map[string]member  // connected workers by id
 	spot           *engine.SpotChecks // spotcheck.go
 	referee        refereeState       // spotreferee.go: the coordinator's recomputations
@@ -269,10 +269,10 @@ func (j *Job) updateRates(now time.Time) {
 
 // newJob builds a job at version 0 from spec.
 // sets, when not nil, shares the encoded shards with other jobs.
-func newJob(id string, spec JobSpec, train, test *dataset.Set, leaseIDs *atomic.Uint64, log *slog.Logger, sets ...*shardSets) (*Job, error) {
+func newJob(id string, spec jobspec.Spec, train, test *dataset.Set, leaseIDs *atomic.Uint64, log *slog.Logger, sets ...*shardSets) (*Job, error) {
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
-		return nil, &SpecError{Key: "model", Problem: err.Error()}
+		return nil, &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	if err := fitsData(model, spec, train); err != nil {
 		return nil, err
@@ -421,17 +421,17 @@ const EvalWindows = 64
 
 // fitsData checks that the model's input and output fit the data set,
 // naming what to change.
-func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
+func fitsData(model *nn.Model, spec jobspec.Spec, train *dataset.Set) error {
 	if train.Kind == dataset.NextTokens {
 		if model.InputSize != train.ExampleSize() {
-			return specErr("model.input", "is %s (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
+			return jobspec.Errorf("model.input", "is %s (%d tokens) but the text is cut into windows of %d: give the model input [t] with t its context",
 				dataset.ShapeString(spec.Model.Input), model.InputSize, train.ExampleSize())
 		}
 		if err := fitsVocab(model, train); err != nil {
 			return err
 		}
 	} else if model.InputSize != train.ExampleSize() {
-		return specErr("model.input", "is %s (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
+		return jobspec.Errorf("model.input", "is %s (%d values) but %s has examples of %s: %d values; make the model's input hold %d values (input: %s)",
 			dataset.ShapeString(spec.Model.Input), model.InputSize, train.Name, train.ShapeString(), train.ExampleSize(), train.ExampleSize(), train.ShapeString())
 	}
 	if model.NumClasses < train.Classes {
@@ -439,14 +439,14 @@ func fitsData(model *nn.Model, spec JobSpec, train *dataset.Set) error {
 		if train.Kind == dataset.NextTokens {
 			what = "tokens in its vocabulary"
 		}
-		return specErr("model", "the last layer has %d outputs but the data has %d %s: give the last layer %d units", model.NumClasses, train.Classes, what, train.Classes)
+		return jobspec.Errorf("model", "the last layer has %d outputs but the data has %d %s: give the last layer %d units", model.NumClasses, train.Classes, what, train.Classes)
 	}
 	if lpe := model.LabelsPerExample; lpe != train.LabelsPerExample() {
 		if train.Kind == dataset.NextTokens {
-			return specErr("model", "predicts %d label(s) per example but text windows of %d need one per position: end the model in a per-position dense layer over the sequence (as the charlm preset does)",
+			return jobspec.Errorf("model", "predicts %d label(s) per example but text windows of %d need one per position: end the model in a per-position dense layer over the sequence (as the charlm preset does)",
 				lpe, train.LabelsPerExample())
 		}
-		return specErr("model", "predicts %d labels per example but %s has one class per example: end the model in a dense layer over the flattened input", lpe, train.Name)
+		return jobspec.Errorf("model", "predicts %d labels per example but %s has one class per example: end the model in a dense layer over the flattened input", lpe, train.Name)
 	}
 	return nil
 }
@@ -461,10 +461,10 @@ func fitsVocab(model *nn.Model, train *dataset.Set) error {
 		return nil
 	}
 	if v > train.Classes && train.Classes == 256 {
-		return specErr("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): give the job a tokenizer of %d tokens (tokenizer: {type: bpe, vocab: %d}, or a file crowdtrain tokenizer train wrote), or the embedding vocab: 256",
+		return jobspec.Errorf("model", "the embedding has a vocabulary of %d tokens but %s is read as bytes (256 tokens): give the job a tokenizer of %d tokens (tokenizer: {type: bpe, vocab: %d}, or a file crowdtrain tokenizer train wrote), or the embedding vocab: 256",
 			v, train.Name, v, v)
 	}
-	return specErr("model", "the embedding has a vocabulary of %d tokens but %s has %d: give the embedding vocab: %d", v, train.Name, train.Classes, train.Classes)
+	return jobspec.Errorf("model", "the embedding has a vocabulary of %d tokens but %s has %d: give the embedding vocab: %d", v, train.Name, train.Classes, train.Classes)
 }
 
 // ended reports whether a job in state will hand out no more work.
@@ -529,7 +529,7 @@ type JobView struct {
 	LastCheckpoint *CheckpointStats `json:"last_checkpoint"`
 	StartedAt      time.Time        `json:"started_at"`
 	DoneAt         *time.Time       `json:"done_at,omitempty"`
-	Spec           JobSpec          `json:"spec"`
+	Spec           jobspec.Spec     `json:"spec"`
 	// Mode is the spec's mode now (an operator may change it).
 	Mode string `json:"mode"`
 	// Round is the open round of a round mode, RoundResults the results

@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
@@ -18,8 +19,8 @@ import (
 
 // endlessMLP is mnist-mlp that trains until stopped: no target, no
 // evaluations in the way.
-func endlessMLP(t testing.TB, name string, weight float64) coordinator.JobSpec {
-	return jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+func endlessMLP(t testing.TB, name string, weight float64) jobspec.Spec {
+	return jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Name, s.Weight = name, weight
 		s.TargetAccuracy, s.MaxEpochs, s.EvalEvery = 0, 1000, 1<<30
 	})
@@ -116,7 +117,7 @@ func TestFairShareAcrossJobs(t *testing.T) {
 // within a second, on the same connection.
 func TestHandOffWhenJobFinishes(t *testing.T) {
 	testenv.Long(t, "trains a job through a full epoch of MNIST")
-	short := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	short := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Name, s.TargetAccuracy, s.MaxEpochs, s.EvalEvery = "short", 0, 1, 1<<30
 	})
 	g := newTestGrid(t, short)
@@ -180,7 +181,7 @@ func TestHandOffWhenJobFinishes(t *testing.T) {
 // A job that needs more memory than a browser tab offers never leases to
 // it, waits with a warning, and the tab trains a job it can hold.
 func TestJobsOnlyGetWorkersThatCanRunThem(t *testing.T) {
-	big := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	big := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Name, s.TargetAccuracy, s.MaxEpochs = "big", 0, 1000
 		s.Requires.MinMemoryMB = 4096
 	})

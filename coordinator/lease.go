@@ -6,6 +6,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -115,7 +116,7 @@ func (j *Job) leaseMessage(l *engine.Lease, baseURL string) protocol.Lease {
 	return pl
 }
 
-func innerOptimizer(s *JobSpec) protocol.InnerOptimizer {
+func innerOptimizer(s *jobspec.Spec) protocol.InnerOptimizer {
 	in := s.InnerOptimizer
 	return protocol.InnerOptimizer{Type: in.Type, LR: float32(in.LR), WeightDecay: float32(in.WeightDecay),
 		Beta1: float32(in.Beta1), Beta2: float32(in.Beta2), Epsilon: float32(in.Epsilon), ClipNorm: float32(in.ClipNorm)}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -13,11 +14,11 @@ import (
 // its shards are leased again and the epoch completes with every example.
 func TestVanishedWorkersLeasesExpireAndTheEpochCompletes(t *testing.T) {
 	testenv.Long(t, "runs a full MNIST epoch")
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 1 // never reached: the job ends at max_epochs
 		s.MaxEpochs = 1
 		s.EvalEvery = 1_000_000
-		s.LeaseTimeout = coordinator.Duration{Duration: 700 * time.Millisecond}
+		s.LeaseTimeout = jobspec.Duration{Duration: 700 * time.Millisecond}
 	}))
 	ghost := g.joinRaw()
 	taken := ghost.leases(2)

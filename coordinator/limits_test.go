@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -96,7 +97,7 @@ func TestResultsFarPastTheByteRateAreRateLimited(t *testing.T) {
 // hello is refused as rate_limited for the cool-off, saying how long.
 func TestHostageIsDroppedAndCoolsOff(t *testing.T) {
 	spec := quietJob(t)
-	spec.LeaseTimeout = coordinator.Duration{Duration: 200 * time.Millisecond}
+	spec.LeaseTimeout = jobspec.Duration{Duration: 200 * time.Millisecond}
 	g := newTestGridWith(t, spec, func(c *coordinator.Config) { c.MaxExpiriesInARow = 2 })
 	rc := g.joinRaw()
 	rc.leases(2) // held, never answered

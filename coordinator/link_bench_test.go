@@ -19,6 +19,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testlink"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -379,7 +380,7 @@ func runLinkConfig(b *testing.B, c linkConfig, n string, p testlink.Profile, tim
 	if c.model == "charlm" {
 		text = linkCharLMText(b, b.TempDir())
 	}
-	s, err := coordinator.ParseJobSpec([]byte(linkSpec(c, epochs, text)))
+	s, err := jobspec.Parse([]byte(linkSpec(c, epochs, text)))
 	if err != nil {
 		b.Fatalf("%s: %v", c.name, err)
 	}
@@ -778,7 +779,7 @@ func TestLinkConfigsParse(t *testing.T) {
 			t.Errorf("config %q twice", c.name)
 		}
 		seen[c.name] = true
-		s, err := coordinator.ParseJobSpec([]byte(linkSpec(c, linkEpochs, "kjv-prefix.txt")))
+		s, err := jobspec.Parse([]byte(linkSpec(c, linkEpochs, "kjv-prefix.txt")))
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue

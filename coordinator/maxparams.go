@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -70,17 +71,17 @@ func memTotal(sc *bufio.Scanner) (int64, bool) {
 
 // checkModelSize refuses a model larger than the server holds
 // (Config.MaxParams; 0: no limit).
-func (s *Server) checkModelSize(spec JobSpec) error {
+func (s *Server) checkModelSize(spec jobspec.Spec) error {
 	limit := s.cfg.MaxParams
 	if limit <= 0 {
 		return nil
 	}
 	m, err := nn.NewModel(spec.Model)
 	if err != nil {
-		return &SpecError{Key: "model", Problem: err.Error()}
+		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	if n := int64(m.NumParams); n > limit {
-		return specErr("model", "has %d parameters, over this coordinator's limit of %d (--max-params; at about %d bytes a parameter it would hold %s, the limit %s): "+
+		return jobspec.Errorf("model", "has %d parameters, over this coordinator's limit of %d (--max-params; at about %d bytes a parameter it would hold %s, the limit %s): "+
 			"use a smaller model, or start serve with a larger --max-params on a machine with the memory for it",
 			n, limit, BytesPerParamHeld, byteSize(n*BytesPerParamHeld), byteSize(limit*BytesPerParamHeld))
 	}

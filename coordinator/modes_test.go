@@ -8,15 +8,16 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // modeSpec parses a spec given as YAML after the quiet mnist-mlp basics,
 // so the mode's own defaults apply.
-func modeSpec(t testing.TB, yaml string) coordinator.JobSpec {
+func modeSpec(t testing.TB, yaml string) jobspec.Spec {
 	t.Helper()
-	s, err := coordinator.ParseJobSpec([]byte("name: modes\nmodel: mnist-mlp\n" + yaml))
+	s, err := jobspec.Parse([]byte("name: modes\nmodel: mnist-mlp\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

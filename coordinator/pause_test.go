@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -25,7 +26,7 @@ func (f *fakeIdle) Idle() (bool, string) {
 // has not begun, keeps its connection, and leases again once the machine
 // is idle.
 func TestIdleOnlyWorkerHandsBackAndResumes(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.LocalSteps = 1, 1
 	}))
 	det := &fakeIdle{}
@@ -99,7 +100,7 @@ func TestIdleOnlyWorkerHandsBackAndResumes(t *testing.T) {
 // A worker with a duty cycle (work --max-cpu 25%) computes about that
 // share of the wall time, against a real coordinator.
 func TestDutyCycleShareOfWallTime(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.LocalSteps = 1, 1
 	}))
 	const delay = 100 * time.Millisecond

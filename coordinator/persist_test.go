@@ -9,20 +9,21 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
 // newStoredGrid is a test grid whose coordinator keeps everything in a
 // real SQLite file.
-func newStoredGrid(t *testing.T, db *store.Store, spec *coordinator.JobSpec) *testGrid {
+func newStoredGrid(t *testing.T, db *store.Store, spec *jobspec.Spec) *testGrid {
 	t.Helper()
 	return newStoredGridWith(t, db, spec, nil)
 }
 
 // newStoredGridWith is newStoredGrid with edit, if not nil, changing the
 // coordinator's Config first.
-func newStoredGridWith(t *testing.T, db *store.Store, spec *coordinator.JobSpec, edit func(*coordinator.Config)) *testGrid {
+func newStoredGridWith(t *testing.T, db *store.Store, spec *jobspec.Spec, edit func(*coordinator.Config)) *testGrid {
 	t.Helper()
 	train, test := loadMNIST(t)
 	cfg := coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db, AdminToken: testAdminToken,
@@ -135,7 +136,7 @@ func TestFinishedJobIsNotTrainedAgain(t *testing.T) {
 	// Done within seconds: the first evaluation passes the target. (A
 	// model driven to divergence can stall first: a dead network sends
 	// the same update for every batch, and those are refused as replays.)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy = 0.5
 	})
 	g := newStoredGrid(t, db, &spec)

@@ -144,7 +144,7 @@ func pathOf(t *testing.T, u string) string {
 // version. (Named for the training shard of scripts/test-e2e.sh.)
 func TestMLPTrainsWithATinySnapshotCache(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Snapshot = jobspec.SnapshotGranted // the base is fixed long before the fetch
 		s.TargetAccuracy = 0.9
 	})
@@ -179,7 +179,7 @@ func TestMLPTrainsWithATinySnapshotCache(t *testing.T) {
 // refused as invalid. (The fast tier's check of the worker's side; the
 // training to a target is TestMLPTrainsWithATinySnapshotCache.)
 func TestWorkerNamesTheVersionServedInPlaceOfAnEvictedOne(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.Snapshot = jobspec.SnapshotGranted
 		s.TargetAccuracy = 1
 		s.EvalEvery = 1 << 30

@@ -17,8 +17,9 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 	"github.com/crowdtrain/crowdtrain/store"
-	"github.com/crowdtrain/crowdtrain/upstream"
 )
 
 // startNATS runs the embedded NATS server with a 64 KiB payload limit, so
@@ -104,15 +105,15 @@ func (f *fakeRelay) request(subject string, req, reply any) {
 	}
 }
 
-func (f *fakeRelay) join() upstream.JoinReply {
-	var r upstream.JoinReply
-	f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
+func (f *fakeRelay) join() relaymsg.JoinReply {
+	var r relaymsg.JoinReply
+	f.request(relaymsg.ControlSubject(f.name, relaymsg.OpJoin), relaymsg.Join{Relay: f.name, URL: "ws://127.0.0.9:1/ws"}, &r)
 	return r
 }
 
-func (f *fakeRelay) lease(job string, want int) upstream.LeaseReply {
-	var r upstream.LeaseReply
-	f.request(upstream.ControlSubject(f.name, upstream.OpLease), upstream.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
+func (f *fakeRelay) lease(job string, want int) relaymsg.LeaseReply {
+	var r relaymsg.LeaseReply
+	f.request(relaymsg.ControlSubject(f.name, relaymsg.OpLease), relaymsg.LeaseRequest{Relay: f.name, Job: job, Want: want}, &r)
 	if r.Error != "" {
 		f.t.Fatal(r.Error)
 	}
@@ -121,20 +122,20 @@ func (f *fakeRelay) lease(job string, want int) upstream.LeaseReply {
 
 // publish sends a to the stream in parts that fit the payload limit, as
 // a fresh message each time (a redelivery, to the root).
-func (f *fakeRelay) publish(a *upstream.Aggregate) {
+func (f *fakeRelay) publish(a *relaymsg.Aggregate) {
 	f.t.Helper()
-	body, err := upstream.Encode(a)
+	body, err := relaymsg.Encode(a)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.sent++
-	parts := upstream.Split(body, int(f.nc.MaxPayload())-4096)
+	parts := relaymsg.Split(body, int(f.nc.MaxPayload())-4096)
 	for i, p := range parts {
-		msg := nats.NewMsg(upstream.AggregateSubject(f.name))
+		msg := nats.NewMsg(relaymsg.AggregateSubject(f.name))
 		msg.Data = p
-		msg.Header.Set(upstream.HeaderAggregate, a.ID)
-		msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
-		msg.Header.Set(upstream.HeaderJob, a.Job)
+		msg.Header.Set(relaymsg.HeaderAggregate, a.ID)
+		msg.Header.Set(relaymsg.HeaderPart, relaymsg.PartHeader(i, len(parts)))
+		msg.Header.Set(relaymsg.HeaderJob, a.Job)
 		if _, err := f.js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(f.sent)+"/"+strconv.Itoa(i))); err != nil {
 			f.t.Fatal(err)
 		}
@@ -143,11 +144,11 @@ func (f *fakeRelay) publish(a *upstream.Aggregate) {
 
 // aggregateOf answers leases with a sum of small values, its own for its
 // first lease (two alike would be a replay).
-func aggregateOf(id string, relay string, job string, r upstream.LeaseReply, leases []upstream.Lease, n int) *upstream.Aggregate {
-	a := &upstream.Aggregate{ID: id, Relay: relay, Job: job, Run: r.Run, Base: r.Version, Round: r.Round, Results: len(leases), Sum: make([]float32, n)}
+func aggregateOf(id string, relay string, job string, r relaymsg.LeaseReply, leases []relaymsg.Lease, n int) *relaymsg.Aggregate {
+	a := &relaymsg.Aggregate{ID: id, Relay: relay, Job: job, Run: r.Run, Base: r.Version, Round: r.Round, Results: len(leases), Sum: make([]float32, n)}
 	for _, l := range leases {
 		a.Leases = append(a.Leases, l.ID)
-		a.Tasks = append(a.Tasks, upstream.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
+		a.Tasks = append(a.Tasks, relaymsg.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
 		a.Volunteers = append(a.Volunteers, "")
 		a.Examples += l.Count
 	}
@@ -192,7 +193,7 @@ func waitAcknowledged(t *testing.T, box *natsbox.Box) {
 	js, _ := jetstream.New(nc)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := js.Consumer(context.Background(), upstream.Stream, upstream.Consumer)
+		c, err := js.Consumer(context.Background(), relaymsg.Stream, relaymsg.Consumer)
 		if err == nil {
 			info, err := c.Info(context.Background())
 			if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
@@ -231,7 +232,7 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs = 100 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs = 100 })
 	g := newStoredGrid(t, db, &spec)
 	// Every bad aggregate below is counted, none quarantines the relay.
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1000})
@@ -247,7 +248,7 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	// The relay fetches its snapshot with the token, past the anonymous share.
 	for range 3 {
 		req, _ := http.NewRequest(http.MethodGet, g.http.URL+r.SnapshotPath, nil)
-		req.Header.Set(upstream.HeaderRelayToken, relay.join().Token)
+		req.Header.Set(relaymsg.HeaderRelayToken, relay.join().Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET snapshot: %v %v", resp, err)
@@ -263,22 +264,22 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 		t.Fatalf("after one aggregate of 2 results: version %d, applied %d, examples %d", v.Version, v.UpdatesApplied, v.ExamplesSeen)
 	}
 
-	bad := map[string]func(a *upstream.Aggregate){
-		"lease never granted": func(a *upstream.Aggregate) { a.Leases[0] = 1 << 40 },
-		"lease answered": func(a *upstream.Aggregate) {
+	bad := map[string]func(a *relaymsg.Aggregate){
+		"lease never granted": func(a *relaymsg.Aggregate) { a.Leases[0] = 1 << 40 },
+		"lease answered": func(a *relaymsg.Aggregate) {
 			a.Leases, a.Tasks, a.Volunteers = good.Leases[:1], good.Tasks[:1], good.Volunteers[:1]
 		},
-		"wrong result count": func(a *upstream.Aggregate) { a.Results = 2 },
-		"wrong examples":     func(a *upstream.Aggregate) { a.Examples++ },
-		"wrong task":         func(a *upstream.Aggregate) { a.Tasks[0].Start++ },
-		"lease twice": func(a *upstream.Aggregate) {
+		"wrong result count": func(a *relaymsg.Aggregate) { a.Results = 2 },
+		"wrong examples":     func(a *relaymsg.Aggregate) { a.Examples++ },
+		"wrong task":         func(a *relaymsg.Aggregate) { a.Tasks[0].Start++ },
+		"lease twice": func(a *relaymsg.Aggregate) {
 			a.Leases, a.Tasks, a.Volunteers = append(a.Leases, a.Leases[0]), append(a.Tasks, a.Tasks[0]), append(a.Volunteers, "")
 		},
-		"not finite":         func(a *upstream.Aggregate) { a.Sum[5] = float32(math.NaN()) },
-		"future base":        func(a *upstream.Aggregate) { a.Base = 50 },
-		"short sum":          func(a *upstream.Aggregate) { a.Sum = a.Sum[:10] },
-		"other relay's name": func(a *upstream.Aggregate) { a.Relay = "r2" },
-		"no such job":        func(a *upstream.Aggregate) { a.Job = "nope" },
+		"not finite":         func(a *relaymsg.Aggregate) { a.Sum[5] = float32(math.NaN()) },
+		"future base":        func(a *relaymsg.Aggregate) { a.Base = 50 },
+		"short sum":          func(a *relaymsg.Aggregate) { a.Sum = a.Sum[:10] },
+		"other relay's name": func(a *relaymsg.Aggregate) { a.Relay = "r2" },
+		"no such job":        func(a *relaymsg.Aggregate) { a.Job = "nope" },
 	}
 	refused := int64(0)
 	for what, spoil := range bad {
@@ -320,7 +321,7 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 	if v := g2.jobView(); v.Version != 2 || v.UpdatesApplied != 4 || v.Run != 2 {
 		t.Fatalf("after the restart: version %d, applied %d, run %d; want 2, 4, 2", v.Version, v.UpdatesApplied, v.Run)
 	}
-	for _, a := range []*upstream.Aggregate{good, late} {
+	for _, a := range []*relaymsg.Aggregate{good, late} {
 		relay.publish(a)
 	}
 	waitRelay(t, g2.srv, "r1", "both redeliveries seen", func(v coordinator.RelayView) bool { return v.AggregatesDuplicate == 2 })
@@ -341,13 +342,13 @@ func TestRelayAggregatesAppliedOnceAndBadOnesRefused(t *testing.T) {
 // subject; a revoked relay is cut off at once and its leases requeued.
 func TestRelayIdentityIsItsCredential(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box})
 	g.addWorker(1, nil) // an honest local worker, all along
 	for what, o := range map[string]nats.Option{
 		"no credential":             nil,
-		"a guessed root password":   nats.UserInfo(upstream.RootUser, "guess"),
+		"a guessed root password":   nats.UserInfo(relaymsg.RootUser, "guess"),
 		"the old shared relay user": nats.UserInfo("crowdtrain-relay", "guess"),
 	} {
 		opts := []nats.Option{}
@@ -401,7 +402,7 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 	held := r1.lease(g.job.ID, 4)
 
 	// Reading another relay's inbox, or every inbox.
-	for _, subj := range []string{"_INBOX.>", upstream.InboxPrefix("r1") + ".>", upstream.ControlSubject("r1", upstream.OpJoin)} {
+	for _, subj := range []string{"_INBOX.>", relaymsg.InboxPrefix("r1") + ".>", relaymsg.ControlSubject("r1", relaymsg.OpJoin)} {
 		if _, err := r2.nc.SubscribeSync(subj); err != nil {
 			t.Fatal(err)
 		}
@@ -409,20 +410,20 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 		refused("r2 subscribing to " + subj)
 	}
 	// Leasing, releasing or publishing as another relay, announcing a version.
-	for _, subj := range []string{upstream.ControlSubject("r1", upstream.OpLease), upstream.ControlSubject("r1", upstream.OpRelease),
-		upstream.AggregateSubject("r1"), upstream.VersionSubject(g.job.ID)} {
+	for _, subj := range []string{relaymsg.ControlSubject("r1", relaymsg.OpLease), relaymsg.ControlSubject("r1", relaymsg.OpRelease),
+		relaymsg.AggregateSubject("r1"), relaymsg.VersionSubject(g.job.ID)} {
 		r2.nc.Publish(subj, []byte(`{"relay":"r1","job":"`+g.job.ID+`","want":4,"leases":[`+strconv.FormatUint(held.Leases[0].ID, 10)+`]}`))
 		r2.nc.Flush()
 		refused("r2 publishing on " + subj)
 	}
 	// On its own subject, naming another in the body: the root refuses.
-	var lr upstream.LeaseReply
-	r2.request(upstream.ControlSubject("r2", upstream.OpLease), upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
+	var lr relaymsg.LeaseReply
+	r2.request(relaymsg.ControlSubject("r2", relaymsg.OpLease), relaymsg.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
 	if !strings.Contains(lr.Error, "cannot speak for relay") || len(lr.Leases) != 0 {
 		t.Fatalf("r2 leasing as r1 on its own subject: %+v", lr)
 	}
-	var rel upstream.Released
-	r2.request(upstream.ControlSubject("r2", upstream.OpRelease), upstream.Release{Job: g.job.ID, Leases: []uint64{held.Leases[0].ID}}, &rel)
+	var rel relaymsg.Released
+	r2.request(relaymsg.ControlSubject("r2", relaymsg.OpRelease), relaymsg.Release{Job: g.job.ID, Leases: []uint64{held.Leases[0].ID}}, &rel)
 	if rel.Released != 0 {
 		t.Fatalf("r2 released %d of r1's leases", rel.Released)
 	}
@@ -456,7 +457,7 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 // is it in GET /api/v1/relays and the pages' connect-src.
 func TestRelayURLsVouchedFor(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{Credentials: box, Approval: coordinator.RelayApprovalManual})
 	text, err := g.srv.IssueRelayCredential("r1", "ws://127.0.0.9:1/ws")
@@ -471,9 +472,9 @@ func TestRelayURLsVouchedFor(t *testing.T) {
 	}
 	r1 := fakeRelayWith(t, box, "r1", c1)
 	r2 := newFakeRelay(t, box, "r2") // registered with no URL
-	joinAt := func(f *fakeRelay, url string) upstream.JoinReply {
-		var r upstream.JoinReply
-		f.request(upstream.ControlSubject(f.name, upstream.OpJoin), upstream.Join{URL: url}, &r)
+	joinAt := func(f *fakeRelay, url string) relaymsg.JoinReply {
+		var r relaymsg.JoinReply
+		f.request(relaymsg.ControlSubject(f.name, relaymsg.OpJoin), relaymsg.Join{URL: url}, &r)
 		return r
 	}
 	listed := func() map[string]string {
@@ -523,8 +524,8 @@ func TestRelayURLsVouchedFor(t *testing.T) {
 		t.Fatalf("origins for the pages' connect-src: %q", origins)
 	}
 	// The heartbeat's URL is not believed.
-	b, _ := json.Marshal(upstream.Status{URL: "ws://evil.example:9/ws", Workers: 3})
-	r1.nc.Publish(upstream.ControlSubject("r1", upstream.OpStatus), b)
+	b, _ := json.Marshal(relaymsg.Status{URL: "ws://evil.example:9/ws", Workers: 3})
+	r1.nc.Publish(relaymsg.ControlSubject("r1", relaymsg.OpStatus), b)
 	r1.nc.Flush()
 	waitUntil(t, "r1's heartbeat seen", func() bool { return relayView(t, g.srv, "r1").Workers == 3 })
 	if l := listed(); l["r1"] != "ws://127.0.0.9:1/ws" {
@@ -550,18 +551,18 @@ func TestRelayStreamOfAnEarlierVersionGetsItsBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: relaymsg.Stream, Subjects: []string{relaymsg.SubjectAggregates + ".>"},
 		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{Durable: upstream.Consumer,
+	if _, err := js.CreateOrUpdateConsumer(ctx, relaymsg.Stream, jetstream.ConsumerConfig{Durable: relaymsg.Consumer,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxAckPending: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	spec := jobSpec(t, "mnist-mlp", nil)
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{StreamMaxBytes: 64 << 20})
-	s, err := js.Stream(ctx, upstream.Stream)
+	s, err := js.Stream(ctx, relaymsg.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestRelayStreamOfAnEarlierVersionGetsItsBounds(t *testing.T) {
 	if c := info.Config; c.MaxBytes != 64<<20 || c.MaxAge != time.Hour || c.MaxMsgsPerSubject < 64 || !c.DiscardNewPerSubject || c.Discard != jetstream.DiscardNew {
 		t.Fatalf("the stream after the upgrade: %+v", c)
 	}
-	cons, err := js.Consumer(ctx, upstream.Stream, upstream.Consumer)
+	cons, err := js.Consumer(ctx, relaymsg.Stream, relaymsg.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -603,8 +604,8 @@ func TestRelayWithdrawalStandsInAutoMode(t *testing.T) {
 	}
 	r1 := fakeRelayWith(t, box, "r1", c)
 	join := func() {
-		var r upstream.JoinReply
-		r1.request(upstream.ControlSubject("r1", upstream.OpJoin), upstream.Join{URL: "wss://r1.example/ws"}, &r)
+		var r relaymsg.JoinReply
+		r1.request(relaymsg.ControlSubject("r1", relaymsg.OpJoin), relaymsg.Join{URL: "wss://r1.example/ws"}, &r)
 		if r.Error != "" {
 			t.Fatal(r.Error)
 		}

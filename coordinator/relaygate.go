@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // relayGate is the root's side of its relays over NATS (docs/RELAYS.md):
@@ -30,7 +30,7 @@ type relayGate struct {
 	nc      *nats.Conn // control: joins, leases, releases, status, versions
 	bulk    *nats.Conn // the aggregate stream (nc unless RelayGateOptions.Bulk)
 	rootURL string
-	token   string // relays' HTTP token (upstream.HeaderRelayToken)
+	token   string // relays' HTTP token (relaymsg.HeaderRelayToken)
 	o       RelayGateOptions
 	cc      jetstream.ConsumeContext
 	subs    []*nats.Subscription
@@ -47,7 +47,7 @@ type relayGate struct {
 
 // relayRecord is what the root knows of one relay.
 type relayRecord struct {
-	upstream.Status
+	relaymsg.Status
 	LastSeen time.Time `json:"last_seen"`
 	// Applied, Refused and Duplicates count its aggregates here.
 	Applied    int64 `json:"aggregates_applied"`
@@ -150,7 +150,7 @@ type RelayGateOptions struct {
 
 // RelayCredentials is the NATS server's book of relay identities: each
 // relay its own credential, whose permissions bind it to its own
-// subjects (upstream.RelayPublish, RelaySubscribe).
+// subjects (relaymsg.RelayPublish, RelaySubscribe).
 type RelayCredentials interface {
 	// IssueRelay makes name a new credential registered with url (its
 	// volunteers' websocket URL, "" for none yet) and returns the file's
@@ -281,7 +281,7 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 	}
 	payload := bulk.MaxPayload()
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: upstream.Stream, Subjects: []string{upstream.SubjectAggregates + ".>"},
+		Name: relaymsg.Stream, Subjects: []string{relaymsg.SubjectAggregates + ".>"},
 		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute,
 		MaxBytes: o.StreamMaxBytes, MaxMsgs: relayStreamMaxMsgs, MaxAge: o.StreamMaxAge, MaxMsgSize: int32(payload),
 		// Each relay its share: a relay past it has its publishes refused
@@ -290,18 +290,18 @@ func (s *Server) ServeRelays(ctx context.Context, nc *nats.Conn, o RelayGateOpti
 	}); err != nil {
 		return fmt.Errorf("relays: the aggregates stream: %w", err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, upstream.Stream, jetstream.ConsumerConfig{
-		Durable: upstream.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait,
+	cons, err := js.CreateOrUpdateConsumer(ctx, relaymsg.Stream, jetstream.ConsumerConfig{
+		Durable: relaymsg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: relayAckWait,
 		MaxAckPending: relayMaxAckPending, MaxDeliver: relayMaxDeliver,
 	})
 	if err != nil {
 		return fmt.Errorf("relays: the root's consumer: %w", err)
 	}
 	for op, h := range map[string]nats.MsgHandler{
-		upstream.OpJoin: g.onJoin, upstream.OpLease: g.onLease, upstream.OpStatus: g.onStatus,
-		upstream.OpRelease: g.onRelease,
+		relaymsg.OpJoin: g.onJoin, relaymsg.OpLease: g.onLease, relaymsg.OpStatus: g.onStatus,
+		relaymsg.OpRelease: g.onRelease,
 	} {
-		sub, err := nc.Subscribe(upstream.ControlWildcard(op), h)
+		sub, err := nc.Subscribe(relaymsg.ControlWildcard(op), h)
 		if err != nil {
 			return err
 		}
@@ -368,22 +368,22 @@ func (g *relayGate) reply(m *nats.Msg, v any) {
 }
 
 func (g *relayGate) onJoin(m *nats.Msg) {
-	var req upstream.Join
+	var req relaymsg.Join
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		g.reply(m, upstream.JoinReply{Error: "a join is JSON: {\"relay\": NAME, \"url\": URL}"})
+		g.reply(m, relaymsg.JoinReply{Error: "a join is JSON: {\"relay\": NAME, \"url\": URL}"})
 		return
 	}
 	if why := g.admit(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.JoinReply{Error: why})
+		g.reply(m, relaymsg.JoinReply{Error: why})
 		return
 	}
 	approved, why := g.vouch(req.Relay, req.URL)
 	if why != "" {
 		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s's join REFUSED: %s", req.Relay, why), logRelay, req.Relay)
-		g.reply(m, upstream.JoinReply{Error: why})
+		g.reply(m, relaymsg.JoinReply{Error: why})
 		return
 	}
-	g.seen(upstream.Status{Relay: req.Relay, URL: req.URL}, true)
+	g.seen(relaymsg.Status{Relay: req.Relay, URL: req.URL}, true)
 	g.mu.Lock()
 	if r := g.relays[req.Relay]; r != nil {
 		if !r.Approved && !approved {
@@ -392,12 +392,12 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 		r.Approved = approved
 	}
 	g.mu.Unlock()
-	reply := upstream.JoinReply{RootURL: g.rootURL, Token: g.token}
+	reply := relaymsg.JoinReply{RootURL: g.rootURL, Token: g.token}
 	g.s.mu.Lock()
 	jobs := slices.Clone(g.s.jobs)
 	g.s.mu.Unlock()
 	for _, j := range jobs {
-		var info upstream.JobInfo
+		var info relaymsg.JobInfo
 		err := j.exec(g.s.ctx, func(st *jobState) {
 			if st.state == StateRunning {
 				info.Spec, _ = json.Marshal(st.spec)
@@ -412,40 +412,40 @@ func (g *relayGate) onJoin(m *nats.Msg) {
 }
 
 func (g *relayGate) onLease(m *nats.Msg) {
-	var req upstream.LeaseRequest
+	var req relaymsg.LeaseRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil || req.Want < 0 {
-		g.reply(m, upstream.LeaseReply{Error: "a lease request names the job and want >= 0 (0: only the newest version)"})
+		g.reply(m, relaymsg.LeaseReply{Error: "a lease request names the job and want >= 0 (0: only the newest version)"})
 		return
 	}
 	if why := g.admit(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.LeaseReply{Error: why})
+		g.reply(m, relaymsg.LeaseReply{Error: why})
 		return
 	}
 	j := g.s.job(req.Job)
 	if j == nil || j.mirror != nil {
-		g.reply(m, upstream.LeaseReply{Error: fmt.Sprintf("no job %q here", req.Job)})
+		g.reply(m, relaymsg.LeaseReply{Error: fmt.Sprintf("no job %q here", req.Job)})
 		return
 	}
-	var reply upstream.LeaseReply
+	var reply relaymsg.LeaseReply
 	if err := j.exec(g.s.ctx, func(*jobState) { reply = j.grantRelay(req) }); err != nil {
-		reply = upstream.LeaseReply{State: StateStopped, Wait: "the job's loop has stopped"}
+		reply = relaymsg.LeaseReply{State: StateStopped, Wait: "the job's loop has stopped"}
 	}
 	g.reply(m, reply)
 }
 
 func (g *relayGate) onRelease(m *nats.Msg) {
-	var req upstream.Release
+	var req relaymsg.Release
 	if err := json.Unmarshal(m.Data, &req); err != nil || len(req.Leases) > 4*maxRelayBlock {
-		g.reply(m, upstream.Released{Error: "a release names the job and at most 1024 leases"})
+		g.reply(m, relaymsg.Released{Error: "a release names the job and at most 1024 leases"})
 		return
 	}
 	if why := g.admit(m.Subject, &req.Relay); why != "" {
-		g.reply(m, upstream.Released{Error: why})
+		g.reply(m, relaymsg.Released{Error: why})
 		return
 	}
 	j := g.s.job(req.Job)
 	if j == nil || j.mirror != nil {
-		g.reply(m, upstream.Released{Error: fmt.Sprintf("no job %q here", req.Job)})
+		g.reply(m, relaymsg.Released{Error: fmt.Sprintf("no job %q here", req.Job)})
 		return
 	}
 	var n int
@@ -454,11 +454,11 @@ func (g *relayGate) onRelease(m *nats.Msg) {
 		j.releaseLeases(relayWorker(req.Relay), req.Leases, "relay "+req.Relay+" gave them back")
 		n = int(st.leasesReleased - before)
 	})
-	g.reply(m, upstream.Released{Released: n})
+	g.reply(m, relaymsg.Released{Released: n})
 }
 
 func (g *relayGate) onStatus(m *nats.Msg) {
-	var st upstream.Status
+	var st relaymsg.Status
 	if json.Unmarshal(m.Data, &st) == nil && g.identify(m.Subject, &st.Relay) == "" {
 		g.seen(st, false)
 	}
@@ -555,7 +555,7 @@ func (s *Server) ApproveRelay(name string, approve bool) (bool, error) {
 // relay publish on its own subjects alone, so the subject is its
 // identity. A message naming another relay in its body is refused.
 func (g *relayGate) identify(subject string, relay *string) string {
-	name := upstream.RelayOfControl(subject)
+	name := relaymsg.RelayOfControl(subject)
 	switch {
 	case name == "":
 		return fmt.Sprintf("%s is no relay's subject", subject)
@@ -569,7 +569,7 @@ func (g *relayGate) identify(subject string, relay *string) string {
 
 // seen records a relay's heartbeat, or its join (which says only its
 // name and URL).
-func (g *relayGate) seen(st upstream.Status, join bool) {
+func (g *relayGate) seen(st relaymsg.Status, join bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.relays[st.Relay]
@@ -730,8 +730,8 @@ func (s *Server) LiftRelayQuarantine(relay string) bool {
 // the partial aggregates and their bytes per relay. A part that cannot
 // complete is terminated, never left to be delivered again for ever.
 func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
-	relay := strings.TrimPrefix(msg.Subject(), upstream.SubjectAggregates+".")
-	if !upstream.ValidName(relay) { // an external server's permissions let it through
+	relay := strings.TrimPrefix(msg.Subject(), relaymsg.SubjectAggregates+".")
+	if !relaymsg.ValidName(relay) { // an external server's permissions let it through
 		g.mu.Lock()
 		g.partsRefused++
 		g.mu.Unlock()
@@ -744,8 +744,8 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	id := h.Get(upstream.HeaderAggregate)
-	i, n, err := upstream.ParsePart(h.Get(upstream.HeaderPart))
+	id := h.Get(relaymsg.HeaderAggregate)
+	i, n, err := relaymsg.ParsePart(h.Get(relaymsg.HeaderPart))
 	if id == "" || err != nil {
 		g.refusePart(relay, msg.Subject(), fmt.Sprintf("no valid aggregate id and part (%v)", err))
 		msg.Term()
@@ -753,10 +753,10 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	}
 	size := len(msg.Data())
 	if n == 1 {
-		g.apply(relay, msg.Subject(), h.Get(upstream.HeaderJob), msg.Data(), []jetstream.Msg{msg})
+		g.apply(relay, msg.Subject(), h.Get(relaymsg.HeaderJob), msg.Data(), []jetstream.Msg{msg})
 		return
 	}
-	jobID := h.Get(upstream.HeaderJob)
+	jobID := h.Get(relaymsg.HeaderJob)
 	j := g.s.job(jobID)
 	if j == nil || j.mirror != nil {
 		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: a part of %d names job %q, which is not here", id, n, jobID))
@@ -764,7 +764,7 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 		return
 	}
 	partSize := int(g.bulk.MaxPayload()) - 4096
-	if limit := upstream.MaxPartsFor(j.model.NumParams, partSize); n > limit || size > partSize || i < n-1 && size != partSize {
+	if limit := relaymsg.MaxPartsFor(j.model.NumParams, partSize); n > limit || size > partSize || i < n-1 && size != partSize {
 		g.refusePart(relay, msg.Subject(), fmt.Sprintf("aggregate %s: part %d/%d of %d bytes; an aggregate of job %s (%d parameters) is at most %d parts of %d bytes, each but the last full",
 			id, i, n, size, jobID, j.model.NumParams, limit, partSize))
 		msg.Term()
@@ -813,7 +813,7 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	}
 	g.mu.Unlock()
 	for _, sp := range stale {
-		g.refusePart(sp.relay, upstream.AggregateSubject(sp.relay), fmt.Sprintf("an aggregate of %d parts got %d within %v: its parts are dropped", len(sp.parts), sp.got, relayPartTimeout))
+		g.refusePart(sp.relay, relaymsg.AggregateSubject(sp.relay), fmt.Sprintf("an aggregate of %d parts got %d within %v: its parts are dropped", len(sp.parts), sp.got, relayPartTimeout))
 		sp.term()
 	}
 	switch {
@@ -864,7 +864,7 @@ func (g *relayGate) inflightBudget(j *Job) int64 {
 	if g.o.RelayInflightBytes > 0 {
 		return g.o.RelayInflightBytes
 	}
-	return max(relayMinInflight, 2*int64(upstream.MaxBytes(j.model.NumParams)))
+	return max(relayMinInflight, 2*int64(relaymsg.MaxBytes(j.model.NumParams)))
 }
 
 // apply decodes an aggregate of relay (its subject's) and hands it to its
@@ -875,7 +875,7 @@ func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []
 			m.Term()
 		}
 	}
-	a, err := upstream.Decode(body)
+	a, err := relaymsg.Decode(body)
 	if err != nil {
 		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: aggregate of relay %s on %s REFUSED: %v", relay, subject, err), logRelay, relay)
 		g.record(relay, aggForged, err.Error(), len(body), 0, 0)
@@ -927,7 +927,7 @@ func (g *relayGate) apply(relay, subject, jobHeader string, body []byte, msgs []
 // fromRelay reports whether r carries the relays' token.
 func (s *Server) fromRelay(r *http.Request) bool {
 	g := s.gate.Load()
-	t := r.Header.Get(upstream.HeaderRelayToken)
+	t := r.Header.Get(relaymsg.HeaderRelayToken)
 	return g != nil && t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(g.token)) == 1
 }
 
@@ -937,7 +937,7 @@ func (g *relayGate) announce(job string, version int64) {
 	b, _ := json.Marshal(struct {
 		Version int64 `json:"version"`
 	}{version})
-	if err := g.nc.Publish(upstream.VersionSubject(job), b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := g.nc.Publish(relaymsg.VersionSubject(job), b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		g.s.cfg.Logger.Error(fmt.Sprintf("relays: announcing version %d of job %s: %v", version, job, err), logJob, job)
 	}
 }

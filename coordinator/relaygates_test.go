@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // A relay's aggregate meets the gates a direct result meets where they
@@ -15,7 +16,7 @@ import (
 // gate may have a reference of its own); one within the gates is applied.
 func TestRelayAggregateMeetsTheGates(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 1})
 	n := modelParams(t, spec)
@@ -23,7 +24,7 @@ func TestRelayAggregateMeetsTheGates(t *testing.T) {
 	relay.join()
 	// send answers k fresh leases with a sum of scale times aggregateOf's,
 	// whose mean's norm does not depend on k.
-	send := func(id string, scale float32, k int, sum []float32) *upstream.Aggregate {
+	send := func(id string, scale float32, k int, sum []float32) *relaymsg.Aggregate {
 		t.Helper()
 		relay.join() // heard from: the root lists relays heard from lately
 		r := relay.lease(g.job.ID, k)
@@ -42,7 +43,7 @@ func TestRelayAggregateMeetsTheGates(t *testing.T) {
 	}
 	// The norm gate's warm-up: a dozen ordinary aggregates, each its own sum.
 	const warm = 12
-	var sent []*upstream.Aggregate
+	var sent []*relaymsg.Aggregate
 	for i := range warm {
 		sent = append(sent, send(fmt.Sprintf("r1-warm-%d", i), 1+float32(i)/10, 1, nil))
 		waitRelay(t, g.srv, "r1", "warm-up aggregate applied", func(v coordinator.RelayView) bool { return v.AggregatesApplied == int64(i+1) })

@@ -10,7 +10,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // A relay runs a copy of each of its root's jobs: the same spec, data and
@@ -48,13 +48,13 @@ type mirror struct {
 	results, examples, correct int
 	base                       int64
 	leases                     []uint64
-	tasks                      []upstream.Task
+	tasks                      []relaymsg.Task
 	volunteers                 []string // who answered each of leases
 	released                   []uint64
 	// toRelease are leases handed back with no aggregate to carry them:
-	// the link tells the root (upstream.Release).
+	// the link tells the root (relaymsg.Release).
 	toRelease []uint64
-	credits   map[string]*upstream.Credit
+	credits   map[string]*relaymsg.Credit
 	since     time.Time // the sum's first result
 	// strikes holds, per volunteer, the evidence of the spot checks'
 	// strikes not yet reported upstream: for each strike, the root lease
@@ -75,7 +75,7 @@ const (
 
 // upLease is a lease held from the root.
 type upLease struct {
-	upstream.Lease
+	relaymsg.Lease
 	deadline time.Time
 	answered bool
 }
@@ -134,7 +134,7 @@ func (a mirrorAggregator) Offer(c engine.Contribution) engine.Decision {
 // newMirror makes j a relay's copy of its root's job.
 func (j *Job) makeMirror(relay string, out *relayOutbox, bootID string) *mirror {
 	m := &mirror{relay: relay, out: out, wake: make(chan struct{}, 1), bootID: bootID,
-		sum: make([]float32, j.model.NumParams), credits: map[string]*upstream.Credit{}, strikes: map[string][]uint64{},
+		sum: make([]float32, j.model.NumParams), credits: map[string]*relaymsg.Credit{}, strikes: map[string][]uint64{},
 		answeredBy: map[string][]uint64{}}
 	j.mirror = m
 	st := &j.st
@@ -165,7 +165,7 @@ func (j *Job) mirrorAnswered(l *engine.Lease, volunteer string, res *protocol.Re
 		if !u.answered && u.task() == l.Task {
 			u.answered = true
 			m.leases = append(m.leases, u.ID)
-			m.tasks = append(m.tasks, upstream.Task{Shard: u.Shard, Start: u.Start, Count: u.Count})
+			m.tasks = append(m.tasks, relaymsg.Task{Shard: u.Shard, Start: u.Start, Count: u.Count})
 			m.volunteers = append(m.volunteers, volunteer)
 			if volunteer != "" {
 				if len(m.answeredBy) >= maxEvidenceKept {
@@ -182,7 +182,7 @@ func (j *Job) mirrorAnswered(l *engine.Lease, volunteer string, res *protocol.Re
 	if volunteer != "" {
 		c := m.credits[volunteer]
 		if c == nil {
-			c = &upstream.Credit{Volunteer: volunteer}
+			c = &relaymsg.Credit{Volunteer: volunteer}
 			m.credits[volunteer] = c
 		}
 		c.Examples += int64(res.Examples)
@@ -231,7 +231,7 @@ func (j *Job) mirrorStep(now time.Time) {
 // the bound a direct result has. It also keeps an aggregate from turning
 // into one large batch computed from the versions the relay held while
 // it gathered them.
-func relayMaxResults(s *JobSpec) int { return max(1, s.MaxStaleness/2) }
+func relayMaxResults(s *jobspec.Spec) int { return max(1, s.MaxStaleness/2) }
 
 // mirrorWantsWork reports whether the relay should lease more: its queue
 // is short for its workers, and in a round mode its round is settled.
@@ -280,22 +280,22 @@ func (j *Job) mirrorFlush() {
 		return
 	}
 	m.seq++
-	a := &upstream.Aggregate{
+	a := &relaymsg.Aggregate{
 		ID: m.relay + "-" + m.bootID + "-" + strconv.FormatUint(m.seq, 10), Relay: m.relay, Job: j.ID, Run: m.run,
 		Base: m.base - m.offset, Round: m.round, Leases: m.leases, Tasks: m.tasks, Volunteers: m.volunteers, Released: m.released,
 		Results: m.results, Examples: m.examples, Correct: m.correct, Sum: slices.Clone(m.sum),
 	}
 	strikes := 0
 	for v, ev := range m.strikes {
-		// The root takes at most upstream.MaxStrikes an aggregate; the
+		// The root takes at most relaymsg.MaxStrikes an aggregate; the
 		// rest wait for the next.
-		ev = ev[:min(len(ev), upstream.MaxStrikes-strikes)]
+		ev = ev[:min(len(ev), relaymsg.MaxStrikes-strikes)]
 		if len(ev) == 0 {
 			continue
 		}
 		strikes += len(ev)
 		if m.credits[v] == nil {
-			m.credits[v] = &upstream.Credit{Volunteer: v}
+			m.credits[v] = &relaymsg.Credit{Volunteer: v}
 		}
 		m.credits[v].Strikes, m.credits[v].Evidence = len(ev), ev
 		if m.strikes[v] = m.strikes[v][len(ev):]; len(m.strikes[v]) == 0 {
@@ -321,7 +321,7 @@ func (j *Job) mirrorFlush() {
 
 // mirrorBlock takes a block the root leased (params: the snapshot of its
 // version, nil when the relay holds that version already).
-func (j *Job) mirrorBlock(r upstream.LeaseReply, params []float32, now time.Time) {
+func (j *Job) mirrorBlock(r relaymsg.LeaseReply, params []float32, now time.Time) {
 	m, st := j.mirror, &j.st
 	if r.Run != m.run && m.run != 0 && st.model.Version >= 0 {
 		m.offset = st.model.Version + 1 - r.Version

@@ -7,7 +7,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/protocol"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // The root's side of relays, on the job's loop: a relay holds leases
@@ -147,9 +147,9 @@ func (r *recentIDs) restore(ids []string) {
 
 // grantRelay leases up to req.Want tasks to a relay, all from the newest
 // version, published for it to fetch.
-func (j *Job) grantRelay(req upstream.LeaseRequest) upstream.LeaseReply {
+func (j *Job) grantRelay(req relaymsg.LeaseRequest) relaymsg.LeaseReply {
 	st := &j.st
-	reply := upstream.LeaseReply{Run: j.run, State: st.state, Version: st.model.Version}
+	reply := relaymsg.LeaseReply{Run: j.run, State: st.state, Version: st.model.Version}
 	if st.state != StateRunning {
 		reply.Wait = "job is " + st.state
 		return reply
@@ -196,7 +196,7 @@ func (j *Job) grantRelay(req upstream.LeaseRequest) upstream.LeaseReply {
 		l.Deadline = now.Add(2 * st.sched.LeaseTimeout)
 		st.leasesIssued++
 		reply.Round = round
-		reply.Leases = append(reply.Leases, upstream.Lease{ID: l.ID, Shard: l.Task.Shard, Start: l.Task.Start, Count: l.Task.Count,
+		reply.Leases = append(reply.Leases, relaymsg.Lease{ID: l.ID, Shard: l.Task.Shard, Start: l.Task.Start, Count: l.Task.Count,
 			LocalSteps: l.LocalSteps, DeadlineUnixMs: l.Deadline.UnixMilli()})
 	}
 	return reply
@@ -218,7 +218,7 @@ const (
 // acknowledges it on the stream: run once the checkpoint holding it is
 // durable (at once without a store), and never for a refusal, which the
 // caller terminates.
-func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail string) {
+func (j *Job) applyAggregate(a *relaymsg.Aggregate, ack func()) (verdict, detail string) {
 	st := &j.st
 	refuse := func(format string, args ...any) (string, string) {
 		st.relay.refused++
@@ -359,7 +359,7 @@ func (j *Job) applyAggregate(a *upstream.Aggregate, ack func()) (verdict, detail
 // its leases by CheckCredits) and its strikes, each only where its
 // evidence is a lease of the relay answered by that volunteer, here or
 // in an earlier aggregate; it returns how many strikes it refused.
-func (j *Job) creditAggregate(a *upstream.Aggregate) (dropped int) {
+func (j *Job) creditAggregate(a *relaymsg.Aggregate) (dropped int) {
 	st := &j.st
 	if st.relay.owners == nil {
 		st.relay.owners = map[string]*leaseOwners{}
@@ -394,7 +394,7 @@ func (j *Job) creditAggregate(a *upstream.Aggregate) (dropped int) {
 }
 
 // checkAggregate is why a is malformed for this job, or "".
-func (j *Job) checkAggregate(a *upstream.Aggregate) string {
+func (j *Job) checkAggregate(a *relaymsg.Aggregate) string {
 	examples := 0
 	seen := map[uint64]bool{}
 	for _, id := range slices.Concat(a.Leases, a.Released) {

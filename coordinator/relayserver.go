@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdtrain/crowdtrain/protocol"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // RelayOptions configure a Server that relays for a root (RunRelay).
@@ -56,7 +56,7 @@ type relayRuntime struct {
 // by back-pressure: a relay whose outbox is full leases nothing more.
 type relayOutbox struct {
 	mu     sync.Mutex
-	q      []*upstream.Aggregate
+	q      []*relaymsg.Aggregate
 	signal chan struct{}
 	// Counters for the heartbeat.
 	bytes, published atomic.Int64
@@ -66,7 +66,7 @@ type relayOutbox struct {
 // stops leasing.
 const maxOutbox = 32
 
-func (o *relayOutbox) push(a *upstream.Aggregate) {
+func (o *relayOutbox) push(a *relaymsg.Aggregate) {
 	o.mu.Lock()
 	o.q = append(o.q, a)
 	o.mu.Unlock()
@@ -82,7 +82,7 @@ func (o *relayOutbox) full() bool {
 	return len(o.q) >= maxOutbox
 }
 
-func (o *relayOutbox) peek() *upstream.Aggregate {
+func (o *relayOutbox) peek() *relaymsg.Aggregate {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.q) == 0 {
@@ -101,7 +101,7 @@ func (o *relayOutbox) pop() {
 // each running job of the root and keeps its copies fed with leased
 // blocks. It returns once joined; Close stops it.
 func (s *Server) RunRelay(ctx context.Context, o RelayOptions) error {
-	if !upstream.ValidName(o.Name) {
+	if !relaymsg.ValidName(o.Name) {
 		return fmt.Errorf("relay name %q: use letters, digits, - and _ (up to 64)", o.Name)
 	}
 	if o.HTTP == nil {
@@ -119,9 +119,9 @@ func (s *Server) RunRelay(ctx context.Context, o RelayOptions) error {
 		rt.cancel()
 		return err
 	}
-	if _, err := o.NATS.Subscribe(upstream.SubjectVersions+".>", func(m *nats.Msg) {
+	if _, err := o.NATS.Subscribe(relaymsg.SubjectVersions+".>", func(m *nats.Msg) {
 		rt.mu.Lock()
-		w := rt.wakes[m.Subject[len(upstream.SubjectVersions)+1:]]
+		w := rt.wakes[m.Subject[len(relaymsg.SubjectVersions)+1:]]
 		rt.mu.Unlock()
 		if w != nil {
 			select {
@@ -178,8 +178,8 @@ func (rt *relayRuntime) request(ctx context.Context, subject string, req, reply 
 
 // join asks the root for its jobs and starts a copy of each new one.
 func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
-	var reply upstream.JoinReply
-	if err := rt.request(ctx, upstream.ControlSubject(rt.o.Name, upstream.OpJoin), upstream.Join{Relay: rt.o.Name, URL: rt.o.URL}, &reply); err != nil {
+	var reply relaymsg.JoinReply
+	if err := rt.request(ctx, relaymsg.ControlSubject(rt.o.Name, relaymsg.OpJoin), relaymsg.Join{Relay: rt.o.Name, URL: rt.o.URL}, &reply); err != nil {
 		return fmt.Errorf("joining the root: %w (is `crowdtrain serve --nats-listen` running there, and is --creds the credential `crowdtrain relay-credential %s` wrote?)", err, rt.o.Name)
 	}
 	if reply.Error != "" {
@@ -205,8 +205,8 @@ func (rt *relayRuntime) join(ctx context.Context, s *Server) error {
 }
 
 // startMirror builds and starts the relay's copy of a root job.
-func (rt *relayRuntime) startMirror(s *Server, info upstream.JobInfo) error {
-	var spec JobSpec
+func (rt *relayRuntime) startMirror(s *Server, info relaymsg.JobInfo) error {
+	var spec jobspec.Spec
 	if err := json.Unmarshal(info.Spec, &spec); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
@@ -282,8 +282,8 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 		if want == 0 && !refresh {
 			continue
 		}
-		var reply upstream.LeaseReply
-		err := rt.request(rt.ctx, upstream.ControlSubject(rt.o.Name, upstream.OpLease), upstream.LeaseRequest{Relay: rt.o.Name, Job: j.ID, Want: want, Answered: answered}, &reply)
+		var reply relaymsg.LeaseReply
+		err := rt.request(rt.ctx, relaymsg.ControlSubject(rt.o.Name, relaymsg.OpLease), relaymsg.LeaseRequest{Relay: rt.o.Name, Job: j.ID, Want: want, Answered: answered}, &reply)
 		if err == nil && reply.Error != "" {
 			err = fmt.Errorf("%s", reply.Error)
 		}
@@ -324,8 +324,8 @@ func (rt *relayRuntime) feed(s *Server, j *Job, announced chan struct{}) {
 
 // release hands leases back to the root undone.
 func (rt *relayRuntime) release(job string, ids []uint64) {
-	var reply upstream.Released
-	if err := rt.request(rt.ctx, upstream.ControlSubject(rt.o.Name, upstream.OpRelease), upstream.Release{Relay: rt.o.Name, Job: job, Leases: ids}, &reply); err != nil {
+	var reply relaymsg.Released
+	if err := rt.request(rt.ctx, relaymsg.ControlSubject(rt.o.Name, relaymsg.OpRelease), relaymsg.Release{Relay: rt.o.Name, Job: job, Leases: ids}, &reply); err != nil {
 		return // they expire at the root
 	}
 }
@@ -340,7 +340,7 @@ func (rt *relayRuntime) fetchSnapshot(path string, n int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set(upstream.HeaderRelayToken, token)
+	req.Header.Set(relaymsg.HeaderRelayToken, token)
 	resp, err := rt.o.HTTP.Do(req)
 	if err != nil {
 		return nil, err
@@ -364,7 +364,7 @@ func (rt *relayRuntime) fetchSnapshot(path string, n int) ([]float32, error) {
 // until JetStream has it (a message id makes a resend harmless).
 func (rt *relayRuntime) publish(s *Server) {
 	defer rt.wg.Done()
-	subject := upstream.AggregateSubject(rt.o.Name)
+	subject := relaymsg.AggregateSubject(rt.o.Name)
 	wait := 100 * time.Millisecond
 	for {
 		a := rt.out.peek()
@@ -376,21 +376,21 @@ func (rt *relayRuntime) publish(s *Server) {
 				continue
 			}
 		}
-		body, err := upstream.Encode(a)
+		body, err := relaymsg.Encode(a)
 		if err != nil {
 			s.cfg.Logger.Error(fmt.Sprintf("relay: aggregate %s: %v: dropped", a.ID, err))
 			rt.out.pop()
 			continue
 		}
 		// Room for the headers: the payload limit counts them.
-		parts := upstream.Split(body, int(rt.o.NATS.MaxPayload())-4096)
+		parts := relaymsg.Split(body, int(rt.o.NATS.MaxPayload())-4096)
 		err = nil
 		for i, p := range parts {
 			msg := nats.NewMsg(subject)
 			msg.Data = p
-			msg.Header.Set(upstream.HeaderAggregate, a.ID)
-			msg.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
-			msg.Header.Set(upstream.HeaderJob, a.Job)
+			msg.Header.Set(relaymsg.HeaderAggregate, a.ID)
+			msg.Header.Set(relaymsg.HeaderPart, relaymsg.PartHeader(i, len(parts)))
+			msg.Header.Set(relaymsg.HeaderJob, a.Job)
 			ctx, cancel := context.WithTimeout(rt.ctx, 10*time.Second)
 			_, err = rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(i)))
 			cancel()
@@ -422,10 +422,10 @@ func (rt *relayRuntime) heartbeat(s *Server) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for n := 0; ; n++ {
-		st := upstream.Status{Relay: rt.o.Name, URL: rt.o.URL, Workers: s.connectedWorkers(),
+		st := relaymsg.Status{Relay: rt.o.Name, URL: rt.o.URL, Workers: s.connectedWorkers(),
 			UpstreamBytes: rt.out.bytes.Load(), Aggregates: rt.out.published.Load()}
 		b, _ := json.Marshal(st)
-		rt.o.NATS.Publish(upstream.ControlSubject(rt.o.Name, upstream.OpStatus), b)
+		rt.o.NATS.Publish(relaymsg.ControlSubject(rt.o.Name, relaymsg.OpStatus), b)
 		if n%5 == 4 {
 			if err := rt.join(rt.ctx, s); err != nil && rt.ctx.Err() == nil {
 				s.cfg.Logf("relay: %v", err)

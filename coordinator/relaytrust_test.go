@@ -13,7 +13,8 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	"github.com/crowdtrain/crowdtrain/jobspec"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // forgedRelay is a relay with the root's credentials that lies in its
@@ -21,7 +22,7 @@ import (
 // leased to that relay carries them.
 func TestRelayForgedClaimsRefused(t *testing.T) {
 	box := startNATS(t)
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) { s.MaxEpochs, s.TargetAccuracy = 100, 0 })
 	g := newTestGridWith(t, spec, nil)
 	serveRelaysWith(t, g, box, coordinator.RelayGateOptions{QuarantineAfter: 12})
 	n := modelParams(t, spec)
@@ -46,12 +47,12 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 	}
 	const honest, other = "k-00000000000000aa", "k-00000000000000bb"
 	next := 0
-	take := func(k int) []upstream.Lease {
+	take := func(k int) []relaymsg.Lease {
 		ls := r.Leases[next : next+k]
 		next += k
 		return ls
 	}
-	credited := func(a *upstream.Aggregate, who ...string) *upstream.Aggregate {
+	credited := func(a *relaymsg.Aggregate, who ...string) *relaymsg.Aggregate {
 		owed := map[string]int64{}
 		for i := range a.Leases {
 			a.Volunteers[i] = who[i%len(who)]
@@ -59,7 +60,7 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 		}
 		for _, v := range who {
 			if owed[v] > 0 {
-				a.Credits = append(a.Credits, upstream.Credit{Volunteer: v, Examples: owed[v]})
+				a.Credits = append(a.Credits, relaymsg.Credit{Volunteer: v, Examples: owed[v]})
 				owed[v] = 0
 			}
 		}
@@ -68,7 +69,7 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 	applied := func() int64 { return relayAdmin(t, g, "r1").AggregatesApplied }
 	// The local worker moves the model: each aggregate computes from the
 	// newest version, so it is never stale.
-	publish := func(a *upstream.Aggregate) {
+	publish := func(a *relaymsg.Aggregate) {
 		a.Base = g.jobView().Version
 		relay.publish(a)
 	}
@@ -84,19 +85,19 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 
 	// Forged claims: each refused whole, counted against the relay, the
 	// model and the ledger untouched.
-	forged := map[string]func(a *upstream.Aggregate){
-		"a foreign volunteer": func(a *upstream.Aggregate) {
-			a.Credits = append(a.Credits, upstream.Credit{Volunteer: local, Examples: 3e15})
+	forged := map[string]func(a *relaymsg.Aggregate){
+		"a foreign volunteer": func(a *relaymsg.Aggregate) {
+			a.Credits = append(a.Credits, relaymsg.Credit{Volunteer: local, Examples: 3e15})
 		},
-		"a negative amount": func(a *upstream.Aggregate) {
+		"a negative amount": func(a *relaymsg.Aggregate) {
 			a.Credits[0].Examples, a.Credits[1].Examples = -a.Credits[1].Examples, a.Credits[1].Examples+a.Credits[0].Examples+a.Credits[1].Examples
 		},
-		"a sum that disagrees": func(a *upstream.Aggregate) { a.Credits[0].Examples += 1000 },
-		"strikes over the cap": func(a *upstream.Aggregate) {
+		"a sum that disagrees": func(a *relaymsg.Aggregate) { a.Credits[0].Examples += 1000 },
+		"strikes over the cap": func(a *relaymsg.Aggregate) {
 			a.Credits[0].Strikes, a.Credits[0].Evidence = 100, make([]uint64, 100)
 		},
-		"strikes without evidence": func(a *upstream.Aggregate) {
-			a.Credits = append(a.Credits, upstream.Credit{Volunteer: local, Strikes: 3})
+		"strikes without evidence": func(a *relaymsg.Aggregate) {
+			a.Credits = append(a.Credits, relaymsg.Credit{Volunteer: local, Strikes: 3})
 		},
 	}
 	refused := relayAdmin(t, g, "r1").AggregatesForged
@@ -121,7 +122,7 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 	// another, or a task used already, is dropped and counted.
 	a := credited(aggregateOf("r1-strikes", "r1", g.job.ID, r, take(2), n), honest, other)
 	a.Credits[1].Strikes, a.Credits[1].Evidence = 1, []uint64{good.Leases[1]} // other's task: believed
-	a.Credits = append(a.Credits, upstream.Credit{Volunteer: local, Strikes: 1, Evidence: []uint64{good.Leases[0]}})
+	a.Credits = append(a.Credits, relaymsg.Credit{Volunteer: local, Strikes: 1, Evidence: []uint64{good.Leases[0]}})
 	publish(a)
 	waitUntil(t, "the aggregate with strikes applied", func() bool { return applied() == 2 })
 	b := credited(aggregateOf("r1-strikes-again", "r1", g.job.ID, r, take(2), n), honest, other)
@@ -149,8 +150,8 @@ func TestRelayForgedClaimsRefused(t *testing.T) {
 		publish(a)
 		time.Sleep(50 * time.Millisecond)
 	}
-	var lr upstream.LeaseReply
-	relay.request(upstream.ControlSubject("r1", upstream.OpLease), upstream.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
+	var lr relaymsg.LeaseReply
+	relay.request(relaymsg.ControlSubject("r1", relaymsg.OpLease), relaymsg.LeaseRequest{Relay: "r1", Job: g.job.ID, Want: 1}, &lr)
 	if !strings.Contains(lr.Error, "quarantined") || len(lr.Leases) != 0 {
 		t.Fatalf("a quarantined relay's lease request: %+v", lr)
 	}

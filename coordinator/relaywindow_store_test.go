@@ -46,7 +46,7 @@ func TestRelayWindowIsStoredAndShown(t *testing.T) {
 	}
 	defer db.Close()
 	spec := quietJob(t)
-	spec.RelayWindow = coordinator.Duration{Duration: 3 * time.Second}
+	spec.RelayWindow = jobspec.Duration{Duration: 3 * time.Second}
 	g := newStoredGrid(t, db, &spec)
 	id := g.job.ID
 	if shown, stored := shownRelayWindow(t, g, db, id); shown != "3s" || stored != "3s" {
@@ -66,7 +66,7 @@ func TestRelayWindowIsStoredAndShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := coordinator.Duration{Duration: jobspec.DefaultRelayWindow}.String()
+	want := jobspec.Duration{Duration: jobspec.DefaultRelayWindow}.String()
 	if shown, stored := shownRelayWindow(t, g, db, other.ID); shown != want || stored != want {
 		t.Errorf("relay_window left out: the API shows %q, the store holds %q; want the default %s recorded", shown, stored, want)
 	}

@@ -41,21 +41,21 @@ type rlLease struct {
 }
 
 // refuseRL refuses what the coordinator cannot run of an RL spec yet.
-func refuseRL(spec JobSpec) error {
+func refuseRL(spec jobspec.Spec) error {
 	if spec.Kind != jobspec.KindRL {
 		return nil
 	}
 	if spec.RL.Task.Name == rltask.JSONL {
-		return &SpecError{Key: "task.type", Problem: "jsonl tasks are not available on the coordinator yet: use add, reverse or sort"}
+		return &jobspec.Error{Key: "task.type", Problem: "jsonl tasks are not available on the coordinator yet: use add, reverse or sort"}
 	}
 	task, err := rltask.New(spec.RL.Task)
 	if err != nil {
-		return &SpecError{Key: "task", Problem: err.Error()}
+		return &jobspec.Error{Key: "task", Problem: err.Error()}
 	}
 	// A generated task's prompts all have one length: the first says
 	// whether an answer fits the context after them.
 	if n, t := len(rljob.Prompt(task.Problem(uint64(spec.Seed), 0))), spec.Model.Input[0]; n+1 > t {
-		return &SpecError{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, t)}
+		return &jobspec.Error{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, t)}
 	}
 	return nil
 }
@@ -63,7 +63,7 @@ func refuseRL(spec JobSpec) error {
 // rlDataset is the data set an RL job's evaluation loss and validation
 // read: its task's problems as text, as `dataset: {type: task}` makes
 // them.
-func rlDataset(spec JobSpec) dataset.Spec {
+func rlDataset(spec jobspec.Spec) dataset.Spec {
 	t := spec.RL.Task
 	return dataset.Spec{Type: dataset.TypeTask, Task: t.Name, Digits: t.Digits, Length: t.Length,
 		Examples: rlDataExamples, TaskSeed: uint64(spec.Seed), ValFraction: dataset.DefaultValFraction}
@@ -71,7 +71,7 @@ func rlDataset(spec JobSpec) dataset.Spec {
 
 // JobData is the data set a job reads: its spec's, or an RL job's
 // (rlDataset).
-func JobData(spec JobSpec) dataset.Spec {
+func JobData(spec jobspec.Spec) dataset.Spec {
 	if spec.Kind == jobspec.KindRL {
 		return rlDataset(spec)
 	}
@@ -79,17 +79,17 @@ func JobData(spec JobSpec) dataset.Spec {
 }
 
 // newRL sets up an RL job's rules on j.
-func (j *Job) newRL(spec JobSpec) error {
+func (j *Job) newRL(spec jobspec.Spec) error {
 	r := spec.RL
 	task, err := rltask.New(r.Task)
 	if err != nil {
-		return &SpecError{Key: "task", Problem: err.Error()}
+		return &jobspec.Error{Key: "task", Problem: err.Error()}
 	}
 	j.rl, err = rljob.New(task, rljob.Config{GroupSize: r.GroupSize, MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature,
 		Clip: r.Clip, MaxRolloutStaleness: int64(r.MaxRolloutStaleness), Seed: uint64(spec.Seed),
 		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlGroupsPerLearn})
 	if err != nil {
-		return &SpecError{Key: "model", Problem: err.Error()}
+		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	j.rlTask, j.rlLeases = task, map[uint64]rlLease{}
 	j.epochSize = rlEpochCompletions
@@ -182,15 +182,15 @@ func (j *Job) rlEval(params []float32, res *EvalResult) {
 
 // rlPolicy reads an RL job's policy (spec.Policy, in the forms of init)
 // and records where it came from in spec.Policy.
-func (s *Server) rlPolicy(spec *JobSpec) ([]float32, error) {
+func (s *Server) rlPolicy(spec *jobspec.Spec) ([]float32, error) {
 	model, err := nn.NewModel(spec.Model)
 	if err != nil {
-		return nil, &SpecError{Key: "model", Problem: err.Error()}
+		return nil, &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	c := *spec
 	c.Init = spec.Policy
 	params, err := s.initParams(context.Background(), &c, model)
-	var se *SpecError
+	var se *jobspec.Error
 	if errors.As(err, &se) {
 		e := *se
 		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
@@ -214,14 +214,14 @@ func (j *Job) leaseExamples(l *engine.Lease) int {
 
 // resolvePolicy confines an RL job's policy file, as resolveInit does an
 // init file.
-func resolvePolicy(spec *JobSpec, root string) error {
+func resolvePolicy(spec *jobspec.Spec, root string) error {
 	if spec.Policy == nil || spec.Policy.File == "" {
 		return nil
 	}
 	c := *spec
 	c.Init = spec.Policy
 	err := resolveInit(&c, root)
-	var se *SpecError
+	var se *jobspec.Error
 	if errors.As(err, &se) {
 		e := *se
 		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
@@ -246,10 +246,10 @@ func (j *Job) rlRequeue(l *engine.Lease) {
 
 // rlDataError names an RL job's key, task, in an error loading its data
 // set (which the spec never names).
-func rlDataError(spec JobSpec, err error) error {
-	var se *SpecError
+func rlDataError(spec jobspec.Spec, err error) error {
+	var se *jobspec.Error
 	if spec.Kind != jobspec.KindRL || !errors.As(err, &se) || !strings.HasPrefix(se.Key, "dataset") {
 		return err
 	}
-	return &SpecError{Key: "task", Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
+	return &jobspec.Error{Key: "task", Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -64,7 +65,7 @@ func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
 	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n", policy)))
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n", policy)))
 	if err != nil {
 		t.Fatal(err)
 	}

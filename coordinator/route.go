@@ -21,7 +21,7 @@ import (
 // still owns its leases; routing only chooses whose loop to ask.
 
 // placeInfo is what placement knows of j, rebuilt when its spec changes.
-func (j *Job) placeInfo(spec JobSpec) *placement.Job {
+func (j *Job) placeInfo(spec jobspec.Spec) *placement.Job {
 	p := &placement.Job{
 		ID: j.ID, Priority: spec.Priority, Weight: spec.EffectiveWeight(),
 		Needs:     placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB, RL: spec.Kind == jobspec.KindRL},

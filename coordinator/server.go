@@ -144,15 +144,15 @@ func New(cfg Config) (*Server, error) {
 
 // AddJob validates spec, builds its model at version 0 and starts training.
 // With a store, the job and its version-0 checkpoint are saved first.
-func (s *Server) AddJob(spec JobSpec) (*Job, error) {
+func (s *Server) AddJob(spec jobspec.Spec) (*Job, error) {
 	if spec.Sweep != nil {
-		return nil, specErr("sweep", "a sweep's spec starts trials, not one job: submit it to POST /api/v1/jobs (Server.AddSweep)")
+		return nil, jobspec.Errorf("sweep", "a sweep's spec starts trials, not one job: submit it to POST /api/v1/jobs (Server.AddSweep)")
 	}
 	return s.addJob(spec, "")
 }
 
 // addJob is AddJob for a job that is a trial of sweep parent ("" none).
-func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
+func (s *Server) addJob(spec jobspec.Spec, parent string) (*Job, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func (s *Server) addJob(spec JobSpec, parent string) (*Job, error) {
 	if spec.Init != nil {
 		model, err := nn.NewModel(spec.Model)
 		if err != nil {
-			return nil, &SpecError{Key: "model", Problem: err.Error()}
+			return nil, &jobspec.Error{Key: "model", Problem: err.Error()}
 		}
 		if initial, err = s.initParams(context.Background(), &spec, model); err != nil {
 			return nil, err
@@ -313,7 +313,7 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 			sweepOrder = append(sweepOrder, rec.ID)
 			continue
 		}
-		var spec JobSpec
+		var spec jobspec.Spec
 		if err := json.Unmarshal(rec.Spec, &spec); err != nil {
 			return nil, fmt.Errorf("job %s in %s: spec: %w", rec.ID, st.Path(), err)
 		}

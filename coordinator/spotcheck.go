@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -32,7 +33,7 @@ func spotSeed() uint64 {
 }
 
 // initSpot builds the job's spot check policy from spec.
-func (j *Job) initSpot(spec JobSpec) {
+func (j *Job) initSpot(spec jobspec.Spec) {
 	p := engine.NewSpotChecks(spotSeed(), spec.SpotCheck, spec.SpotCheckStrikes, spec.SpotCheckTolerance,
 		func() time.Time { return j.st.sched.Now() })
 	// A check waits for a copy to be taken and computed: a few lease

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -18,7 +19,7 @@ func BenchmarkSpotCheckCost(b *testing.B) {
 	for _, rate := range []float64{0, 0.05, 0.2} {
 		b.Run(fmt.Sprintf("spot_check=%g", rate), func(b *testing.B) {
 			for range b.N {
-				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *coordinator.JobSpec) { s.SpotCheck = rate }))
+				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *jobspec.Spec) { s.SpotCheck = rate }))
 				start := time.Now()
 				for i := range 3 {
 					g.addWorkerWith(1, nil, func(c *worker.Config) { c.VolunteerKey = fmt.Sprintf("bench-volunteer-key-%08d", i) })

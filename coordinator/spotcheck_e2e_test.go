@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // Three honest volunteers and one that sign-flips one result in ten, from
@@ -20,7 +21,7 @@ import (
 // as GET /api/v1/volunteers/standing shows them.
 func TestSpotChecksBanAForger(t *testing.T) {
 	testenv.Long(t, "trains mnist-mlp to its target")
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		// Every task 50 examples, so an ack count is an example count.
 		s.BatchSize, s.ShardSize = 50, 5000
 		s.SpotCheck = 0.2 // a newcomer's results are all but always checked
@@ -38,7 +39,7 @@ func TestSpotChecksBanAForger(t *testing.T) {
 	go func() {
 		r, err := attack.Run(actx, attack.Config{
 			Coordinator: g.wsURL(), Kind: attack.SignFlip, Fraction: 0.1, Bind: "127.0.0.2", JobID: g.job.ID,
-			NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) }, Logf: t.Logf,
+			NewBackend: func() (worker.Backend, error) { return cpu.New(1) }, Logf: t.Logf,
 		})
 		if err != nil && actx.Err() == nil {
 			t.Errorf("attack: %v", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
@@ -29,7 +30,7 @@ func spotResult(l protocol.Lease, n int, v float32) *protocol.Result {
 // mismatch goes to the coordinator's recomputation, which strikes the one
 // that disagrees with it; a struck volunteer's results are held.
 func TestSpotCheckCopiesOnTheWire(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1 // every result of a newcomer is checked
 		s.Robust.Method = "none"
@@ -105,7 +106,7 @@ func TestSpotCheckCopiesOnTheWire(t *testing.T) {
 // spotStrike has liar disagree with a copy of primary's next result,
 // which is honest, and waits for the coordinator's recomputation to
 // decide against it.
-func spotStrike(t *testing.T, g *testGrid, spec coordinator.JobSpec, primary, liar *rawClient) {
+func spotStrike(t *testing.T, g *testGrid, spec jobspec.Spec, primary, liar *rawClient) {
 	t.Helper()
 	m, err := nn.NewModel(spec.Model)
 	if err != nil {
@@ -156,7 +157,7 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1
 		s.Robust.Method = "none"
@@ -184,7 +185,7 @@ func TestSpotCheckStrikesSurviveRestart(t *testing.T) {
 // copy that disagreed with it keeps the credit its ack promised, and no
 // strike.
 func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1
 		s.Robust.Method = "none"
@@ -227,7 +228,7 @@ func TestSpotCheckRefutesAnAppliedLie(t *testing.T) {
 // In a sync round a copy takes no place: the round of two still takes
 // two primaries, and the copy's result is compared, not summed.
 func TestSpotCheckCopyTakesNoPlaceInARound(t *testing.T) {
-	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	g := newTestGrid(t, jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1
 		s.Mode, s.RoundSize, s.Snapshot = "sync", 2, "granted"

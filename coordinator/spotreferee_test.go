@@ -10,11 +10,12 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // honestResult computes lease l as a native worker would: its shard and
@@ -44,7 +45,7 @@ func (g *testGrid) honestResult(m *nn.Model, l protocol.Lease) *protocol.Result 
 	}
 	x, labels := make([]float32, l.Count*m.InputSize), make([]int32, l.Count*m.LabelsPerExample)
 	shard.Fill(x, labels, l.Start, l.Count)
-	b, err := cpubackend.New(2)
+	b, err := cpu.New(2)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func (g *testGrid) honestResult(m *nn.Model, l protocol.Lease) *protocol.Result 
 // record clean. The job view and /metrics count the
 // recomputations.
 func TestCoordinatorDecidesADisputeWithoutAThirdVolunteer(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 1 // every result of a newcomer is checked
 		s.Robust.Method = "none"

@@ -50,14 +50,14 @@ type Sweep struct {
 
 // sweepRecord is what the store keeps of a sweep, as its job record's spec.
 type sweepRecord struct {
-	SweepRecord int         `json:"sweep_record"` // 1: marks the record as a sweep's
-	Spec        JobSpec     `json:"spec"`
-	State       string      `json:"state"`
-	Metric      string      `json:"metric"` // "accuracy" (higher is better) or "loss"
-	Trials      []trialInfo `json:"trials"`
-	Best        *SweepBest  `json:"best"`
-	CreatedAt   time.Time   `json:"created_at"`
-	DoneAt      time.Time   `json:"done_at,omitzero"`
+	SweepRecord int          `json:"sweep_record"` // 1: marks the record as a sweep's
+	Spec        jobspec.Spec `json:"spec"`
+	State       string       `json:"state"`
+	Metric      string       `json:"metric"` // "accuracy" (higher is better) or "loss"
+	Trials      []trialInfo  `json:"trials"`
+	Best        *SweepBest   `json:"best"`
+	CreatedAt   time.Time    `json:"created_at"`
+	DoneAt      time.Time    `json:"done_at,omitzero"`
 }
 
 // trialInfo is one trial as the sweep records it.
@@ -122,7 +122,7 @@ type TrialView struct {
 // AddSweep starts the sweep spec describes: every trial's spec is made
 // and checked first (a value a key cannot take is an error naming its
 // path), then each trial starts as a job.
-func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
+func (s *Server) AddSweep(spec jobspec.Spec) (*Sweep, error) {
 	sw := spec.Sweep
 	if sw == nil {
 		return nil, errors.New("coordinator: AddSweep needs a spec with a sweep key")
@@ -132,7 +132,7 @@ func (s *Server) AddSweep(spec JobSpec) (*Sweep, error) {
 	}
 	id := fmt.Sprintf("%s-%08x", idSafe(spec.Name), rand.Uint32())
 	points := sw.Points(spec.Seed)
-	var trials []JobSpec
+	var trials []jobspec.Spec
 	for i, p := range points {
 		t, err := sw.TrialSpec(fmt.Sprintf("%s-t%d", spec.Name, i+1), p)
 		if err == nil {

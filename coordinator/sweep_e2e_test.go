@@ -11,6 +11,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -148,7 +149,7 @@ func TestResumedSweepReconcilesItsTrials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := coordinator.ParseJobSpec([]byte(sweepSpec))
+	spec, err := jobspec.Parse([]byte(sweepSpec))
 	if err != nil {
 		t.Fatal(err)
 	}

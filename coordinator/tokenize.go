@@ -21,7 +21,7 @@ import (
 // restart or on a relay. It then checks the tokenizer's size against the
 // model's embedding. A spec whose tokenizer is already stored is checked
 // only.
-func PrepareTokenizer(spec *JobSpec) error {
+func PrepareTokenizer(spec *jobspec.Spec) error {
 	if spec.Tokenizer == nil {
 		return nil
 	}
@@ -40,27 +40,27 @@ func PrepareTokenizer(spec *JobSpec) error {
 				if errors.Is(err, fs.ErrNotExist) {
 					problem = t.File + " does not exist"
 				}
-				return &SpecError{Key: "tokenizer", Problem: problem + ". Fix: name a file `crowdtrain tokenizer train` wrote"}
+				return &jobspec.Error{Key: "tokenizer", Problem: problem + ". Fix: name a file `crowdtrain tokenizer train` wrote"}
 			}
 		case t.Type == jobspec.TokenizerBPE:
 			docs, desc, err := dataset.TrainingDocs(spec.Dataset)
 			if err != nil {
 				var ke *dataset.KeyError
 				if errors.As(err, &ke) {
-					return &SpecError{Key: ke.Key, Problem: ke.Problem}
+					return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
 				}
-				return &SpecError{Key: "dataset", Problem: err.Error()}
+				return &jobspec.Error{Key: "dataset", Problem: err.Error()}
 			}
 			if tok, err = tokenizer.Train(t.Vocab, docs...); err != nil {
-				return &SpecError{Key: "tokenizer.vocab", Problem: err.Error()}
+				return &jobspec.Error{Key: "tokenizer.vocab", Problem: err.Error()}
 			}
 			if tok.VocabSize() < t.Vocab {
-				return &SpecError{Key: "tokenizer.vocab", Problem: fmt.Sprintf(
+				return &jobspec.Error{Key: "tokenizer.vocab", Problem: fmt.Sprintf(
 					"the training split (%s) has pairs for only %d tokens of the %d asked: lower tokenizer.vocab (and the model's embedding vocab and output units) to %d, or use more text",
 					desc, tok.VocabSize(), t.Vocab, tok.VocabSize())}
 			}
 		default:
-			return &SpecError{Key: "tokenizer", Problem: "want the path of a tokenizer file or {type: bpe, vocab: N}"}
+			return &jobspec.Error{Key: "tokenizer", Problem: "want the path of a tokenizer file or {type: bpe, vocab: N}"}
 		}
 		var b strings.Builder
 		if _, err := tok.WriteTo(&b); err != nil {
@@ -73,30 +73,30 @@ func PrepareTokenizer(spec *JobSpec) error {
 		return err
 	}
 	if tok.VocabSize() != t.Vocab {
-		return &SpecError{Key: "tokenizer.vocab", Problem: fmt.Sprintf("is %d but the stored tokenizer has %d tokens", t.Vocab, tok.VocabSize())}
+		return &jobspec.Error{Key: "tokenizer.vocab", Problem: fmt.Sprintf("is %d but the stored tokenizer has %d tokens", t.Vocab, tok.VocabSize())}
 	}
 	return spec.CheckTokenizerVocab(tok.VocabSize())
 }
 
 // jobTokenizer reads the tokenizer a prepared spec stores (nil: none).
-func jobTokenizer(spec JobSpec) (*tokenizer.Tokenizer, error) {
+func jobTokenizer(spec jobspec.Spec) (*tokenizer.Tokenizer, error) {
 	t := spec.Tokenizer
 	if t == nil {
 		return nil, nil
 	}
 	if t.Data == "" {
-		return nil, &SpecError{Key: "tokenizer", Problem: "is not prepared: the coordinator reads or trains the tokenizer when it creates the job (PrepareTokenizer)"}
+		return nil, &jobspec.Error{Key: "tokenizer", Problem: "is not prepared: the coordinator reads or trains the tokenizer when it creates the job (PrepareTokenizer)"}
 	}
 	tok, err := tokenizer.Read(strings.NewReader(t.Data), "the job's tokenizer")
 	if err != nil {
-		return nil, &SpecError{Key: "tokenizer", Problem: err.Error()}
+		return nil, &jobspec.Error{Key: "tokenizer", Problem: err.Error()}
 	}
 	return tok, nil
 }
 
 // tokenizerKey identifies a spec's tokenizer in the data sets' cache, so
 // two jobs on the same text with different tokenizers never share shards.
-func tokenizerKey(spec JobSpec) string {
+func tokenizerKey(spec jobspec.Spec) string {
 	if spec.Tokenizer == nil {
 		return "bytes"
 	}
@@ -106,7 +106,7 @@ func tokenizerKey(spec JobSpec) string {
 
 // resolveTokenizer confines a tokenizer file named by a spec submitted
 // over the API to the coordinator's data root, as its data files are.
-func resolveTokenizer(spec *JobSpec, root string) error {
+func resolveTokenizer(spec *jobspec.Spec, root string) error {
 	t := spec.Tokenizer
 	if t == nil || t.File == "" {
 		return nil
@@ -115,9 +115,9 @@ func resolveTokenizer(spec *JobSpec, root string) error {
 	if err != nil {
 		var ke *dataset.KeyError
 		if errors.As(err, &ke) {
-			return &SpecError{Key: ke.Key, Problem: ke.Problem}
+			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
 		}
-		return &SpecError{Key: "tokenizer", Problem: err.Error()}
+		return &jobspec.Error{Key: "tokenizer", Problem: err.Error()}
 	}
 	t.File = p
 	return nil
@@ -144,7 +144,7 @@ func textBytes(set *dataset.Set, tok *tokenizer.Tokenizer) int64 {
 // viewSpec is a spec as the API shows it: a tokenizer without its data
 // (up to 700 KB, in every listing of the jobs); the stored spec and an
 // exported model's metadata keep it.
-func viewSpec(spec JobSpec) JobSpec {
+func viewSpec(spec jobspec.Spec) jobspec.Spec {
 	if spec.Tokenizer != nil {
 		t := *spec.Tokenizer
 		t.Data = ""

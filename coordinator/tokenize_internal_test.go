@@ -11,8 +11,8 @@ import (
 // alike: bytes, or the same merges.
 func TestDataKeySeparatesTokenizers(t *testing.T) {
 	text := dataset.Spec{Type: dataset.TypeText, Path: "/data/src", Glob: "**/*.go", ValFraction: 0.1}
-	spec := func(data string) JobSpec {
-		s := JobSpec{Dataset: text}
+	spec := func(data string) jobspec.Spec {
+		s := jobspec.Spec{Dataset: text}
 		if data != "" {
 			s.Tokenizer = &jobspec.Tokenizer{Type: jobspec.TokenizerBPE, Vocab: 1024, Data: data}
 		}

@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // goTree is a tree of this repository's own Go sources of a few packages
@@ -29,9 +30,9 @@ func goTree(t testing.TB) string {
 
 // gptMiniSpec is gpt-mini on tree, with tokenizer (a YAML value) and any
 // further keys.
-func gptMiniSpec(t testing.TB, tree, tokenizer, more string) coordinator.JobSpec {
+func gptMiniSpec(t testing.TB, tree, tokenizer, more string) jobspec.Spec {
 	t.Helper()
-	s, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tok-mini
+	s, err := jobspec.Parse([]byte(fmt.Sprintf(`name: tok-mini
 model: gpt-mini
 dataset: {type: text, path: %q, glob: "**/*.go", val_fraction: 0.1}
 tokenizer: %s
@@ -85,7 +86,7 @@ func TestTokenizerKeyIsChecked(t *testing.T) {
 	} {
 		spec := gptMiniSpec(t, c.tree, c.tok, "")
 		err := coordinator.PrepareTokenizer(&spec)
-		var se *coordinator.SpecError
+		var se *jobspec.Error
 		if !errors.As(err, &se) || se.Key != c.key {
 			t.Errorf("%s: %v; want a spec error for %s", c.name, err, c.key)
 			continue
@@ -111,7 +112,7 @@ func TestTokenizerKeyIsChecked(t *testing.T) {
 // unigramNats is the held-out text's cross-entropy, in nats per token,
 // under the training tokens' frequencies (add-one smoothed): what a model
 // that ignores context scores.
-func unigramNats(t testing.TB, spec coordinator.JobSpec) float64 {
+func unigramNats(t testing.TB, spec jobspec.Spec) float64 {
 	t.Helper()
 	tok, err := tokenizer.Read(strings.NewReader(spec.Tokenizer.Data), "job")
 	if err != nil {
@@ -150,15 +151,15 @@ func TestGPTMiniLearnsTokens(t *testing.T) {
 	spec.TargetLoss = unigramNats(t, spec)
 	t.Logf("unigram baseline %.3f nats/token", spec.TargetLoss)
 	g := newTestGridWith(t, spec, withTextData)
-	var cpu *cpubackend.Backend
+	var cb *cpu.Backend
 	g.addWorker(1, func(b worker.Backend) worker.Backend {
-		cpu = b.(*cpubackend.Backend)
-		cpu.SetMemoryBudget(14 << 20)
+		cb = b.(*cpu.Backend)
+		cb.SetMemoryBudget(14 << 20)
 		return b
 	})
 	v := g.waitDone(4 * time.Minute)
 	g.close()
-	if planned, micro := cpu.MemoryPlanned(); micro < 2 || micro >= 16 || planned > 14<<20 {
+	if planned, micro := cb.MemoryPlanned(); micro < 2 || micro >= 16 || planned > 14<<20 {
 		t.Errorf("the worker planned %d bytes in passes of %d examples: want micro-batches of a batch of 16 within 14 MB", planned, micro)
 	} else {
 		t.Logf("trained in micro-batches of %d examples, %.1f MB planned", micro, float64(planned)/(1<<20))

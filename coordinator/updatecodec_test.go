@@ -42,7 +42,7 @@ func (g *testGrid) joinRawCodecs(codecs []string) *rawClient {
 	return g.joinRawHello(func(h *protocol.Hello) { h.Codecs = codecs })
 }
 
-func codecJob(t testing.TB, codec string) coordinator.JobSpec {
+func codecJob(t testing.TB, codec string) jobspec.Spec {
 	s := quietJob(t)
 	s.UpdateCodec = codec
 	if codec == jobspec.CodecTopK {
@@ -269,7 +269,7 @@ func TestWorkersTrainInEachUpdateCodec(t *testing.T) {
 // struck.
 func TestInt8JobTrainsMNIST(t *testing.T) {
 	testenv.Long(t, "trains MNIST end to end")
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.UpdateCodec = jobspec.CodecInt8
 		s.TargetAccuracy = 0.9
 		s.MaxEpochs = 1

@@ -66,7 +66,7 @@ func newValidator(m *nn.Model, train *dataset.Set, text bool) *validator {
 // delta lands on the worker's local model, which after many steps on its
 // own shard may score worse on other data though it is honest; the
 // direction is what tells a hostile delta).
-func zenoGamma(spec *JobSpec) float64 {
+func zenoGamma(spec *jobspec.Spec) float64 {
 	if spec.UpdateKind() == jobspec.UpdateDelta {
 		return 1 / float64(max(1, spec.TaskSteps()))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -13,7 +14,7 @@ import (
 // validator a job of it would have.
 func validationSetup(tb testing.TB, preset string) (*nn.Model, *validator, []float32) {
 	tb.Helper()
-	spec, err := LoadJobSpec(preset)
+	spec, err := jobspec.Load(preset)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func validationSetup(tb testing.TB, preset string) (*nn.Model, *validator, []flo
 // sign-flipped it scores below zero.
 func TestValidatorOnMNIST(t *testing.T) {
 	m, v, params := validationSetup(t, "mnist-mlp")
-	spec, _ := LoadJobSpec("mnist-mlp")
+	spec, _ := jobspec.Load("mnist-mlp")
 	train, _, err := dataset.LoadMNIST("")
 	if err != nil {
 		t.Fatal(err)

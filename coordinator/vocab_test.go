@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
@@ -24,7 +25,7 @@ func TestTextJobVocabularyMustBeTheData(t *testing.T) {
 		return train
 	}
 
-	gpt, err := LoadJobSpec("gpt-small")
+	gpt, err := jobspec.Load("gpt-small")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestTextJobVocabularyMustBeTheData(t *testing.T) {
 		t.Errorf("gpt-small's data set is %q, want %q", gpt.Dataset.Name, dataset.GoSource)
 	}
 	err = CheckData(&gpt, load(256))
-	var se *SpecError
+	var se *jobspec.Error
 	if !errors.As(err, &se) || se.Key != "model" || !strings.Contains(err.Error(), "vocabulary of 4096") || !strings.Contains(err.Error(), "give the job a tokenizer of 4096 tokens") {
 		t.Errorf("gpt-small on bytes: %v, want a model error naming the tokenizer", err)
 	}
@@ -48,7 +49,7 @@ func TestTextJobVocabularyMustBeTheData(t *testing.T) {
 	if err := CheckData(&bytesTied, load(16)); err != nil {
 		t.Errorf("a tied byte model: %v", err)
 	}
-	charlm, err := LoadJobSpec("charlm")
+	charlm, err := jobspec.Load("charlm")
 	if err != nil {
 		t.Fatal(err)
 	}

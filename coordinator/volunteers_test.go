@@ -14,6 +14,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -345,7 +346,7 @@ func TestBanSurvivesRestart(t *testing.T) {
 // the examples of its accepted results, and its FLOPs those examples
 // times the model's FLOPs per example.
 func TestCreditEqualsAcceptedExamples(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 0 // a spot check's agreeing copy earns credit too, outside examples_seen
 	})

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // A CPU worker under --kernel auto says hello on a provisional kernel and
@@ -23,9 +23,9 @@ func TestWorkerViewNamesTheKernelItChose(t *testing.T) {
 	if err := nn.UseKernel("go"); err != nil {
 		t.Fatal(err)
 	}
-	cpubackend.SetAutoKernel(true)
+	cpu.SetAutoKernel(true)
 	t.Cleanup(func() {
-		cpubackend.SetAutoKernel(false)
+		cpu.SetAutoKernel(false)
 		if err := nn.UseKernel(before); err != nil {
 			t.Error(err)
 		}

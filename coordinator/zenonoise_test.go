@@ -8,16 +8,17 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
 
 // trainedForValidation trains preset's model with its outer optimizer on
 // single batches, as an async job with one worker does, for steps steps,
 // and returns the model, its validator, the parameters and the data.
-func trainedForValidation(t *testing.T, preset string, steps int) (*nn.Model, *validator, []float32, *dataset.Set, JobSpec) {
+func trainedForValidation(t *testing.T, preset string, steps int) (*nn.Model, *validator, []float32, *dataset.Set, jobspec.Spec) {
 	t.Helper()
 	m, v, params := validationSetup(t, preset)
-	spec, _ := LoadJobSpec(preset)
+	spec, _ := jobspec.Load(preset)
 	opts, _ := DataOptions(spec)
 	train, _, err := dataset.Load(spec.Dataset, opts)
 	if err != nil {

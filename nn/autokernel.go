@@ -8,7 +8,7 @@ import (
 
 // Choosing a GEMM kernel by measurement (--kernel auto). The measuring is
 // done by the caller, on the model it is about to train (package
-// cpubackend); these functions only judge the figures, so that the choice
+// worker/cpu); these functions only judge the figures, so that the choice
 // can be tested without timing anything.
 
 // KernelTiming is what one kernel measured: the seconds per example of each

@@ -29,7 +29,7 @@
 //     chosen by CPU feature detection; a pure-Go register-tiled kernel that
 //     skips the zeros relu leaves (the wasm default; always built, and
 //     CROWDTRAIN_KERNEL=go selects it anywhere); gonum's blas32; or one
-//     registered at run time (the host's OpenBLAS, by nativeworker).
+//     registered at run time (the host's OpenBLAS, by worker/cpu/native).
 //     -tags purego builds without the assembly. Each kernel is tested
 //     against a plain triple loop.
 //   - Hot paths (Model.Gradient, Model.Evaluate, Optimizer.Step) allocate

@@ -17,7 +17,7 @@ type SgemmFunc func(transA, transB bool, m, n, k int, alpha float32, a []float32
 
 // Kernel names. Which exist depends on the platform and build tags
 // (Kernels lists them); KernelOpenBLAS is registered at run time by a
-// package that loads the library (nativeworker/openblas).
+// package that loads the library (worker/cpu/openblas).
 const (
 	KernelAVX512   = "avx512"   // amd64: 8×32 AVX-512F micro-kernel, packed operands
 	KernelAVX2     = "avx2"     // amd64: 6×16 AVX2+FMA micro-kernel, packed operands
@@ -72,8 +72,8 @@ func init() {
 		kernels = append(kernels, gonumK, goK)
 	}
 	k := kernels[0]
-	// KernelOpenBLAS exists only once nativeworker has loaded the library;
-	// nativeworker.UseKernel applies the variable then.
+	// KernelOpenBLAS exists only once worker/cpu/native has loaded the
+	// library; native.UseKernel applies the variable then.
 	if name := os.Getenv(EnvKernel); name != "" && name != KernelOpenBLAS {
 		if kk := findKernel(name); kk != nil {
 			k = kk
@@ -96,7 +96,7 @@ func findKernel(name string) *kernel {
 }
 
 // Kernels returns the names of the GEMM kernels usable in this process,
-// the default first (cpubackend measures them instead under --kernel auto).
+// the default first (worker/cpu measures them instead under --kernel auto).
 func Kernels() []string {
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()

@@ -60,12 +60,12 @@ if command -v go >/dev/null && [ -f "$here/../go.mod" ]; then
 	# The GPU code needs no cgo; the coordinator's SQLite (in the binary
 	# and the end-to-end test) does.
 	(cd "$root" && go build -o "$work/crowdtrain" ./cmd/crowdtrain &&
-		go test -c -o "$work/gpuworker.test" ./gpuworker) >>"$log" 2>&1 || { say "build failed; see the log"; tail -20 "$log"; exit 1; }
+		go test -c -o "$work/cuda.test" ./worker/cuda) >>"$log" 2>&1 || { say "build failed; see the log"; tail -20 "$log"; exit 1; }
 	bin="$work"
 	[ -d "$root/data/mnist" ] && export CROWDTRAIN_DATA="${CROWDTRAIN_DATA:-$root/data/mnist}"
 else
 	bin="$work"
-	for f in crowdtrain gpuworker.test; do
+	for f in crowdtrain cuda.test; do
 		if [ -f "$here/$f.gz" ]; then gunzip -c "$here/$f.gz" >"$bin/$f"; else cp "$here/$f" "$bin/$f"; fi
 		chmod +x "$bin/$f"
 	done
@@ -76,9 +76,9 @@ say "MNIST: ${CROWDTRAIN_DATA:-the default search}"
 
 section "GPU tests"
 # Run in the package's folder: its testdata/ builds the CPU emulation.
-pkgdir="$here/../gpuworker"
-[ -f "$pkgdir/kernels.cu" ] || pkgdir="$here/gpuworker"
-(cd "$pkgdir" && run timeout 200 "$bin/gpuworker.test" -test.v -test.count=1 -test.timeout=190s) >"$work/tests" 2>&1
+pkgdir="$here/../worker/cuda"
+[ -f "$pkgdir/kernels.cu" ] || pkgdir="$here/worker/cuda"
+(cd "$pkgdir" && run timeout 200 "$bin/cuda.test" -test.v -test.count=1 -test.timeout=190s) >"$work/tests" 2>&1
 status=$?
 cat "$work/tests" >>"$log"
 grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|    --- (PASS|FAIL|SKIP)|PASS|FAIL|ok )|GPU: |mnist-mlp on the GPU|no usable GPU|differs|relative of the CPU|gpu: .*(of the reference|tolerance)|steps on the device' "$work/tests" |

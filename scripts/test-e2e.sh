@@ -32,12 +32,12 @@ module=$($GO list -m)
 relay='TestRelay|TestRootRestartWithRelays|TestServeWithExternalNATS'
 torch='TestCharLM|TestTorch|TestExport|TestFashion|TestTextSpec|TestServeCharlm|TestCharlm|TestSample|TestTaskDataset|TestRLJob'
 training='TestMLP|TestGPTMini|TestCNN|TestLocalSGD|TestStaleResults|TestDiLoCo|TestInt8|TestHostile|TestAsyncEarly|TestSpotCheck|TestValidator|TestSync|TestStraggler|TestVanished|TestExpired'
-rest_pkgs=$($GO list ./... | grep -v -x -e "$module/coordinator" -e "$module/cmd/crowdtrain" -e "$module/web" -e "$module/wasmworker")
+rest_pkgs=$($GO list ./... | grep -v -x -e "$module/coordinator" -e "$module/cmd/crowdtrain" -e "$module/web" -e "$module/worker/wasm")
 
 # A shard's name, packages and go test arguments; longest first, so that
 # the pool starts them early.
 names=(cmd coordinator relay coordinator-training torch browser rest)
-pkgs=(./cmd/crowdtrain ./coordinator ./cmd/crowdtrain ./coordinator ./cmd/crowdtrain "./web ./wasmworker" "$(echo $rest_pkgs)")
+pkgs=(./cmd/crowdtrain ./coordinator ./cmd/crowdtrain ./coordinator ./cmd/crowdtrain "./web ./worker/wasm" "$(echo $rest_pkgs)")
 args=("-skip ^($relay|$torch)" "-skip ^($training)" "-run ^($relay)" "-run ^($training)" "-run ^($torch)" "" "")
 
 want=",${SHARDS:-},"

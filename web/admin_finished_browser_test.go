@@ -12,6 +12,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // signInAdmin opens the admin page in ctx and signs in.
@@ -35,7 +36,7 @@ func throughputPoints(t testing.TB, ctx context.Context) int {
 // disabled and says why. Its wire shows fp32 updates as uncompressed.
 func TestAdminPageShowsAFinishedJob(t *testing.T) {
 	testenv.Long(t, "trains a job to its target under the admin page in Chromium")
-	spec, err := coordinator.LoadJobSpec("mnist-mlp")
+	spec, err := jobspec.Load("mnist-mlp")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,13 +18,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // The worker kinds of a mixed crowd, as the table names them.
@@ -175,7 +176,7 @@ func BenchmarkMixedCrowd(b *testing.B) {
 // mixedSpec is preset in mode at the spot-check rate, for a crowd of n:
 // a round holds one result of each (sync, diloco); a run stops at the
 // target or after a few epochs.
-func mixedSpec(tb testing.TB, preset, mode, spot string, n int) (coordinator.JobSpec, func(*coordinator.Config)) {
+func mixedSpec(tb testing.TB, preset, mode, spot string, n int) (jobspec.Spec, func(*coordinator.Config)) {
 	tb.Helper()
 	y := fmt.Sprintf("name: mixed-%s-%s\nmodel: %s\neval_every: 50\nmax_epochs: 5\n%s", preset, mode, preset, mixedTargets[preset])
 	if spot != "default" {
@@ -213,7 +214,7 @@ func mixedSpec(tb testing.TB, preset, mode, spot string, n int) (coordinator.Job
 		y += fmt.Sprintf("dataset: {type: text, path: %q, val_fraction: 0.02}\nbatch_size: 32\n", p)
 		edit = func(cfg *coordinator.Config) { cfg.LoadData = dataset.Load }
 	}
-	s, err := coordinator.ParseJobSpec([]byte(y))
+	s, err := jobspec.Parse([]byte(y))
 	if err != nil {
 		tb.Fatalf("%s/%s: %v\n%s", preset, mode, err, y)
 	}
@@ -332,7 +333,7 @@ func runMixed(b *testing.B, browser context.Context, python, preset, mode, spot 
 	return r
 }
 
-func mixedTargetMet(spec coordinator.JobSpec, e *coordinator.EvalResult) bool {
+func mixedTargetMet(spec jobspec.Spec, e *coordinator.EvalResult) bool {
 	if spec.TargetLoss > 0 {
 		return e.Loss <= spec.TargetLoss
 	}
@@ -355,7 +356,7 @@ func workerKind(w coordinator.WorkerView) string {
 // key's, in this process until stop.
 func startVolunteerWorker(tb testing.TB, wsURL, key string) (stop func()) {
 	tb.Helper()
-	be, err := cpubackend.New(1)
+	be, err := cpu.New(1)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,14 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
@@ -89,14 +90,14 @@ type site struct {
 	shards map[string]int // shard path → GETs that reached the coordinator
 }
 
-func newSite(t testing.TB, spec coordinator.JobSpec) *site {
+func newSite(t testing.TB, spec jobspec.Spec) *site {
 	t.Helper()
 	return newSiteWith(t, spec, nil)
 }
 
 // newSiteWith is newSite with edit, if not nil, changing the coordinator's
 // Config first.
-func newSiteWith(t testing.TB, spec coordinator.JobSpec, edit func(*coordinator.Config)) *site {
+func newSiteWith(t testing.TB, spec jobspec.Spec, edit func(*coordinator.Config)) *site {
 	t.Helper()
 	testbrowser.Chromium(t)
 	tr, te := loadMNIST(t)
@@ -223,15 +224,15 @@ func choose(t testing.TB, ctx context.Context, sel, value string) {
 
 // longSpec is mnist-mlp with a target it will not reach during a test, so
 // the job keeps handing out work.
-func longSpec(t testing.TB, preset string) coordinator.JobSpec {
+func longSpec(t testing.TB, preset string) jobspec.Spec {
 	t.Helper()
-	spec, err := coordinator.LoadJobSpec(preset)
+	spec, err := jobspec.Load(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.TargetAccuracy = 0.9999
 	spec.MaxEpochs = 1000
-	spec.LeaseTimeout = coordinator.Duration{Duration: 2 * time.Minute}
+	spec.LeaseTimeout = jobspec.Duration{Duration: 2 * time.Minute}
 	return spec
 }
 
@@ -398,7 +399,7 @@ func writeArtifact(t *testing.T, name string, b []byte) {
 // startNativeWorker runs a native CPU worker in this process until stop.
 func startNativeWorker(t testing.TB, wsURL string, threads int) (stop func()) {
 	t.Helper()
-	b, err := cpubackend.New(threads)
+	b, err := cpu.New(threads)
 	if err != nil {
 		t.Fatal(err)
 	}

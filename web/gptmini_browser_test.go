@@ -10,6 +10,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestBrowserTrainsGPTMiniBesideANativeWorker(t *testing.T) {
 	testenv.Long(t, "trains gpt-mini in Chromium beside a native worker")
 	tree := testenv.GoSourceTree(t, "..", "tokenizer", "dataset", "jobspec")
-	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tab-gpt-mini
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf(`name: tab-gpt-mini
 model: gpt-mini
 dataset: {type: text, path: %q, glob: "**/*.go", val_fraction: 0.1}
 tokenizer: {type: bpe, vocab: 1024}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -65,7 +65,7 @@ func TestAdminPageShowsSweeps(t *testing.T) {
 	if _, err := s.srv.PauseJob(t.Context(), s.job.ID); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := coordinator.ParseJobSpec([]byte(`
+	spec, err := jobspec.Parse([]byte(`
 name: page-sweep
 model: mnist-mlp
 target_accuracy: 0

@@ -14,6 +14,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 )
 
 // BenchmarkBrowserMemoryGPTSmall measures what a tab needs to train
@@ -39,7 +40,7 @@ func BenchmarkBrowserMemoryGPTSmall(b *testing.B) {
 		page = "/?memory_mb=" + v
 	}
 	tree := testenv.GoSourceTree(b, "..", "coordinator", "engine", "nn", "worker", "tokenizer", "dataset", "jobspec", "protocol", "store")
-	spec, err := coordinator.ParseJobSpec([]byte(fmt.Sprintf(`name: tab-gpt-small
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf(`name: tab-gpt-small
 model: gpt-small
 dataset: {type: text, path: %q, glob: "**/*.go", val_fraction: 0.05}
 tokenizer: {type: bpe, vocab: 4096}

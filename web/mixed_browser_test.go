@@ -7,6 +7,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -19,7 +20,7 @@ import (
 // fixed H and granted snapshots most were 20-45 versions stale).
 func TestMixedCrowdWithDynamicLocalSteps(t *testing.T) {
 	testenv.Long(t, "trains in Chromium beside a native worker")
-	spec, err := coordinator.ParseJobSpec([]byte("name: mixed\nmodel: mnist-mlp\ndynamic_local_steps: true\nsnapshot: latest\n"))
+	spec, err := jobspec.Parse([]byte("name: mixed\nmodel: mnist-mlp\ndynamic_local_steps: true\nsnapshot: latest\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

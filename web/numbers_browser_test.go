@@ -15,11 +15,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/web"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // The tab's backends compute the native worker's numbers in headless
@@ -27,7 +27,7 @@ import (
 // wasm-go and on wasm-simd, against the native CPU backend on the same
 // batch. The relative L2 distance of the gradients must be under 1e-6
 // (the kernels sum in other orders: float32 rounding). Under Node the
-// same check runs in package wasmworker.
+// same check runs in package worker/wasm.
 func TestBrowserGradientMatchesNative(t *testing.T) {
 	testenv.Long(t, "computes gradients in Chromium")
 	ctx := numbersPage(t)
@@ -61,7 +61,7 @@ func TestBrowserGradientMatchesNative(t *testing.T) {
 			train.Fill(x, labels, 0, c.batch)
 		}
 		// The native CPU backend, one thread, on the same batch.
-		b, err := cpubackend.New(1)
+		b, err := cpu.New(1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // webgpuTolerance is the relative L2 distance the WebGPU backend's outputs
@@ -146,11 +146,11 @@ func TestWebGPULeasesMatchCPU(t *testing.T) {
 		params, x, labels := nntest.RandomBatch(m, count, 5)
 		lease := protocol.Lease{ID: 7, JobID: "j", Count: count, BatchSize: batch, LocalSteps: c.steps,
 			Inner: c.inner, UpdateKind: c.kind, Snapshot: protocol.SnapshotGranted}
-		cpu, err := cpubackend.New(1)
+		cb, err := cpu.New(1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := worker.ComputeLease(cpu, m, lease, params, x, labels)
+		want, err := worker.ComputeLease(cb, m, lease, params, x, labels)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,8 @@
 // Backend, push the update the lease asks for, and reconnect with backoff
 // when the connection drops. docs/PROTOCOL.md is the contract.
 //
-// A worker kind plugs in a Backend (cpubackend, shared by the native and
-// the browser worker; gpuworker) and says its kind in Config.Kind; none of
+// A worker kind plugs in a Backend (worker/cpu, shared by the native and
+// the browser worker; worker/cuda) and says its kind in Config.Kind; none of
 // the kinds' packages import each other. The computation of a lease is
 // package compute's, whose types worker names as its own (Backend,
 // Stepper, ...). worker imports compute, protocol, nn and dataset, never

@@ -6,9 +6,9 @@ import (
 	"io"
 	"log"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // attackCmd runs hostile volunteers against a coordinator (docs/ATTACKS.md).
@@ -56,7 +56,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := attack.Config{
 		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Binds: binds, Keys: *keys, JobID: *job, JoinToken: *joinToken,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
-		NewBackend: func() (worker.Backend, error) { return cpubackend.New(1) },
+		NewBackend: func() (worker.Backend, error) { return cpu.New(1) },
 	}
 	if err := cfg.Check(); err != nil {
 		return usagef("%v", err)

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
-	"github.com/crowdtrain/crowdtrain/gpuworker"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
+	"github.com/crowdtrain/crowdtrain/worker/cuda"
 )
 
 // Backend choices for --backend.
@@ -20,18 +20,18 @@ const (
 // openBackend returns the backend --backend asks for and a function that
 // releases it. auto takes the GPU when one is usable and the CPU
 // otherwise, logging which and why; the CPU trains on the GEMM kernel
-// --kernel names (see nativeworker.UseKernel), also logged.
+// --kernel names (see native.UseKernel), also logged.
 func openBackend(kind string, device, threads int, kernel string, logf func(string, ...any)) (worker.Backend, func(), error) {
 	cpu := func() (worker.Backend, func(), error) {
 		if threads < 0 {
 			return nil, nil, usagef("threads must be >= 0 (0 = one per CPU), got %d", threads)
 		}
 		// The kernel first: under auto, the backend measures them.
-		msg, err := nativeworker.UseKernel(kernel)
+		msg, err := native.UseKernel(kernel)
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := cpubackend.New(threads)
+		b, err := cpu.New(threads)
 		if err != nil {
 			return nil, nil, usagef("%v", err)
 		}
@@ -46,7 +46,7 @@ func openBackend(kind string, device, threads int, kernel string, logf func(stri
 		if device < 0 {
 			return nil, nil, usagef("--device must be >= 0, got %d", device)
 		}
-		g, err := gpuworker.OpenWith(gpuworker.Options{Device: device, Logf: logf})
+		g, err := cuda.OpenWith(cuda.Options{Device: device, Logf: logf})
 		if err == nil {
 			logf("backend cuda: %s", g.Describe())
 			return g, func() { g.Close() }, nil
@@ -63,7 +63,7 @@ func openBackend(kind string, device, threads int, kernel string, logf func(stri
 // workerKind is the kind a worker with backend b says it is in hello:
 // gpu on the CUDA backend, native on the CPU.
 func workerKind(b worker.Backend) string {
-	if _, ok := b.(*gpuworker.Backend); ok {
+	if _, ok := b.(*cuda.Backend); ok {
 		return protocol.KindGPU
 	}
 	return protocol.KindNative
@@ -71,7 +71,7 @@ func workerKind(b worker.Backend) string {
 
 // describeBackend is the start-up log line's backend part.
 func describeBackend(b worker.Backend) string {
-	if _, ok := b.(*gpuworker.Backend); ok {
+	if _, ok := b.(*cuda.Backend); ok {
 		return b.Name()
 	}
 	return fmt.Sprintf("%s, %d threads", b.Name(), b.Threads())

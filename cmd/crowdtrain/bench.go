@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
-	"github.com/crowdtrain/crowdtrain/gpuworker"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
+	"github.com/crowdtrain/crowdtrain/worker/cuda"
 )
 
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,7 +24,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	backend := fs.String("backend", backendCPU, "cpu, cuda, or auto (the GPU if usable, else the CPU)")
 	device := fs.Int("device", 0, "CUDA device number")
 	localSteps := fs.Int("local-steps", 1, "GPU: inner steps per lease (the update is downloaded once per lease)")
-	kernel := fs.String("kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	kernel := fs.String("kernel", native.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
@@ -42,15 +42,15 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer release()
 	var rs []float64
 	var median float64
-	if g, ok := b.(*gpuworker.Backend); ok {
-		m, err := gpuworker.Measure(g, *model, *batch, *localSteps, *rounds, *round)
+	if g, ok := b.(*cuda.Backend); ok {
+		m, err := cuda.Measure(g, *model, *batch, *localSteps, *rounds, *round)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "model %s (%d parameters), batch %d, %d local steps per lease, backend %s\n", m.Model, m.NumParams, m.Batch, m.LocalSteps, g.Name())
 		rs, median = m.Rounds, m.Median
 	} else {
-		m, err := cpubackend.Measure(*model, *batch, *threads, *rounds, *round, logger.Printf)
+		m, err := cpu.Measure(*model, *batch, *threads, *rounds, *round, logger.Printf)
 		if err != nil {
 			return err
 		}

@@ -401,11 +401,11 @@ func textWithTrainWindows(t *testing.T, text []byte, n, ctx int64, valFraction f
 // job's model with its optimizer and seed.
 func checkLikeBuiltin(t *testing.T, path string) {
 	t.Helper()
-	b, err := coordinator.LoadJobSpec("charlm")
+	b, err := jobspec.Load("charlm")
 	if err != nil {
 		t.Fatalf("the built-in charlm job: %v", err)
 	}
-	f, err := coordinator.LoadJobSpec(path)
+	f, err := jobspec.Load(path)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -129,7 +130,7 @@ func TestCharlmDataIsTheKingJamesText(t *testing.T) {
 	if _, err := exec.LookPath(dataset.BibleCommand); err != nil {
 		t.Skip("bible is not installed (apt-get install " + dataset.BiblePackages + "); TestBibleSource says so where CI requires it")
 	}
-	spec, err := coordinator.LoadJobSpec("charlm")
+	spec, err := jobspec.Load("charlm")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,7 @@ func TestWindowsWorkerUnderWine(t *testing.T) {
 
 // The windows/amd64 worker's CUDA backend loads nvcuda.dll, NVRTC and
 // cuBLAS as DLLs: under Wine, with the CPU emulation of those libraries
-// (gpuworker's testdata, built as Windows DLLs with mingw-w64) in
+// (worker/cuda's testdata, built as Windows DLLs with mingw-w64) in
 // $CROWDTRAIN_CUDA_LIBS, it trains mnist-mlp as a gpu worker with its
 // results accepted. Without them it says which DLL is missing.
 func TestWindowsGPUWorkerUnderWine(t *testing.T) {
@@ -232,8 +232,8 @@ func TestWindowsGPUWorkerUnderWine(t *testing.T) {
 	dir := t.TempDir()
 	dll := filepath.Join(dir, "nvcuda.dll")
 	args := []string{"-shared", "-O2", "-DEMU", "-o", dll,
-		"-x", "c", filepath.Join("..", "..", "gpuworker", "cuda", "testdata", "fakecuda.c"),
-		"-x", "c++", "-fno-exceptions", filepath.Join("..", "..", "gpuworker", "testdata", "emu.cpp"),
+		"-x", "c", filepath.Join("..", "..", "worker", "cuda", "driver", "testdata", "fakecuda.c"),
+		"-x", "c++", "-fno-exceptions", filepath.Join("..", "..", "worker", "cuda", "testdata", "emu.cpp"),
 		"-static", "-static-libgcc", "-static-libstdc++", "-Wl,-Bstatic", "-lpthread"}
 	if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", gxx, strings.Join(args, " "), err, out)

@@ -22,7 +22,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
 	"github.com/crowdtrain/crowdtrain/internal/tlsfiles"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // relayFlags are serve's flags for relays (docs/RELAYS.md).
@@ -350,7 +350,7 @@ func relayCredential(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	c := apiClient{base: apiBase(*coord), token: *token}
 	name := names[0]
-	if !upstream.ValidName(name) {
+	if !relaymsg.ValidName(name) {
 		return usagef("relay name %q: use letters, digits, - and _ (up to 64)", name)
 	}
 	if *revoke {

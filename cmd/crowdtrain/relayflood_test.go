@@ -21,7 +21,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/natsbox"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
-	"github.com/crowdtrain/crowdtrain/upstream"
+	relaymsg "github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // floodRSSSlack bounds the root's peak resident memory while a relay
@@ -81,8 +81,8 @@ func TestRelayPartFloodBounded(t *testing.T) {
 			case <-time.After(200 * time.Millisecond):
 			}
 			t0 := time.Now()
-			var r upstream.LeaseReply
-			err := honest.request(upstream.ControlSubject("honest", upstream.OpLease), upstream.LeaseRequest{Relay: "honest", Job: job, Want: 1}, &r, 10*time.Second)
+			var r relaymsg.LeaseReply
+			err := honest.request(relaymsg.ControlSubject("honest", relaymsg.OpLease), relaymsg.LeaseRequest{Relay: "honest", Job: job, Want: 1}, &r, 10*time.Second)
 			if d := time.Since(t0); d > slowest {
 				slowest = d
 			}
@@ -98,15 +98,15 @@ func TestRelayPartFloodBounded(t *testing.T) {
 	body := make([]byte, (1<<20)-8192)
 	t0 := time.Now()
 	for k := range 2560 {
-		m := nats.NewMsg(upstream.AggregateSubject("flood"))
+		m := nats.NewMsg(relaymsg.AggregateSubject("flood"))
 		m.Data = body
 		id := "flood-" + strconv.Itoa(k%64)
-		m.Header.Set(upstream.HeaderAggregate, id)
-		m.Header.Set(upstream.HeaderJob, job)
+		m.Header.Set(relaymsg.HeaderAggregate, id)
+		m.Header.Set(relaymsg.HeaderJob, job)
 		if k%2 == 0 {
-			m.Header.Set(upstream.HeaderPart, upstream.PartHeader(k/64%4096, 4096))
+			m.Header.Set(relaymsg.HeaderPart, relaymsg.PartHeader(k/64%4096, 4096))
 		} else {
-			m.Header.Set(upstream.HeaderPart, upstream.PartHeader(0, 3)) // never completes
+			m.Header.Set(relaymsg.HeaderPart, relaymsg.PartHeader(0, 3)) // never completes
 		}
 		if err := flooder.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
@@ -153,15 +153,15 @@ func TestRelayPartFloodBounded(t *testing.T) {
 	if r := honest.join(t); len(r.Jobs) != 1 {
 		t.Fatalf("join after the restart: %+v", r)
 	}
-	var lease upstream.LeaseReply
-	if err := honest.request(upstream.ControlSubject("honest", upstream.OpLease), upstream.LeaseRequest{Relay: "honest", Job: job, Want: 2}, &lease, 10*time.Second); err != nil || len(lease.Leases) != 2 {
+	var lease relaymsg.LeaseReply
+	if err := honest.request(relaymsg.ControlSubject("honest", relaymsg.OpLease), relaymsg.LeaseRequest{Relay: "honest", Job: job, Want: 2}, &lease, 10*time.Second); err != nil || len(lease.Leases) != 2 {
 		t.Fatalf("lease after the restart: %v %+v", err, lease)
 	}
 	before := waitJob(t, rootAddr, time.Minute, "the job view", func(coordinator.JobView) bool { return true })
-	a := &upstream.Aggregate{ID: "honest-1", Relay: "honest", Job: job, Run: lease.Run, Base: lease.Version, Results: 2, Sum: make([]float32, before.NumParams)}
+	a := &relaymsg.Aggregate{ID: "honest-1", Relay: "honest", Job: job, Run: lease.Run, Base: lease.Version, Results: 2, Sum: make([]float32, before.NumParams)}
 	for _, l := range lease.Leases {
 		a.Leases = append(a.Leases, l.ID)
-		a.Tasks = append(a.Tasks, upstream.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
+		a.Tasks = append(a.Tasks, relaymsg.Task{Shard: l.Shard, Start: l.Start, Count: l.Count})
 		a.Volunteers = append(a.Volunteers, "")
 		a.Examples += l.Count
 	}
@@ -231,12 +231,12 @@ func (r *natsRelay) request(subject string, req, reply any, timeout time.Duratio
 }
 
 // join asks until the root answers (it may be starting).
-func (r *natsRelay) join(t *testing.T) upstream.JoinReply {
+func (r *natsRelay) join(t *testing.T) relaymsg.JoinReply {
 	t.Helper()
-	var reply upstream.JoinReply
+	var reply relaymsg.JoinReply
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := r.request(upstream.ControlSubject("honest", upstream.OpJoin), upstream.Join{Relay: "honest", URL: "ws://127.0.0.1:9/ws"}, &reply, 5*time.Second)
+		err := r.request(relaymsg.ControlSubject("honest", relaymsg.OpJoin), relaymsg.Join{Relay: "honest", URL: "ws://127.0.0.1:9/ws"}, &reply, 5*time.Second)
 		if err == nil && reply.Error == "" {
 			return reply
 		}
@@ -247,19 +247,19 @@ func (r *natsRelay) join(t *testing.T) upstream.JoinReply {
 	}
 }
 
-func (r *natsRelay) publish(t *testing.T, a *upstream.Aggregate) {
+func (r *natsRelay) publish(t *testing.T, a *relaymsg.Aggregate) {
 	t.Helper()
-	body, err := upstream.Encode(a)
+	body, err := relaymsg.Encode(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := upstream.Split(body, int(r.nc.MaxPayload())-4096)
+	parts := relaymsg.Split(body, int(r.nc.MaxPayload())-4096)
 	for i, p := range parts {
-		m := nats.NewMsg(upstream.AggregateSubject(a.Relay))
+		m := nats.NewMsg(relaymsg.AggregateSubject(a.Relay))
 		m.Data = p
-		m.Header.Set(upstream.HeaderAggregate, a.ID)
-		m.Header.Set(upstream.HeaderPart, upstream.PartHeader(i, len(parts)))
-		m.Header.Set(upstream.HeaderJob, a.Job)
+		m.Header.Set(relaymsg.HeaderAggregate, a.ID)
+		m.Header.Set(relaymsg.HeaderPart, relaymsg.PartHeader(i, len(parts)))
+		m.Header.Set(relaymsg.HeaderJob, a.Job)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := r.js.PublishMsg(ctx, m, jetstream.WithMsgID(a.ID+"/"+strconv.Itoa(i)))
 		cancel()

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/store"
 	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/web"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
 
 // serveOptions are serve's settings, as its flags set them.
@@ -46,7 +47,7 @@ func newServeFlags() (*cliFlags, *serveOptions) {
 	o := &serveOptions{}
 	fs := newCLIFlags("serve", "serve [flags]   (every flag also as CROWDTRAIN_<FLAG> or in --config FILE)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on")
-	fs.StringVar(&o.jobArg, "job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(coordinator.JobPresetNames(), ", ")+") or a YAML/JSON spec FILE")
+	fs.StringVar(&o.jobArg, "job", "mnist-mlp", "a built-in job `NAME` ("+strings.Join(jobspec.PresetNames(), ", ")+") or a YAML/JSON spec FILE")
 	fs.IntVar(&o.localWorkers, "local-workers", 0, "native workers to run inside this process")
 	fs.StringVar(&o.join, "join", coordinator.JoinOpen, "who may volunteer, `MODE`: open (anyone) or token (only with a join token issued on the admin page or POST /api/v1/tokens)")
 	fs.IntVar(&o.threads, "threads", 1, "threads per local worker")
@@ -165,10 +166,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return usagef("--checkpoint-retry-min must be positive and at most --checkpoint-retry-max, --store-shutdown-timeout " +
 			"and --worker-record-max-age positive, and --max-worker-records >= 1")
 	}
-	spec, err := coordinator.LoadJobSpec(o.jobArg)
+	spec, err := jobspec.Load(o.jobArg)
 	if err != nil {
-		var se *coordinator.SpecError
-		if errors.As(err, &se) || errors.Is(err, coordinator.ErrUnknownJob) {
+		var se *jobspec.Error
+		if errors.As(err, &se) || errors.Is(err, jobspec.ErrUnknownJob) {
 			return &usageError{err.Error()}
 		}
 		return err
@@ -375,7 +376,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range o.localWorkers {
-		b, err := cpubackend.New(o.threads)
+		b, err := cpu.New(o.threads)
 		if err != nil {
 			stopWorkers()
 			return err

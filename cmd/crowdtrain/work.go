@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/internal/tlsfiles"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
-	"github.com/crowdtrain/crowdtrain/nativeworker/polite"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/polite"
 )
 
 // workOptions are work's settings, as its flags set them.
@@ -45,7 +45,7 @@ func newWorkFlags() (*cliFlags, *workOptions) {
 	fs.StringVar(&o.backend, "backend", backendAuto, "`BACKEND`: auto (the GPU if usable, else the CPU), cpu or cuda")
 	fs.IntVar(&o.device, "device", 0, "CUDA device number (--backend cuda or auto)")
 	fs.IntVar(&o.threads, "threads", 1, "CPU threads to train with (0 = one per CPU; --backend cpu)")
-	fs.StringVar(&o.kernel, "kernel", nativeworker.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
+	fs.StringVar(&o.kernel, "kernel", native.KernelAuto, "CPU: the GEMM `KERNEL` (auto, avx512, avx2, neon, openblas, gonum, go)")
 	fs.IntVar(&o.memoryMB, "memory-mb", 0, "memory in `MB` this worker may spend on a job: the coordinator sends only jobs that fit, and the CPU backend computes a batch that does not fit in micro-batches (default: what the system has available)")
 	fs.BoolVar(&o.startAhead, "start-ahead", false, "start the next task (its snapshot: latest) while one computes: less waiting, one version more staleness, which can cost the job examples (docs/BENCHMARKS.md, utilisation)")
 	fs.group("Compute")
@@ -124,7 +124,7 @@ func (o *workOptions) run(ctx context.Context, config string, stdout, stderr io.
 	}
 	defer release()
 	caps := workerCaps(b, o.memoryMB)
-	if cpu, ok := b.(*cpubackend.Backend); ok && caps.MemoryMB > 0 {
+	if cpu, ok := b.(*cpu.Backend); ok && caps.MemoryMB > 0 {
 		// What it told the coordinator it may spend, it keeps to: a
 		// batch that does not fit is computed in micro-batches.
 		cpu.SetMemoryBudget(int64(caps.MemoryMB) << 20)

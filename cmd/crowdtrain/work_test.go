@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
-	"github.com/crowdtrain/crowdtrain/gpuworker"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
+	"github.com/crowdtrain/crowdtrain/worker/cuda"
 )
 
 func TestBackendFlagIsChecked(t *testing.T) {
@@ -28,7 +28,7 @@ func TestBackendFlagIsChecked(t *testing.T) {
 // Without a GPU, --backend cuda fails saying what is missing, and auto
 // falls back to the CPU saying why.
 func TestNoGPUIsExplained(t *testing.T) {
-	if g, err := gpuworker.Open(0); err == nil {
+	if g, err := cuda.Open(0); err == nil {
 		g.Close()
 		t.Skip("this machine has a usable GPU")
 	}

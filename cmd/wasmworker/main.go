@@ -3,6 +3,6 @@
 // started by web/static/worker.js inside a Web Worker.
 package main
 
-import "github.com/crowdtrain/crowdtrain/wasmworker"
+import "github.com/crowdtrain/crowdtrain/worker/wasm"
 
-func main() { wasmworker.Main() }
+func main() { wasm.Main() }

@@ -51,22 +51,27 @@ func TestEveryPackageHasADoc(t *testing.T) {
 // the coordinator or storage.
 func TestImportDirections(t *testing.T) {
 	forbidden := map[string][]string{
-		"nn":           {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
-		"store":        {"/coordinator", "/worker", "/nativeworker", "/nn", "/dataset", "/protocol"},
-		"dataset":      {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
-		"protocol":     {"/coordinator", "/store", "/worker", "/dataset"},
-		"worker":       {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker"},
-		"nativeworker": {"/coordinator", "/store", "/gpuworker", "/wasmworker"},
+		"nn":       {"/coordinator", "/store", "/worker", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"store":    {"/coordinator", "/worker", "/nn", "/dataset", "/protocol"},
+		"dataset":  {"/coordinator", "/store", "/worker", "/nn", "/protocol"},
+		"protocol": {"/coordinator", "/store", "/worker", "/dataset"},
+		// The loop knows no worker kind: they plug into it.
+		"worker": {"/coordinator", "/store", "/worker/cpu", "/worker/cuda", "/worker/wasm"},
+		// The native CPU worker's own parts: its kernel choice, the host's
+		// OpenBLAS and its manners on a volunteer's machine.
+		"worker/cpu/native":   {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
+		"worker/cpu/openblas": {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
+		"worker/cpu/polite":   {"/coordinator", "/store", "/worker/cuda", "/worker/wasm"},
 		// The CPU backend is shared by the native and the browser worker:
 		// it knows neither, nor anything a browser cannot build.
-		"cpubackend":  {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker", "/web"},
-		"gpuworker":   {"/coordinator", "/store", "/nativeworker", "/wasmworker"},
-		"coordinator": {"/worker", "/nativeworker", "/gpuworker", "/wasmworker"},
-		"wasmworker":  {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/web"},
+		"worker/cpu":  {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/cuda", "/worker/wasm", "/web"},
+		"worker/cuda": {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/wasm"},
+		"coordinator": {"/worker"},
+		"worker/wasm": {"/coordinator", "/store", "/worker/cpu/native", "/worker/cpu/openblas", "/worker/cpu/polite", "/worker/cuda", "/web"},
 		// The GPU executor is shared by the CUDA and the WebGPU backend:
 		// it knows neither (they implement its Device), nor anything a
 		// browser cannot build.
-		"worker/gpu": {"/coordinator", "/store", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/cpubackend"},
+		"worker/gpu": {"/coordinator", "/store", "/worker/cpu", "/worker/cuda", "/worker/wasm", "/web"},
 		// The engine and the job spec know no HTTP, protocol or database:
 		// they are plain values and flat vectors. The job spec names the
 		// built-in data sets, so it may import dataset (a leaf), and it
@@ -96,17 +101,24 @@ func TestImportDirections(t *testing.T) {
 		// The pinned computation of a lease: what every worker kind runs
 		// and what the coordinator recomputes disputes with, so it knows
 		// neither; it builds on nn, rl, protocol and dataset only.
-		"compute": {"/coordinator", "/store", "/worker", "/cpubackend", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/engine", "/jobspec", "/upstream", "/internal", "/cmd"},
-		// What a relay and its root say over NATS is plain messages; the
-		// embedded NATS server knows only them.
-		"upstream":         {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
+		"compute": {"/coordinator", "/store", "/worker", "/web", "/engine", "/jobspec", "/protocol/relay", "/internal", "/cmd"},
+		// What a relay and its root say over NATS is plain messages, not
+		// even the workers' protocol beside it; the embedded NATS server
+		// knows only them.
+		"protocol/relay":   {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		"internal/natsbox": {"/coordinator", "/store", "/protocol", "/dataset", "/worker", "/jobspec", "/web", "/nn", "/engine"},
 		// The pages are served by the coordinator and import nothing of ours.
-		"web": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol"},
+		"web": {"/coordinator", "/store", "/worker", "/nn", "/dataset", "/protocol"},
 		// The shared browser-test helpers drive Chromium and build the
 		// browser worker; they know nothing of what a test serves.
-		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
-		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/nativeworker", "/gpuworker", "/wasmworker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testnpy":     {"/coordinator", "/store", "/worker", "/web", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+		"internal/testbrowser": {"/coordinator", "/store", "/worker", "/nn", "/dataset", "/protocol", "/engine", "/jobspec"},
+	}
+	// A room inside a forbidden one that a rule lets in all the same: the
+	// embedded NATS server knows the relays' messages (protocol/relay),
+	// not the workers' protocol around them.
+	allowed := map[string][]string{
+		"internal/natsbox": {"/protocol/relay"},
 	}
 	for _, p := range list(t, nil, "-deps=false", module+"/...") {
 		rel := strings.TrimPrefix(p.ImportPath, module+"/")
@@ -114,12 +126,13 @@ func TestImportDirections(t *testing.T) {
 		if !ok {
 			continue
 		}
+		good, _ := rulesFor(allowed, rel)
 		for _, d := range list(t, nil, "-deps", p.ImportPath) {
-			if d.ImportPath == p.ImportPath {
-				continue // a rule may forbid the room a package is in (engine/asha: the rest of engine)
+			if d.ImportPath == p.ImportPath || under(d.ImportPath, good) {
+				continue // a rule may forbid the room a package is in (engine/asha: the rest of engine), or let in a room inside a forbidden one
 			}
 			for _, b := range bad {
-				if d.ImportPath == module+b || strings.HasPrefix(d.ImportPath, module+b+"/") {
+				if under(d.ImportPath, []string{b}) {
 					t.Errorf("%s imports %s", p.ImportPath, d.ImportPath)
 				}
 			}
@@ -127,8 +140,19 @@ func TestImportDirections(t *testing.T) {
 	}
 }
 
+// under reports whether the import path is one of rooms (module-relative,
+// "/protocol") or inside one.
+func under(path string, rooms []string) bool {
+	for _, r := range rooms {
+		if path == module+r || strings.HasPrefix(path, module+r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // rulesFor is the rule of rel, or of the nearest package above it that
-// has one: a package's subpackages (wasmworker/internal/gradprobe) keep
+// has one: a package's subpackages (worker/wasm/internal/gradprobe) keep
 // its rule unless they have their own.
 func rulesFor(rules map[string][]string, rel string) ([]string, bool) {
 	for p := rel; ; {
@@ -144,10 +168,10 @@ func rulesFor(rules map[string][]string, rel string) ([]string, bool) {
 }
 
 func TestRulesApplyToSubpackages(t *testing.T) {
-	rules := map[string][]string{"wasmworker": {"/a"}, "internal/testnpy": {"/b"}}
+	rules := map[string][]string{"worker/wasm": {"/a"}, "internal/testnpy": {"/b"}}
 	for rel, want := range map[string]string{
-		"wasmworker": "/a", "wasmworker/internal/gradprobe": "/a",
-		"internal/testnpy": "/b", "internal/arch": "", "wasmworkers": "",
+		"worker/wasm": "/a", "worker/wasm/internal/gradprobe": "/a",
+		"internal/testnpy": "/b", "internal/arch": "", "worker/wasms": "", "worker": "",
 	} {
 		bad, ok := rulesFor(rules, rel)
 		if got := strings.Join(bad, ","); ok != (want != "") || got != want {
@@ -160,7 +184,7 @@ func TestRulesApplyToSubpackages(t *testing.T) {
 // os/exec, and must build for js/wasm at all.
 func TestBrowserPackagesStayLight(t *testing.T) {
 	wasm := []string{"GOOS=js", "GOARCH=wasm"}
-	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "cpubackend", "wasmworker", "cmd/wasmworker"} {
+	for _, rel := range []string{"nn", "dataset", "protocol", "compute", "worker", "worker/gpu", "worker/cpu", "worker/wasm", "cmd/wasmworker"} {
 		for _, d := range list(t, wasm, "-deps", module+"/"+rel) {
 			switch {
 			case d.ImportPath == "database/sql", d.ImportPath == "os/exec",
@@ -175,10 +199,10 @@ func TestBrowserPackagesStayLight(t *testing.T) {
 // without cgo (and without a CUDA toolkit), as must the executor it
 // shares with the browser.
 func TestGPUWorkerBuildsWithoutCgo(t *testing.T) {
-	cmd := exec.Command("go", "build", module+"/gpuworker/...", module+"/worker/gpu")
+	cmd := exec.Command("go", "build", module+"/worker/cuda/...", module+"/worker/gpu")
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("CGO_ENABLED=0 go build ./gpuworker/...: %v\n%s", err, out)
+		t.Fatalf("CGO_ENABLED=0 go build ./worker/cuda/... ./worker/gpu: %v\n%s", err, out)
 	}
 }
 

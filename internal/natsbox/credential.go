@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/crowdtrain/crowdtrain/upstream"
+	"github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // FormatRelayCredential is a relay credential file: who it is, the URL it
@@ -61,7 +61,7 @@ func ReadRelayCredential(path, name string) (RelayCredential, error) {
 	case c.Name == "":
 		c.Name = name
 	}
-	if !upstream.ValidName(c.Name) {
+	if !relay.ValidName(c.Name) {
 		return c, fmt.Errorf("%s names no relay: a file crowdtrain relay-credential wrote does; with another kind of file give --name", path)
 	}
 	switch {
@@ -86,6 +86,6 @@ func ReadRelayCredential(path, name string) (RelayCredential, error) {
 	}
 	// Replies come under the relay's own inbox prefix: its permissions
 	// allow it no other.
-	c.Options = append(c.Options, nats.CustomInboxPrefix(upstream.InboxPrefix(c.Name)))
+	c.Options = append(c.Options, nats.CustomInboxPrefix(relay.InboxPrefix(c.Name)))
 	return c, nil
 }

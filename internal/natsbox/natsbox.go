@@ -3,7 +3,7 @@
 // its own, the root's user (everything; a password it makes once and
 // keeps there), and one nkey user per relay, issued and revoked at run
 // time (IssueRelay, RevokeRelay), whose permissions bind it to its own
-// subjects and inbox (upstream.RelayPublish, RelaySubscribe). Volunteers
+// subjects and inbox (relay.RelayPublish, RelaySubscribe). Volunteers
 // never speak NATS; only relays and the root do.
 package natsbox
 
@@ -26,7 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
-	"github.com/crowdtrain/crowdtrain/upstream"
+	"github.com/crowdtrain/crowdtrain/protocol/relay"
 )
 
 // Box is a running embedded NATS server.
@@ -173,8 +173,8 @@ func (b *Box) nkeys() []*server.NkeyUser {
 	var out []*server.NkeyUser
 	for name, k := range b.relays {
 		out = append(out, &server.NkeyUser{Nkey: k.PublicKey, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: upstream.RelayPublish(name)},
-			Subscribe: &server.SubjectPermission{Allow: upstream.RelaySubscribe(name)},
+			Publish:   &server.SubjectPermission{Allow: relay.RelayPublish(name)},
+			Subscribe: &server.SubjectPermission{Allow: relay.RelaySubscribe(name)},
 		}})
 	}
 	return out
@@ -204,7 +204,7 @@ func (b *Box) apply() error {
 // websocket URL ("" to take the one it first joins with), and returns the
 // credential file's text.
 func (b *Box) IssueRelay(name, url string) ([]byte, error) {
-	if !upstream.ValidName(name) {
+	if !relay.ValidName(name) {
 		return nil, fmt.Errorf("relay name %q: use letters, digits, - and _ (up to 64)", name)
 	}
 	kp, err := nkeys.CreateUser()
@@ -317,7 +317,7 @@ func loadCreds(path string) (credsFile, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return c, err
 	}
-	c = credsFile{Root: Creds{upstream.RootUser, secret()}}
+	c = credsFile{Root: Creds{relay.RootUser, secret()}}
 	b, _ = json.Marshal(c)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {

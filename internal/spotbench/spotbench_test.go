@@ -14,15 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdtrain/crowdtrain/cpubackend"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/internal/spotbench"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
-	"github.com/crowdtrain/crowdtrain/nativeworker"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/worker"
+	"github.com/crowdtrain/crowdtrain/worker/cpu"
+	"github.com/crowdtrain/crowdtrain/worker/cpu/native"
 )
 
 // TasksVar sets how many checked tasks the test runs (default 300, and 40
@@ -70,7 +70,7 @@ func TestHonestBackendsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nativeworker.UseKernel(nn.KernelOpenBLAS); err != nil {
+	if _, err := native.UseKernel(nn.KernelOpenBLAS); err != nil {
 		t.Logf("no OpenBLAS kernel: %v", err)
 	}
 	var classes []string
@@ -106,7 +106,7 @@ func TestHonestBackendsAgree(t *testing.T) {
 func runPlan(t *testing.T, model string, dropout float64, n int, data, node string, classes []string, pairs [][2]string) {
 	dir := t.TempDir()
 	plan := makePlan(t, dir, data, model, dropout, n)
-	native, err := cpubackend.New(1)
+	native, err := cpu.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func makePlan(t *testing.T, dir, data, model string, dropout float64, n int) *sp
 	if err := nn.UseKernel(nn.KernelGo); err != nil {
 		t.Fatal(err)
 	}
-	b, err := cpubackend.New(1)
+	b, err := cpu.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}

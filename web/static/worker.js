@@ -119,7 +119,7 @@ let memoryReady;
 const goMemory = new Promise((resolve) => { memoryReady = resolve; });
 
 // The backends: webgpu, the kernels in WGSL on the GPU (package
-// wasmworker/webgpu, driven by Go on the device handed over here as
+// worker/wasm/webgpu, driven by Go on the device handed over here as
 // globalThis.crowdtrainGPU); wasm-simd, the GEMM in WebAssembly SIMD
 // (simd.wasm, written by package internal/wasmsimd), instantiated on the Go
 // module's memory so that it works on Go's slices in place; wasm-go, Go's

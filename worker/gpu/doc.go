@@ -3,8 +3,8 @@
 // multi-head attention, the loss, gradient clipping and the inner steps
 // (SGD or AdamW) of a lease. It runs them over Device, the little a
 // backend does: reserve and copy device memory, launch a kernel by name,
-// multiply matrices and add up the losses. gpuworker implements Device
-// with CUDA (kernels.cu, cuBLAS) and wasmworker/webgpu with WebGPU
+// multiply matrices and add up the losses. worker/cuda implements Device
+// with CUDA (kernels.cu, cuBLAS) and worker/wasm/webgpu with WebGPU
 // (kernels.wgsl); each keeps its kernel sources, which share names and
 // arguments.
 //
@@ -12,6 +12,6 @@
 // itself in layerTypes, plus its kernels in each backend.
 //
 // It builds for js/wasm and natively without cgo, and imports nn,
-// protocol and worker of ours: never coordinator, store, gpuworker or
+// protocol and worker of ours: never coordinator, store, worker/cuda or
 // webgpu.
 package gpu

@@ -13,7 +13,7 @@ import (
 // device is open. Its methods must not be called concurrently.
 type Executor struct {
 	dev    Device
-	prefix string // starts the errors of bad calls: "gpuworker", "webgpu"
+	prefix string // starts the errors of bad calls: "cuda", "webgpu"
 	net    *net
 	snap   worker.SnapshotID // the snapshot net.base holds, 0 none
 	seed   uint64            // the next Gradient call's dropout seed
