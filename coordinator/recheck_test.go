@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
@@ -18,7 +19,7 @@ import (
 // validation refuses it (the asynchronous warm-up validates every
 // result).
 func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
-	spec := jobSpec(t, "mnist-mlp", func(s *coordinator.JobSpec) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
 		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
 		s.SpotCheck = 0 // no copies: only the recomputation decides
 		s.InnerOptimizer.LR = 500
