@@ -47,6 +47,9 @@ type progress struct {
 	RoundResults int    `json:"round_results,omitempty"`
 	// SpotChecks keeps each volunteer's trust and strikes across a restart.
 	SpotChecks *spotProgress `json:"spot_checks,omitempty"`
+	// Rechecks: the validation's second opinions (recheck.go), whose
+	// credited examples are credit outside examples_seen.
+	Rechecks *RecheckView `json:"validation_rechecks,omitempty"`
 	// Clip is the asynchronous robust clip's state once its warm-up is
 	// over (nil before, and in round modes).
 	Clip *clipProgress `json:"clip,omitempty"`
@@ -193,6 +196,9 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	partial := st.agg.Partial()
 	p.Round, p.RoundResults = partial.Round, partial.Results
 	p.SpotChecks = j.spotSave()
+	if r := j.recheckView(); r != (RecheckView{}) {
+		p.Rechecks = &r
+	}
 	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
 		if cs, ok := a.Clip.State(); ok {
 			p.Clip = &clipProgress{Centre: protocol.AppendFloats(nil, cs.Centre), Dists: cs.Dists, Next: cs.Next}
@@ -347,6 +353,7 @@ func (j *Job) restore(c store.Checkpoint) error {
 		st.startedAt = p.StartedAt
 	}
 	j.spotRestore(p.SpotChecks)
+	j.recheckRestore(p.Rechecks)
 	st.ckptVersion, st.ckptApplied, st.ckptSpot = c.Version, st.applied, st.spot.Counters
 	// A checkpoint taken after the last epoch's tasks were done but before
 	// the final evaluation finished: evaluate again.

@@ -56,6 +56,7 @@ type recheckState struct {
 	running    int   // recomputations out
 	started    int64 // recomputations begun
 	vindicated int64 // matched: credited, not applied
+	credited   int64 // their examples
 	refuted    int64 // did not match: refused and struck
 	skipped    int64 // refused without one (no budget, no base, no waiting caller)
 }
@@ -68,6 +69,9 @@ type RecheckView struct {
 	// Vindicated counts those whose recomputation matched: honest work on
 	// a hard batch, credited and not applied.
 	Vindicated int64 `json:"vindicated"`
+	// CreditedExamples is their examples: credited to their volunteers,
+	// not in the job's examples_seen.
+	CreditedExamples int64 `json:"credited_examples"`
 	// Refuted counts those whose recomputation did not match: refused,
 	// and their volunteer struck.
 	Refuted int64 `json:"refuted"`
@@ -78,7 +82,15 @@ type RecheckView struct {
 
 func (j *Job) recheckView() RecheckView {
 	r := &j.st.recheck
-	return RecheckView{Rechecked: r.started, Vindicated: r.vindicated, Refuted: r.refuted, Skipped: r.skipped}
+	return RecheckView{Rechecked: r.started, Vindicated: r.vindicated, CreditedExamples: r.credited, Refuted: r.refuted, Skipped: r.skipped}
+}
+
+// recheckRestore takes the counts a checkpoint kept (nil: none).
+func (j *Job) recheckRestore(r *RecheckView) {
+	if r == nil {
+		return
+	}
+	j.st.recheck = recheckState{started: r.Rechecked, vindicated: r.Vindicated, credited: r.CreditedExamples, refuted: r.Refuted, skipped: r.Skipped}
 }
 
 // recheck starts the recomputation of sub, the result of lease l that
@@ -145,6 +157,7 @@ func (j *Job) rechecked(sub submission, ack protocol.Ack, claimed engine.SpotRes
 		return j.refusal(sub, ack, protocol.ReasonQuarantined, fmt.Sprintf("%s, and the coordinator's own computation of the task differs (%s)", detail, how))
 	}
 	st.recheck.vindicated++
+	st.recheck.credited += int64(claimed.Examples)
 	j.ledger.Credit(claimed.Volunteer, j.ID, int64(claimed.Examples), float64(claimed.Examples)*j.flopsPerExample)
 	j.resultAccepted(sub.worker)
 	if j.verbose {

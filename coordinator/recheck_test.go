@@ -57,7 +57,7 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	v := g.waitFor("both decided", 10*time.Second, func(v coordinator.JobView) bool {
 		return v.Rechecks.Vindicated+v.Rechecks.Refuted == 2
 	})
-	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 {
+	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 || r.CreditedExamples != int64(l.Count) {
 		t.Fatalf("rechecks %+v: want two recomputed, the honest one vindicated, the liar's refuted", r)
 	}
 	if v.UpdatesApplied != 0 || v.Version != 0 {
