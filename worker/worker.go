@@ -128,6 +128,9 @@ type Stats struct {
 	Idle          bool
 	Paused        bool   // by Pause, Config.Idle or Config.Hours
 	PauseReason   string // why, while Paused
+	// Generating is set while the worker computes an RL job's rollout
+	// lease (inference: sampling completions), not a training step.
+	Generating bool
 }
 
 // Worker runs the shared worker loop. Run it once; Stats may be called
@@ -425,10 +428,10 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 	if s, ok := b.(interface{ SplitsBatches() bool }); ok && s.SplitsBatches() {
 		caps.MicroBatches = true
 	}
-	// The native worker computes RL jobs' rollout and learn leases (on
-	// the host, with nn, whatever its backend); the browser's does not
-	// yet, and announces nothing.
-	caps.RL = w.cfg.Kind == protocol.KindNative
+	// Every worker computes RL jobs' rollout and learn leases, on the
+	// host with nn whatever its backend (in a tab: wasm, with SIMD where
+	// the browser has it).
+	caps.RL = true
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: helloBackend, Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,
@@ -670,6 +673,8 @@ func (s *session) computeAndSend(ctx context.Context, f *fetcher, t *task) error
 		}
 	}
 	if err == nil {
+		rollout := t.lease.Rollout != nil
+		s.w.update(func(st *Stats) { st.Generating = rollout })
 		res, err = jc.compute(t)
 	}
 	s.held.Add(-1)

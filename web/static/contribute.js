@@ -204,7 +204,7 @@ function state() {
   if (!running) return workers.length ? 'stopping' : 'not started';
   if (paused()) return hiddenPaused && !userPaused ? 'paused (tab hidden)' : 'paused';
   const states = workers.map((w) => (w.stats ? w.stats.state : 'loading'));
-  for (const s of ['training', 'waiting for work', 'connecting', 'reconnecting', 'loading']) {
+  for (const s of ['training', 'generating', 'waiting for work', 'connecting', 'reconnecting', 'loading']) {
     if (states.includes(s)) return s;
   }
   return states[0] || 'loading';

@@ -527,6 +527,8 @@ func (b *bridge) state(s worker.Stats) string {
 		return "stopped"
 	case s.Connected && s.Idle:
 		return "waiting for work"
+	case s.Connected && s.Generating:
+		return "generating" // an RL job's rollouts: sampling, not training
 	case s.Connected:
 		return "training"
 	case s.Connects == 0:
