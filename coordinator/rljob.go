@@ -154,7 +154,7 @@ func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, re
 		j.rlSettle(l)
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("result names job %q, the lease is for %q", sub.res.JobID, j.ID))
 	}
-	g, err := j.rl.Score(l.ID, st.model.Version, sub.res)
+	g, err := j.rl.ScoreVerified(l.ID, st.model.Version, sub.res, j.rolloutVerifier(sub, l.ID)) // rlcheck.go
 	j.rlSettle(l)
 	var ref *rljob.Refusal
 	if errors.As(err, &ref) {

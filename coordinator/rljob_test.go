@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
@@ -46,8 +49,9 @@ func TestRLJobRefusals(t *testing.T) {
 }
 
 // rlGrid is a coordinator running an RL job on one-digit sums from a
-// random charlm-tiny policy, beside the test grid's MNIST job.
-func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
+// random charlm-tiny policy, beside the test grid's MNIST job; extra
+// is more of its spec (spot_check 0 unless it says).
+func rlGrid(t *testing.T, extra string) (*testGrid, *coordinator.Job) {
 	t.Helper()
 	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
 	ms, _ := nn.Preset("charlm-tiny")
@@ -65,7 +69,7 @@ func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
 	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n", policy)))
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n%s", policy, extra)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +84,14 @@ func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
 // to job.
 func joinRL(g *testGrid, kind string, rl bool, job string) *rawClient {
 	g.t.Helper()
+	return joinRLKey(g, kind, rl, job, "")
+}
+
+// joinRLKey is joinRL presenting volunteer key key ("": none).
+func joinRLKey(g *testGrid, kind string, rl bool, job, key string) *rawClient {
+	g.t.Helper()
 	rc := &rawClient{t: g.t, conn: g.dialRaw()}
-	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job})
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job, VolunteerKey: key})
 	w, ok := rc.read().(*protocol.Welcome)
 	if !ok {
 		g.t.Fatal("expected a welcome")
@@ -112,7 +122,7 @@ func rollouts(l protocol.Lease, texts ...string) *protocol.Result {
 // one is accepted and changes no parameter. A browser tab pinned to the
 // job gets no lease at all.
 func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
-	g, j := rlGrid(t)
+	g, j := rlGrid(t, "spot_check: 0\n") // its log-probabilities are made up
 	rc := joinRL(g, protocol.KindNative, true, j.ID)
 	state := func() (int64, int64) {
 		v, ok, err := g.srv.JobView(context.Background(), j.ID)
@@ -170,6 +180,95 @@ func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
 			t.Fatalf("a browser tab got lease %+v of the RL job", m)
 		case *protocol.Idle:
 			return
+		}
+	}
+}
+
+// sampledRollouts computes rollout lease l as a native worker does: the
+// snapshot the lease names over HTTP, the completions sampled with the
+// KV-cache decoder (compute.RLLease).
+func (g *testGrid) sampledRollouts(m *nn.Model, l protocol.Lease) *protocol.Result {
+	g.t.Helper()
+	code, body := g.getBody(l.SnapshotURL)
+	if code != http.StatusOK {
+		g.t.Fatalf("GET %s: %d", l.SnapshotURL, code)
+	}
+	params := make([]float32, m.NumParams)
+	if err := protocol.DecodeFloatsInto(params, body); err != nil {
+		g.t.Fatal(err)
+	}
+	res, err := compute.RLLease(m, l, params)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return res
+}
+
+// Over real websockets, an RL job with spot_check 1: every rollout result
+// has its log-probabilities recomputed under the version its lease named.
+// An honest volunteer's sampled rollouts are accepted and counted as
+// checked; a forger's completions with made-up log-probabilities are
+// refused forged, with the completion, token and difference in the
+// detail, buffered nowhere and credited nothing, and each is a strike,
+// so that at spot_check_strikes (3) the forger is banned and gets no
+// more leases (its connection is closed). The counts are in the job view's spot_checks.rollouts and
+// on /metrics.
+func TestRLForgedRolloutsAreRefusedAndBanned(t *testing.T) {
+	g, j := rlGrid(t, "spot_check: 1\n")
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
+	forger := joinRLKey(g, protocol.KindNative, true, j.ID, keyMallory)
+	for i := range 3 {
+		l := honest.grantedLeases(1)[0]
+		if l.Rollout == nil {
+			t.Fatalf("honest lease %d: %+v; want a rollout lease", i, l)
+		}
+		honest.send(g.sampledRollouts(m, l))
+		if a := honest.ack(l.ID); !a.Accepted {
+			t.Fatalf("honest rollout %d: ack %+v; want accepted", i, a)
+		}
+
+		l = forger.grantedLeases(1)[0]
+		forger.send(rollouts(l, "7\n", "7\n", "7\n", "7\n"))
+		a := forger.ack(l.ID)
+		if a.Accepted || a.Reason != protocol.ReasonForged || !strings.Contains(a.Detail, "completion 0, token ") || !strings.Contains(a.Detail, "tolerance 0.01") {
+			t.Fatalf("forged rollout %d: ack %+v; want refused forged, naming completion 0, a token and the tolerance", i, a)
+		}
+	}
+	v, ok, err := g.srv.JobView(context.Background(), j.ID)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	r := v.SpotChecks.Rollouts
+	if r == nil || r.Checked != 6 || r.Forged != 3 || r.SkippedNoBase != 0 || r.SkippedNoBudget != 0 || v.Rejections[protocol.ReasonForged] != 3 {
+		t.Errorf("spot_checks.rollouts %+v, rejections %v; want 6 checked, 3 forged, none skipped, 3 refused forged", r, v.Rejections)
+	}
+	var alice, mallory coordinator.VolunteerView
+	for _, vv := range g.standing() {
+		switch {
+		case vv.Banned:
+			mallory = vv
+		case vv.Examples > 0:
+			alice = vv
+		}
+	}
+	if mallory.Strikes != 3 || !strings.Contains(mallory.BanReason, "3 strikes") || mallory.Examples != 0 {
+		t.Errorf("the forger: %+v; want banned after 3 strikes, no credit", mallory)
+	}
+	if alice.Strikes != 0 || alice.Examples != 12 {
+		t.Errorf("the honest volunteer: %+v; want no strike and 12 completions credited", alice)
+	}
+	if st := forger.closeStatus(); st != websocket.StatusPolicyViolation {
+		t.Errorf("the banned forger's connection closed with %v; want a policy violation (banned)", st)
+	}
+	code, body := g.getBody("/metrics")
+	for _, want := range []string{`crowdtrain_rollout_checks_total{job="` + j.ID + `",outcome="forged"} 3`, `crowdtrain_rollout_checks_total{job="` + j.ID + `",outcome="matched"} 3`} {
+		if code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("/metrics (%d) lacks %s", code, want)
 		}
 	}
 }
