@@ -21,7 +21,8 @@ import (
 // the policy version, expiry, each worker's share), one queue task each,
 // but an RL lease's task goes back to the queue when the lease settles:
 // the queue only paces the leases. Rollout results are scored by
-// package rljob and never touch the model; learn results go through the
+// package rljob, a share of them after the coordinator recomputed their
+// log-probabilities (rlcheck.go), and never touch the model; learn results go through the
 // asynchronous path every gradient takes (norm gate, robust aggregation,
 // staleness, the outer optimizer). An epoch is rlEpochCompletions
 // completions learnt from.
