@@ -99,7 +99,7 @@ func (j *Job) rolloutVerifier(sub submission, id uint64) func(rljob.Claim) *rljo
 func (j *Job) checkRollout(c rljob.Claim) (rljob.Verdict, *rljob.Refusal) {
 	st, rc := &j.st, &j.rlChecks
 	body := j.snapshotBody(c.Version)
-	if body == nil && (rc.params == nil || rc.version != c.Version) {
+	if body == nil {
 		rc.noBase++
 		return rljob.Unchecked, nil
 	}
@@ -132,7 +132,7 @@ func (j *Job) checkRollout(c rljob.Claim) (rljob.Verdict, *rljob.Refusal) {
 }
 
 // rolloutParams returns version's parameters, decoded from its snapshot
-// body (nil: kept from the last check of the same version), or nil when
+// body (or kept from the last check of the same version), or nil when
 // the body does not decode.
 func (j *Job) rolloutParams(version int64, body []byte) []float32 {
 	rc := &j.rlChecks

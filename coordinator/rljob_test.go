@@ -18,6 +18,8 @@ import (
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/rl"
+	"github.com/crowdtrain/crowdtrain/rljob"
 )
 
 // What the coordinator cannot run of a valid RL spec yet is refused over
@@ -53,7 +55,18 @@ func TestRLJobRefusals(t *testing.T) {
 // is more of its spec (spot_check 0 unless it says).
 func rlGrid(t *testing.T, extra string) (*testGrid, *coordinator.Job) {
 	t.Helper()
-	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
+	return rlGridWith(t, extra, nil)
+}
+
+// rlGridWith is rlGrid with the coordinator's configuration edited.
+func rlGridWith(t *testing.T, extra string, edit func(*coordinator.Config)) (*testGrid, *coordinator.Job) {
+	t.Helper()
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.LoadData = dataset.Load
+		if edit != nil {
+			edit(c)
+		}
+	})
 	ms, _ := nn.Preset("charlm-tiny")
 	m, err := nn.NewModel(ms)
 	if err != nil {
@@ -184,10 +197,10 @@ func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
 	}
 }
 
-// sampledRollouts computes rollout lease l as a native worker does: the
-// snapshot the lease names over HTTP, the completions sampled with the
-// KV-cache decoder (compute.RLLease).
-func (g *testGrid) sampledRollouts(m *nn.Model, l protocol.Lease) *protocol.Result {
+// computedRL computes RL lease l as a native worker does: the snapshot
+// the lease names over HTTP, a rollout lease's completions sampled with
+// the KV-cache decoder, a learn lease's GRPO gradient (compute.RLLease).
+func (g *testGrid) computedRL(m *nn.Model, l protocol.Lease) *protocol.Result {
 	g.t.Helper()
 	code, body := g.getBody(l.SnapshotURL)
 	if code != http.StatusOK {
@@ -227,7 +240,7 @@ func TestRLForgedRolloutsAreRefusedAndBanned(t *testing.T) {
 		if l.Rollout == nil {
 			t.Fatalf("honest lease %d: %+v; want a rollout lease", i, l)
 		}
-		honest.send(g.sampledRollouts(m, l))
+		honest.send(g.computedRL(m, l))
 		if a := honest.ack(l.ID); !a.Accepted {
 			t.Fatalf("honest rollout %d: ack %+v; want accepted", i, a)
 		}
@@ -271,4 +284,92 @@ func TestRLForgedRolloutsAreRefusedAndBanned(t *testing.T) {
 			t.Errorf("/metrics (%d) lacks %s", code, want)
 		}
 	}
+}
+
+// A rollout result whose policy version left the snapshot cache cannot
+// be checked: it is scored unchecked and counted as skipped_no_base,
+// never refused nor struck, even at spot_check 1 with made-up
+// log-probabilities. The version moves by a learn lease's gradient, from
+// eight groups whose first completion is the right answer with its true
+// log-probabilities (which pass the check) beside sampled ones; a
+// snapshot cache of one version's size then drops version 0.
+func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
+	g, j := rlGridWith(t, "spot_check: 1\n", func(c *coordinator.Config) { c.SnapshotCacheBytes = 1 })
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
+	held := rc.grantedLeases(1)[0] // answered after version 0 is gone
+	ws := m.NewWorkspace(1)
+	for i := 0; ; i++ {
+		l := rc.grantedLeases(1)[0]
+		if l.Learn != nil {
+			rc.send(g.computedRL(m, l))
+			if a := rc.ack(l.ID); !a.Accepted {
+				t.Fatalf("the learn lease's gradient: ack %+v", a)
+			}
+			break
+		}
+		if i > 20 {
+			t.Fatal("no learn lease after 20 rollout leases of groups that are not flat")
+		}
+		res := g.computedRL(m, l)
+		prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
+		var a, b int
+		if _, err := fmt.Sscanf(prompt, "%d+%d=", &a, &b); err != nil {
+			t.Fatalf("prompt %q: %v", prompt, err)
+		}
+		right := []int32{}
+		for _, c := range fmt.Sprintf("%d\n", a+b) {
+			right = append(right, int32(c))
+		}
+		code, body := g.getBody(l.SnapshotURL)
+		params := make([]float32, m.NumParams)
+		if code != http.StatusOK || protocol.DecodeFloatsInto(params, body) != nil {
+			t.Fatalf("snapshot %s: %d", l.SnapshotURL, code)
+		}
+		lp, err := rl.LogProbs(m, ws, params, l.Rollout.Prompt, right, l.Rollout.Temperature)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Rollouts[0] = protocol.Rollout{Tokens: right, LogProbs: lp}
+		rc.send(res)
+		if ack := rc.ack(l.ID); !ack.Accepted {
+			t.Fatalf("rollout %d: ack %+v; want accepted", i, ack)
+		}
+	}
+	// Version 1 is published with the next lease; version 0 leaves the
+	// cache of one version.
+	next := rc.grantedLeases(1)[0]
+	if next.BaseVersion != 1 {
+		t.Fatalf("the lease after the learn lease names version %d, want 1", next.BaseVersion)
+	}
+	rc.send(rollouts(held, "1\n", "2\n", "3\n", "4\n"))
+	if a := rc.ack(held.ID); !a.Accepted {
+		t.Errorf("a rollout of version 0, gone from the cache: ack %+v; want scored unchecked", a)
+	}
+	v, ok, err := g.srv.JobView(context.Background(), j.ID)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if r := v.SpotChecks.Rollouts; r == nil || r.SkippedNoBase != 1 || r.Forged != 0 || v.Rejections[protocol.ReasonForged] != 0 {
+		t.Errorf("spot_checks.rollouts %+v, rejections %v; want one skipped for its base, none forged", r, v.Rejections)
+	}
+	if s := g.byKeyStrikes(); s != 0 {
+		t.Errorf("the volunteer has %d strikes; want none", s)
+	}
+}
+
+// byKeyStrikes is the strikes of the only volunteer with credit.
+func (g *testGrid) byKeyStrikes() int {
+	g.t.Helper()
+	for _, v := range g.standing() {
+		if v.Examples > 0 {
+			return v.Strikes
+		}
+	}
+	g.t.Fatal("no volunteer with credit in the standing")
+	return 0
 }
