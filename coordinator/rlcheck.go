@@ -29,7 +29,8 @@ import (
 // seconds of burst): a group of charlm-tiny completions costs about a
 // millisecond a completion. A result drawn while the bucket is short, or
 // whose version left the snapshot cache, is scored unchecked and counted,
-// never struck.
+// never struck; a struck volunteer's is refused (quarantined) instead,
+// since its results count only once checked.
 
 // rolloutChecks is an RL job's checks of rollouts, on its loop.
 type rolloutChecks struct {
@@ -84,11 +85,16 @@ func (j *Job) rolloutVerifier(sub submission, id uint64) func(rljob.Claim) *rljo
 			return nil
 		}
 		verdict, ref := j.checkRollout(c)
-		switch verdict {
-		case rljob.Matched:
+		switch {
+		case verdict == rljob.Matched:
 			p.Pass(v)
-		case rljob.Forged:
+		case verdict == rljob.Forged:
 			j.strike(v, fmt.Sprintf("rollout lease %d: %s", id, ref.Detail)) // emptyupdates.go
+		case ref == nil && p.Quarantined(v):
+			// A struck volunteer's rollouts count only once checked:
+			// a forger must not get through while the bucket is short.
+			return &rljob.Refusal{Reason: protocol.ReasonQuarantined,
+				Detail: "refused: this volunteer failed a spot check, so its rollouts count only once checked, and this one could not be checked now (the coordinator's recomputations are at their bound, or its policy version left the snapshot cache)"}
 		}
 		return ref
 	}

@@ -289,12 +289,15 @@ func TestRLForgedRolloutsAreRefusedAndBanned(t *testing.T) {
 // A rollout result whose policy version left the snapshot cache cannot
 // be checked: it is scored unchecked and counted as skipped_no_base,
 // never refused nor struck, even at spot_check 1 with made-up
-// log-probabilities. The version moves by a learn lease's gradient, from
+// log-probabilities; but a volunteer struck once has its unchecked
+// rollout refused (quarantined), not scored, and not struck again. The version moves by a learn lease's gradient, from
 // eight groups whose first completion is the right answer with its true
 // log-probabilities (which pass the check) beside sampled ones; a
-// snapshot cache of one version's size then drops version 0.
+// snapshot cache smaller than a version then drops version 0.
 func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
-	g, j := rlGridWith(t, "spot_check: 1\n", func(c *coordinator.Config) { c.SnapshotCacheBytes = 1 })
+	// robust none: the centred clip's warm-up would wait for a gradient
+	// of the struck volunteer, which holds a lease and sends none.
+	g, j := rlGridWith(t, "spot_check: 1\nrobust: {method: none}\n", func(c *coordinator.Config) { c.SnapshotCacheBytes = 1 })
 	ms, _ := nn.Preset("charlm-tiny")
 	m, err := nn.NewModel(ms)
 	if err != nil {
@@ -302,18 +305,32 @@ func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
 	}
 	rc := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
 	held := rc.grantedLeases(1)[0] // answered after version 0 is gone
+	// A volunteer struck once for a forged rollout, holding another
+	// lease of version 0.
+	struck := joinRLKey(g, protocol.KindNative, true, j.ID, keyMallory)
+	l := struck.grantedLeases(1)[0]
+	struck.send(rollouts(l, "1\n", "2\n", "3\n", "4\n"))
+	if a := struck.ack(l.ID); a.Reason != protocol.ReasonForged {
+		t.Fatalf("made-up log-probabilities: ack %+v; want refused forged", a)
+	}
+	struckHeld := struck.grantedLeases(1)[0]
+	// Leases until one names version 1 (published then: version 0
+	// leaves the cache of one version).
 	ws := m.NewWorkspace(1)
 	for i := 0; ; i++ {
 		l := rc.grantedLeases(1)[0]
+		if l.BaseVersion >= 1 {
+			break
+		}
+		if i > 100 {
+			t.Fatal("still version 0 after 100 leases of groups that are not flat")
+		}
 		if l.Learn != nil {
 			rc.send(g.computedRL(m, l))
 			if a := rc.ack(l.ID); !a.Accepted {
 				t.Fatalf("the learn lease's gradient: ack %+v", a)
 			}
-			break
-		}
-		if i > 20 {
-			t.Fatal("no learn lease after 20 rollout leases of groups that are not flat")
+			continue
 		}
 		res := g.computedRL(m, l)
 		prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
@@ -340,36 +357,28 @@ func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
 			t.Fatalf("rollout %d: ack %+v; want accepted", i, ack)
 		}
 	}
-	// Version 1 is published with the next lease; version 0 leaves the
-	// cache of one version.
-	next := rc.grantedLeases(1)[0]
-	if next.BaseVersion != 1 {
-		t.Fatalf("the lease after the learn lease names version %d, want 1", next.BaseVersion)
-	}
 	rc.send(rollouts(held, "1\n", "2\n", "3\n", "4\n"))
 	if a := rc.ack(held.ID); !a.Accepted {
 		t.Errorf("a rollout of version 0, gone from the cache: ack %+v; want scored unchecked", a)
+	}
+	// The struck volunteer's rollouts count only once checked: the same
+	// unchecked result is refused, without another strike.
+	struck.send(rollouts(struckHeld, "1\n", "2\n", "3\n", "4\n"))
+	if a := struck.ack(struckHeld.ID); a.Accepted || a.Reason != protocol.ReasonQuarantined || !strings.Contains(a.Detail, "only once checked") {
+		t.Errorf("a struck volunteer's rollout of version 0, gone: ack %+v; want refused quarantined, its rollouts counting only once checked", a)
 	}
 	v, ok, err := g.srv.JobView(context.Background(), j.ID)
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if r := v.SpotChecks.Rollouts; r == nil || r.SkippedNoBase != 1 || r.Forged != 0 || v.Rejections[protocol.ReasonForged] != 0 {
-		t.Errorf("spot_checks.rollouts %+v, rejections %v; want one skipped for its base, none forged", r, v.Rejections)
+	if r := v.SpotChecks.Rollouts; r == nil || r.SkippedNoBase != 2 || r.Forged != 1 || v.Rejections[protocol.ReasonForged] != 1 {
+		t.Errorf("spot_checks.rollouts %+v, rejections %v; want two skipped for their base, the one forged", r, v.Rejections)
 	}
-	if s := g.byKeyStrikes(); s != 0 {
-		t.Errorf("the volunteer has %d strikes; want none", s)
+	strikes := map[bool]int{} // by whether the volunteer has credit
+	for _, vv := range g.standing() {
+		strikes[vv.Examples > 0] += vv.Strikes
 	}
-}
-
-// byKeyStrikes is the strikes of the only volunteer with credit.
-func (g *testGrid) byKeyStrikes() int {
-	g.t.Helper()
-	for _, v := range g.standing() {
-		if v.Examples > 0 {
-			return v.Strikes
-		}
+	if strikes[true] != 0 || strikes[false] != 1 {
+		t.Errorf("strikes %v (by credited); want none for the honest volunteer, one for the forger", strikes)
 	}
-	g.t.Fatal("no volunteer with credit in the standing")
-	return 0
 }
