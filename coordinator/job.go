@@ -67,6 +67,9 @@ type Job struct {
 	rl       *rljob.Job
 	rlTask   rltask.Task
 	rlLeases map[uint64]rlLease
+	// rlChecks are its checks of rollouts' log-probabilities
+	// (rlcheck.go). Loop only.
+	rlChecks rolloutChecks
 	// validator scores the updates the robust clip flags on a fixed
 	// held-out batch of the training data (validate.go).
 	validator *validator

@@ -32,6 +32,8 @@ type promMetrics struct {
 	jobUtilisation, workerUtilisation *prometheus.Desc
 	// Disputed spot checks the coordinator recomputed (spotreferee.go).
 	spotRecomputes, spotRecomputeSeconds *prometheus.Desc
+	// An RL job's checks of rollouts (rlcheck.go).
+	rolloutChecks *prometheus.Desc
 }
 
 func newPromMetrics(s *Server) *promMetrics {
@@ -74,7 +76,9 @@ func newPromMetrics(s *Server) *promMetrics {
 		workerUtilisation:      prometheus.NewDesc("crowdtrain_worker_utilisation", "Smoothed share of the worker's wall time spent computing (its results' compute_ms over the time between them).", []string{"worker"}, nil),
 		spotRecomputes: prometheus.NewDesc("crowdtrain_spot_recomputes_total",
 			"Disputed spot checks the coordinator computed the third result of itself, by outcome: decided (the result entered the check), dropped (the base snapshot was gone), deferred (the check waited for the recomputations' rate bound).", []string{"job", "outcome"}, nil),
-		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks.", []string{"job"}, nil),
+		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks (and RL rollouts' log-probabilities).", []string{"job"}, nil),
+		rolloutChecks: prometheus.NewDesc("crowdtrain_rollout_checks_total",
+			"RL rollout results drawn for a check of their log-probabilities, by outcome: matched, forged (refused, its volunteer struck), skipped_no_base (the policy version had left the snapshot cache), skipped_no_budget (the recomputations' bucket was short).", []string{"job", "outcome"}, nil),
 	}
 	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), newRelayCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -89,7 +93,7 @@ func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression, m.jobUpdateCompression, m.jobSnapshotCompression,
 		m.jobSnapCacheBytes, m.jobSnapCacheLimit, m.jobSnapCacheEvictions, m.jobSnapRebased,
 		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
-		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds} {
+		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds, m.rolloutChecks} {
 		ch <- d
 	}
 }
@@ -140,6 +144,11 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDropped), j.ID, "dropped")
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDeferred), j.ID, "deferred")
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputeSeconds, prometheus.CounterValue, sc.RecomputeSeconds, j.ID)
+			if r := sc.Rollouts; r != nil {
+				for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
+					ch <- prometheus.MustNewConstMetric(m.rolloutChecks, prometheus.CounterValue, float64(n), j.ID, outcome)
+				}
+			}
 		}
 	}
 	kinds := map[string]int{protocol.KindBrowser: 0, protocol.KindNative: 0, protocol.KindGPU: 0}

@@ -99,7 +99,11 @@ func (j *Job) recheckRestore(r *RecheckView) {
 // made: the caller refuses the result.
 func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail string) (protocol.Ack, bool) {
 	st := &j.st
-	if sub.decided == nil {
+	if sub.decided == nil || j.rl != nil {
+		// An RL job's learn result is a GRPO gradient of the groups its
+		// lease carried, which the referee's supervised computation of
+		// the lease's queue task is not: it would differ and strike an
+		// honest volunteer.
 		return ack, false
 	}
 	snap := j.snaps.snapshot(l.Base)

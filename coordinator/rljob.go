@@ -21,7 +21,8 @@ import (
 // the policy version, expiry, each worker's share), one queue task each,
 // but an RL lease's task goes back to the queue when the lease settles:
 // the queue only paces the leases. Rollout results are scored by
-// package rljob and never touch the model; learn results go through the
+// package rljob, a share of them after the coordinator recomputed their
+// log-probabilities (rlcheck.go), and never touch the model; learn results go through the
 // asynchronous path every gradient takes (norm gate, robust aggregation,
 // staleness, the outer optimizer). An epoch is rlEpochCompletions
 // completions learnt from.
@@ -154,7 +155,7 @@ func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, re
 		j.rlSettle(l)
 		return reject(protocol.ReasonInvalid, fmt.Sprintf("result names job %q, the lease is for %q", sub.res.JobID, j.ID))
 	}
-	g, err := j.rl.Score(l.ID, st.model.Version, sub.res)
+	g, err := j.rl.ScoreVerified(l.ID, st.model.Version, sub.res, j.rolloutVerifier(sub, l.ID)) // rlcheck.go
 	j.rlSettle(l)
 	var ref *rljob.Refusal
 	if errors.As(err, &ref) {

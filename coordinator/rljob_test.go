@@ -10,11 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
+
+	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/rl"
+	"github.com/crowdtrain/crowdtrain/rljob"
 )
 
 // What the coordinator cannot run of a valid RL spec yet is refused over
@@ -46,10 +51,22 @@ func TestRLJobRefusals(t *testing.T) {
 }
 
 // rlGrid is a coordinator running an RL job on one-digit sums from a
-// random charlm-tiny policy, beside the test grid's MNIST job.
-func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
+// random charlm-tiny policy, beside the test grid's MNIST job; extra
+// is more of its spec (spot_check 0 unless it says).
+func rlGrid(t *testing.T, extra string) (*testGrid, *coordinator.Job) {
 	t.Helper()
-	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
+	return rlGridWith(t, extra, nil)
+}
+
+// rlGridWith is rlGrid with the coordinator's configuration edited.
+func rlGridWith(t *testing.T, extra string, edit func(*coordinator.Config)) (*testGrid, *coordinator.Job) {
+	t.Helper()
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) {
+		c.LoadData = dataset.Load
+		if edit != nil {
+			edit(c)
+		}
+	})
 	ms, _ := nn.Preset("charlm-tiny")
 	m, err := nn.NewModel(ms)
 	if err != nil {
@@ -65,7 +82,7 @@ func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
 	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n", policy)))
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n%s", policy, extra)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +97,14 @@ func rlGrid(t *testing.T) (*testGrid, *coordinator.Job) {
 // to job.
 func joinRL(g *testGrid, kind string, rl bool, job string) *rawClient {
 	g.t.Helper()
+	return joinRLKey(g, kind, rl, job, "")
+}
+
+// joinRLKey is joinRL presenting volunteer key key ("": none).
+func joinRLKey(g *testGrid, kind string, rl bool, job, key string) *rawClient {
+	g.t.Helper()
 	rc := &rawClient{t: g.t, conn: g.dialRaw()}
-	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job})
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job, VolunteerKey: key})
 	w, ok := rc.read().(*protocol.Welcome)
 	if !ok {
 		g.t.Fatal("expected a welcome")
@@ -112,7 +135,7 @@ func rollouts(l protocol.Lease, texts ...string) *protocol.Result {
 // one is accepted and changes no parameter. A browser tab pinned to the
 // job gets no lease at all.
 func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
-	g, j := rlGrid(t)
+	g, j := rlGrid(t, "spot_check: 0\n") // its log-probabilities are made up
 	rc := joinRL(g, protocol.KindNative, true, j.ID)
 	state := func() (int64, int64) {
 		v, ok, err := g.srv.JobView(context.Background(), j.ID)
@@ -171,5 +194,191 @@ func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
 		case *protocol.Idle:
 			return
 		}
+	}
+}
+
+// computedRL computes RL lease l as a native worker does: the snapshot
+// the lease names over HTTP, a rollout lease's completions sampled with
+// the KV-cache decoder, a learn lease's GRPO gradient (compute.RLLease).
+func (g *testGrid) computedRL(m *nn.Model, l protocol.Lease) *protocol.Result {
+	g.t.Helper()
+	code, body := g.getBody(l.SnapshotURL)
+	if code != http.StatusOK {
+		g.t.Fatalf("GET %s: %d", l.SnapshotURL, code)
+	}
+	params := make([]float32, m.NumParams)
+	if err := protocol.DecodeFloatsInto(params, body); err != nil {
+		g.t.Fatal(err)
+	}
+	res, err := compute.RLLease(m, l, params)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return res
+}
+
+// Over real websockets, an RL job with spot_check 1: every rollout result
+// has its log-probabilities recomputed under the version its lease named.
+// An honest volunteer's sampled rollouts are accepted and counted as
+// checked; a forger's completions with made-up log-probabilities are
+// refused forged, with the completion, token and difference in the
+// detail, buffered nowhere and credited nothing, and each is a strike,
+// so that at spot_check_strikes (3) the forger is banned and gets no
+// more leases (its connection is closed). The counts are in the job view's spot_checks.rollouts and
+// on /metrics.
+func TestRLForgedRolloutsAreRefusedAndBanned(t *testing.T) {
+	g, j := rlGrid(t, "spot_check: 1\n")
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
+	forger := joinRLKey(g, protocol.KindNative, true, j.ID, keyMallory)
+	for i := range 3 {
+		l := honest.grantedLeases(1)[0]
+		if l.Rollout == nil {
+			t.Fatalf("honest lease %d: %+v; want a rollout lease", i, l)
+		}
+		honest.send(g.computedRL(m, l))
+		if a := honest.ack(l.ID); !a.Accepted {
+			t.Fatalf("honest rollout %d: ack %+v; want accepted", i, a)
+		}
+
+		l = forger.grantedLeases(1)[0]
+		forger.send(rollouts(l, "7\n", "7\n", "7\n", "7\n"))
+		a := forger.ack(l.ID)
+		if a.Accepted || a.Reason != protocol.ReasonForged || !strings.Contains(a.Detail, "completion 0, token ") || !strings.Contains(a.Detail, "tolerance 0.01") {
+			t.Fatalf("forged rollout %d: ack %+v; want refused forged, naming completion 0, a token and the tolerance", i, a)
+		}
+	}
+	v, ok, err := g.srv.JobView(context.Background(), j.ID)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	r := v.SpotChecks.Rollouts
+	if r == nil || r.Checked != 6 || r.Forged != 3 || r.SkippedNoBase != 0 || r.SkippedNoBudget != 0 || v.Rejections[protocol.ReasonForged] != 3 {
+		t.Errorf("spot_checks.rollouts %+v, rejections %v; want 6 checked, 3 forged, none skipped, 3 refused forged", r, v.Rejections)
+	}
+	var alice, mallory coordinator.VolunteerView
+	for _, vv := range g.standing() {
+		switch {
+		case vv.Banned:
+			mallory = vv
+		case vv.Examples > 0:
+			alice = vv
+		}
+	}
+	if mallory.Strikes != 3 || !strings.Contains(mallory.BanReason, "3 strikes") || mallory.Examples != 0 {
+		t.Errorf("the forger: %+v; want banned after 3 strikes, no credit", mallory)
+	}
+	if alice.Strikes != 0 || alice.Examples != 12 {
+		t.Errorf("the honest volunteer: %+v; want no strike and 12 completions credited", alice)
+	}
+	if st := forger.closeStatus(); st != websocket.StatusPolicyViolation {
+		t.Errorf("the banned forger's connection closed with %v; want a policy violation (banned)", st)
+	}
+	code, body := g.getBody("/metrics")
+	for _, want := range []string{`crowdtrain_rollout_checks_total{job="` + j.ID + `",outcome="forged"} 3`, `crowdtrain_rollout_checks_total{job="` + j.ID + `",outcome="matched"} 3`} {
+		if code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("/metrics (%d) lacks %s", code, want)
+		}
+	}
+}
+
+// A rollout result whose policy version left the snapshot cache cannot
+// be checked: it is scored unchecked and counted as skipped_no_base,
+// never refused nor struck, even at spot_check 1 with made-up
+// log-probabilities; but a volunteer struck once has its unchecked
+// rollout refused (quarantined), not scored, and not struck again. The version moves by a learn lease's gradient, from
+// eight groups whose first completion is the right answer with its true
+// log-probabilities (which pass the check) beside sampled ones; a
+// snapshot cache smaller than a version then drops version 0.
+func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
+	// robust none: the centred clip's warm-up would wait for a gradient
+	// of the struck volunteer, which holds a lease and sends none.
+	g, j := rlGridWith(t, "spot_check: 1\nrobust: {method: none}\n", func(c *coordinator.Config) { c.SnapshotCacheBytes = 1 })
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
+	held := rc.grantedLeases(1)[0] // answered after version 0 is gone
+	// A volunteer struck once for a forged rollout, holding another
+	// lease of version 0.
+	struck := joinRLKey(g, protocol.KindNative, true, j.ID, keyMallory)
+	l := struck.grantedLeases(1)[0]
+	struck.send(rollouts(l, "1\n", "2\n", "3\n", "4\n"))
+	if a := struck.ack(l.ID); a.Reason != protocol.ReasonForged {
+		t.Fatalf("made-up log-probabilities: ack %+v; want refused forged", a)
+	}
+	struckHeld := struck.grantedLeases(1)[0]
+	// Leases until one names version 1 (published then: version 0
+	// leaves the cache of one version).
+	ws := m.NewWorkspace(1)
+	for i := 0; ; i++ {
+		l := rc.grantedLeases(1)[0]
+		if l.BaseVersion >= 1 {
+			break
+		}
+		if i > 100 {
+			t.Fatal("still version 0 after 100 leases of groups that are not flat")
+		}
+		if l.Learn != nil {
+			rc.send(g.computedRL(m, l))
+			if a := rc.ack(l.ID); !a.Accepted {
+				t.Fatalf("the learn lease's gradient: ack %+v", a)
+			}
+			continue
+		}
+		res := g.computedRL(m, l)
+		prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
+		var a, b int
+		if _, err := fmt.Sscanf(prompt, "%d+%d=", &a, &b); err != nil {
+			t.Fatalf("prompt %q: %v", prompt, err)
+		}
+		right := []int32{}
+		for _, c := range fmt.Sprintf("%d\n", a+b) {
+			right = append(right, int32(c))
+		}
+		code, body := g.getBody(l.SnapshotURL)
+		params := make([]float32, m.NumParams)
+		if code != http.StatusOK || protocol.DecodeFloatsInto(params, body) != nil {
+			t.Fatalf("snapshot %s: %d", l.SnapshotURL, code)
+		}
+		lp, err := rl.LogProbs(m, ws, params, l.Rollout.Prompt, right, l.Rollout.Temperature)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Rollouts[0] = protocol.Rollout{Tokens: right, LogProbs: lp}
+		rc.send(res)
+		if ack := rc.ack(l.ID); !ack.Accepted {
+			t.Fatalf("rollout %d: ack %+v; want accepted", i, ack)
+		}
+	}
+	rc.send(rollouts(held, "1\n", "2\n", "3\n", "4\n"))
+	if a := rc.ack(held.ID); !a.Accepted {
+		t.Errorf("a rollout of version 0, gone from the cache: ack %+v; want scored unchecked", a)
+	}
+	// The struck volunteer's rollouts count only once checked: the same
+	// unchecked result is refused, without another strike.
+	struck.send(rollouts(struckHeld, "1\n", "2\n", "3\n", "4\n"))
+	if a := struck.ack(struckHeld.ID); a.Accepted || a.Reason != protocol.ReasonQuarantined || !strings.Contains(a.Detail, "only once checked") {
+		t.Errorf("a struck volunteer's rollout of version 0, gone: ack %+v; want refused quarantined, its rollouts counting only once checked", a)
+	}
+	v, ok, err := g.srv.JobView(context.Background(), j.ID)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if r := v.SpotChecks.Rollouts; r == nil || r.SkippedNoBase != 2 || r.Forged != 1 || v.Rejections[protocol.ReasonForged] != 1 {
+		t.Errorf("spot_checks.rollouts %+v, rejections %v; want two skipped for their base, the one forged", r, v.Rejections)
+	}
+	strikes := map[bool]int{} // by whether the volunteer has credit
+	for _, vv := range g.standing() {
+		strikes[vv.Examples > 0] += vv.Strikes
+	}
+	if strikes[true] != 0 || strikes[false] != 1 {
+		t.Errorf("strikes %v (by credited); want none for the honest volunteer, one for the forger", strikes)
 	}
 }

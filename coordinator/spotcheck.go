@@ -100,9 +100,11 @@ func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, deta
 		j.requeue(l)
 		return reject(protocol.ReasonBanned, "this volunteer was banned after failing spot checks"), true
 	}
-	if p.Rate <= 0 || !p.Quarantined(v) {
+	if p.Rate <= 0 || !p.Quarantined(v) || j.rl != nil {
 		// Without spot checks nothing could vindicate a held result:
-		// strikes from other jobs only count against the ban.
+		// strikes from other jobs only count against the ban. An RL
+		// job's spot checks are of rollouts (rlcheck.go), every one of
+		// a struck volunteer's; its learn leases get no copies.
 		return protocol.Ack{}, false
 	}
 	j.requeue(l)
@@ -139,7 +141,7 @@ func (j *Job) hintOf(worker string) string {
 // opens the check.
 func (j *Job) spotSample(sub submission, l *engine.Lease) {
 	p := j.st.spot
-	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.Select(sub.volunteer) {
+	if p.Rate <= 0 || j.rl != nil || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.Select(sub.volunteer) {
 		return
 	}
 	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res), Applied: true})
@@ -150,7 +152,7 @@ func (j *Job) spotSample(sub submission, l *engine.Lease) {
 // strike) or was honest and unlucky (nothing). Never applied or credited.
 func (j *Job) spotRefused(sub submission, l *engine.Lease) {
 	p := j.st.spot
-	if p.Rate <= 0 || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.SelectRefused(sub.volunteer) {
+	if p.Rate <= 0 || j.rl != nil || !j.otherVolunteer(sub.volunteer) || j.snapshotBody(l.Base) == nil || !p.SelectRefused(sub.volunteer) {
 		return
 	}
 	p.Open(*l, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res)})
@@ -287,8 +289,12 @@ type SpotCheckView struct {
 	DuplicatedFraction float64 `json:"duplicated_fraction"`
 	Rate               float64 `json:"rate"`
 	// RecomputeSeconds is the time the coordinator spent computing the
-	// third results of disputed checks (spotreferee.go).
+	// third results of disputed checks (spotreferee.go), and an RL
+	// job's rollouts' log-probabilities (rlcheck.go).
 	RecomputeSeconds float64 `json:"recompute_seconds"`
+	// Rollouts are an RL job's checks of rollouts (rlcheck.go); absent
+	// for other jobs.
+	Rollouts *RolloutCheckView `json:"rollouts,omitempty"`
 }
 
 func (j *Job) spotView() *SpotCheckView {
@@ -296,6 +302,9 @@ func (j *Job) spotView() *SpotCheckView {
 	v := &SpotCheckView{SpotCounters: st.spot.Counters, Pending: st.spot.Pending(), Rate: st.spot.Rate, RecomputeSeconds: st.referee.seconds}
 	if d := v.DuplicatedExamples; d > 0 {
 		v.DuplicatedFraction = float64(d) / float64(st.examplesSeen+d)
+	}
+	if j.rl != nil {
+		v.Rollouts = j.rolloutCheckView()
 	}
 	return v
 }

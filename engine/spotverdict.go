@@ -238,6 +238,12 @@ func (p *SpotChecks) decide(c *Check) Outcome {
 
 func (p *SpotChecks) pass(v string) { p.trust(v).Passed++ }
 
+// Pass records that a result of v agreed with a check the coordinator
+// made alone, without a copy (an RL rollout's log-probabilities, which
+// it recomputes itself): it counts towards v's trust, and so its rate,
+// as a check a copy agreed with does.
+func (p *SpotChecks) Pass(v string) { p.pass(v) }
+
 // strike gives r's volunteer a strike, and the ban at Strikes.
 func (p *SpotChecks) strike(r SpotResult) Outcome {
 	t := p.trust(r.Volunteer)

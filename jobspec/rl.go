@@ -185,14 +185,11 @@ func finishRL(s *Spec, g given) error {
 	case g["mode"] && s.Mode != ModeAsync:
 		return Errorf("mode", "an RL job runs in mode async only for now (%s is not yet supported): remove mode", s.Mode)
 	}
-	switch {
-	case g["snapshot"] && s.Snapshot != SnapshotGranted:
+	if g["snapshot"] && s.Snapshot != SnapshotGranted {
 		return Errorf("snapshot", "an RL lease computes from the policy version it names: an RL job's snapshot is granted; remove snapshot")
-	case g["spot_check"] && s.SpotCheck > 0:
-		return Errorf("spot_check", "spot checks of rollouts are not supported yet: remove spot_check or set it to 0")
 	}
-	s.Snapshot, s.SpotCheck = SnapshotGranted, 0
-	g["snapshot"], g["spot_check"] = true, true
+	s.Snapshot = SnapshotGranted
+	g["snapshot"] = true
 	s.Dataset = dataset.Spec{}
 	if !g["target_accuracy"] {
 		s.TargetAccuracy = 0
@@ -238,8 +235,6 @@ func (s Spec) validateRL() error {
 		return Errorf("kl_coef", "a KL penalty against the initial policy is not supported yet: remove kl_coef or set it to 0")
 	case s.Snapshot != SnapshotGranted:
 		return Errorf("snapshot", "an RL job's snapshot is granted, got %s", s.Snapshot)
-	case s.SpotCheck > 0:
-		return Errorf("spot_check", "spot checks of rollouts are not supported yet: set it to 0")
 	case r.MaxRolloutStaleness < 0 || r.MaxRolloutStaleness > MaxMaxRolloutStaleness:
 		return Errorf("max_rollout_staleness", "must be in 0..%d policy versions, got %d", MaxMaxRolloutStaleness, r.MaxRolloutStaleness)
 	}

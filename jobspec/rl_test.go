@@ -2,8 +2,11 @@ package jobspec
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/crowdtrain/crowdtrain/engine"
 )
 
 const rlBase = "name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: sft-1}\ntask: {type: add, digits: 2}\n"
@@ -23,9 +26,15 @@ func TestRLSpecDefaults(t *testing.T) {
 	if s.Policy == nil || s.Policy.Job != "sft-1" || s.Init != nil {
 		t.Errorf("policy %+v, init %+v; want policy {job: sft-1} and no init", s.Policy, s.Init)
 	}
-	if s.Mode != ModeAsync || s.Dataset.Type != "" || s.TargetAccuracy != 0 || s.Snapshot != SnapshotGranted || s.SpotCheck != 0 {
-		t.Errorf("mode %s, dataset %+v, target_accuracy %v, snapshot %s, spot_check %v; want async, no data set, no target, granted, 0",
-			s.Mode, s.Dataset, s.TargetAccuracy, s.Snapshot, s.SpotCheck)
+	if s.Mode != ModeAsync || s.Dataset.Type != "" || s.TargetAccuracy != 0 || s.Snapshot != SnapshotGranted || s.SpotCheck != engine.DefaultSpotCheckRate {
+		t.Errorf("mode %s, dataset %+v, target_accuracy %v, snapshot %s, spot_check %v; want async, no data set, no target, granted, %v (rollouts are spot checked)",
+			s.Mode, s.Dataset, s.TargetAccuracy, s.Snapshot, s.SpotCheck, engine.DefaultSpotCheckRate)
+	}
+	for _, rate := range []float64{0, 1} {
+		s, err := Parse([]byte(fmt.Sprintf("%sspot_check: %v\n", rlBase, rate)))
+		if err != nil || s.SpotCheck != rate {
+			t.Errorf("spot_check: %v: %v, spot_check %v; want it kept", rate, err, s.SpotCheck)
+		}
 	}
 	s, err = Parse([]byte("name: j\nkind: rl\nmodel: charlm-tiny\npolicy: sft.safetensors\ntask: {type: reverse, length: 4}\n" +
 		"group_size: 4\nmax_new_tokens: 6\ntemperature: 0.7\nclip: 0.1\nmax_rollout_staleness: 0\nalgorithm: grpo\nkl_coef: 0\n"))
@@ -52,7 +61,7 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "sweep: {method: grid, space: {clip: [0.1, 0.2]}}\n", "sweep", "not supported yet"},
 		{rlBase + "mode: sync\n", "mode", "not yet supported"},
 		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
-		{rlBase + "spot_check: 0.1\n", "spot_check", "not supported yet"},
+		{rlBase + "spot_check: 1.5\n", "spot_check", "[0, 1]"},
 		{rlBase + "algorithm: ppo\n", "algorithm", "grpo"},
 		{rlBase + "group_size: 1\n", "group_size", "2..256"},
 		{rlBase + "max_new_tokens: 0\n", "max_new_tokens", "context"},

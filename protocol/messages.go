@@ -125,6 +125,11 @@ const (
 	// ReasonDuplicate: the same update was already applied (a replay), or
 	// another copy of the task was already accepted.
 	ReasonDuplicate = "duplicate"
+	// ReasonForged: an RL rollout's logged log-probabilities are not the
+	// ones the policy version its lease named gives its tokens (the
+	// coordinator recomputed them): its tokens were not sampled from
+	// that policy. Its volunteer is struck.
+	ReasonForged = "forged"
 )
 
 // Bounds on what a peer may ask for, checked by Validate.

@@ -68,6 +68,9 @@ type Stats struct {
 	Solved   int64 // of them, exactly right
 	Refused  int64 // rollout results refused
 	Groups   int64 // groups that fed a learn lease
+	// Forged is how many refused results were refused because their
+	// log-probabilities were not the policy's (CheckLogProbs).
+	Forged int64
 	// Flat is how many scored groups were dropped because every
 	// completion had the same reward: GRPO gets no signal from them.
 	Flat int64
@@ -162,6 +165,16 @@ func refuse(reason, format string, args ...any) *Refusal {
 // not send another result: the coordinator drops it). Only the tokens
 // are read: a worker has no way to claim a reward.
 func (j *Job) Score(id uint64, current int64, res *protocol.Result) (*Group, error) {
+	return j.ScoreVerified(id, current, res, nil)
+}
+
+// ScoreVerified is Score with one more check before the group is
+// scored: verify, when not nil, is given what the result claims it
+// sampled once it passed the job's bounds (the coordinator's check of
+// its log-probabilities, CheckLogProbs), and a refusal from it refuses
+// the result as Score's own do (counted in Stats.Forged as well when its
+// reason is protocol.ReasonForged).
+func (j *Job) ScoreVerified(id uint64, current int64, res *protocol.Result, verify func(Claim) *Refusal) (*Group, error) {
 	pr, ok := j.pending[id]
 	if !ok {
 		j.stats.Refused++
@@ -170,6 +183,15 @@ func (j *Job) Score(id uint64, current int64, res *protocol.Result) (*Group, err
 	if err := j.check(pr, current, res); err != nil {
 		j.stats.Refused++
 		return nil, err
+	}
+	if verify != nil {
+		if err := verify(j.claim(pr, res)); err != nil {
+			j.stats.Refused++
+			if err.Reason == protocol.ReasonForged {
+				j.stats.Forged++
+			}
+			return nil, err
+		}
 	}
 	delete(j.pending, id)
 	p := j.task.Problem(j.cfg.Seed, int(pr.problem))

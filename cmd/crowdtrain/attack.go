@@ -15,7 +15,7 @@ import (
 func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newCLIFlags("attack", "attack --coordinator ws://HOST:PORT/ws --kind KIND [flags]   (docs/ATTACKS.md)")
 	coord := fs.String("coordinator", "", "coordinator websocket `URL` (ws://HOST:PORT/ws)")
-	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage, sybil or zero")
+	kind := fs.String("kind", "", "the attack: signflip, scale, ratchet, early, alie, ipm, labelflip, nan, noise, mimic, replay, hostage, sybil, zero or forge-rollout (RL jobs)")
 	n := fs.Int("n", 0, "hostile volunteers, one connection each (0: 1, or 20 for sybil; with a --bind range, one per address)")
 	scale := fs.Float64("scale", 0, "the kind's scale S (0: its default; see docs/ATTACKS.md)")
 	fraction := fs.Float64("fraction", 1, "the share `F` of results that lie (0 < F <= 1); the rest are computed honestly")

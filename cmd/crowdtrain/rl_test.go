@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/rljob"
@@ -80,4 +83,73 @@ func heldOutSolved(t *testing.T, path string) float64 {
 		t.Fatal(err)
 	}
 	return e.Solved
+}
+
+// An RL job from a freshly initialised charlm-tiny (the check needs no
+// trained policy) with spot_check 1, a forge-rollout attacker (the task's
+// right answer in half of each group's completions and a wrong one in
+// the others, every token claimed at -0.01, nothing sampled) and two
+// honest native workers, on real processes: the forger's rollouts are
+// refused forged, none accepted (so none is buffered for a learn lease),
+// and it is banned at its third strike; the honest workers' rollouts,
+// checked by the hundred, are never refused as forged. A random policy
+// solves no sum, so its groups are flat and the job learns nothing: the
+// test stops once the checks are counted, not at the job's end.
+func TestRLJobBansARolloutForger(t *testing.T) {
+	testenv.Long(t, "runs an RL job with honest workers and an attack process")
+	dir := t.TempDir()
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, 3)
+	var b bytes.Buffer
+	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy.safetensors")
+	writeTestFile(t, policy, b.Bytes())
+	spec := filepath.Join(dir, "rl.yaml")
+	writeTestFile(t, spec, []byte(fmt.Sprintf(`name: rl-forger
+kind: rl
+model: charlm-tiny
+policy: %q
+task: {type: add, digits: 1}
+group_size: 4
+max_new_tokens: 3
+spot_check: 1
+spot_check_strikes: 3
+`, policy)))
+	addr := freeAddr(t)
+	srv := startProc(t, "serve", "--addr", addr, "--db", "", "--job", spec)
+	waitJob(t, addr, time.Minute, "the coordinator", func(coordinator.JobView) bool { return true })
+	a := startAttack(t, addr, attack.ForgeRollout, "127.0.0.2", "--duration", "3m")
+	a.waitLine("connected as", 30*time.Second)
+	for range 2 {
+		startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
+	}
+	v := waitJob(t, addr, 2*time.Minute, "the forger's strikes and 100 honest rollouts checked", func(v coordinator.JobView) bool {
+		rc := v.SpotChecks.Rollouts
+		return rc != nil && rc.Forged >= 3 && rc.Checked-rc.Forged >= 100
+	})
+	time.Sleep(time.Second) // more honest rollouts, checked or not
+	r := stopAttack(t, a)
+	v = waitJob(t, addr, 10*time.Second, "the job view", func(coordinator.JobView) bool { return true })
+	rc := v.SpotChecks.Rollouts
+	t.Logf("attack:\n%s", r.text)
+	t.Logf("RL job %s: rollout checks %+v; rejections %v; %d leases issued", v.State, *rc, v.Rejections, v.LeasesIssued)
+	forged := r.variants["forged"]
+	if forged[0] < 3 || forged[1] != 0 {
+		t.Errorf("the forger sent %d forged rollout results, %d accepted; want at least 3 sent and none accepted", forged[0], forged[1])
+	}
+	if !strings.Contains(r.text, "banned") {
+		t.Errorf("the forger was not told it is banned; attack log:\n%s", r.text)
+	}
+	// Three strikes ban: exactly three results refused forged, all the
+	// forger's; not one honest rollout among the rest.
+	if rc.Forged != 3 || v.Rejections["forged"] != 3 {
+		t.Errorf("%d rollouts found forged, %d refused forged; want 3 and 3 (the forger's, until its ban); log:\n%s", rc.Forged, v.Rejections["forged"], srv.logText())
+	}
 }

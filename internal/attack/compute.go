@@ -115,6 +115,9 @@ func (c *conn) claimed(l *protocol.Lease, update []float32) *protocol.Result {
 func (c *conn) forge(ctx context.Context, l *protocol.Lease) (*protocol.Result, string, error) {
 	a := c.a
 	cfg := a.sh.cfg
+	if cfg.Kind.rl() {
+		return c.forgeRL(ctx, l) // rollout.go
+	}
 	if cfg.Fraction < 1 && a.rng.Float64() >= cfg.Fraction {
 		res, err := c.honest(ctx, l, false)
 		return res, "honest", err

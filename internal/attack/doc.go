@@ -50,4 +50,9 @@
 //   - zero: the same all-zero answers, from N attackers (default 1): put
 //     20 on one address to flood, or each on its own (Config.Binds,
 //     Config.Keys) to pose as separate volunteers.
+//   - forge-rollout: takes RL jobs' leases (hello.caps.rl) and answers
+//     each rollout lease without sampling: the task's right answer,
+//     solved from the prompt, as every other completion and a wrong one
+//     between, every token's log-probability claimed at -0.01; learn
+//     leases it computes honestly.
 package attack

@@ -26,10 +26,13 @@ const (
 	// Zero answers every task at once with an all-zero update, taking as
 	// many leases as it may: work that costs nothing to fake.
 	Zero Kind = "zero"
+	// ForgeRollout answers an RL job's rollout leases with the task's
+	// right answers and made-up log-probabilities, sampling nothing.
+	ForgeRollout Kind = "forge-rollout"
 )
 
 // Kinds lists every attack, in the order the docs give them.
-var Kinds = []Kind{SignFlip, Scale, Ratchet, Early, ALIE, IPM, LabelFlip, NaN, Noise, Mimic, Replay, Hostage, Sybil, Zero}
+var Kinds = []Kind{SignFlip, Scale, Ratchet, Early, ALIE, IPM, LabelFlip, NaN, Noise, Mimic, Replay, Hostage, Sybil, Zero, ForgeRollout}
 
 // ParseKind returns the attack s names, or an error listing them all.
 func ParseKind(s string) (Kind, error) {
@@ -69,15 +72,19 @@ func DefaultN(k Kind) int {
 	return 1
 }
 
-// computes says whether the kind needs the data and the snapshot to forge
-// its result (hostage, nan and sybil never compute).
+// computes says whether the kind needs the data, the snapshot and a
+// backend to forge its result (hostage, nan and sybil never compute;
+// forge-rollout computes only its learn leases, on the host).
 func (k Kind) computes() bool {
 	switch k {
-	case Hostage, NaN, Sybil, Zero:
+	case Hostage, NaN, Sybil, Zero, ForgeRollout:
 		return false
 	}
 	return true
 }
+
+// rl says whether the kind takes RL jobs' leases (hello.caps.rl).
+func (k Kind) rl() bool { return k == ForgeRollout }
 
 // computes says whether the run needs the data and the snapshot: its
 // kind does, or some of its results are honest (Fraction < 1).

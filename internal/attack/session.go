@@ -135,6 +135,9 @@ func (c *conn) run(ctx context.Context) error {
 	a, cfg := c.a, c.a.sh.cfg
 	hello := &protocol.Hello{Protocol: protocol.Version, Kind: protocol.KindNative,
 		Backend: "attack-" + string(cfg.Kind), Threads: 1, Client: cfg.Client, Codecs: []string{protocol.CodecF32}, Token: cfg.JoinToken}
+	if cfg.Kind.rl() {
+		hello.Caps = &protocol.Caps{RL: true}
+	}
 	if ks := a.sh.keys; len(ks) > 0 {
 		hello.VolunteerKey = ks[a.id%len(ks)]
 	}
@@ -165,7 +168,7 @@ func (c *conn) run(ctx context.Context) error {
 		return fmt.Errorf("%w: the coordinator assigned job %q, the attack is for job %q", ErrRefused, w.Job.ID, cfg.JobID)
 	}
 	c.welcome = w
-	if cfg.Kind.computes() || cfg.Kind == NaN || cfg.Kind == Sybil || cfg.Kind == Zero {
+	if cfg.Kind.computes() || cfg.Kind == NaN || cfg.Kind == Sybil || cfg.Kind == Zero || cfg.Kind.rl() {
 		model, err := nn.NewModel(w.Job.Model)
 		if err != nil {
 			return fmt.Errorf("job %s: %w", w.Job.ID, err)
