@@ -164,6 +164,14 @@ func (j *Job) rechecked(sub submission, ack protocol.Ack, claimed engine.SpotRes
 	st.recheck.credited += int64(claimed.Examples)
 	j.ledger.Credit(claimed.Volunteer, j.ID, int64(claimed.Examples), float64(claimed.Examples)*j.flopsPerExample)
 	j.resultAccepted(sub.worker)
+	// Credited, so a replay of it under another lease is a duplicate, as
+	// of an applied one (dedup.go).
+	if sub.hash == 0 {
+		sub.hash = updateHash(claimed.Update)
+	}
+	if sub.hash != 0 {
+		st.abuse.dedup.add(sub.hash)
+	}
 	if j.verbose {
 		j.log.Debug(fmt.Sprintf("job %s: result of lease %d from worker %s credited, not applied: validation refused it, the coordinator's recomputation matched it (%s)",
 			j.ID, sub.res.LeaseID, sub.worker, how))

@@ -34,11 +34,20 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	hid, lid := coordinator.VolunteerIDOfKey(honestKey), coordinator.VolunteerIDOfKey(liarKey)
 
 	l := honest.leases(1)[0]
-	honest.send(g.honestResult(m, l))
+	res := g.honestResult(m, l)
+	honest.send(res)
 	ack := honest.ack(l.ID)
 	if !ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "credited, not applied") ||
 		!strings.Contains(ack.Detail, "validation refused") {
 		t.Fatalf("the honest result: %+v; want it credited, not applied, saying validation refused it and the recomputation matched", ack)
+	}
+	// Credited, it is no update to replay under another lease.
+	again := honest.leases(1)[0]
+	replay := *res
+	replay.LeaseID, replay.BaseVersion = again.ID, again.BaseVersion
+	honest.send(&replay)
+	if ack := honest.ack(again.ID); ack.Accepted || ack.Reason != protocol.ReasonDuplicate {
+		t.Fatalf("the vindicated update replayed under lease %d: %+v; want it refused as a duplicate", again.ID, ack)
 	}
 
 	// The liar sends the honest gradient, reversed: it climbs too, and it
@@ -63,8 +72,8 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	if v.UpdatesApplied != 0 || v.Version != 0 {
 		t.Fatalf("applied %d updates (version %d): a result validation refused must never move the model", v.UpdatesApplied, v.Version)
 	}
-	if v.Rejections[protocol.ReasonQuarantined] != 1 {
-		t.Fatalf("rejections %v: want one quarantined (the liar's)", v.Rejections)
+	if v.Rejections[protocol.ReasonQuarantined] != 1 || v.Rejections[protocol.ReasonDuplicate] != 1 {
+		t.Fatalf("rejections %v: want one quarantined (the liar's) and one duplicate (the replay)", v.Rejections)
 	}
 	book := g.standing()
 	if h := book[hid]; h.Examples != int64(l.Count) || h.Strikes != 0 {
