@@ -1,12 +1,9 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/rl"
 	"github.com/crowdtrain/crowdtrain/rljob"
@@ -67,21 +65,7 @@ func rlGridWith(t *testing.T, extra string, edit func(*coordinator.Config)) (*te
 			edit(c)
 		}
 	})
-	ms, _ := nn.Preset("charlm-tiny")
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := make([]float32, m.NumParams)
-	m.Init(params, 3)
-	var b bytes.Buffer
-	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
-		t.Fatal(err)
-	}
-	policy := filepath.Join(t.TempDir(), "policy.safetensors")
-	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policy := nntest.RandomSafetensors(t, t.TempDir(), "charlm-tiny", 3)
 	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\ngroup_size: 4\nmax_new_tokens: 3\n%s", policy, extra)))
 	if err != nil {
 		t.Fatal(err)

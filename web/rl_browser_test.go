@@ -1,10 +1,7 @@
 package web_test
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,7 +10,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/jobspec"
-	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 )
 
@@ -26,24 +23,7 @@ import (
 // lease follows: the tab only generates).
 func TestBrowserTabGeneratesRollouts(t *testing.T) {
 	testenv.Long(t, "runs an RL job's rollouts in Chromium")
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := make([]float32, m.NumParams)
-	m.Init(params, 5)
-	var b bytes.Buffer
-	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
-		t.Fatal(err)
-	}
-	policy := filepath.Join(t.TempDir(), "policy.safetensors")
-	if err := os.WriteFile(policy, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policy := nntest.RandomSafetensors(t, t.TempDir(), "charlm-tiny", 5)
 	spec, err := jobspec.Parse([]byte(fmt.Sprintf(`name: tab-rollouts
 kind: rl
 model: charlm-tiny

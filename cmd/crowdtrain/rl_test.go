@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/rljob"
 	"github.com/crowdtrain/crowdtrain/rltask"
 )
@@ -98,19 +98,7 @@ func heldOutSolved(t *testing.T, path string) float64 {
 func TestRLJobBansARolloutForger(t *testing.T) {
 	testenv.Long(t, "runs an RL job with honest workers and an attack process")
 	dir := t.TempDir()
-	ms, _ := nn.Preset("charlm-tiny")
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := make([]float32, m.NumParams)
-	m.Init(params, 3)
-	var b bytes.Buffer
-	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
-		t.Fatal(err)
-	}
-	policy := filepath.Join(dir, "policy.safetensors")
-	writeTestFile(t, policy, b.Bytes())
+	policy := nntest.RandomSafetensors(t, dir, "charlm-tiny", 3)
 	spec := filepath.Join(dir, "rl.yaml")
 	writeTestFile(t, spec, []byte(fmt.Sprintf(`name: rl-forger
 kind: rl

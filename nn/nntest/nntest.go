@@ -3,8 +3,12 @@
 package nntest
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
+	"testing"
 
 	"github.com/crowdtrain/crowdtrain/nn"
 )
@@ -97,4 +101,30 @@ func RandomBatch(m *nn.Model, n int, seed uint64) ([]float32, []float32, []int32
 		labels[i] = int32(rng.IntN(m.NumClasses))
 	}
 	return params, x, labels
+}
+
+// RandomSafetensors writes preset's model, freshly initialised from seed,
+// as a safetensors file in dir and returns its path: a policy or init
+// file for a test that needs weights, not training.
+func RandomSafetensors(t testing.TB, dir, preset string, seed int64) string {
+	t.Helper()
+	ms, err := nn.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]float32, m.NumParams)
+	m.Init(params, seed)
+	var b bytes.Buffer
+	if err := nn.WriteSafetensors(&b, m.Layout, params, nil); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, preset+".safetensors")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
