@@ -159,7 +159,8 @@ bench-mixed-smoke: data
 # DiLoCo mode, clean and under each `crowdtrain attack` kind, to 97% or an
 # epoch cap, one cell at a time; the table lands in test-artifacts/hostile.md.
 # HOSTILE_MODES=async,sync and HOSTILE_KINDS=scale,alie select a subset;
-# HOSTILE_EPOCHS (5) caps each job, HOSTILE_TIMEOUT (4m) each cell.
+# HOSTILE_EPOCHS (5) caps each job, HOSTILE_TIMEOUT (4m) each cell,
+# HOSTILE_ATTACKERS=4 keeps the cells with that many attackers.
 bench-hostile: data
 	mkdir -p test-artifacts
 	HOSTILE_OUT=$(CURDIR)/test-artifacts/hostile.md $(GO) test -run '^$$' -bench HostileMatrix -benchtime 1x -count 1 -timeout 300m ./coordinator/

@@ -17,15 +17,16 @@ import (
 // mode, every kind with 20% attackers (4 honest + 1), ipm with 44% (5 + 4),
 // and scale, ratchet and early with one attacker of three (2 + 1), each
 // preceded by the clean run of the same mode, honest workers and spec it
-// is measured against.
-func hostileMatrix(modes []string, kinds []attack.Kind, cleanRuns int) []hostileCell {
+// is measured against. attackerCounts, if not empty, keeps only the
+// attacked cells with one of those numbers of attackers.
+func hostileMatrix(modes []string, kinds []attack.Kind, attackerCounts []string, cleanRuns int) []hostileCell {
 	var cells []hostileCell
 	for _, m := range modes {
 		type setup struct{ honest, attackers int }
 		var setups []setup
 		var attacked []hostileCell
 		add := func(k attack.Kind, h, a int) {
-			if !slices.Contains(kinds, k) {
+			if !slices.Contains(kinds, k) || len(attackerCounts) > 0 && !slices.Contains(attackerCounts, strconv.Itoa(a)) {
 				return
 			}
 			attacked = append(attacked, hostileCell{mode: m, kind: k, honest: h, attackers: a, group: h + a})
@@ -103,7 +104,8 @@ func envInt(b *testing.B, name string, def, least int, what string) int {
 // median (default 3; 0 leaves them out). HOSTILE_SETUPS=volunteers runs
 // the attackers as 1 of 4, 2 of 5 and 4 of 9 separate volunteers for
 // alie, ipm, signflip, labelflip, scale, mimic and zero instead of the
-// default setups. Run it with -benchtime 1x.
+// default setups; HOSTILE_ATTACKERS (comma-separated counts, such as 4)
+// keeps only the cells with that many attackers. Run it with -benchtime 1x.
 func BenchmarkHostileMatrix(b *testing.B) {
 	modes := envList("HOSTILE_MODES", []string{"async", "sync", "diloco"})
 	var kinds []attack.Kind
@@ -136,7 +138,7 @@ func BenchmarkHostileMatrix(b *testing.B) {
 		path = filepath.Join("..", "test-artifacts", "hostile.md")
 	}
 	cleanRuns := envInt(b, "HOSTILE_CLEAN", 3, 0, "how many clean runs of each setup to measure (0: none, no overheads)")
-	cells := hostileMatrix(modes, kinds, cleanRuns)
+	cells := hostileMatrix(modes, kinds, envList("HOSTILE_ATTACKERS", nil), cleanRuns)
 	var outs []hostileOutcome
 	write := func() {
 		head := fmt.Sprintf("Attack matrix, mnist-mlp, %s, epoch cap %d, cell limit %v (modes %s, kinds %s)\n\n",
