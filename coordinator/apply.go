@@ -193,10 +193,10 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		Worker: sub.worker, Volunteer: sub.volunteer})
 	if !d.Accepted {
 		if d.Reason == engine.ReasonQuarantined {
-			j.requeueRefused(l)
-			if a, later := j.recheck(sub, l, ack, d.Detail); later { // recheck.go
+			if a, later := j.recheck(sub, l, ack, update, outlier, d.Detail); later { // recheck.go
 				return a
 			}
+			j.requeueRefused(l)
 			d.Reason = protocol.ReasonQuarantined
 			j.spotRefused(sub, l)
 		} else {
@@ -204,6 +204,16 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		}
 		return reject(d.Reason, d.Detail)
 	}
+	return j.accept(sub, l, ack, update, outlier, d)
+}
+
+// accept settles sub, the result of lease l, which the aggregator
+// accepted as update (res.Update, or scaled down to the norm gate's limit
+// when outlier) with decision d: credit, the lease, the gates' running
+// figures, the epoch, and the model's step if one is due.
+func (j *Job) accept(sub submission, l *engine.Lease, ack protocol.Ack, update []float32, outlier bool, d engine.Decision) protocol.Ack {
+	st := &j.st
+	res := sub.res
 	if d.Clipped {
 		// Accepted and applied, bounded by the robust clip.
 		st.clipped++

@@ -25,10 +25,12 @@ import (
 // one, since only a tolerance is asked: a fashion-cnn task takes about
 // 0.06 s instead of 0.3 s):
 //   - the same update, within the spot checks' tolerance: the work is
-//     honest and the batch is hard. The volunteer is credited; the update
-//     is not applied (the validation still says its step climbs) and its
-//     task is trained again later, from a newer model (at the back of the
-//     queue, as any refused task);
+//     honest and the batch is hard. It is offered again, past the
+//     validation, and applied as any accepted result (the robust clip
+//     still bounds it; its staleness and round are as of then). Credited
+//     but not applied, as first built, its task went back to the queue
+//     and, where the model had not moved (the asynchronous warm-up, a
+//     round), was computed again to the same update without end;
 //   - another update: the worker did not compute what its lease asked.
 //     It is refused, and its volunteer struck as for a failed spot check
 //     while another volunteer is connected (as a spot check is drawn
@@ -55,10 +57,11 @@ const recheckParallel = 2
 type recheckState struct {
 	running    int   // recomputations out
 	started    int64 // recomputations begun
-	vindicated int64 // matched: credited, not applied
-	credited   int64 // their examples
-	refuted    int64 // did not match: refused and struck
-	skipped    int64 // refused without one (no budget, no base, no waiting caller)
+	vindicated int64 // matched: applied
+	// vindicatedExamples is their examples.
+	vindicatedExamples int64
+	refuted            int64 // did not match: refused and struck
+	skipped            int64 // refused without one (no budget, no base, no waiting caller)
 }
 
 // RecheckView is what the validation's second opinions did.
@@ -67,11 +70,10 @@ type RecheckView struct {
 	// coordinator then recomputed.
 	Rechecked int64 `json:"rechecked"`
 	// Vindicated counts those whose recomputation matched: honest work on
-	// a hard batch, credited and not applied.
+	// a hard batch, then applied as any accepted result.
 	Vindicated int64 `json:"vindicated"`
-	// CreditedExamples is their examples: credited to their volunteers,
-	// not in the job's examples_seen.
-	CreditedExamples int64 `json:"credited_examples"`
+	// VindicatedExamples is their examples.
+	VindicatedExamples int64 `json:"vindicated_examples"`
 	// Refuted counts those whose recomputation did not match: refused,
 	// and their volunteer struck.
 	Refuted int64 `json:"refuted"`
@@ -82,7 +84,7 @@ type RecheckView struct {
 
 func (j *Job) recheckView() RecheckView {
 	r := &j.st.recheck
-	return RecheckView{Rechecked: r.started, Vindicated: r.vindicated, CreditedExamples: r.credited, Refuted: r.refuted, Skipped: r.skipped}
+	return RecheckView{Rechecked: r.started, Vindicated: r.vindicated, VindicatedExamples: r.vindicatedExamples, Refuted: r.refuted, Skipped: r.skipped}
 }
 
 // recheckRestore takes the counts a checkpoint kept (nil: none).
@@ -90,14 +92,16 @@ func (j *Job) recheckRestore(r *RecheckView) {
 	if r == nil {
 		return
 	}
-	j.st.recheck = recheckState{started: r.Rechecked, vindicated: r.Vindicated, credited: r.CreditedExamples, refuted: r.Refuted, skipped: r.Skipped}
+	j.st.recheck = recheckState{started: r.Rechecked, vindicated: r.Vindicated, vindicatedExamples: r.VindicatedExamples, refuted: r.Refuted, skipped: r.Skipped}
 }
 
 // recheck starts the recomputation of sub, the result of lease l that
-// validation refused (why: detail), if one can be made now, and returns
-// the ack that says its answer comes later. ok is false when none can be
+// validation refused as update (res.Update, or scaled down to the norm
+// gate's limit when outlier; why: detail), if one can be made now, and
+// returns the ack that says its answer comes later. The lease's task is
+// neither done nor queued again until then. ok is false when none can be
 // made: the caller refuses the result.
-func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail string) (protocol.Ack, bool) {
+func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, update []float32, outlier bool, detail string) (protocol.Ack, bool) {
 	st := &j.st
 	if sub.decided == nil || j.rl != nil {
 		// An RL job's learn result is a GRPO gradient of the groups its
@@ -117,12 +121,17 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail 
 	lease := j.refereeLease(l)
 	f16 := wireUpdateCodec(st.spec) == protocol.CodecF16
 	body := j.shardBody[l.Task.Shard]
-	// The connection's reader waits for the ack, but the update's memory
-	// may be a pooled frame's: keep a copy.
-	claimed := engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: slices.Clone(sub.res.Update),
-		Examples: sub.res.Examples, Slack: slackOf(sub.res)}
+	// The connection's reader waits for the ack, but if the connection
+	// drops its frame's memory goes back to the pool: keep copies.
+	res := *sub.res
+	res.Update = slices.Clone(res.Update)
+	sub.res = &res
+	if outlier {
+		update = slices.Clone(update)
+	} else {
+		update = res.Update
+	}
 	decided := sub.decided
-	sub.res = &protocol.Result{LeaseID: sub.res.LeaseID, Examples: sub.res.Examples}
 	j.evals.Add(1) // Close waits for it, as for an evaluation
 	go func() {
 		defer j.evals.Done()
@@ -133,7 +142,7 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail 
 			st.recheck.running--
 			st.referee.seconds += took
 			st.referee.done(took)
-			decided(j.rechecked(sub, ack, claimed, u, err, detail))
+			decided(j.rechecked(sub, l, ack, update, outlier, u, err, detail))
 		}); xerr != nil {
 			ack.Reason, ack.Detail = protocol.ReasonNotRunning, "the job stopped while the coordinator recomputed this result"
 			decided(ack)
@@ -143,41 +152,54 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail 
 	return ack, true
 }
 
-// rechecked decides the result claimed, which validation refused (why:
-// detail), by u, the coordinator's own computation of its task (or err,
-// why it has none). It runs on the loop and returns the result's ack.
-func (j *Job) rechecked(sub submission, ack protocol.Ack, claimed engine.SpotResult, u []float32, err error, detail string) protocol.Ack {
+// rechecked decides sub, the result of lease l that validation refused
+// (why: detail), by u, the coordinator's own computation of its task (or
+// err, why it has none). It runs on the loop and returns the result's ack.
+func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, update []float32, outlier bool, u []float32, err error, detail string) protocol.Ack {
 	st := &j.st
+	if st.state != StateRunning {
+		// Its leases were cleared when the job stopped.
+		return j.refusal(sub, ack, protocol.ReasonNotRunning, "job is "+st.state)
+	}
 	if err != nil {
 		st.recheck.skipped++
+		j.requeueRefused(l)
 		return j.refusal(sub, ack, protocol.ReasonQuarantined, fmt.Sprintf("%s; the coordinator could not recompute it: %v", detail, err))
 	}
+	claimed := engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: sub.res.Update, Examples: sub.res.Examples, Slack: slackOf(sub.res)}
 	agree, how := st.spot.Agree(engine.SpotResult{Volunteer: engine.Referee, Referee: true, Update: u, Examples: claimed.Examples}, claimed)
 	if !agree {
 		st.recheck.refuted++
-		if j.otherVolunteer(claimed.Volunteer) {
-			j.strike(claimed.Volunteer, "the coordinator's recomputation of a result its validation refused: "+how)
+		j.requeueRefused(l)
+		if j.otherVolunteer(sub.volunteer) {
+			j.strike(sub.volunteer, "the coordinator's recomputation of a result its validation refused: "+how)
 		}
 		return j.refusal(sub, ack, protocol.ReasonQuarantined, fmt.Sprintf("%s, and the coordinator's own computation of the task differs (%s)", detail, how))
 	}
+	// Honest: offered again, past the validation; the robust rule still
+	// bounds it, and the staleness and the round are as of now.
+	if l.Started() {
+		ack.Staleness = st.model.Version - l.Base
+	}
+	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
+		a.SetNow(st.sched.Now())
+		a.Lone = !j.anotherVolunteerAtWork(sub.worker)
+	}
+	d := st.agg.Offer(engine.Contribution{Update: update, Round: l.Round, Staleness: ack.Staleness, Examples: sub.res.Examples,
+		Worker: sub.worker, Volunteer: sub.volunteer, Vouched: true})
+	if !d.Accepted {
+		j.requeue(l)
+		return j.refusal(sub, ack, d.Reason, d.Detail+" (after the coordinator's recomputation of it matched: the validation had refused it)")
+	}
 	st.recheck.vindicated++
-	st.recheck.credited += int64(claimed.Examples)
-	j.ledger.Credit(claimed.Volunteer, j.ID, int64(claimed.Examples), float64(claimed.Examples)*j.flopsPerExample)
-	j.resultAccepted(sub.worker)
-	// Credited, so a replay of it under another lease is a duplicate, as
-	// of an applied one (dedup.go).
-	if sub.hash == 0 {
-		sub.hash = updateHash(claimed.Update)
-	}
-	if sub.hash != 0 {
-		st.abuse.dedup.add(sub.hash)
-	}
+	st.recheck.vindicatedExamples += int64(sub.res.Examples)
 	if j.verbose {
-		j.log.Debug(fmt.Sprintf("job %s: result of lease %d from worker %s credited, not applied: validation refused it, the coordinator's recomputation matched it (%s)",
-			j.ID, sub.res.LeaseID, sub.worker, how))
+		j.log.Debug(fmt.Sprintf("job %s: result of lease %d from worker %s applied after validation refused it: the coordinator's recomputation matched it (%s)",
+			j.ID, l.ID, sub.worker, how))
 	}
-	ack.Accepted = true
-	ack.Reason, ack.Detail = protocol.ReasonQuarantined, "credited, not applied: "+detail+
-		"; the coordinator's own computation of the task matched it ("+how+"), so the work is honest and the batch hard; the task is trained again later"
+	ack = j.accept(sub, l, ack, update, outlier, d)
+	if ack.Detail == "" {
+		ack.Detail = "applied after the coordinator's own computation of the task matched it (" + how + "); " + detail
+	}
 	return ack
 }

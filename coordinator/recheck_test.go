@@ -12,9 +12,9 @@ import (
 )
 
 // A result the validation refuses is recomputed by the coordinator
-// before it is thrown away: an honest one (a hard batch) is credited to
-// its volunteer, not applied; one that is not what its task computes is
-// refused and its volunteer struck. The inner rate is made huge, so that
+// before it is thrown away: an honest one (a hard batch) is applied as any
+// accepted result, and a replay of it is a duplicate; one that is not
+// what its task computes is refused and its volunteer struck. The inner rate is made huge, so that
 // every honest gradient's step climbs on the held-out batch and the
 // validation refuses it (the asynchronous warm-up validates every
 // result).
@@ -33,16 +33,35 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	honest, liar := g.joinRawKey(honestKey), g.joinRawKey(liarKey)
 	hid, lid := coordinator.VolunteerIDOfKey(honestKey), coordinator.VolunteerIDOfKey(liarKey)
 
+	// The liar sends the honest gradient, reversed: it climbs too, and it
+	// is not what its task computes. (First: once the asynchronous
+	// warm-up ends, a lone volunteer's results are not validated.)
+	l2 := liar.leases(1)[0]
+	lie := g.honestResult(m, l2)
+	for i := range lie.Update {
+		lie.Update[i] = -lie.Update[i]
+	}
+	liar.send(lie)
+	ack := liar.ack(l2.ID)
+	if ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "differs") {
+		t.Fatalf("the reversed gradient: %+v; want it refused, the recomputation differing", ack)
+	}
+
 	l := honest.leases(1)[0]
 	res := g.honestResult(m, l)
 	honest.send(res)
-	ack := honest.ack(l.ID)
-	if !ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "credited, not applied") ||
-		!strings.Contains(ack.Detail, "validation refused") {
-		t.Fatalf("the honest result: %+v; want it credited, not applied, saying validation refused it and the recomputation matched", ack)
+	ack = honest.ack(l.ID)
+	if !ack.Accepted || !strings.Contains(ack.Detail, "computation of the task matched") {
+		t.Fatalf("the honest result: %+v; want it accepted, saying the coordinator's computation matched it", ack)
 	}
-	// Credited, it is no update to replay under another lease.
+	// Accepted, its task is done (not leased again: credited but not
+	// applied, it was computed to the same update without end while the
+	// model stood still), and it is no update to replay under another
+	// lease.
 	again := honest.leases(1)[0]
+	if again.ShardID == l.ShardID && again.Start == l.Start {
+		t.Fatalf("lease %d is task %d:%d again, whose result was applied", again.ID, l.ShardID, l.Start)
+	}
 	replay := *res
 	replay.LeaseID, replay.BaseVersion = again.ID, again.BaseVersion
 	honest.send(&replay)
@@ -50,27 +69,14 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 		t.Fatalf("the vindicated update replayed under lease %d: %+v; want it refused as a duplicate", again.ID, ack)
 	}
 
-	// The liar sends the honest gradient, reversed: it climbs too, and it
-	// is not what its task computes.
-	l2 := liar.leases(1)[0]
-	lie := g.honestResult(m, l2)
-	for i := range lie.Update {
-		lie.Update[i] = -lie.Update[i]
-	}
-	liar.send(lie)
-	ack = liar.ack(l2.ID)
-	if ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "differs") {
-		t.Fatalf("the reversed gradient: %+v; want it refused, the recomputation differing", ack)
-	}
-
 	v := g.waitFor("both decided", 10*time.Second, func(v coordinator.JobView) bool {
 		return v.Rechecks.Vindicated+v.Rechecks.Refuted == 2
 	})
-	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 || r.CreditedExamples != int64(l.Count) {
+	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 || r.VindicatedExamples != int64(l.Count) {
 		t.Fatalf("rechecks %+v: want two recomputed, the honest one vindicated, the liar's refuted", r)
 	}
-	if v.UpdatesApplied != 0 || v.Version != 0 {
-		t.Fatalf("applied %d updates (version %d): a result validation refused must never move the model", v.UpdatesApplied, v.Version)
+	if v.UpdatesApplied != 1 || v.ExamplesSeen != int64(l.Count) {
+		t.Fatalf("applied %d updates of %d examples: want the honest one alone", v.UpdatesApplied, v.ExamplesSeen)
 	}
 	if v.Rejections[protocol.ReasonQuarantined] != 1 || v.Rejections[protocol.ReasonDuplicate] != 1 {
 		t.Fatalf("rejections %v: want one quarantined (the liar's) and one duplicate (the replay)", v.Rejections)
