@@ -193,7 +193,7 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		Worker: sub.worker, Volunteer: sub.volunteer})
 	if !d.Accepted {
 		if d.Reason == engine.ReasonQuarantined {
-			if a, later := j.recheck(sub, l, ack, update, outlier, d.Detail); later { // recheck.go
+			if a, later := j.recheck(sub, l, ack, d.Detail); later { // recheck.go
 				return a
 			}
 			j.requeueRefused(l)

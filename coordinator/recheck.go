@@ -25,12 +25,11 @@ import (
 // one, since only a tolerance is asked: a fashion-cnn task takes about
 // 0.06 s instead of 0.3 s):
 //   - the same update, within the spot checks' tolerance: the work is
-//     honest and the batch is hard. It is offered again, past the
-//     validation, and applied as any accepted result (the robust clip
-//     still bounds it; its staleness and round are as of then). Credited
-//     but not applied, as first built, its task went back to the queue
-//     and, where the model had not moved (the asynchronous warm-up, a
-//     round), was computed again to the same update without end;
+//     honest and the batch is hard. The volunteer is credited; the
+//     update is not applied (the validation's verdict on its step
+//     stands), and the task is done for this epoch (queued again, it was
+//     computed from a model that had not moved, in the asynchronous
+//     warm-up, to the same update without end);
 //   - another update: the worker did not compute what its lease asked.
 //     It is refused, and its volunteer struck as for a failed spot check
 //     while another volunteer is connected (as a spot check is drawn
@@ -96,12 +95,11 @@ func (j *Job) recheckRestore(r *RecheckView) {
 }
 
 // recheck starts the recomputation of sub, the result of lease l that
-// validation refused as update (res.Update, or scaled down to the norm
-// gate's limit when outlier; why: detail), if one can be made now, and
+// validation refused (why: detail), if one can be made now, and
 // returns the ack that says its answer comes later. The lease's task is
 // neither done nor queued again until then. ok is false when none can be
 // made: the caller refuses the result.
-func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, update []float32, outlier bool, detail string) (protocol.Ack, bool) {
+func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail string) (protocol.Ack, bool) {
 	st := &j.st
 	if sub.decided == nil || j.rl != nil {
 		// An RL job's learn result is a GRPO gradient of the groups its
@@ -126,11 +124,6 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, update 
 	res := *sub.res
 	res.Update = slices.Clone(res.Update)
 	sub.res = &res
-	if outlier {
-		update = slices.Clone(update)
-	} else {
-		update = res.Update
-	}
 	decided := sub.decided
 	j.evals.Add(1) // Close waits for it, as for an evaluation
 	go func() {
@@ -142,7 +135,7 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, update 
 			st.recheck.running--
 			st.referee.seconds += took
 			st.referee.done(took)
-			decided(j.rechecked(sub, l, ack, update, outlier, u, err, detail))
+			decided(j.rechecked(sub, l, ack, u, err, detail))
 		}); xerr != nil {
 			ack.Reason, ack.Detail = protocol.ReasonNotRunning, "the job stopped while the coordinator recomputed this result"
 			decided(ack)
@@ -155,7 +148,7 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, update 
 // rechecked decides sub, the result of lease l that validation refused
 // (why: detail), by u, the coordinator's own computation of its task (or
 // err, why it has none). It runs on the loop and returns the result's ack.
-func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, update []float32, outlier bool, u []float32, err error, detail string) protocol.Ack {
+func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, u []float32, err error, detail string) protocol.Ack {
 	st := &j.st
 	if st.state != StateRunning {
 		// Its leases were cleared when the job stopped.
@@ -176,30 +169,35 @@ func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, updat
 		}
 		return j.refusal(sub, ack, protocol.ReasonQuarantined, fmt.Sprintf("%s, and the coordinator's own computation of the task differs (%s)", detail, how))
 	}
-	// Honest: offered again, past the validation; the robust rule still
-	// bounds it, and the staleness and the round are as of now.
-	if l.Started() {
-		ack.Staleness = st.model.Version - l.Base
-	}
-	if a, ok := st.agg.(*engine.Async); ok && a.Clip != nil {
-		a.SetNow(st.sched.Now())
-		a.Lone = !j.anotherVolunteerAtWork(sub.worker)
-	}
-	d := st.agg.Offer(engine.Contribution{Update: update, Round: l.Round, Staleness: ack.Staleness, Examples: sub.res.Examples,
-		Worker: sub.worker, Volunteer: sub.volunteer, Vouched: true})
-	if !d.Accepted {
-		j.requeue(l)
-		return j.refusal(sub, ack, d.Reason, d.Detail+" (after the coordinator's recomputation of it matched: the validation had refused it)")
-	}
+	// Honest, and the validation's verdict on its step stands (the
+	// recomputation says who computed it honestly, not that the step
+	// helps): credited, not applied, and its task done for this epoch:
+	// queued again, it would be computed from a model that may not have
+	// moved to the same update, without end.
+	ex := int64(sub.res.Examples)
 	st.recheck.vindicated++
-	st.recheck.vindicatedExamples += int64(sub.res.Examples)
+	st.recheck.vindicatedExamples += ex
+	j.ledger.Credit(sub.volunteer, j.ID, ex, float64(ex)*j.flopsPerExample)
+	j.resultAccepted(sub.worker)
+	if sub.hash == 0 {
+		sub.hash = updateHash(sub.res.Update)
+	}
+	if sub.hash != 0 {
+		st.abuse.dedup.add(sub.hash) // a replay of it is a duplicate (dedup.go)
+	}
+	j.requeue(l) // its place in a round goes to another task
+	st.sched.TakeQueued(l.Task)
+	st.epochExamples += ex
+	st.remaining -= ex
 	if j.verbose {
-		j.log.Debug(fmt.Sprintf("job %s: result of lease %d from worker %s applied after validation refused it: the coordinator's recomputation matched it (%s)",
+		j.log.Debug(fmt.Sprintf("job %s: result of lease %d from worker %s credited, not applied: validation refused it, the coordinator's recomputation matched it (%s)",
 			j.ID, l.ID, sub.worker, how))
 	}
-	ack = j.accept(sub, l, ack, update, outlier, d)
-	if ack.Detail == "" {
-		ack.Detail = "applied after the coordinator's own computation of the task matched it (" + how + "); " + detail
+	if st.remaining <= 0 {
+		j.endEpoch()
 	}
+	ack.Accepted = true
+	ack.Reason, ack.Detail = protocol.ReasonQuarantined, "credited, not applied: "+detail+
+		"; the coordinator's own computation of the task matched it ("+how+"): honest work on a hard batch, skipped this epoch"
 	return ack
 }

@@ -12,9 +12,10 @@ import (
 )
 
 // A result the validation refuses is recomputed by the coordinator
-// before it is thrown away: an honest one (a hard batch) is applied as any
-// accepted result, and a replay of it is a duplicate; one that is not
-// what its task computes is refused and its volunteer struck. The inner rate is made huge, so that
+// before it is thrown away: an honest one (a hard batch) is credited to
+// its volunteer, not applied, its task done for the epoch, and a replay of
+// it is a duplicate; one that is not what its task computes is refused and
+// its volunteer struck. The inner rate is made huge, so that
 // every honest gradient's step climbs on the held-out batch and the
 // validation refuses it (the asynchronous warm-up validates every
 // result).
@@ -51,13 +52,13 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	res := g.honestResult(m, l)
 	honest.send(res)
 	ack = honest.ack(l.ID)
-	if !ack.Accepted || !strings.Contains(ack.Detail, "computation of the task matched") {
-		t.Fatalf("the honest result: %+v; want it accepted, saying the coordinator's computation matched it", ack)
+	if !ack.Accepted || ack.Reason != protocol.ReasonQuarantined || !strings.Contains(ack.Detail, "credited, not applied") ||
+		!strings.Contains(ack.Detail, "computation of the task matched") {
+		t.Fatalf("the honest result: %+v; want it credited, not applied, saying the coordinator's computation matched it", ack)
 	}
-	// Accepted, its task is done (not leased again: credited but not
-	// applied, it was computed to the same update without end while the
-	// model stood still), and it is no update to replay under another
-	// lease.
+	// Its task is done for the epoch (queued again, it was computed to the
+	// same update without end while the model stood still), and it is no
+	// update to replay under another lease.
 	again := honest.leases(1)[0]
 	if again.ShardID == l.ShardID && again.Start == l.Start {
 		t.Fatalf("lease %d is task %d:%d again, whose result was applied", again.ID, l.ShardID, l.Start)
@@ -75,8 +76,9 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	if r := v.Rechecks; r.Rechecked != 2 || r.Vindicated != 1 || r.Refuted != 1 || r.VindicatedExamples != int64(l.Count) {
 		t.Fatalf("rechecks %+v: want two recomputed, the honest one vindicated, the liar's refuted", r)
 	}
-	if v.UpdatesApplied != 1 || v.ExamplesSeen != int64(l.Count) {
-		t.Fatalf("applied %d updates of %d examples: want the honest one alone", v.UpdatesApplied, v.ExamplesSeen)
+	if v.UpdatesApplied != 0 || v.Version != 0 || v.EpochProgress <= 0 {
+		t.Fatalf("applied %d updates (version %d), epoch progress %g: a result validation refused must never move the model, and its task is done",
+			v.UpdatesApplied, v.Version, v.EpochProgress)
 	}
 	if v.Rejections[protocol.ReasonQuarantined] != 1 || v.Rejections[protocol.ReasonDuplicate] != 1 {
 		t.Fatalf("rejections %v: want one quarantined (the liar's) and one duplicate (the replay)", v.Rejections)

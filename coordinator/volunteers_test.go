@@ -381,7 +381,10 @@ func TestCreditEqualsAcceptedExamples(t *testing.T) {
 		}
 		total += v.Examples
 	}
-	if total != jv.ExamplesSeen {
-		t.Errorf("credit totals %d examples, the job saw %d", total, jv.ExamplesSeen)
+	// A result validation refused and the coordinator's recomputation
+	// vindicated is credited, not trained on.
+	if total != jv.ExamplesSeen+jv.Rechecks.VindicatedExamples {
+		t.Errorf("credit totals %d examples, the job saw %d and credited %d it did not apply (validation_rechecks %+v)",
+			total, jv.ExamplesSeen, jv.Rechecks.VindicatedExamples, jv.Rechecks)
 	}
 }

@@ -28,10 +28,6 @@ type Contribution struct {
 	// version), as it would have taken the results one by one, without
 	// its robust clip.
 	Results int
-	// Vouched says the coordinator computed the same update itself, after
-	// its validation refused it: honest work, which the validation is not
-	// asked about again (the robust rule still bounds it).
-	Vouched bool
 }
 
 // count is how many results c holds.
@@ -180,7 +176,7 @@ func (a *Async) Offer(c Contribution) Decision {
 			// Nothing to compare with yet: every warm-up result is
 			// validated, so that one arriving first (or alone) cannot set
 			// the scale by being huge or hostile.
-			if a.Validate != nil && !c.Vouched && !(a.distinctRecent() >= 2 && a.refusing()) {
+			if a.Validate != nil && !(a.distinctRecent() >= 2 && a.refusing()) {
 				// refusing: a model on which even honest steps climb
 				// must not hold the warm-up, and the job, for ever; but
 				// one worker alone refused is a lone attacker, which
@@ -199,7 +195,7 @@ func (a *Async) Offer(c Contribution) Decision {
 		// are averaged over its history before the clip, so honest ones
 		// lie closer together and the radius is smaller.
 		u := a.Clip.withMomentum(key, c.Update)
-		if a.Validate != nil && !c.Vouched && !a.Lone && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
+		if a.Validate != nil && !a.Lone && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
 			// Flagged by the clip (the update, or its volunteer's momentum
 			// with it): the update itself must descend on the
 			// coordinator's own data, or it is not applied at all.
@@ -415,7 +411,7 @@ func (r *Rounds) Offer(c Contribution) Decision {
 		if r.Validate != nil {
 			// The first round has nothing to compare with: every result
 			// of it is validated, as the asynchronous warm-up's are.
-			if !c.Vouched && (r.prev == nil || (r.radius > 0 && flagged(c.Update, r.prev, r.radius))) && !r.refusing() {
+			if (r.prev == nil || (r.radius > 0 && flagged(c.Update, r.prev, r.radius))) && !r.refusing() {
 				if d := r.Validate(c.Update); d != "" {
 					r.record(c.Worker, true)
 					return Decision{Reason: ReasonQuarantined, Detail: d}

@@ -453,7 +453,7 @@ func (r *mixedRun) shareCell() string {
 		s += fmt.Sprintf("; %d late copies credited", r.lateCredited)
 	}
 	if c := r.rechecks; c.Rechecked+c.Skipped > 0 {
-		s += fmt.Sprintf("; validation refused %d: %d recomputed and applied, %d refuted, %d not recomputed", c.Rechecked+c.Skipped, c.Vindicated, c.Refuted, c.Skipped)
+		s += fmt.Sprintf("; validation refused %d: %d recomputed and credited, %d refuted, %d not recomputed", c.Rechecked+c.Skipped, c.Vindicated, c.Refuted, c.Skipped)
 	}
 	return s
 }

@@ -224,7 +224,8 @@ eval_every: 1000
 
 // ledgerAndModel reads what a killed coordinator left: the examples the
 // ledger credits, all volunteers together (net of refutations), and the
-// examples the job's latest checkpoint has seen.
+// examples the job's latest checkpoint has seen, with those of results it
+// credited without training on them (validation_rechecks).
 func ledgerAndModel(t *testing.T, dbPath, jobID string) (credited, seen, version int64) {
 	t.Helper()
 	db := openChecked(t, dbPath)
@@ -243,11 +244,19 @@ func ledgerAndModel(t *testing.T, dbPath, jobID string) (credited, seen, version
 	}
 	var p struct {
 		ExamplesSeen int64 `json:"examples_seen"`
+		// Results validation refused and the coordinator's recomputation
+		// vindicated: credited, not trained on.
+		Rechecks struct {
+			VindicatedExamples int64 `json:"vindicated_examples"`
+		} `json:"validation_rechecks"`
 	}
 	if err := json.Unmarshal(c.Progress, &p); err != nil {
 		t.Fatal(err)
 	}
-	return credited, p.ExamplesSeen, c.Version
+	if p.Rechecks.VindicatedExamples > 0 {
+		t.Logf("the checkpoint (v%d) counts %d examples of vindicated results credited outside examples_seen", c.Version, p.Rechecks.VindicatedExamples)
+	}
+	return credited, p.ExamplesSeen + p.Rechecks.VindicatedExamples, c.Version
 }
 
 // SIGKILL the coordinator three times under load, at random moments
