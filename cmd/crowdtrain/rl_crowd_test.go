@@ -22,25 +22,27 @@ import (
 // An RL job end to end with a mixed crowd of four volunteers on real
 // processes: two native `work` processes, a headless Chromium tab on the
 // contribute page (it samples rollouts in wasm) and a forge-rollout
-// attack process on its own loopback address. The policy is warmed up on
-// one-digit sums by SFT to a held-out solved share S0; the RL job from
-// that export must raise solved by at least 15 points (the issue's goal
-// is 25: the figure is logged against it), the tab's rollout results must
-// be accepted, the forger banned before the job had accepted 200 results,
-// and no honest result refused as forged.
+// attack process on its own loopback address, which joins once the
+// honest three are generating. The policy is warmed up on one-digit sums
+// by SFT to a held-out solved share S0; the RL job from that export must
+// raise solved by at least 15 points (the issue's goal is 25: the figure
+// is logged against it), the tab's rollout results must be accepted, the
+// forger banned before the job accepted 200 rollout results after it
+// joined, and no honest result refused as forged.
 //
 // Accepted means used: an accepted rollout result is scored into a group;
 // a flat group (every completion the same reward) is dropped, a non-flat
 // one is buffered and the next learn lease takes it (rljob's replay
-// window), so the tab's accepted results feed the gradients as the native
-// workers' do. The job view counts no groups per volunteer, so the test
-// asserts acceptance.
+// window), so the tab's accepted rollouts feed the gradients as the
+// native workers' do. The views count accepted rollouts per worker, not
+// the groups each fed to a learn lease, so the test asserts acceptance.
 //
-// spot_check 0.2, not the default 0.05: a struck forged result is
-// refused, three strikes ban, so at rate p the forger is banned after
-// about 3/p of its own results. At 0.05 that is some 60 forged results
-// while three honest volunteers deliver theirs, too near the bound of 200
-// accepted results on a loaded machine; at 0.2 it is some 15.
+// The default spot_check (0.05) is enough: a forged rollout result drawn
+// for a check is refused, three strikes ban, and the forger answers
+// instantly (it samples nothing), so its three strikes come long before
+// the honest workers have 200 rollouts accepted. Until then its forged
+// results that no check drew are accepted (1 in 20 is checked), and the
+// job must reach its solved bound despite them.
 func TestRLJobWithABrowserTabAndAForgerInTheCrowd(t *testing.T) {
 	testenv.Long(t, "trains a text job, then an RL job with native workers, a Chromium tab and an attack process")
 	testbrowser.Chromium(t)
@@ -64,16 +66,12 @@ max_new_tokens: 4
 outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
 max_epochs: 24
 eval_every: 40
-spot_check: 0.2
-spot_check_strikes: 3
 `, policy)))
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec,
 		"--web-dist", dist, "--admin-token", modesAdminToken)
 	srv.waitLine("coordinator listening", time.Minute)
-	a := startAttack(t, addr, attack.ForgeRollout, "127.0.0.2", "--duration", "15m")
-	a.waitLine("connected as", 30*time.Second)
 	browser := testbrowser.New(t)
 	ctx, cancel := context.WithTimeout(browser, time.Minute)
 	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute")); err != nil {
@@ -85,30 +83,31 @@ spot_check_strikes: 3
 		startProc(t, "work", "--coordinator", "ws://"+addr+"/ws", "--threads", "1")
 	}
 
-	// Each worker's counters, kept while it is connected, and the results
-	// the job had accepted when the forger was told it is banned.
+	// Each worker's counters, kept while it is connected, and the rollout
+	// results the job had accepted when the forger joined and when it was
+	// told it is banned (read at most a poll late: an upper bound).
 	var mu sync.Mutex
 	workers := map[string]coordinator.WorkerView{}
-	acceptedAtBan := int64(-1)
+	var a *proc
+	rolloutsAtJoin, rolloutsAtBan := int64(-1), int64(-1)
+	rollouts := func() (n int64) {
+		for _, w := range workers {
+			n += w.Rollouts
+		}
+		return n
+	}
 	poll := func() {
 		var views []coordinator.WorkerView
 		if adminCall(t, http.MethodGet, "http://"+addr+"/api/v1/workers", nil, &views) != http.StatusOK {
 			return
 		}
-		banned := strings.Contains(a.logText(), "banned")
 		mu.Lock()
 		defer mu.Unlock()
 		for _, w := range views {
 			workers[w.ID] = w
 		}
-		if banned && acceptedAtBan < 0 {
-			// Every accepted result of every worker seen so far, learn
-			// results of the native workers too: an upper bound on the
-			// rollout results accepted by the ban (at most a poll late).
-			acceptedAtBan = 0
-			for _, w := range workers {
-				acceptedAtBan += w.Accepted
-			}
+		if a != nil && rolloutsAtBan < 0 && strings.Contains(a.logText(), "banned") {
+			rolloutsAtBan = rollouts()
 		}
 	}
 	stopPoll := make(chan struct{})
@@ -124,8 +123,24 @@ spot_check_strikes: 3
 			}
 		}
 	}()
-	// The existing RL test's job takes about a minute and a half alone on
-	// two cores; a tab, an attacker and a loaded machine share them here.
+	waitJob(t, addr, 2*time.Minute, "the honest workers' first rollouts", func(coordinator.JobView) bool {
+		poll()
+		mu.Lock()
+		defer mu.Unlock()
+		kinds := map[string]int{}
+		for _, w := range workers {
+			if w.Rollouts > 0 {
+				kinds[w.Kind]++
+			}
+		}
+		return kinds[protocol.KindNative] == 2 && kinds[protocol.KindBrowser] == 1
+	})
+	mu.Lock()
+	rolloutsAtJoin = rollouts()
+	a = startAttack(t, addr, attack.ForgeRollout, "127.0.0.2", "--duration", "15m")
+	mu.Unlock()
+	// The RL job takes under a minute on an idle machine; a bound with
+	// room for a loaded one.
 	v = waitJob(t, addr, 12*time.Minute, "the RL job to finish", ended)
 	wall := time.Since(start)
 	poll()
@@ -141,20 +156,22 @@ spot_check_strikes: 3
 		v.Version, wall.Round(time.Second), *v.Eval.Reward, solved, s0, 100*(solved-s0), v.UpdatesApplied, v.Rejections, v.SpotChecks.Rollouts)
 
 	mu.Lock()
-	var tabAccepted, tabRejected int64
+	var tabRollouts, tabAccepted, tabRejected int64
 	kinds := map[string]int{}
 	for id, w := range workers {
-		t.Logf("worker %s (%s, %s): %d results accepted, %d rejected", id, w.Kind, w.Remote, w.Accepted, w.Rejected)
+		t.Logf("worker %s (%s, %s): %d results accepted (%d of them rollouts), %d rejected", id, w.Kind, w.Remote, w.Accepted, w.Rollouts, w.Rejected)
 		kinds[w.Kind]++
 		if w.Kind == protocol.KindBrowser {
+			tabRollouts += w.Rollouts
 			tabAccepted += w.Accepted
 			tabRejected += w.Rejected
 		}
 	}
-	atBan := acceptedAtBan
+	atBan := rolloutsAtBan - rolloutsAtJoin
+	banned := rolloutsAtBan >= 0
 	mu.Unlock()
-	t.Logf("figures: S0 %.3f, solved %.3f; the tab: %d rollout results accepted, %d rejected; results accepted when the forger was banned: at most %d; wall %v",
-		s0, solved, tabAccepted, tabRejected, atBan, wall.Round(time.Second))
+	t.Logf("figures: S0 %.3f, solved %.3f; the tab: %d rollout results accepted (%d results in all), %d rejected; rollout results accepted from the forger's arrival to its ban: at most %d; wall %v",
+		s0, solved, tabRollouts, tabAccepted, tabRejected, atBan, wall.Round(time.Second))
 
 	if solved < s0+0.15 {
 		t.Errorf("solved %.3f after RL, S0 %.3f: want at least 15 points more", solved, s0)
@@ -162,21 +179,28 @@ spot_check_strikes: 3
 	if kinds[protocol.KindBrowser] != 1 {
 		t.Errorf("workers seen by kind: %v; want one browser tab", kinds)
 	}
-	if tabAccepted == 0 {
+	if tabRollouts == 0 {
 		t.Errorf("the tab had no rollout result accepted: it took no part in the job")
 	}
 	forged := r.variants["forged"]
-	if !strings.Contains(r.text, "banned") || atBan < 0 {
+	if !banned {
 		t.Errorf("the forger was not banned; attack log:\n%s", r.text)
 	} else if atBan > 200 {
-		t.Errorf("the job had accepted %d results when the forger was banned; want at most 200", atBan)
+		t.Errorf("the job accepted %d rollout results between the forger's arrival and its ban; want at most 200", atBan)
 	}
-	if forged[1] != 0 {
-		t.Errorf("%d of the forger's rollout results accepted; want none", forged[1])
-	}
-	// Every result refused forged is the forger's: none of the native
-	// workers' or the tab's.
-	if v.Rejections[protocol.ReasonForged] != int64(forged[2]) {
-		t.Errorf("%d results refused forged, %d of them the forger's; want only the forger's", v.Rejections[protocol.ReasonForged], forged[2])
+	// A forged result no spot check drew is accepted like an honest one
+	// (only a check tells them apart): those the forger had accepted
+	// before its ban went into the job, and solved above held despite them.
+	t.Logf("the forger: %d forged rollout results sent, %d accepted unchecked before its ban, %d refused forged (its ack received)", forged[0], forged[1], forged[2])
+	// Every result refused forged is the forger's, none of the native
+	// workers' or the tab's: three strikes ban, so a banned forger had
+	// exactly three, and any honest result refused forged would be a
+	// fourth. The ban closes the forger's connection before the third
+	// strike's ack reaches it, so its report may count two refusals and a
+	// result never acked: the refusals are at most what it sent and did
+	// not have accepted.
+	if refused := v.Rejections[protocol.ReasonForged]; refused != 3 || refused > int64(forged[0]-forged[1]) {
+		t.Errorf("%d results refused forged; the forger sent %d, %d of them accepted; want its three strikes and no honest result among them",
+			refused, forged[0], forged[1])
 	}
 }
