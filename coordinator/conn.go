@@ -59,6 +59,7 @@ type workerConn struct {
 	examples      atomic.Int64
 	accepted      atomic.Int64
 	rejected      atomic.Int64
+	rollouts      atomic.Int64
 	lastStaleness atomic.Int64
 
 	wire workerWire // wire.go: bytes each way, link, H, comm share
@@ -71,16 +72,20 @@ type workerConn struct {
 
 // WorkerView is a worker as the API shows it.
 type WorkerView struct {
-	ID            string    `json:"id"`
-	Kind          string    `json:"kind"`
-	Backend       string    `json:"backend"`
-	Threads       int       `json:"threads"`
-	Client        string    `json:"client"`
-	Job           string    `json:"job"`
-	Remote        string    `json:"remote"`
-	Examples      int64     `json:"examples"`
-	Accepted      int64     `json:"accepted"`
-	Rejected      int64     `json:"rejected"`
+	ID       string `json:"id"`
+	Kind     string `json:"kind"`
+	Backend  string `json:"backend"`
+	Threads  int    `json:"threads"`
+	Client   string `json:"client"`
+	Job      string `json:"job"`
+	Remote   string `json:"remote"`
+	Examples int64  `json:"examples"`
+	Accepted int64  `json:"accepted"`
+	Rejected int64  `json:"rejected"`
+	// Rollouts is how many of the accepted results were an RL job's
+	// rollouts (the rest are gradients: a text job's or an RL learn
+	// lease's).
+	Rollouts      int64     `json:"rollouts"`
 	LastStaleness int64     `json:"last_staleness"`
 	ConnectedAt   time.Time `json:"connected_at"`
 	LastSeen      time.Time `json:"last_seen"`
@@ -118,6 +123,7 @@ func (w *workerConn) view() WorkerView {
 		ID: w.id, Kind: w.hello.Kind, Backend: w.backendName(), Threads: w.hello.Threads,
 		Client: w.hello.Client, Remote: w.remote,
 		Examples: w.examples.Load(), Accepted: w.accepted.Load(), Rejected: w.rejected.Load(),
+		Rollouts:      w.rollouts.Load(),
 		LastStaleness: w.lastStaleness.Load(),
 		ConnectedAt:   w.connectedAt, LastSeen: time.Unix(0, w.lastSeen.Load()),
 		Leases: []uint64{},
@@ -580,6 +586,9 @@ func (s *Server) submit(ctx context.Context, wc *workerConn, job *Job, sub submi
 		if ack.Accepted {
 			wc.accepted.Add(1)
 			wc.examples.Add(examples)
+			if len(sub.res.Rollouts) > 0 {
+				wc.rollouts.Add(1)
+			}
 		} else {
 			wc.rejected.Add(1)
 		}

@@ -40,13 +40,13 @@ spot_check: 1
 	ctx := testbrowser.New(t)
 	s.contribute(t, ctx)
 	states := map[string]bool{}
-	var accepted, rejected int64
+	var accepted, rollouts, rejected int64
 	var checks *coordinator.RolloutCheckView
 	s.waitFor("the tab's rollouts, 20 of them checked", 3*time.Minute, func() bool {
 		states[text(t, ctx, "#state")] = true
 		for _, w := range s.srv.WorkerViews() {
 			if w.Kind == protocol.KindBrowser {
-				accepted, rejected = w.Accepted, w.Rejected
+				accepted, rollouts, rejected = w.Accepted, w.Rollouts, w.Rejected
 			}
 		}
 		checks = s.view().SpotChecks.Rollouts
@@ -60,5 +60,10 @@ spot_check: 1
 	}
 	if accepted < 20 {
 		t.Errorf("the tab had %d rollout results accepted; want at least the 20 checked", accepted)
+	}
+	// It only generates: every accepted result is a rollout, as its
+	// worker view counts them.
+	if rollouts != accepted {
+		t.Errorf("the tab's worker view counts %d rollouts of %d accepted results; want all of them", rollouts, accepted)
 	}
 }
