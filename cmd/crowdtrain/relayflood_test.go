@@ -30,9 +30,12 @@ import (
 // parts, a relay's incomplete aggregates are bounded by its in-flight
 // budget and the embedded server's stream by its byte limit; what grows
 // is the garbage of the parts read and refused, which the Go collector
-// lets reach about the live heap (MNIST alone is 188 MB of it) before it
-// collects. Measured: 224 MB before, peaks of 480 to 551 MB.
-const floodRSSSlack = 192 << 20
+// lets reach about the live heap (MNIST alone is 188 MB of it, 293 MB in
+// use after a flood) before it collects. Measured: 224 MB before, peaks of
+// 480 to 551 MB; in a CI run beside the other shards (the collector short
+// of CPU), 197 MB before and a peak of 631 MB, past the 586 MB that 192 MB
+// of slack allowed.
+const floodRSSSlack = 320 << 20
 
 // floodStreamBytes is the stream limit the flood test gives the root.
 const floodStreamBytes = 64 << 20
