@@ -33,6 +33,9 @@ type hostileCell struct {
 	// conns is each attacker's connections, all from its one address
 	// (0: one).
 	conns int
+	// evalEvery, if set, is the spec's eval_every: versions to the target
+	// are known to within it.
+	evalEvery int
 }
 
 func (c hostileCell) name() string {
@@ -143,7 +146,11 @@ func (o hostileOutcome) forged() attack.Count {
 // ends or timeout passes.
 func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Duration) hostileOutcome {
 	tb.Helper()
-	g := newTestGrid(tb, hostileSpec(tb, c.mode, c.group, maxEpochs))
+	spec := hostileSpec(tb, c.mode, c.group, maxEpochs)
+	if c.evalEvery > 0 {
+		spec.EvalEvery = c.evalEvery
+	}
+	g := newTestGrid(tb, spec)
 	defer g.close()
 	out := hostileOutcome{cell: c}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -340,12 +347,25 @@ func TestHostileRepresentative(t *testing.T) {
 // of 3,418 zeros were accepted, the attackers took 95% of the tasks, and
 // the job ended at 63%.
 func TestHostileZeroFloodFromOneAddress(t *testing.T) {
-	testenv.Long(t, "trains MNIST end to end twice")
-	clean := runHostileCell(t, hostileCell{mode: "async", honest: 2, group: 3}, 5, 4*time.Minute)
-	if !clean.reached {
-		t.Fatalf("the clean run ended %s at accuracy %.4f %s", clean.view.State, clean.accuracy(), clean.err)
+	testenv.Long(t, "trains MNIST end to end three times")
+	// Versions to 97% are read at every 50th (at the default 250 one run
+	// in five steps lost 20%), and the clean runs of one spec alone range
+	// over a third of the versions (1,000 to 1,750 in the attack matrix):
+	// the flood is held to 1.3x the slower of two clean runs. (A CI run
+	// failed at 1,747 against one clean run's 1,249.)
+	cell := hostileCell{mode: "async", honest: 2, group: 3, evalEvery: 50}
+	var clean hostileOutcome
+	for range 2 {
+		c := runHostileCell(t, cell, 5, 4*time.Minute)
+		if !c.reached {
+			t.Fatalf("the clean run ended %s at accuracy %.4f %s", c.view.State, c.accuracy(), c.err)
+		}
+		if c.view.Version > clean.view.Version {
+			clean = c
+		}
 	}
-	o := runHostileCell(t, hostileCell{mode: "async", kind: attack.Zero, honest: 2, attackers: 1, conns: 20, group: 3}, 5, 4*time.Minute)
+	cell.kind, cell.attackers, cell.conns = attack.Zero, 1, 20
+	o := runHostileCell(t, cell, 5, 4*time.Minute)
 	f := o.forged()
 	if f.Sent == 0 {
 		t.Fatalf("the flood sent nothing (errors %v)", o.report.Errors)
@@ -357,7 +377,7 @@ func TestHostileZeroFloodFromOneAddress(t *testing.T) {
 		t.Fatalf("job ended %s (%s) at accuracy %.4f %s; want 97%% despite the flood", o.view.State, o.view.Reason, o.accuracy(), o.err)
 	}
 	ratio := float64(o.view.Version) / float64(clean.view.Version)
-	t.Logf("versions to 97%%: clean %d, under the flood %d (%.2fx); the flood sent %d, refused %v, connections %d",
+	t.Logf("versions to 97%%: clean %d (the slower of two), under the flood %d (%.2fx); the flood sent %d, refused %v, connections %d",
 		clean.view.Version, o.view.Version, ratio, f.Sent, f.Reasons, o.report.Connections)
 	if ratio > 1.3 {
 		t.Errorf("under the flood the job needed %.2fx the clean run's versions, want at most 1.3x", ratio)
