@@ -151,7 +151,10 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail 
 func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, u []float32, err error, detail string) protocol.Ack {
 	st := &j.st
 	if st.state != StateRunning {
-		// Its leases were cleared when the job stopped.
+		// Paused or stopped meanwhile: its task goes back with the
+		// others (held by no lease, it would otherwise be lost to the
+		// epoch, which a resumed job then never ends).
+		j.requeue(l)
 		return j.refusal(sub, ack, protocol.ReasonNotRunning, "job is "+st.state)
 	}
 	if err != nil {
