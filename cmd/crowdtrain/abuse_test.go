@@ -74,9 +74,12 @@ func TestHostageIsLimitedThenDropped(t *testing.T) {
 	done := waitJob(t, addr, 4*time.Minute, "the epoch to end", ended)
 	r := stopAttack(t, h)
 	t.Logf("hostage:\n%s", r.text)
-	if done.Epoch != 4 || done.ExamplesSeen != 4*60000 {
-		t.Fatalf("job ended %s (%s) at epoch %d with %d examples; want 4 epochs complete, each example once in each",
-			done.State, done.Reason, done.Epoch, done.ExamplesSeen)
+	// An honest result the validation refused and its recomputation
+	// vindicated is credited, not applied: its examples count for the
+	// epoch outside examples_seen.
+	if seen := done.ExamplesSeen + done.Rechecks.VindicatedExamples; done.Epoch != 4 || seen != 4*60000 {
+		t.Fatalf("job ended %s (%s) at epoch %d with %d examples (%d applied, %d vindicated); want 4 epochs complete, each example once in each; log:\n%s",
+			done.State, done.Reason, done.Epoch, seen, done.ExamplesSeen, done.Rechecks.VindicatedExamples, srv.logText())
 	}
 	if done.Abuse.DroppedVolunteers < 1 || done.LeasesExpired < 3 {
 		t.Errorf("job view: %d leases expired, abuse %+v; want the hostage's expiries and its drop counted", done.LeasesExpired, done.Abuse)
@@ -96,31 +99,34 @@ func TestStragglerBackupsEndTheEpochUnderAHostage(t *testing.T) {
 	testenv.Long(t, "runs coordinator, worker and attack processes")
 	for i, c := range []struct {
 		mode, spec          string
+		held                int   // the hostage's leases
 		answered, reclaimed int64 // at least
 	}{
 		// The hostage's two leases are the queue's first tasks: both
 		// are backed up at the epoch's end.
-		{"async", "", 2, 0},
-		// Round 1 has 3 places (backup_workers 1): the hostage's two and
-		// an honest one. A backup of one hostage lease closes it; the
-		// other lease, of a closed round now, is taken back.
-		{"sync", "mode: sync\nround_size: 2\nround_timeout: 30m\n", 1, 1},
-		// Round 1's two places are both the hostage's: both backed up.
-		{"diloco", "mode: diloco\nround_size: 2\nlocal_steps: 8\nround_timeout: 30m\n", 2, 0},
+		{"async", "", 2, 2, 0},
+		// A round gives a worker one place at a time. Round 1 has 3
+		// places (backup_workers 1): the hostage's and two honest ones,
+		// whose results close it; the hostage's lease, of a closed round
+		// now, is taken back.
+		{"sync", "mode: sync\nround_size: 2\nround_timeout: 30m\n", 1, 0, 1},
+		// Round 1's two places are the hostage's and an honest one: a
+		// backup of the hostage's closes it.
+		{"diloco", "mode: diloco\nround_size: 2\nlocal_steps: 8\nround_timeout: 30m\n", 1, 1, 0},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			addr, srv := serveJob(t, "name: straggler\nmodel: mnist-mlp\nmax_epochs: 1\ntarget_accuracy: 0.999\nlease_timeout: 30m\n"+c.spec)
 			h := startAttack(t, addr, attack.Hostage, "127.0.0."+strconv.Itoa(3+i), "--duration", "5m")
 			h.waitLine("connected as", 30*time.Second)
-			waitJob(t, addr, 30*time.Second, "the hostage's leases", func(v coordinator.JobView) bool { return v.LeasesHeld == 2 })
+			waitJob(t, addr, 30*time.Second, "the hostage's leases", func(v coordinator.JobView) bool { return v.LeasesHeld == c.held })
 			startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
 			startProc(t, "work", "--coordinator", "ws://"+addr+"/ws")
 			done := waitJob(t, addr, 4*time.Minute, "the epoch to end", ended)
 			r := stopAttack(t, h)
 			t.Logf("%s: abuse %+v, %d versions; hostage: %d leases", c.mode, done.Abuse, done.Version, r.leases)
-			if done.Epoch != 1 || done.ExamplesSeen != 60000 {
-				t.Fatalf("job ended %s (%s) at epoch %d with %d examples; want the epoch complete, each of the 60000 once; log:\n%s",
-					done.State, done.Reason, done.Epoch, done.ExamplesSeen, srv.logText())
+			if seen := done.ExamplesSeen + done.Rechecks.VindicatedExamples; done.Epoch != 1 || seen != 60000 {
+				t.Fatalf("job ended %s (%s) at epoch %d with %d examples (%d vindicated, not applied); want the epoch complete, each of the 60000 once; log:\n%s",
+					done.State, done.Reason, done.Epoch, seen, done.Rechecks.VindicatedExamples, srv.logText())
 			}
 			// Its leases never expired (30 minutes): only backups, and in
 			// a round mode taking back a closed round's lease, could end it.
