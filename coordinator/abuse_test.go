@@ -138,7 +138,7 @@ func TestStragglerBackupFillsItsPrimarysPlaceInARound(t *testing.T) {
 		t.Fatalf("the superseded hostage lease's expiry queued its task again: %d queued, want %d", len(j.st.sched.Queue()), queued)
 	}
 	// Round 2 leases both its places: none was given back to round 1's count.
-	a, b := leaseFor(t, j, "honest"), leaseFor(t, j, "honest")
+	a, b := leaseFor(t, j, "honest"), leaseFor(t, j, "hostage")
 	if a == nil || b == nil || a.Round != 2 {
 		t.Fatalf("round 2: %+v, %+v", a, b)
 	}
@@ -419,5 +419,44 @@ func TestLateCopyInARoundIsCreditedWhenItAgrees(t *testing.T) {
 	}
 	if len(j.st.abuse.answers) != 0 {
 		t.Fatalf("%d applied answers still kept after their late copies came", len(j.st.abuse.answers))
+	}
+}
+
+// A round gives a worker one place at a time (engine.Scheduler.HoldsInRound):
+// a worker computes its leases one after another, so a second place it
+// held would only be computed after its first, and with as many workers
+// as places the round would close without it, its work thrown away as
+// late. Asked for two, each worker gets one; the round's backup place goes
+// to a worker with no lease of the round unanswered, and with one worker
+// in rounds of one (and a backup) no result comes back late.
+func TestARoundGivesAWorkerOnePlaceAtATime(t *testing.T) {
+	j, _ := abuseJob(t, "mode: sync\nround_size: 2\nbackup_workers: 1\nlease_timeout: 60s\n")
+	hostage, honest := j.grant("hostage", 2, ""), j.grant("honest", 2, "")
+	if len(hostage) != 1 || len(honest) != 1 {
+		t.Fatalf("asked for two leases each in a round of 2 and a backup: %d and %d granted; want one each", len(hostage), len(honest))
+	}
+	if a := answer(j, "honest", &honest[0], 0.01); !a.Accepted || a.Version != 0 {
+		t.Fatalf("honest's result: %+v", a)
+	}
+	backup := j.grant("honest", 2, "")
+	if len(backup) != 1 || backup[0].Round != 1 {
+		t.Fatalf("after its result honest got %+v; want round 1's backup place", backup)
+	}
+	if more := j.grant("hostage", 1, ""); len(more) != 0 {
+		t.Fatalf("the round's places are out, yet hostage got %+v", more)
+	}
+
+	one, _ := abuseJob(t, "mode: sync\nround_size: 1\nbackup_workers: 1\nlease_timeout: 60s\n")
+	for v := range 5 {
+		ls := one.grant("honest", 2, "")
+		if len(ls) != 1 || ls[0].Round != uint64(v+1) {
+			t.Fatalf("round %d: leases %+v; want one of this round", v+1, ls)
+		}
+		if a := answer(one, "honest", &ls[0], float32(v+1)*1e-3); !a.Accepted || a.Version != int64(v+1) {
+			t.Fatalf("round %d: %+v; want accepted, closing the round", v+1, a)
+		}
+	}
+	if late := one.st.rejections[protocol.ReasonLate]; late != 0 {
+		t.Errorf("%d results late with one worker in rounds of one", late)
 	}
 }

@@ -47,11 +47,12 @@ func result(j *Job, l protocol.Lease, v float32) submission {
 func TestModeChangeClosesTheRoundAndRequeuesLeases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := tinyJob(t, "mode: diloco\nround_size: 3\nlocal_steps: 2\n")
-		ls := j.grant("w", 3, "")
+		// Three workers: a round gives each one place at a time.
+		ls := append(append(j.grant("w", 3, ""), j.grant("w2", 1, "")...), j.grant("w3", 1, "")...)
 		if len(ls) != 3 || ls[0].Round != 1 || ls[0].UpdateKind != protocol.UpdateDelta || ls[0].LocalSteps != 2 {
 			t.Fatalf("diloco leases: %+v", ls)
 		}
-		if more := j.grant("w", 1, ""); len(more) != 0 {
+		if more := j.grant("w4", 1, ""); len(more) != 0 {
 			t.Fatalf("a round of 3 without backups leased a fourth task: %+v", more)
 		}
 		if a := j.apply(result(j, ls[0], 0.01)); !a.Accepted || a.Version != 0 {

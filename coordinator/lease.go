@@ -62,7 +62,11 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 		}
 	}
 	now := st.sched.Now()
+	rounds, _ := st.agg.(*engine.Rounds)
 	for ; n > 0; n-- {
+		if rounds != nil && st.sched.HoldsInRound(worker, rounds.Round()) {
+			break // one place of a round at a time (engine.Scheduler.HoldsInRound)
+		}
 		round, ok := st.agg.Lease(now)
 		if !ok {
 			break // the round has all its leases out

@@ -108,14 +108,15 @@ func TestPartialRoundSurvivesRestart(t *testing.T) {
 	// round restores its results as copies of their mean).
 	spec := modeSpec(t, "target_accuracy: 1\neval_every: 1000000\nmode: diloco\nround_size: 3\nlocal_steps: 2\nrobust: {method: none}\n")
 	g := newStoredGrid(t, db, &spec)
-	rc := g.joinRaw()
-	ls := rc.leases(2)
+	// Two workers: a round gives each one place at a time.
+	rc, rc2 := g.joinRaw(), g.joinRaw()
+	ls := append(rc.leases(1), rc2.leases(1)...)
 	if ls[0].UpdateKind != protocol.UpdateDelta || ls[0].Round != 1 || ls[0].LocalSteps != 2 || ls[0].Inner.Type != protocol.InnerAdamW {
 		t.Fatalf("diloco lease: %+v", ls[0])
 	}
 	w0 := floatsOf(t, snapshotBytes(t, g, ls[0]))
 	for i, l := range ls[:2] {
-		if a := submitConst(rc, l, 0, float32(i+1)*1e-3); !a.Accepted || a.Version != 0 {
+		if a := submitConst([]*rawClient{rc, rc2}[i], l, 0, float32(i+1)*1e-3); !a.Accepted || a.Version != 0 {
 			t.Fatalf("result %d: %+v (a partial round must not step)", i, a)
 		}
 	}

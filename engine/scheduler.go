@@ -304,6 +304,24 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 	return l, true
 }
 
+// HoldsInRound reports whether worker holds a lease of round (its own
+// task, not a copy) that waits for its result. A worker computes its
+// leases one after another, so a second place of the same round would
+// start only once its first is answered: with as many workers as places,
+// the first results close the round and the second comes back late, its
+// work thrown away. Round rules give a worker one place at a time.
+func (s *Scheduler) HoldsInRound(worker string, round uint64) bool {
+	if round == 0 || s.held[worker] == 0 {
+		return false
+	}
+	for _, l := range s.leases {
+		if l.Worker == worker && l.Round == round && l.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
 // Exhausted reports whether the queue holds tasks but round may lease
 // none of them: each shares examples with a task the round holds. That
 // happens when an epoch has fewer tasks than a round has leases; the

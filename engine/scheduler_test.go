@@ -280,3 +280,31 @@ func TestRoundLeasesALostTaskAgain(t *testing.T) {
 		}
 	}
 }
+
+// A round gives a worker one place at a time: while its lease of the open
+// round waits for its result it holds a place there; a copy (a spot check
+// of another's task) is no place, an answered or released lease frees it,
+// and a lease of an earlier round says nothing of the open one.
+func TestHoldsInRoundIsOnePlaceAtATime(t *testing.T) {
+	s := newTestScheduler()
+	s.SetQueue([]Task{{Shard: 0, Count: 40}, {Shard: 1, Count: 40}, {Shard: 2, Count: 40}, {Shard: 3, Count: 40}})
+	a, _ := s.Grant("a", 0, 1)
+	if !s.HoldsInRound("a", 1) || s.HoldsInRound("b", 1) || s.HoldsInRound("a", 2) || s.HoldsInRound("a", 0) {
+		t.Fatalf("after a's lease of round 1: a holds %v in round 1, b %v, a in round 2 %v, outside rounds %v; want only the first",
+			s.HoldsInRound("a", 1), s.HoldsInRound("b", 1), s.HoldsInRound("a", 2), s.HoldsInRound("a", 0))
+	}
+	c := s.GrantCopy("b", a)
+	if s.HoldsInRound("b", 1) {
+		t.Fatalf("b's copy %+v of a's lease holds a place of the round", c)
+	}
+	if s.Take("a", a.ID) == nil || s.HoldsInRound("a", 1) {
+		t.Fatal("a's answered lease still holds a place of the round")
+	}
+	b, _ := s.Grant("b", 0, 1)
+	if !s.HoldsInRound("b", 1) {
+		t.Fatal("b's own lease of round 1 holds no place")
+	}
+	if got := s.Release("b", []uint64{b.ID}); len(got) != 1 || s.HoldsInRound("b", 1) {
+		t.Fatalf("released %d leases, b still holds a place: %v", len(got), s.HoldsInRound("b", 1))
+	}
+}
