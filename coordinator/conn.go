@@ -486,7 +486,11 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 			s.unknownJob(wc, res.LeaseID, res.JobID)
 			return 0, "", false
 		}
-		job.wire.result(len(buf.frame), job.model.NumParams)
+		if len(res.Rollouts) > 0 {
+			job.wire.rollout(len(buf.frame))
+		} else {
+			job.wire.result(len(buf.frame), job.model.NumParams)
+		}
 		if err == nil {
 			s.observeResult(wc, res) // wire.go: its backend, link and comm share
 		}

@@ -67,6 +67,9 @@ type Job struct {
 	rl       *rljob.Job
 	rlTask   rltask.Task
 	rlLeases map[uint64]rlLease
+	// rlRefused counts rollout results applyRollout refused, for any
+	// reason. Loop only.
+	rlRefused int64
 	// rlChecks are its checks of rollouts' log-probabilities
 	// (rlcheck.go). Loop only.
 	rlChecks rolloutChecks
@@ -503,11 +506,13 @@ type JobView struct {
 	// sync and diloco, the results or buckets a round's clip clipped).
 	Clipped int64 `json:"clipped"`
 	// SpotChecks is what the spot checks did (docs/SPOTCHECKS.md).
-	SpotChecks    *SpotCheckView `json:"spot_checks"`
-	LeasesIssued  int64          `json:"leases_issued"`
-	LeasesExpired int64          `json:"leases_expired"`
-	LeasesHeld    int            `json:"leases_held"`
-	MeanStaleness float64        `json:"mean_staleness"`
+	SpotChecks *SpotCheckView `json:"spot_checks"`
+	// RL is an RL job's rollouts and what became of them (rljob.go).
+	RL            *RLView `json:"rl,omitempty"`
+	LeasesIssued  int64   `json:"leases_issued"`
+	LeasesExpired int64   `json:"leases_expired"`
+	LeasesHeld    int     `json:"leases_held"`
+	MeanStaleness float64 `json:"mean_staleness"`
 	// StalenessHistogram[i] counts updates applied at staleness i; the
 	// last bucket counts every staleness at or above its index.
 	StalenessHistogram []int64 `json:"staleness_histogram"`
@@ -602,6 +607,9 @@ func (j *Job) view(st *jobState) JobView {
 	v.Clipped = st.clipped
 	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()
+	if j.rl != nil {
+		v.RL = j.rlView()
+	}
 	v.Abuse = j.abuseView()
 	j.wireView(&v)
 	if j.validator != nil {

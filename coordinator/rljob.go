@@ -144,8 +144,12 @@ func (j *Job) rlSettle(l *engine.Lease) (rlLease, bool) {
 
 // applyRollout scores the result of rollout lease l. It never changes
 // the model; a refused result changes nothing at all.
-func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, reject func(reason, detail string) protocol.Ack) protocol.Ack {
+func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, refuse func(reason, detail string) protocol.Ack) protocol.Ack {
 	st := &j.st
+	reject := func(reason, detail string) protocol.Ack {
+		j.rlRefused++
+		return refuse(reason, detail)
+	}
 	defer j.rlRequeue(l)
 	if sub.reason != "" {
 		j.rlSettle(l)
@@ -253,4 +257,52 @@ func rlDataError(spec jobspec.Spec, err error) error {
 		return err
 	}
 	return &jobspec.Error{Key: "task", Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
+}
+
+// RLView is what an RL job's rollouts did since this coordinator started
+// the job (rljob.Stats): the completions scored, the groups they made and
+// how stale each was when a learn lease took it, and the bytes their
+// results took on the wire.
+type RLView struct {
+	// Rollouts counts completions scored, Solved those exactly right;
+	// RolloutResults the rollout result frames received (a group each,
+	// refused ones included) and RolloutBytes their bytes.
+	Rollouts       int64 `json:"rollouts"`
+	Solved         int64 `json:"solved"`
+	RolloutResults int64 `json:"rollout_results"`
+	RolloutBytes   int64 `json:"rollout_bytes"`
+	// Refused counts rollout results refused, for any reason (the job's
+	// rejections say which); Forged, those refused because their
+	// log-probabilities were not the policy's.
+	Refused int64 `json:"refused"`
+	Forged  int64 `json:"forged"`
+	// GroupsUsed counts scored groups a learn lease took; FlatGroups
+	// those dropped because every completion had the same reward (no
+	// signal for GRPO), StaleGroups those that aged past
+	// max_rollout_staleness in the buffer; Buffered waits there now.
+	GroupsUsed  int64 `json:"groups_used"`
+	FlatGroups  int64 `json:"flat_groups"`
+	StaleGroups int64 `json:"stale_groups"`
+	Buffered    int   `json:"buffered_groups"`
+	// UsedStaleness[s] counts the groups a learn lease took s versions
+	// after the policy version they were sampled from.
+	UsedStaleness []int64 `json:"used_staleness"`
+}
+
+// rlView is j's RLView; call it on the loop.
+func (j *Job) rlView() *RLView {
+	s := j.rl.Stats()
+	v := &RLView{Rollouts: s.Rollouts, Solved: s.Solved, Refused: j.rlRefused, Forged: s.Forged,
+		GroupsUsed: s.Groups, FlatGroups: s.Flat, StaleGroups: s.Stale, Buffered: j.rl.Buffered(),
+		RolloutResults: j.wire.rolloutResults.Load(), RolloutBytes: j.wire.rolloutBytes.Load()}
+	for st, n := range s.UsedStaleness {
+		if st < 0 || st > jobspec.MaxMaxRolloutStaleness {
+			continue // no learn lease takes such a group
+		}
+		for int64(len(v.UsedStaleness)) <= st {
+			v.UsedStaleness = append(v.UsedStaleness, 0)
+		}
+		v.UsedStaleness[st] += n
+	}
+	return v
 }

@@ -168,6 +168,19 @@ func TestRLRolloutsRefusedWithAReasonJobUntouched(t *testing.T) {
 	if v, _ := state(); v != version {
 		t.Errorf("a rollout moved the policy to version %d from %d", v, version)
 	}
+	// The job view's rl counts the five result frames and their bytes,
+	// the four refused and the accepted one's four completions; rollouts
+	// are no updates, so no update compression is claimed for them.
+	v, _, _ := g.srv.JobView(context.Background(), j.ID)
+	if rl := v.RL; rl == nil || rl.RolloutResults != 5 || rl.Refused != 4 || rl.Rollouts != 4 ||
+		rl.RolloutBytes <= 0 || rl.RolloutBytes > v.BytesIn || rl.GroupsUsed != 0 {
+		t.Errorf("job view rl %+v (bytes_in %d); want 5 rollout results of at most bytes_in bytes, 4 refused, 4 completions scored, no group used yet", rl, v.BytesIn)
+	} else if per := rl.RolloutBytes / rl.RolloutResults; per > 1024 {
+		t.Errorf("%d bytes a rollout result of 4 completions of at most 3 tokens; want under 1 KiB", per)
+	}
+	if v.UpdateCompression != 0 {
+		t.Errorf("update_compression %v from rollout results alone; want none (they are not updates)", v.UpdateCompression)
+	}
 
 	tab := joinRL(g, protocol.KindBrowser, false, j.ID)
 	tab.send(&protocol.Want{N: 1})

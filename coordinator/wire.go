@@ -97,6 +97,10 @@ type jobWire struct {
 	// deltas and fp16 snapshots must not read as compressed updates.
 	fp32Bytes, actualBytes   atomic.Int64
 	resultFP32, resultActual atomic.Int64
+	// An RL job's rollout result frames (in bytesIn too, not in the
+	// compression: they are completions, not updates), since this
+	// coordinator started the job.
+	rolloutBytes, rolloutResults atomic.Int64
 }
 
 // served is what serveImmutable serves, for the counters.
@@ -115,6 +119,13 @@ func (jw *jobWire) result(n int, numParams int) {
 	jw.actualBytes.Add(int64(n))
 	jw.resultFP32.Add(4 * int64(numParams))
 	jw.resultActual.Add(int64(n))
+}
+
+// rollout counts a rollout result frame of n bytes for the job.
+func (jw *jobWire) rollout(n int) {
+	jw.bytesIn.Add(int64(n))
+	jw.rolloutBytes.Add(int64(n))
+	jw.rolloutResults.Add(1)
 }
 
 // snapshot counts a snapshot or delta body of n bytes served for the job.

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +67,16 @@ spot_check: 1
 	if rollouts != accepted {
 		t.Errorf("the tab's worker view counts %d rollouts of %d accepted results; want all of them", rollouts, accepted)
 	}
+	// The job view's rl counts them with their bytes, and the admin page
+	// says what the rollouts did.
+	if rl := v.RL; rl == nil || rl.RolloutResults < accepted || rl.Rollouts < 8*accepted || rl.RolloutBytes <= 0 || rl.Forged != 0 {
+		t.Errorf("job view rl %+v; want at least the tab's %d rollout results of 8 completions, their bytes, none forged", rl, accepted)
+	}
+	admin := testbrowser.NewTab(t, ctx)
+	signInAdmin(t, admin, s)
+	waitAdmin(t, admin, "the job's rollouts on the admin page", func() bool {
+		return visible(t, admin, "#job-rl") && strings.Contains(text(t, admin, "#job-rl"), "completions scored") &&
+			strings.Contains(text(t, admin, "#job-rl"), "checked in")
+	})
+	t.Logf("admin page, rollouts: %s", text(t, admin, "#job-rl"))
 }

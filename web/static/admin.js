@@ -596,7 +596,13 @@ function renderJob() {
   const evText = ev && num(ev.bits_per_byte) ? 'loss ' + fmtLoss(ev.loss) + ' nats/token, ' + ev.bits_per_byte.toFixed(3) + ' bits/byte'
     : ev && num(ev.bits_per_char) ? 'loss ' + fmtLoss(ev.loss) + ' nats, ' + ev.bits_per_char.toFixed(3) + ' bits/char'
     : ev ? 'accuracy ' + fmtAcc(ev.accuracy) + ', loss ' + fmtLoss(ev.loss) : '';
-  text($('job-eval'), ev ? evText +
+  // An RL job is scored by its held-out prompts' reward and solved share,
+  // its rollouts by what became of their groups (the job's rl view).
+  const rlText = ev && num(ev.solved) ? 'solved ' + (100 * ev.solved).toFixed(1) + '%' + (num(ev.reward) ? ', reward ' + ev.reward.toFixed(3) : '') + ', ' : '';
+  const rl = job.rl;
+  $('job-rl-label').hidden = $('job-rl').hidden = !rl;
+  if (rl) text($('job-rl'), rlSummary(rl, job.spot_checks && job.spot_checks.rollouts));
+  text($('job-eval'), ev ? rlText + evText +
     (num(ev.version) ? ' at version ' + ev.version : '') + (ev.at ? ', ' + ago(ev.at) : '') : 'not yet');
   const sample = ev && typeof ev.sample === 'string' ? ev.sample : '';
   $('job-sample-label').hidden = $('job-sample-box').hidden = !sample;
@@ -1012,6 +1018,20 @@ function renderWorkers() {
     tr.cells[15].title = when(w.last_seen) + (w.connected_at ? '; connected ' + when(w.connected_at) : '');
   });
   $('workers-empty').hidden = state.workers.length > 0;
+}
+
+// rlSummary says what an RL job's rollouts did: completions scored, the
+// groups a learn lease took and how stale, those dropped, and the checks
+// of their log-probabilities.
+function rlSummary(rl, checks) {
+  const n = (v) => (num(v) ? v : 0);
+  const used = (rl.used_staleness || []).map((c, s) => 'staleness ' + s + ': ' + fmtInt(c)).join(', ');
+  let s = fmtInt(n(rl.rollouts)) + ' completions scored (' + fmtInt(n(rl.solved)) + ' solved) in ' + fmtInt(n(rl.rollout_results)) +
+    ' results of ' + fmtBytes(n(rl.rollout_bytes)) + ' · ' + fmtInt(n(rl.groups_used)) + ' groups learnt from' + (used ? ' (' + used + ')' : '') +
+    ', ' + fmtInt(n(rl.flat_groups)) + ' flat, ' + fmtInt(n(rl.stale_groups)) + ' stale, ' + fmtInt(n(rl.buffered_groups)) + ' buffered · ' +
+    fmtInt(n(rl.refused)) + ' refused (' + fmtInt(n(rl.forged)) + ' forged)';
+  if (checks) s += ' · ' + fmtInt(n(checks.checked)) + ' checked in ' + n(checks.seconds).toFixed(1) + ' s';
+  return s;
 }
 
 // ---- topology: the root, its relays and their workers ----
