@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cmd/wasmworker
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-bytes bench-rl bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -164,6 +164,23 @@ bench-mixed-smoke: data
 bench-hostile: data
 	mkdir -p test-artifacts
 	HOSTILE_OUT=$(CURDIR)/test-artifacts/hostile.md $(GO) test -run '^$$' -bench HostileMatrix -benchtime 1x -count 1 -timeout 300m ./coordinator/
+
+# Upload bytes per token (docs/BENCHMARKS.md, "A model that needs a
+# crowd"): gpt-mini on Go source for the same tokens in async fp32,
+# DiLoCo H=64 fp32 and DiLoCo H=64 sparse, two native workers; the bytes
+# each uploads per token and its validation loss. BYTES_DATA (a tree of
+# .go files), BYTES_EPOCHS and BYTES_CONFIGS select another run.
+bench-bytes: data
+	mkdir -p test-artifacts
+	BYTES_OUT=$(CURDIR)/test-artifacts/bytes.md $(GO) test -run '^$$' -bench '^BenchmarkUploadBytes$$' -benchtime 1x -count 1 -timeout 120m ./coordinator/
+
+# An RL job's figures (docs/BENCHMARKS.md, "RL from the crowd"): rollouts
+# per second per worker kind (native, a Chromium tab), bytes a rollout,
+# the groups used at each staleness, the rollout checks' cost; 180 s
+# measured after a warm-up by SFT (make test-e2e measures 45 s).
+bench-rl: data
+	mkdir -p test-artifacts
+	CROWDTRAIN_RL_SECONDS=180 CROWDTRAIN_RL_OUT=$(CURDIR)/test-artifacts/rl.md $(GO) test -run '^TestRLJobRolloutFigures$$' -count 1 -v -timeout 30m ./cmd/crowdtrain/
 
 # Over a home link (docs/BENCHMARKS.md): mnist-mlp to 97% in each mode and
 # update codec, and charlm to a loss of 2.6 (async fp32 H=1, DiLoCo H=16 in
