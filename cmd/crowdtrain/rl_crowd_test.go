@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -55,18 +54,7 @@ func TestRLJobWithABrowserTabAndAForgerInTheCrowd(t *testing.T) {
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	rlSpec := filepath.Join(dir, "rl.yaml")
-	writeTestFile(t, rlSpec, []byte(fmt.Sprintf(`name: rl-crowd
-kind: rl
-model: charlm-tiny
-policy: %q
-task: {type: add, digits: 1}
-group_size: 8
-max_new_tokens: 4
-outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
-max_epochs: 24
-eval_every: 40
-`, policy)))
+	rlSpec := writeRLAddSpec(t, dir, "rl-crowd", policy, 24, 40)
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec,

@@ -67,19 +67,8 @@ func TestRLJobRolloutFigures(t *testing.T) {
 	policy, _ := warmUpOnAdd(t, dir, 2)
 
 	// max_epochs far beyond the measurement: the job is still running
-	// when it ends.
-	rlSpec := filepath.Join(dir, "rl.yaml")
-	writeTestFile(t, rlSpec, []byte(fmt.Sprintf(`name: rl-figures
-kind: rl
-model: charlm-tiny
-policy: %q
-task: {type: add, digits: 1}
-group_size: 8
-max_new_tokens: 4
-outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
-max_epochs: 10000
-eval_every: 1000000
-`, policy)))
+	// when it ends; no evaluation in it.
+	rlSpec := writeRLAddSpec(t, dir, "rl-figures", policy, 10000, 1000000)
 	addr := freeAddr(t)
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec,
 		"--web-dist", dist, "--admin-token", modesAdminToken)

@@ -30,18 +30,7 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	rlSpec := filepath.Join(dir, "rl.yaml")
-	writeTestFile(t, rlSpec, []byte(fmt.Sprintf(`name: rl-add
-kind: rl
-model: charlm-tiny
-policy: %q
-task: {type: add, digits: 1}
-group_size: 8
-max_new_tokens: 4
-outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
-max_epochs: 24
-eval_every: 40
-`, policy)))
+	rlSpec := writeRLAddSpec(t, dir, "rl-add", policy, 24, 40)
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")
@@ -140,4 +129,25 @@ spot_check_strikes: 3
 	if rc.Forged != 3 || v.Rejections["forged"] != 3 {
 		t.Errorf("%d rollouts found forged, %d refused forged; want 3 and 3 (the forger's, until its ban); log:\n%s", rc.Forged, v.Rejections["forged"], srv.logText())
 	}
+}
+
+// writeRLAddSpec writes the RL job the end-to-end tests run on a policy
+// warmed up on one-digit sums (warmUpOnAdd): groups of 8 completions of
+// at most 4 tokens, AdamW 2e-4, for epochs epochs, evaluated every
+// evalEvery versions. It returns the spec file's path.
+func writeRLAddSpec(t *testing.T, dir, name, policy string, epochs, evalEvery int) string {
+	t.Helper()
+	path := filepath.Join(dir, name+".yaml")
+	writeTestFile(t, path, []byte(fmt.Sprintf(`name: %s
+kind: rl
+model: charlm-tiny
+policy: %q
+task: {type: add, digits: 1}
+group_size: 8
+max_new_tokens: 4
+outer_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}
+max_epochs: %d
+eval_every: %d
+`, name, policy, epochs, evalEvery)))
+	return path
 }
