@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
@@ -103,6 +104,25 @@ func NewTab(t testing.TB, browser context.Context) context.Context {
 	}
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// AcceptDialogs accepts every JavaScript dialog the tab opens (alert,
+// confirm, prompt) until ctx ends, logging each: a page waits on an open
+// dialog, and so does every read of it. Overriding window.confirm in the
+// page instead lasts only until the page loads again.
+func AcceptDialogs(t testing.TB, ctx context.Context) {
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			t.Logf("page dialog (%s): %q: accepted", ev.Type, ev.Message)
+			if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}); err != nil {
+				t.Logf("accepting the dialog: %v", err)
+			}
+		}
+	}()
 }
 
 // LogConsole copies the tab's console into the test log until ctx ends;
