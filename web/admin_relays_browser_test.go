@@ -43,7 +43,8 @@ func TestAdminPageShowsRelays(t *testing.T) {
 	// Withdrawn on the page: the public list loses it; approved again, it
 	// is back. Revoked: the relay is gone from the page.
 	publicRelays := func() int { return len(s.srv.Relays()) } // GET /api/v1/relays
-	testbrowser.AcceptDialogs(t, ctx) // Withdraw and Revoke ask to confirm
+	// Withdraw and Revoke ask to confirm.
+	testbrowser.AcceptDialogs(t, ctx)
 	do(t, ctx, 10*time.Second, chromedp.Click(`#relays tbody tr:first-child button.approve`))
 	waitPage(t, ctx, "the relay withdrawn", func() bool {
 		return publicRelays() == 0 && strings.Contains(text(t, ctx, "#relays tbody tr:first-child td"), "awaiting approval")
