@@ -190,10 +190,8 @@ func (s *site) contribute(t testing.TB, ctx context.Context) {
 
 func get[T any](t testing.TB, ctx context.Context, a chromedp.Action[T]) T {
 	t.Helper()
-	// A read of the page takes milliseconds, but a CI run with the other
-	// shards beside it once kept Chromium from answering one for over
-	// 10 s (TestAdminPageShowsRelays, right after a relay's revocation):
-	// 30 s tells a stalled renderer from a hung one.
+	// A read of the page takes milliseconds; on a machine loaded by the
+	// other shards, 30 s tells a stalled renderer from a hung one.
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	v, err := chromedp.Run(tctx, a)
@@ -201,15 +199,6 @@ func get[T any](t testing.TB, ctx context.Context, a chromedp.Action[T]) T {
 		t.Fatalf("browser: %v", err)
 	}
 	return v
-}
-
-// try runs a on the page as get does, but hands back its error instead
-// of failing t: for a waitPage condition, where a read that Chromium is
-// slow to answer is a "not yet", and waitPage's own deadline decides.
-func try[T any](ctx context.Context, a chromedp.Action[T]) (T, error) {
-	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return chromedp.Run(tctx, a)
 }
 
 // number reads a counter the page shows, such as #accepted.
