@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/crowdtrain/crowdtrain/engine"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/store"
 )
@@ -486,7 +487,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 			s.unknownJob(wc, res.LeaseID, res.JobID)
 			return 0, "", false
 		}
-		if len(res.Rollouts) > 0 {
+		if len(res.Rollouts) > 0 && job.Spec.Kind == jobspec.KindRL {
 			job.wire.rollout(len(buf.frame))
 		} else {
 			job.wire.result(len(buf.frame), job.model.NumParams)
