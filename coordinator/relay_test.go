@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -157,6 +158,30 @@ func aggregateOf(id string, relay string, job string, r relaymsg.LeaseReply, lea
 		a.Sum[i] = 1e-3 * own * float32(len(leases)) * float32(i%7-3)
 	}
 	return a
+}
+
+// metricValue is the sum of metric's samples on g's /metrics.
+func metricValue(t *testing.T, g *testGrid, metric string) float64 {
+	t.Helper()
+	resp, err := http.Get(g.http.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || (name != metric && !strings.HasPrefix(name, metric+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("/metrics: %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
 }
 
 func relayView(t *testing.T, srv *coordinator.Server, name string) coordinator.RelayView {
@@ -443,6 +468,41 @@ func TestRelayIdentityIsItsCredential(t *testing.T) {
 	if code := g.adminJSON(http.MethodDelete, "/api/v1/relays/r1/credential", nil, nil); code != http.StatusNotFound {
 		t.Fatalf("revoking r1 twice: %d, want 404", code)
 	}
+	// What r1 sent before its revocation can reach the root after it: a
+	// heartbeat in the root's queue, an aggregate in the stream (sent here
+	// by the root's own user, which may publish on any subject). The
+	// heartbeat does not bring r1 back to the operator's list, the
+	// aggregate is refused.
+	rootNC := connectNATS(t, box.URL, box.Root)
+	rootJS, err := jetstream.New(rootNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partsRefused := func() float64 { return metricValue(t, g, "crowdtrain_relay_parts_refused_all_total") }
+	refusedBefore := partsRefused()
+	for _, hb := range []relaymsg.Status{{Relay: "r1", Workers: 5}, {Relay: "r2", Workers: 7}} {
+		b, _ := json.Marshal(hb)
+		rootNC.Publish(relaymsg.ControlSubject(hb.Relay, relaymsg.OpStatus), b)
+	}
+	rootNC.Flush()
+	late := &fakeRelay{t: t, name: "r1", nc: rootNC, js: rootJS}
+	late.publish(aggregateOf("r1-late", "r1", g.job.ID, held, held.Leases, modelParams(t, spec)))
+	// One subscription takes every relay's heartbeats, in order: r2's
+	// seen, r1's was handled before it.
+	waitUntil(t, "r2's heartbeat seen", func() bool {
+		for _, r := range g.srv.RelaysAdmin() {
+			if r.Name == "r2" && r.Workers == 7 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range g.srv.RelaysAdmin() {
+		if r.Name == "r1" {
+			t.Fatalf("r1 is listed again after its revocation: %+v", r)
+		}
+	}
+	waitUntil(t, "r1's late aggregate refused", func() bool { return partsRefused() > refusedBefore })
 	// r2 is untouched, and the honest worker trains on.
 	if j := r2.join(); len(j.Jobs) != 1 {
 		t.Fatalf("r2's join after r1's revocation: %+v", j)

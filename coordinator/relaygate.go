@@ -563,8 +563,26 @@ func (g *relayGate) identify(subject string, relay *string) string {
 		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s sent a request as relay %q on %s: REFUSED", name, *relay, subject), logRelay, name)
 		return fmt.Sprintf("this connection is relay %s's; it cannot speak for relay %q", name, *relay)
 	}
+	if g.revoked(name) {
+		return fmt.Sprintf("relay %s holds no credential here (revoked?): ask the root's operator for one (crowdtrain relay-credential %s)", name, name)
+	}
 	*relay = name
 	return ""
+}
+
+// revoked reports whether relay holds no credential where the root
+// issues them: its credential was revoked (or never issued). NATS closes
+// a revoked relay's connections at once, but what it sent before can
+// still be on its way: a heartbeat in the root's queue, an aggregate in
+// the stream. Those must neither bring it back to the lists nor reach
+// the model.
+func (g *relayGate) revoked(relay string) bool {
+	c := g.o.Credentials
+	if c == nil {
+		return false
+	}
+	_, _, ok := c.RelayRegistered(relay)
+	return !ok
 }
 
 // seen records a relay's heartbeat, or its join (which says only its
@@ -633,11 +651,18 @@ func (g *relayGate) quarantined(relay string) string {
 func (g *relayGate) refusePart(relay, subject, why string) {
 	g.mu.Lock()
 	var n int64
-	if r := g.recordOf(relay); r != nil {
+	r := g.relays[relay]
+	if r == nil && !g.revoked(relay) { // a revoked relay's record stays gone
+		r = g.recordOf(relay)
+	}
+	if r != nil {
 		r.PartsRefused++
 		n = r.PartsRefused
 	}
 	g.partsRefused++
+	if r == nil {
+		n = g.partsRefused // no record of its own: the log is throttled on all
+	}
 	g.mu.Unlock()
 	if n <= 16 || n%1000 == 0 {
 		g.s.cfg.Logger.Warn(fmt.Sprintf("relays: relay %s: a message on %s REFUSED (%d so far): %s", relay, subject, n, why), logRelay, relay)
@@ -740,6 +765,11 @@ func (g *relayGate) onAggregatePart(msg jetstream.Msg) {
 	}
 	if why := g.quarantined(relay); why != "" {
 		g.refusePart(relay, msg.Subject(), "the relay is quarantined")
+		msg.Term()
+		return
+	}
+	if g.revoked(relay) {
+		g.refusePart(relay, msg.Subject(), "the relay holds no credential here (revoked?)")
 		msg.Term()
 		return
 	}

@@ -382,8 +382,11 @@ func waitPage(t testing.TB, ctx context.Context, what string, cond func() bool) 
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
-			state, notice := text(t, ctx, "#state"), text(t, ctx, "#notice")
-			t.Fatalf("timed out waiting for %s (page state %q, notice %q)", what, state, notice)
+			// Not text(): it waits for its element, and the admin page
+			// has no #state, so the message would wait 30 s and then
+			// say only that the page did not answer.
+			shown := get(t, ctx, chromedp.Evaluate[[]string](`['#state', '#notice'].map((s) => { const e = document.querySelector(s); return e ? e.textContent : '(none)' })`))
+			t.Fatalf("timed out waiting for %s (page state %q, notice %q)", what, shown[0], shown[1])
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
