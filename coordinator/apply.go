@@ -21,6 +21,10 @@ type submission struct {
 	// nonFinite marks an update with NaN or Inf: many in a row suggest the
 	// model itself has diverged rather than one worker being broken.
 	nonFinite bool
+	// finite says the wire's decoder found every value of an f32
+	// update finite (protocol.Result.Validate): the aggregator need not
+	// look again.
+	finite bool
 	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
 	// computed yet, or an all-zero update.
 	hash uint64
@@ -189,8 +193,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 		}
 		a.Lone = !j.anotherVolunteerAtWork(sub.worker)
 	}
+	// A scaled copy of a finite update is finite too.
 	d := st.agg.Offer(engine.Contribution{Update: update, Round: l.Round, Staleness: ack.Staleness, Examples: res.Examples,
-		Worker: sub.worker, Volunteer: sub.volunteer})
+		Worker: sub.worker, Volunteer: sub.volunteer, Finite: sub.finite})
 	if !d.Accepted {
 		if d.Reason == engine.ReasonQuarantined {
 			if a, later := j.recheck(sub, l, ack, d.Detail); later { // recheck.go

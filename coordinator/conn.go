@@ -531,7 +531,9 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 			s.submit(ctx, wc, job, submission{worker: wc.id, volunteer: wc.volunteer, res: m, reason: protocol.ReasonInvalid, detail: detail, recv: buf.recv})
 			return 0, "", false
 		}
-		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: m.Update.Norm(), hash: updateHash(m.Update), recv: buf.recv}
+		norm := m.Update.Norm()
+		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: norm, hash: updateHashNorm(m.Update, norm), recv: buf.recv,
+			finite: m.Codec == "" || m.Codec == protocol.CodecF32}
 		pause, over := s.resultBytes(wc, len(buf.frame)) // limits.go
 		if over {
 			sub.reason, sub.detail = protocol.ReasonRateLimited, s.rateLimitedResult(pause)

@@ -44,6 +44,15 @@ func updateHash(u protocol.Floats) uint64 {
 	return maphash.Bytes(dedupSeed, unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))) | 1
 }
 
+// updateHashNorm is updateHash of u, whose L2 norm is norm: a norm of 0
+// says it is all zeros without another pass over it.
+func updateHashNorm(u protocol.Floats, norm float64) uint64 {
+	if norm == 0 || len(u) == 0 {
+		return 0
+	}
+	return maphash.Bytes(dedupSeed, unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))) | 1
+}
+
 // duplicateWarning is how many duplicates in a row, with no accepted
 // result between, make the job warn that its model may have stopped
 // learning.

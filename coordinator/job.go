@@ -381,6 +381,16 @@ func (j *Job) currentParams(ctx context.Context) (params []float32, version int6
 	return params, version, err
 }
 
+// post runs f on the job's loop, unless the loop stops first, without
+// waiting for it to run: for the job's own goroutines, which hand their
+// findings back to the loop.
+func (j *Job) post(f func()) {
+	select {
+	case j.reqs <- f:
+	case <-j.stopped:
+	}
+}
+
 // exec runs f on the job's loop and waits for it. It gives up when ctx
 // ends or the loop has stopped before f was taken; once the loop has
 // taken f it waits for f to finish, however ctx ends: f may read memory

@@ -69,11 +69,14 @@ func (j *Job) snapshotParams() []float32 {
 			st.predictOut = make([]float32, len(w))
 		}
 		out = st.predictOut[:len(w)]
+		// One pass makes the prediction and remembers the model.
 		for i, v := range w {
 			out[i] = v + k*(v-from[i])
+			from[i] = v
 		}
+	} else {
+		st.predictFrom = append(from[:0], w...)
 	}
-	st.predictFrom = append(from[:0], w...)
 	st.predictFromVersion = st.model.Version
 	return out
 }

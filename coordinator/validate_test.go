@@ -3,9 +3,11 @@ package coordinator
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/engine"
 	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
 )
@@ -99,5 +101,51 @@ func BenchmarkValidateFlaggedUpdate(b *testing.B) {
 			}
 			b.ReportMetric(float64(v.n), "examples")
 		})
+	}
+}
+
+// The noise floor's sample of accepted updates is scored off the caller's
+// loop: observe returns at once with the caller's vectors its own again,
+// refuses a second update while the first is being scored, and a score
+// reaches the window only when the loop runs what the observer posts.
+// The floor comes out as the loop's own scoring would have made it.
+func TestValidationObservesOffTheLoop(t *testing.T) {
+	m, v, params := validationSetup(t, "mnist-mlp")
+	spec, _ := jobspec.Load("mnist-mlp")
+	train, _, err := dataset.LoadMNIST("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	x := make([]float32, n*train.ExampleSize())
+	y := make([]int32, n)
+	ws := m.NewWorkspace(n)
+	loop := make(chan func(), 1)
+	done := make(chan struct{})
+	defer close(done)
+	post := func(f func()) { loop <- f }
+	gamma := zenoGamma(&spec)
+	ref := engine.Zeno{Rho: v.zeno.Rho, Margin: v.zeno.Margin, Gamma: gamma, Loss: v.zeno.Loss}
+	for k := range 20 {
+		// Honest gradients of batches the validator never saw.
+		train.Fill(x, y, 2000+k*n, n)
+		g := make([]float32, m.NumParams)
+		m.Gradient(ws, params, x, y, g)
+		want := slices.Clone(g)
+		if !v.observe(done, post, gamma, int64(k), params, g) {
+			t.Fatalf("update %d was not taken", k)
+		}
+		g[0] = 1e6 // the caller's vector is its own again at once
+		if v.observe(done, post, gamma, int64(k), params, g) {
+			t.Fatal("a second update was taken while the first was being scored")
+		}
+		if got := v.zeno.Samples(); got != k {
+			t.Fatalf("%d samples in the window before the loop ran the observer's finding, want %d", got, k)
+		}
+		(<-loop)()
+		ref.Observe(int64(k), params, want)
+	}
+	if got, want := v.zeno.Scores(), ref.Scores(); len(got) != 20 || !slices.Equal(got, want) || v.zeno.Floor() != ref.Floor() {
+		t.Fatalf("the observer's window: %v (floor %v); scored on the loop: %v (floor %v)", got, v.zeno.Floor(), want, ref.Floor())
 	}
 }

@@ -28,6 +28,10 @@ type Contribution struct {
 	// version), as it would have taken the results one by one, without
 	// its robust clip.
 	Results int
+	// Finite says the caller has checked every value of Update is finite
+	// (the wire's decoder does, for every result): the asynchronous clip
+	// then skips its own pass over it.
+	Finite bool
 }
 
 // count is how many results c holds.
@@ -165,7 +169,7 @@ func (a *Async) Offer(c Contribution) Decision {
 		return Decision{Accepted: true}
 	}
 	if a.Clip != nil {
-		if !Finite(c.Update) {
+		if !c.Finite && !Finite(c.Update) {
 			return Decision{Reason: ReasonInvalid, Detail: ErrNonFinite.Error()}
 		}
 		if len(c.Update) != a.Clip.n {
@@ -195,7 +199,23 @@ func (a *Async) Offer(c Contribution) Decision {
 		// are averaged over its history before the clip, so honest ones
 		// lie closer together and the radius is smaller.
 		u := a.Clip.withMomentum(key, c.Update)
-		if a.Validate != nil && !a.Lone && (a.Clip.Flags(c.Update) || (a.Clip.Momentum > 0 && a.Clip.Flags(u))) && !a.refusing() {
+		// One pass measures the update against the centre for both the
+		// flag and the clip (with momentum, the clip's is the momentum's);
+		// where nothing is flagged (no validation, a lone volunteer) the
+		// clip needs only the distance.
+		flags := a.Validate != nil && !a.Lone
+		var m, mu measured
+		switch {
+		case flags:
+			m = a.Clip.measure(c.Update)
+			mu = m
+			if a.Clip.Momentum > 0 {
+				mu = a.Clip.measure(u)
+			}
+		default:
+			mu.dist = dist(u, a.Clip.centre)
+		}
+		if r := a.Clip.Radius(); flags && (m.flagged(r) || mu.flagged(r)) && !a.refusing() {
 			// Flagged by the clip (the update, or its volunteer's momentum
 			// with it): the update itself must descend on the
 			// coordinator's own data, or it is not applied at all.
@@ -206,11 +226,13 @@ func (a *Async) Offer(c Contribution) Decision {
 		}
 		a.record(c.Worker, false)
 		a.Clip.keep(key)
-		clipped := a.Clip.clip(u)
-		a.pending, a.has, a.staleness, a.weight = a.Clip.out, true, c.Staleness, a.Clip.weight
+		// Unclipped, the pending step is the caller's vector itself:
+		// applied by Ready before Offer's caller lets it change.
+		applied, clipped := a.Clip.clip(u, mu.dist)
+		a.pending, a.has, a.staleness, a.weight = applied, true, c.Staleness, a.Clip.weight
 		d := Decision{Accepted: true, Clipped: clipped}
 		if clipped {
-			d.Norm = l2norm(a.Clip.out) * float64(a.Clip.weight)
+			d.Norm = l2norm(applied) * float64(a.Clip.weight)
 		}
 		return d
 	}

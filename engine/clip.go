@@ -88,24 +88,42 @@ func (c *Clipper) Forget(key string) { delete(c.mom, key) }
 // centre (the clip would clip it), or pointing against the centre.
 // Always false before the warm-up ends.
 func (c *Clipper) Flags(u []float32) bool {
-	return c.centre != nil && flagged(u, c.centre, c.Radius())
+	return c.centre != nil && c.measure(u).flagged(c.Radius())
 }
 
+// measured is what one pass over an update finds of it against the
+// centre: its distance, and whether it points against the centre. The
+// clip and the flag both need the distance; one pass gives both.
+type measured struct {
+	dist    float64
+	against bool
+}
+
+// flagged reports whether an update measured so lies outside radius r
+// around the centre, or points against it (cosine below flagCosine): a
+// sign flip or an inner-product manipulation that stays inside the radius.
+func (m measured) flagged(r float64) bool { return m.against || m.dist > r }
+
+// measure measures u against the centre.
+func (c *Clipper) measure(u []float32) measured { return measure(u, c.centre) }
+
 // flagged reports whether u lies outside radius r around ref, or points
-// against it (cosine below flagCosine): a sign flip or an inner-product
-// manipulation that stays inside the radius.
-func flagged(u, ref []float32, r float64) bool {
-	dot, nu, nr := 0.0, 0.0, 0.0
+// against it.
+func flagged(u, ref []float32, r float64) bool { return measure(u, ref).flagged(r) }
+
+// measure measures u against ref in one pass over both.
+func measure(u, ref []float32) measured {
+	dot, nu, nr, dd := 0.0, 0.0, 0.0, 0.0
+	ref = ref[:len(u)]
 	for i, v := range u {
-		w := float64(ref[i])
-		dot += float64(v) * w
-		nu += float64(v) * float64(v)
+		x, w := float64(v), float64(ref[i])
+		dot += x * w
+		nu += x * x
 		nr += w * w
+		d := x - w
+		dd += d * d
 	}
-	if dot < flagCosine*math.Sqrt(nu*nr) {
-		return true
-	}
-	return dist(u, ref) > r
+	return measured{dist: math.Sqrt(dd), against: dot < flagCosine*math.Sqrt(nu*nr)}
 }
 
 // flagCosine is the cosine with the reference below which an update is
@@ -255,10 +273,11 @@ func (c *Clipper) warm(now time.Time) ([]float32, int, bool) {
 	return c.out, total, true
 }
 
-// clip clips u around the centre into c.out, records its distance and
-// moves the centre; it reports whether u was clipped.
-func (c *Clipper) clip(u []float32) bool {
-	d := dist(u, c.centre)
+// clip clips u, whose distance to the centre is d, around the centre
+// and moves the centre; it returns what is applied (u itself inside the
+// radius, else c.out) and whether u was clipped. One pass over u and the
+// centre: the applied value and the centre's move are made together.
+func (c *Clipper) clip(u []float32, d float64) ([]float32, bool) {
 	r := c.Radius()
 	w := 1.0
 	clipped := d > r
@@ -276,13 +295,6 @@ func (c *Clipper) clip(u []float32) bool {
 	if c.weight == 0 {
 		c.weight = 1e-30
 	}
-	if clipped {
-		for i, v := range u {
-			c.out[i] = c.centre[i] + float32((float64(v)-float64(c.centre[i]))*w)
-		}
-	} else {
-		copy(c.out, u) // inside the radius: the update as it is
-	}
 	rec := min(d, r)
 	if r == 0 {
 		rec = d
@@ -294,13 +306,22 @@ func (c *Clipper) clip(u []float32) bool {
 		c.next = (c.next + 1) % c.Window
 	}
 	b := float32(c.Beta)
-	for i, v := range c.out {
-		c.centre[i] += b * (v - c.centre[i])
+	centre := c.centre[:len(u)]
+	if !clipped {
+		// Inside the radius: the update as it is.
+		for i, v := range u {
+			centre[i] += b * (v - centre[i])
+		}
+		return u, false
 	}
-	if clipped {
-		c.Clipped++
+	out := c.out[:len(u)]
+	for i, v := range u {
+		o := centre[i] + float32((float64(v)-float64(centre[i]))*w)
+		out[i] = o
+		centre[i] += b * (o - centre[i])
 	}
-	return clipped
+	c.Clipped++
+	return out, true
 }
 
 // ClipState is what a restarted job needs of a Clipper to go on where it

@@ -92,6 +92,23 @@ func (z *Zeno) Observe(version int64, params, u []float32) {
 	z.record(s, before)
 }
 
+// Record keeps score s at a loss of before, from Score of an accepted
+// update elsewhere, in the window of honest scores: Observe, where the
+// scoring runs apart from the checks.
+func (z *Zeno) Record(s, before float64) { z.record(s, before) }
+
+// Samples is how many honest scores the window holds.
+func (z *Zeno) Samples() int { return z.nHonest }
+
+// Scores returns a copy of the window of honest scores (relative to the
+// loss), oldest first once it has wrapped.
+func (z *Zeno) Scores() []float64 {
+	if z.nHonest < zenoWindow {
+		return append([]float64(nil), z.honest[:z.nHonest]...)
+	}
+	return append(append([]float64(nil), z.honest[z.pos:]...), z.honest[:z.pos]...)
+}
+
 // record keeps score s at a loss of before in the window.
 func (z *Zeno) record(s, before float64) {
 	if math.IsNaN(s) || math.IsInf(s, 0) || before == 0 || math.IsNaN(before) || math.IsInf(before, 0) {
