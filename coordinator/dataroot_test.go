@@ -81,4 +81,13 @@ func TestSubmittedSpecsReadOnlyUnderTheDataRoot(t *testing.T) {
 	if v.Spec.Dataset.TrainImages != filepath.Join(realRoot, "digits", "img") || v.Shards != 1 {
 		t.Errorf("job's dataset %+v with %d shards; want paths resolved under the root", v.Spec.Dataset, v.Shards)
 	}
+	// An RL job's jsonl task file is confined to the root as well.
+	os.WriteFile(filepath.Join(outside, "qa.jsonl"), []byte(`{"prompt": "1+1=", "answer": "2"}`+"\n"), 0o644)
+	rl := map[string]string{"spec": "name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: jsonl, path: " + filepath.Join(outside, "qa.jsonl") + "}\n"}
+	code, body = g.call(http.MethodPost, "/api/v1/jobs", testAdminToken, rl, nil)
+	var e struct{ Key, Error string }
+	json.Unmarshal(body, &e)
+	if code != http.StatusBadRequest || e.Key != "task.path" || !strings.Contains(e.Error, "outside the coordinator's data root") {
+		t.Errorf("a jsonl task outside the data root: %d %s; want 400 for key task.path", code, body)
+	}
 }

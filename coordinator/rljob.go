@@ -47,7 +47,7 @@ func refuseRL(spec jobspec.Spec) error {
 		return nil
 	}
 	if spec.RL.Task.Name == rltask.JSONL {
-		return &jobspec.Error{Key: "task.type", Problem: "jsonl tasks are not available on the coordinator yet: use add, reverse or sort"}
+		return nil // its file is read with the data (rlDataset), its prompts checked by newRL
 	}
 	task, err := rltask.New(spec.RL.Task)
 	if err != nil {
@@ -66,6 +66,11 @@ func refuseRL(spec jobspec.Spec) error {
 // them.
 func rlDataset(spec jobspec.Spec) dataset.Spec {
 	t := spec.RL.Task
+	if t.Name == rltask.JSONL {
+		// Drawn from the file's lines as the built-in tasks' are made.
+		return dataset.Spec{Type: dataset.TypeTask, Task: t.Name, Path: t.Path,
+			Examples: rlDataExamples, TaskSeed: uint64(spec.Seed), ValFraction: dataset.DefaultValFraction}
+	}
 	return dataset.Spec{Type: dataset.TypeTask, Task: t.Name, Digits: t.Digits, Length: t.Length,
 		Examples: rlDataExamples, TaskSeed: uint64(spec.Seed), ValFraction: dataset.DefaultValFraction}
 }
@@ -82,9 +87,9 @@ func JobData(spec jobspec.Spec) dataset.Spec {
 // newRL sets up an RL job's rules on j.
 func (j *Job) newRL(spec jobspec.Spec) error {
 	r := spec.RL
-	task, err := rltask.New(r.Task)
+	task, err := rlTask(r.Task, j.model.InputSize)
 	if err != nil {
-		return &jobspec.Error{Key: "task", Problem: err.Error()}
+		return err
 	}
 	j.rl, err = rljob.New(task, rljob.Config{GroupSize: r.GroupSize, MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature,
 		Clip: r.Clip, MaxRolloutStaleness: int64(r.MaxRolloutStaleness), Seed: uint64(spec.Seed),
@@ -95,6 +100,34 @@ func (j *Job) newRL(spec jobspec.Spec) error {
 	j.rlTask, j.rlLeases = task, map[uint64]rlLease{}
 	j.epochSize = rlEpochCompletions
 	return nil
+}
+
+// rlTask makes the RL task spec names. A jsonl task's file is read as the
+// data sets read theirs (a regular file only, without blocking), and
+// every prompt must leave room for an answer in the model's context.
+func rlTask(spec rltask.Spec, context int) (rltask.Task, error) {
+	if spec.Name != rltask.JSONL {
+		task, err := rltask.New(spec)
+		if err != nil {
+			return nil, &jobspec.Error{Key: "task", Problem: err.Error()}
+		}
+		return task, nil
+	}
+	jt, err := dataset.ReadJSONLTask("task.path", spec.Path)
+	if err != nil {
+		var ke *dataset.KeyError
+		if errors.As(err, &ke) {
+			return nil, &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
+		}
+		return nil, err
+	}
+	for i, p := range jt.Problems {
+		if n := len(rljob.Prompt(p)); n+1 > context {
+			return nil, &jobspec.Error{Key: "task.path", Problem: fmt.Sprintf("%s: problem %d's prompt is %d tokens (with the newline before it): no room for an answer in the model's context of %d; shorten it or give a model with a longer context",
+				spec.Path, i+1, n, context)}
+		}
+	}
+	return jt, nil
 }
 
 // rlLeaseMessage turns scheduler lease l into an RL lease: a learn lease
@@ -220,6 +253,18 @@ func (j *Job) leaseExamples(l *engine.Lease) int {
 // resolvePolicy confines an RL job's policy file, as resolveInit does an
 // init file.
 func resolvePolicy(spec *jobspec.Spec, root string) error {
+	if spec.RL != nil && spec.RL.Task.Path != "" {
+		// A jsonl task's file, confined to the data root as a data set's.
+		p, err := dataset.ResolveFileUnder(root, "task.path", spec.RL.Task.Path, false)
+		if err != nil {
+			var ke *dataset.KeyError
+			if errors.As(err, &ke) {
+				return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
+			}
+			return &jobspec.Error{Key: "task.path", Problem: err.Error()}
+		}
+		spec.RL.Task.Path = p
+	}
 	if spec.Policy == nil || spec.Policy.File == "" {
 		return nil
 	}
@@ -256,7 +301,11 @@ func rlDataError(spec jobspec.Spec, err error) error {
 	if spec.Kind != jobspec.KindRL || !errors.As(err, &se) || !strings.HasPrefix(se.Key, "dataset") {
 		return err
 	}
-	return &jobspec.Error{Key: "task", Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
+	key := "task"
+	if se.Key == "dataset.path" {
+		key = "task.path" // a jsonl task's file
+	}
+	return &jobspec.Error{Key: key, Problem: "the task's problems as text, which the evaluation loss reads: " + se.Problem}
 }
 
 // RLView is what an RL job's rollouts did since this coordinator started

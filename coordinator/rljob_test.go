@@ -2,8 +2,11 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,9 +23,10 @@ import (
 	"github.com/crowdtrain/crowdtrain/rljob"
 )
 
-// What the coordinator cannot run of a valid RL spec yet is refused over
-// the API with a 400 naming the key, and no job is created: a jsonl
-// task, and a policy that is no job here.
+// What the coordinator cannot run of a valid RL spec is refused over the
+// API with a 400 naming the key, and no job is created: a jsonl task
+// whose file is not there, a policy that is no job here, prompts with no
+// room for an answer.
 func TestRLJobRefusals(t *testing.T) {
 	g := newTestGrid(t, quietJob(t))
 	jobs := func() int {
@@ -34,7 +38,7 @@ func TestRLJobRefusals(t *testing.T) {
 	}
 	before := jobs()
 	for _, c := range []struct{ spec, key, msg string }{
-		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: jsonl, path: x.jsonl}\n", "task.type", "not available on the coordinator yet"},
+		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: jsonl, path: nosuch.jsonl}\n", "task.path", "does not exist"},
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: nosuch}\ntask: {type: add, digits: 1}\n", "policy.job", "no job \"nosuch\""},
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: reverse, length: 40}\n", "task", "no room for an answer"},
 	} {
@@ -45,6 +49,67 @@ func TestRLJobRefusals(t *testing.T) {
 	}
 	if n := jobs(); n != before {
 		t.Errorf("%d jobs after the refusals, want %d", n, before)
+	}
+}
+
+// A jsonl task (`task: {type: jsonl, path: F}`): rollout leases carry the
+// file's prompts, the coordinator scores completions against the file's
+// answers, and its evaluation reads the file's problems as text. A file
+// with a prompt that leaves no room for an answer in the model's context
+// is refused at submission, naming the problem.
+func TestRLJobOnAJSONLTask(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
+	dir := t.TempDir()
+	answers := map[string]string{"one plus one?": "2", "three plus four?": "7", "five plus four?": "9", "zero plus zero?": "0"}
+	var lines []string
+	for p, a := range answers {
+		lines = append(lines, fmt.Sprintf(`{"prompt": %q, "answer": %q}`, p, a))
+	}
+	path := filepath.Join(dir, "sums.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy := nntest.RandomSafetensors(t, dir, "charlm-tiny", 3)
+	specOf := func(task string) jobspec.Spec {
+		spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: jsonl, path: %q}\ngroup_size: 4\nmax_new_tokens: 3\nspot_check: 0\n", policy, task)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	j, err := g.srv.AddJob(specOf(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := joinRL(g, protocol.KindNative, true, j.ID)
+	solved := int64(0)
+	for range 3 {
+		l := rc.grantedLeases(1)[0]
+		if l.Rollout == nil {
+			t.Fatalf("lease %+v; want a rollout lease", l)
+		}
+		prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
+		answer, ok := answers[prompt]
+		if !ok {
+			t.Fatalf("rollout lease of prompt %q, which the file does not hold", prompt)
+		}
+		rc.send(rollouts(l, answer+"\n", "x", answer+"\n", "?\n"))
+		if a := rc.ack(l.ID); !a.Accepted {
+			t.Fatalf("rollouts of %q: ack %+v", prompt, a)
+		}
+		solved += 2
+	}
+	v, _, _ := g.srv.JobView(context.Background(), j.ID)
+	if v.RL == nil || v.RL.Rollouts != 12 || v.RL.Solved != solved {
+		t.Errorf("job view rl %+v; want 12 completions scored, %d solved", v.RL, solved)
+	}
+
+	long := filepath.Join(dir, "long.jsonl")
+	os.WriteFile(long, []byte(lines[0]+"\n"+`{"prompt": "`+strings.Repeat("why? ", 100)+`", "answer": "no"}`+"\n"), 0o644)
+	_, err = g.srv.AddJob(specOf(long))
+	var se *jobspec.Error
+	if !errors.As(err, &se) || se.Key != "task.path" || !strings.Contains(se.Problem, "problem 2's prompt") || !strings.Contains(se.Problem, "no room for an answer") {
+		t.Errorf("a prompt longer than the context: %v; want an error on task.path naming problem 2", err)
 	}
 }
 

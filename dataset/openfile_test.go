@@ -29,6 +29,10 @@ func TestDataReadersRefuseWhatIsNotARegularFile(t *testing.T) {
 		"ReadIDXFile": func(p string) error { _, err := ReadIDXFile(p); return err },
 		"ReadNPYFile": func(p string) error { _, err := ReadNPYFile(p); return err },
 		"ReadText":    func(p string) error { _, err := ReadText(p); return err },
+		"ReadJSONLTask": func(p string) error {
+			_, err := ReadJSONLTask("task.path", p)
+			return err
+		},
 	}
 	for path, what := range map[string]string{fifo: "named pipe (FIFO)", zero: "character device"} {
 		for name, read := range readers {

@@ -68,7 +68,7 @@ var SpecKeys = map[string][]string{
 	TypeIDX:  {"train_images", "train_labels", "test_images", "test_labels"},
 	TypeNPY:  {"train_x", "train_y", "test_x", "test_y"},
 	TypeText: {"path", "glob", "val_fraction"},
-	TypeTask: {"name", "digits", "length", "examples", "seed", "val_fraction"},
+	TypeTask: {"name", "digits", "length", "examples", "seed", "path", "val_fraction"},
 }
 
 // File is one file a spec names: its key and a pointer to its path.
@@ -175,7 +175,7 @@ func (s Spec) Validate() error {
 	for _, f := range s.Files() {
 		mine := slices.Contains(keys, f.Key)
 		switch {
-		case mine && *f.Path == "":
+		case mine && *f.Path == "" && s.Type != TypeTask: // a task's path is jsonl's alone (validateTask)
 			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("missing: type %s needs %s", s.Type, strings.Join(fileKeys(keys), ", "))}
 		case !mine && *f.Path != "":
 			return &KeyError{Key: "dataset." + f.Key, Problem: fmt.Sprintf("is not a key of type %s (its keys: %s)", s.Type, strings.Join(keys, ", "))}

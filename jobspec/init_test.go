@@ -80,4 +80,19 @@ func TestInitKey(t *testing.T) {
 	if want := filepath.Join(dir, "models", "v9.safetensors"); s.Init == nil || s.Init.File != want {
 		t.Errorf("init from a spec file: %+v, want the file %s", s.Init, want)
 	}
+	// So are an RL job's policy file and jsonl task.
+	rlPath := filepath.Join(dir, "rl.yaml")
+	if err := os.WriteFile(rlPath, []byte("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: models/sft.safetensors\ntask: {type: jsonl, path: tasks/qa.jsonl}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Load(rlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "models", "sft.safetensors"); rs.Policy == nil || rs.Policy.File != want {
+		t.Errorf("policy from a spec file: %+v, want the file %s", rs.Policy, want)
+	}
+	if want := filepath.Join(dir, "tasks", "qa.jsonl"); rs.RL == nil || rs.RL.Task.Path != want {
+		t.Errorf("task path from a spec file: %+v, want %s", rs.RL, want)
+	}
 }

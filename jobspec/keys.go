@@ -12,6 +12,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/rltask"
 )
 
 // Error names the key of a job spec that is wrong and why.
@@ -447,7 +448,7 @@ func decodeDataset(val *yaml.Node, s *Spec, _ given) error {
 	if (d.Type == dataset.TypeText || d.Type == dataset.TypeTask) && d.ValFraction == 0 {
 		d.ValFraction = dataset.DefaultValFraction
 	}
-	if d.Type == dataset.TypeTask && d.Examples == 0 {
+	if d.Type == dataset.TypeTask && d.Examples == 0 && d.Task != rltask.JSONL {
 		d.Examples = dataset.DefaultTaskExamples
 	}
 	s.Dataset = d
@@ -461,7 +462,7 @@ func decodeTaskKey(k string, v *yaml.Node, d *dataset.Spec) (bool, error) {
 	switch k {
 	case "name":
 		if v.Kind != yaml.ScalarNode || v.Value == "" {
-			return true, Errorf("dataset.name", "want the name of a task (add, reverse or sort)")
+			return true, Errorf("dataset.name", "want the name of a task (add, reverse, sort, or jsonl with path)")
 		}
 		d.Task = v.Value
 	case "digits":

@@ -270,6 +270,12 @@ func Load(nameOrFile string) (Spec, error) {
 	if in := s.Init; in != nil && in.File != "" && !filepath.IsAbs(in.File) {
 		in.File = filepath.Join(dir, in.File)
 	}
+	if p := s.Policy; p != nil && p.File != "" && !filepath.IsAbs(p.File) {
+		p.File = filepath.Join(dir, p.File)
+	}
+	if r := s.RL; r != nil && r.Task.Path != "" && !filepath.IsAbs(r.Task.Path) {
+		r.Task.Path = filepath.Join(dir, r.Task.Path)
+	}
 	return s, nil
 }
 

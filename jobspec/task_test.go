@@ -107,7 +107,7 @@ func TestTaskDatasetDefaultsAndErrors(t *testing.T) {
 		t.Errorf("docs/JOBS.md's sft-add: %+v, %v", doc.Dataset, err)
 	}
 	for _, c := range []struct{ yaml, key, msg string }{
-		{"{type: task, name: mul, digits: 2}", "dataset.name", `"mul" is not a task (want add, reverse, sort)`},
+		{"{type: task, name: mul, digits: 2}", "dataset.name", `"mul" is not a task (want add, reverse, sort, jsonl)`},
 		{"{type: task, digits: 2}", "dataset.name", `"" is not a task`},
 		{"{type: task, name: add}", "dataset.digits", "digits in 1..18"},
 		{"{type: task, name: add, digits: 2, length: 4}", "dataset.length", "not a key of task add"},
@@ -119,8 +119,10 @@ func TestTaskDatasetDefaultsAndErrors(t *testing.T) {
 		{"{type: task, name: add, digits: 2, examples: 2000000}", "dataset.examples", "got 2000000"},
 		{"{type: task, name: add, digits: 2, seed: -1}", "dataset.seed", "-1"},
 		{"{type: task, name: add, digits: 2, val_fraction: 0.7}", "dataset.val_fraction", "(0, 0.5]"},
-		{"{type: task, name: add, digits: 2, path: x}", "dataset.path", "unknown key"},
-		{"{type: task, name: jsonl}", "dataset.name", "type: text"},
+		{"{type: task, name: add, digits: 2, path: x}", "dataset.path", "not a key of task add"},
+		{"{type: task, name: jsonl}", "dataset.path", "needs path"},
+		{"{type: task, name: jsonl, path: x.jsonl, examples: 1}", "dataset.examples", "2..1000000"},
+		{"{type: task, name: jsonl, path: x.jsonl, seed: 3}", "dataset.seed", "give examples or remove seed"},
 		{"{type: task, name: [add]}", "dataset.name", "name of a task"},
 		{"{type: text, path: x, name: add}", "dataset.name", "unknown key"},
 	} {
