@@ -18,12 +18,14 @@ import (
 
 // relayParityBound is how many times the direct run's examples to 97% a
 // run through relays may take: the goal, which the round modes meet.
-// Async does not yet: its median was 1.22x in three sets of runs and
-// 1.33x in a fourth, and 1.52x in a CI run with other shards beside
-// (docs/RELAYS.md, "Asynchronous modes": results through a relay are
-// about two versions staler). Its test holds it to relayParityAsyncBound,
-// so that it fails on a fall back towards where it was (never reaching
-// 97% in 10 epochs), not on the goal it misses.
+// Async met it too once the root's loop stopped scoring the validation's
+// sample itself (1.00x in three sets of three runs, 2026-12-07; 1.22x to
+// 1.33x before, and 1.52x in a CI run with other shards beside:
+// docs/RELAYS.md, "Asynchronous modes"). Its order of results, and so its
+// figure, varies more from run to run and with the machine's load, so
+// its test holds it to relayParityAsyncBound, failing on a fall back
+// towards where it was (never reaching 97% in 10 epochs), and logs the
+// ratio against the goal.
 const (
 	relayParityBound      = 1.2
 	relayParityAsyncBound = 2.0
