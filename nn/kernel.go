@@ -341,6 +341,16 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 				packA8T(kb, a[o:], lda, strip, alpha)
 				continue
 			}
+			if rows == 6 && mr == 6 {
+				// The AVX2 kernel's strips (6x16): one run of six per p.
+				for p := 0; p < kb; p++ {
+					o := (pc+p)*lda + ic + s0
+					src := a[o : o+6 : o+6]
+					d := strip[p*6 : p*6+6 : p*6+6]
+					d[0], d[1], d[2], d[3], d[4], d[5] = alpha*src[0], alpha*src[1], alpha*src[2], alpha*src[3], alpha*src[4], alpha*src[5]
+				}
+				continue
+			}
 			if rows == 8 && mr == 8 {
 				for p := 0; p < kb; p++ {
 					o := (pc+p)*lda + ic + s0
@@ -363,6 +373,19 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 		if rows == 8 && mr == 8 && haveAsmPack {
 			o := (ic+s0)*lda + pc
 			packA8N(kb, a[o:], lda, strip, alpha)
+			continue
+		}
+		if rows == 6 && mr == 6 {
+			// Six source rows at a time, so that each p writes one
+			// contiguous run of six values instead of six strided ones.
+			o := (ic+s0)*lda + pc
+			r0, r1, r2 := a[o:o+kb], a[o+lda:o+lda+kb], a[o+2*lda:o+2*lda+kb]
+			r3, r4, r5 := a[o+3*lda:o+3*lda+kb], a[o+4*lda:o+4*lda+kb], a[o+5*lda:o+5*lda+kb]
+			r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
+			for p := range r0 {
+				d := strip[p*6 : p*6+6 : p*6+6]
+				d[0], d[1], d[2], d[3], d[4], d[5] = alpha*r0[p], alpha*r1[p], alpha*r2[p], alpha*r3[p], alpha*r4[p], alpha*r5[p]
+			}
 			continue
 		}
 		if rows == 8 && mr == 8 && alpha == 1 {

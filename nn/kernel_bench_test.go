@@ -24,6 +24,11 @@ func BenchmarkGemm(b *testing.B) {
 		// layer (128 -> 512), forward and weight gradient.
 		{"lm-fwd-4096x512x128", false, true, 4096, 512, 128},
 		{"lm-dW-512x128x4096", true, false, 512, 128, 4096},
+		// gpt-small at batch 16: 4096 positions through its MLP (384 ->
+		// 1536), forward, input gradient and weight gradient.
+		{"gpt-fwd-4096x1536x384", false, true, 4096, 1536, 384},
+		{"gpt-dIn-4096x384x1536", false, false, 4096, 384, 1536},
+		{"gpt-dW-1536x384x4096", true, false, 1536, 384, 4096},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, name := range Kernels() {
