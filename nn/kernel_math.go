@@ -63,9 +63,13 @@ const (
 func geluForward(in, out []float32) {
 	out = out[:len(in)]
 	i := 0
-	if mathAVX512 {
+	switch {
+	case mathAVX512:
 		i = len(in) &^ 15
 		geluFwd16(i, in, out)
+	case mathAVX2:
+		i = len(in) &^ 7
+		geluFwd8(i, in, out)
 	}
 	for ; i < len(in); i++ {
 		x := in[i]
@@ -78,9 +82,13 @@ func geluBackward(in, dOut, dIn []float32) {
 	dOut = dOut[:len(in)]
 	dIn = dIn[:len(in)]
 	i := 0
-	if mathAVX512 {
+	switch {
+	case mathAVX512:
 		i = len(in) &^ 15
 		geluBwd16(i, in, dOut, dIn)
+	case mathAVX2:
+		i = len(in) &^ 7
+		geluBwd8(i, in, dOut, dIn)
 	}
 	for ; i < len(in); i++ {
 		x := in[i]
@@ -94,9 +102,13 @@ func geluBackward(in, dOut, dIn []float32) {
 // a softmax).
 func expSub(x []float32, m float32) {
 	i := 0
-	if mathAVX512 {
+	switch {
+	case mathAVX512:
 		i = len(x) &^ 15
 		expSub16(i, x, m)
+	case mathAVX2:
+		i = len(x) &^ 7
+		expSub8(i, x, m)
 	}
 	for ; i < len(x); i++ {
 		x[i] = exp32(x[i] - m)

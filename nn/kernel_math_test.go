@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -28,12 +29,26 @@ func TestErf32AndExp32(t *testing.T) {
 	}
 }
 
-// The GELU and its gradient against float64 math, on both the vector and
-// the scalar paths (lengths that leave a tail), over the range a network
-// sees and far beyond it.
-func TestGELU(t *testing.T) {
+// vectorWidths runs f at each vector width this machine has (16, 8) and
+// with the Go loops (0), leaving the widest set after.
+func vectorWidths(t *testing.T, f func(t *testing.T)) {
+	defer setMathVector(16)
+	for _, w := range []int{16, 8, 0} {
+		if setMathVector(w) != w {
+			continue
+		}
+		t.Run(fmt.Sprintf("width-%d", w), f)
+	}
+}
+
+// The GELU and its gradient against float64 math, on every vector path
+// and the scalar one (lengths that leave a tail), over the range a
+// network sees and far beyond it.
+func TestGELU(t *testing.T) { vectorWidths(t, testGELU) }
+
+func testGELU(t *testing.T) {
 	r := rand.New(rand.NewPCG(*seed, 3))
-	for _, n := range []int{1, 15, 16, 17, 100, 1000} {
+	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 100, 1000} {
 		in := make([]float32, n)
 		dOut := make([]float32, n)
 		for i := range in {
@@ -72,9 +87,21 @@ func TestGELU(t *testing.T) {
 // gradient with the vector kernels must stay within the 1e-6 that the
 // browser and native builds are held to.
 func TestVectorGELUKeepsTheBrowsersNumbers(t *testing.T) {
-	if !mathAVX512 {
-		t.Skip("no vector GELU in this build")
+	defer setMathVector(16)
+	ran := false
+	for _, w := range []int{16, 8} {
+		if setMathVector(w) != w {
+			continue
+		}
+		ran = true
+		t.Run(fmt.Sprintf("width-%d", w), func(t *testing.T) { testVectorGELUKeepsTheBrowsersNumbers(t, w) })
 	}
+	if !ran {
+		t.Skip("no vector GELU in this build or on this CPU")
+	}
+}
+
+func testVectorGELUKeepsTheBrowsersNumbers(t *testing.T, width int) {
 	m := mustPreset(t, "charlm-tiny")
 	r := rand.New(rand.NewPCG(*seed, 5))
 	params := make([]float32, m.NumParams)
@@ -91,8 +118,8 @@ func TestVectorGELUKeepsTheBrowsersNumbers(t *testing.T) {
 	ws := m.NewWorkspace(n)
 	vec := make([]float32, m.NumParams)
 	vecLoss, _ := m.Gradient(ws, params, x, labels, vec)
-	setMathAVX512(false)
-	defer setMathAVX512(true)
+	setMathVector(0)
+	defer setMathVector(width)
 	scalar := make([]float32, m.NumParams)
 	scalarLoss, _ := m.Gradient(ws, params, x, labels, scalar)
 	if d := math.Abs(vecLoss-scalarLoss) / math.Abs(scalarLoss); d > 1e-6 {
@@ -103,8 +130,10 @@ func TestVectorGELUKeepsTheBrowsersNumbers(t *testing.T) {
 	}
 }
 
-func TestExpSub(t *testing.T) {
-	for _, n := range []int{1, 16, 33, 300} {
+func TestExpSub(t *testing.T) { vectorWidths(t, testExpSub) }
+
+func testExpSub(t *testing.T) {
+	for _, n := range []int{1, 8, 9, 16, 33, 300} {
 		x := make([]float32, n)
 		for i := range x {
 			x[i] = float32(i%97)*0.37 - 30
