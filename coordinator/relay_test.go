@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -163,14 +162,8 @@ func aggregateOf(id string, relay string, job string, r relaymsg.LeaseReply, lea
 // metricValue is the sum of metric's samples on g's /metrics.
 func metricValue(t *testing.T, g *testGrid, metric string) float64 {
 	t.Helper()
-	resp, err := http.Get(g.http.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	sum := 0.0
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(getMetrics(t, g)) {
 		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
 		if !ok || (name != metric && !strings.HasPrefix(name, metric+"{")) {
 			continue

@@ -40,13 +40,10 @@ func validationSetup(tb testing.TB, preset string) (*nn.Model, *validator, []flo
 	return m, newValidator(m, train, train.Kind == dataset.NextTokens || isTextModel(m)), params
 }
 
-// On real mnist-mlp data, at the initial weights: the gradient of a batch
-// the validator never saw passes; the same gradient sign-flipped and
-// scaled 19x (the scale attack) or by 1e6 (early) is refused; plainly
-// sign-flipped it scores below zero.
-func TestValidatorOnMNIST(t *testing.T) {
-	m, v, params := validationSetup(t, "mnist-mlp")
-	spec, _ := jobspec.Load("mnist-mlp")
+// mnistGradients returns a function giving m's gradient at params of the
+// 64 MNIST training examples from index at.
+func mnistGradients(t *testing.T, m *nn.Model) func(params []float32, at int) []float32 {
+	t.Helper()
 	train, _, err := dataset.LoadMNIST("")
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +51,23 @@ func TestValidatorOnMNIST(t *testing.T) {
 	const n = 64
 	x := make([]float32, n*train.ExampleSize())
 	y := make([]int32, n)
-	train.Fill(x, y, 1000, n)
 	ws := m.NewWorkspace(n)
-	g := make([]float32, m.NumParams)
-	m.Gradient(ws, params, x, y, g)
+	return func(params []float32, at int) []float32 {
+		train.Fill(x, y, at, n)
+		g := make([]float32, m.NumParams)
+		m.Gradient(ws, params, x, y, g)
+		return g
+	}
+}
+
+// On real mnist-mlp data, at the initial weights: the gradient of a batch
+// the validator never saw passes; the same gradient sign-flipped and
+// scaled 19x (the scale attack) or by 1e6 (early) is refused; plainly
+// sign-flipped it scores below zero.
+func TestValidatorOnMNIST(t *testing.T) {
+	m, v, params := validationSetup(t, "mnist-mlp")
+	spec, _ := jobspec.Load("mnist-mlp")
+	g := mnistGradients(t, m)(params, 1000)
 	v.zeno.Gamma = zenoGamma(&spec)
 	if d := v.zeno.Check(0, params, g); d != "" {
 		t.Fatalf("an honest gradient was refused: %s", d)
@@ -112,14 +122,7 @@ func BenchmarkValidateFlaggedUpdate(b *testing.B) {
 func TestValidationObservesOffTheLoop(t *testing.T) {
 	m, v, params := validationSetup(t, "mnist-mlp")
 	spec, _ := jobspec.Load("mnist-mlp")
-	train, _, err := dataset.LoadMNIST("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 64
-	x := make([]float32, n*train.ExampleSize())
-	y := make([]int32, n)
-	ws := m.NewWorkspace(n)
+	gradient := mnistGradients(t, m)
 	loop := make(chan func(), 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -128,9 +131,7 @@ func TestValidationObservesOffTheLoop(t *testing.T) {
 	ref := engine.Zeno{Rho: v.zeno.Rho, Margin: v.zeno.Margin, Gamma: gamma, Loss: v.zeno.Loss}
 	for k := range 20 {
 		// Honest gradients of batches the validator never saw.
-		train.Fill(x, y, 2000+k*n, n)
-		g := make([]float32, m.NumParams)
-		m.Gradient(ws, params, x, y, g)
+		g := gradient(params, 2000+k*64)
 		want := slices.Clone(g)
 		if !v.observe(done, post, gamma, int64(k), params, g) {
 			t.Fatalf("update %d was not taken", k)
