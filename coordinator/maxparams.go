@@ -17,11 +17,12 @@ import (
 // the async prediction: about 10), an evaluation's copy (4), the round's
 // sum or the robust clip's centre (up to 8), and the checkpoint buffers
 // (weights and moments, 12, up to three sets: the queued one, the one
-// being written and the pool's, 36): about 70, rounded down because not
-// every job has them all at once. Older published versions and deltas
-// live in the job's snapshot cache, bounded apart in bytes
-// (Config.SnapshotCacheBytes).
-const BytesPerParamHeld = 64
+// being written and the pool's, 36), and the validation's observer (its
+// copies of the weights and an update, and its trial vector: 12): about
+// 82, rounded down because not every job has them all at once. Older
+// published versions and deltas live in the job's snapshot cache,
+// bounded apart in bytes (Config.SnapshotCacheBytes).
+const BytesPerParamHeld = 72
 
 // fallbackMemory is the memory assumed where it cannot be read: 8 GiB.
 const fallbackMemory = 8 << 30
