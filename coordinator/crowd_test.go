@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,6 +26,10 @@ var crowdBound = map[string]float64{"mnist-mlp": 1.3, "charlm-tiny": 1.3}
 // job's defaults (async, snapshot latest). It counts examples, not
 // seconds, so a loaded machine cannot make it fail; it measures the cost
 // of the crowd's staleness, which a slowdown of the grid does not change.
+// The order two workers' results arrive in differs from run to run
+// (charlm-tiny: 1.11x, 1.11x and 1.23x in three runs of one build, 1.31x
+// in a fourth beside the other packages' tests), so two workers run three
+// times and their medians count; one worker's run is the same each time.
 func TestASecondWorkerPaysOff(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -65,17 +70,23 @@ max_epochs: 1
 			spec, edit := c.spec(t)
 			var examples, versions [3]float64
 			for _, n := range []int{1, 2} {
-				g := newTestGridWith(t, spec, edit)
-				for range n {
-					g.addWorker(1, nil)
+				var ex, ver []float64
+				for range map[int]int{1: 1, 2: 3}[n] {
+					g := newTestGridWith(t, spec, edit)
+					for range n {
+						g.addWorker(1, nil)
+					}
+					v := g.waitDone(4 * time.Minute)
+					g.close()
+					if v.State != coordinator.StateDone || v.Eval == nil || !targetMet(spec, v.Eval) {
+						t.Fatalf("%d workers: job ended %s (%s) with eval %+v, want its target reached", n, v.State, v.Reason, v.Eval)
+					}
+					ex, ver = append(ex, float64(v.ExamplesSeen)), append(ver, float64(v.Eval.Version))
+					t.Logf("%d workers: target at version %d, %d examples, mean staleness %.2f", n, v.Eval.Version, v.ExamplesSeen, v.MeanStaleness)
 				}
-				v := g.waitDone(4 * time.Minute)
-				g.close()
-				if v.State != coordinator.StateDone || v.Eval == nil || !targetMet(spec, v.Eval) {
-					t.Fatalf("%d workers: job ended %s (%s) with eval %+v, want its target reached", n, v.State, v.Reason, v.Eval)
-				}
-				examples[n], versions[n] = float64(v.ExamplesSeen), float64(v.Eval.Version)
-				t.Logf("%d workers: target at version %d, %d examples, mean staleness %.2f", n, v.Eval.Version, v.ExamplesSeen, v.MeanStaleness)
+				slices.Sort(ex)
+				slices.Sort(ver)
+				examples[n], versions[n] = ex[len(ex)/2], ver[len(ver)/2]
 			}
 			bound := crowdBound[c.name]
 			if r := examples[2] / examples[1]; r > bound {
