@@ -209,6 +209,16 @@ func (d *dataSets) namesLocked() string {
 	return strings.Join(names, ", ")
 }
 
+// specError is err as a spec error: a data file's problem
+// (*dataset.KeyError) on the key it names, any other error on key.
+func specError(err error, key string) *jobspec.Error {
+	var ke *dataset.KeyError
+	if errors.As(err, &ke) {
+		return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
+	}
+	return &jobspec.Error{Key: key, Problem: err.Error()}
+}
+
 // resolveData confines the files a spec submitted over the API names
 // (data, tokenizer and init) to the coordinator's data root, resolving relative
 // paths against it.
@@ -218,11 +228,7 @@ func (s *Server) resolveData(spec *jobspec.Spec) error {
 		root = "."
 	}
 	if err := spec.Dataset.ResolveUnder(root); err != nil {
-		var ke *dataset.KeyError
-		if errors.As(err, &ke) {
-			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-		}
-		return &jobspec.Error{Key: "dataset", Problem: err.Error()}
+		return specError(err, "dataset")
 	}
 	if err := resolveTokenizer(spec, root); err != nil {
 		return err

@@ -41,7 +41,7 @@ func updateHash(u protocol.Floats) uint64 {
 	if !slices.ContainsFunc(u, func(v float32) bool { return v != 0 }) {
 		return 0
 	}
-	return maphash.Bytes(dedupSeed, unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))) | 1
+	return hashNonZero(u)
 }
 
 // updateHashNorm is updateHash of u, whose L2 norm is norm: a norm of 0
@@ -50,6 +50,11 @@ func updateHashNorm(u protocol.Floats, norm float64) uint64 {
 	if norm == 0 || len(u) == 0 {
 		return 0
 	}
+	return hashNonZero(u)
+}
+
+// hashNonZero hashes the bytes of u, not all zeros, never to 0.
+func hashNonZero(u protocol.Floats) uint64 {
 	return maphash.Bytes(dedupSeed, unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))) | 1
 }
 

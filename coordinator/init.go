@@ -37,11 +37,7 @@ func resolveInit(spec *jobspec.Spec, root string) error {
 	}
 	p, err := dataset.ResolveFileUnder(root, "init", in.File, false)
 	if err != nil {
-		var ke *dataset.KeyError
-		if errors.As(err, &ke) {
-			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-		}
-		return &jobspec.Error{Key: "init", Problem: err.Error()}
+		return specError(err, "init")
 	}
 	c := *in
 	c.File = p

@@ -115,11 +115,7 @@ func rlTask(spec rltask.Spec, context int) (rltask.Task, error) {
 	}
 	jt, err := dataset.ReadJSONLTask("task.path", spec.Path)
 	if err != nil {
-		var ke *dataset.KeyError
-		if errors.As(err, &ke) {
-			return nil, &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-		}
-		return nil, err
+		return nil, specError(err, "task.path")
 	}
 	for i, p := range jt.Problems {
 		if n := len(rljob.Prompt(p)); n+1 > context {
@@ -257,11 +253,7 @@ func resolvePolicy(spec *jobspec.Spec, root string) error {
 		// A jsonl task's file, confined to the data root as a data set's.
 		p, err := dataset.ResolveFileUnder(root, "task.path", spec.RL.Task.Path, false)
 		if err != nil {
-			var ke *dataset.KeyError
-			if errors.As(err, &ke) {
-				return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-			}
-			return &jobspec.Error{Key: "task.path", Problem: err.Error()}
+			return specError(err, "task.path")
 		}
 		spec.RL.Task.Path = p
 	}

@@ -45,11 +45,7 @@ func PrepareTokenizer(spec *jobspec.Spec) error {
 		case t.Type == jobspec.TokenizerBPE:
 			docs, desc, err := dataset.TrainingDocs(spec.Dataset)
 			if err != nil {
-				var ke *dataset.KeyError
-				if errors.As(err, &ke) {
-					return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-				}
-				return &jobspec.Error{Key: "dataset", Problem: err.Error()}
+				return specError(err, "dataset")
 			}
 			if tok, err = tokenizer.Train(t.Vocab, docs...); err != nil {
 				return &jobspec.Error{Key: "tokenizer.vocab", Problem: err.Error()}
@@ -113,11 +109,7 @@ func resolveTokenizer(spec *jobspec.Spec, root string) error {
 	}
 	p, err := dataset.ResolveFileUnder(root, "tokenizer", t.File, false)
 	if err != nil {
-		var ke *dataset.KeyError
-		if errors.As(err, &ke) {
-			return &jobspec.Error{Key: ke.Key, Problem: ke.Problem}
-		}
-		return &jobspec.Error{Key: "tokenizer", Problem: err.Error()}
+		return specError(err, "tokenizer")
 	}
 	t.File = p
 	return nil

@@ -1,8 +1,8 @@
 package dataset
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/crowdtrain/crowdtrain/rltask"
@@ -85,16 +85,13 @@ func ReadJSONLTask(key, path string) (*rltask.JSONLTask, error) {
 		return nil, rekey(fileError("", path, err, "name a regular file of {\"prompt\": ..., \"answer\": ...} lines"), key)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, rltask.MaxJSONLBytes+1))
+	t, err := rltask.ReadJSONL(f, path)
 	if err != nil {
-		return nil, &KeyError{Key: key, Problem: fmt.Sprintf("%s: %v", path, err), Err: err}
-	}
-	if len(b) > rltask.MaxJSONLBytes {
-		return nil, &KeyError{Key: key, Problem: fmt.Sprintf("%s is larger than %d bytes; split it", path, rltask.MaxJSONLBytes)}
-	}
-	t, err := rltask.ParseJSONL(b)
-	if err != nil {
-		return nil, &KeyError{Key: key, Problem: fmt.Sprintf("%s: %v", path, err), Err: err}
+		problem := err.Error()
+		if ke := (*rltask.KeyError)(nil); errors.As(err, &ke) {
+			problem = ke.Problem
+		}
+		return nil, &KeyError{Key: key, Problem: problem, Err: err}
 	}
 	return t, nil
 }

@@ -381,6 +381,7 @@ func packA(dst []float32, transA bool, a []float32, lda, ic, pc, mb, kb, mr int,
 			o := (ic+s0)*lda + pc
 			r0, r1, r2 := a[o:o+kb], a[o+lda:o+lda+kb], a[o+2*lda:o+2*lda+kb]
 			r3, r4, r5 := a[o+3*lda:o+3*lda+kb], a[o+4*lda:o+4*lda+kb], a[o+5*lda:o+5*lda+kb]
+			// All six are kb long; saying so lets the loop drop its bounds checks.
 			r1, r2, r3, r4, r5 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], r4[:len(r0)], r5[:len(r0)]
 			for p := range r0 {
 				d := strip[p*6 : p*6+6 : p*6+6]

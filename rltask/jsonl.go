@@ -27,23 +27,29 @@ func (t *JSONLTask) Problem(seed uint64, i int) Problem {
 	return t.Problems[problemRand(seed, i).IntN(len(t.Problems))]
 }
 
-// ReadJSONLFile reads a jsonl task file (ParseJSONL); errors name the file.
+// ReadJSONLFile reads a jsonl task file (ReadJSONL); errors name the file.
 func ReadJSONLFile(path string) (*JSONLTask, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &KeyError{Key: "path", Problem: err.Error()}
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxJSONLBytes+1))
+	return ReadJSONL(f, path)
+}
+
+// ReadJSONL reads a jsonl task (ParseJSONL) of at most MaxJSONLBytes from
+// r, the file name; errors name it, on the key "path".
+func ReadJSONL(r io.Reader, name string) (*JSONLTask, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxJSONLBytes+1))
 	if err != nil {
-		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s: %v", path, err)}
+		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s: %v", name, err)}
 	}
 	if len(b) > MaxJSONLBytes {
-		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s is larger than %d bytes; split it", path, MaxJSONLBytes)}
+		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s is larger than %d bytes; split it", name, MaxJSONLBytes)}
 	}
 	t, err := ParseJSONL(b)
 	if err != nil {
-		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s: %v", path, err)}
+		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s: %v", name, err)}
 	}
 	return t, nil
 }
