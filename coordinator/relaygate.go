@@ -590,13 +590,9 @@ func (g *relayGate) revoked(relay string) bool {
 func (g *relayGate) seen(st relaymsg.Status, join bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := g.relays[st.Relay]
+	r := g.recordOf(st.Relay)
 	if r == nil {
-		if len(g.relays) >= maxRelayRecords {
-			return
-		}
-		r = &relayRecord{}
-		g.relays[st.Relay] = r
+		return
 	}
 	if !join || r.URL != "" {
 		st.URL = r.URL // a heartbeat's URL is not believed: the join's was checked
@@ -615,10 +611,14 @@ func (g *relayGate) seen(st relaymsg.Status, join bool) {
 
 // recordOf is relay's record, made if there is room (g.mu held). Its
 // aggregates may come before its join (a root that restarts takes what
-// the stream kept first).
+// the stream kept first). A revoked relay's record stays gone: what it
+// sent before the revocation (a heartbeat checked just before it, an
+// aggregate the job's loop was applying) is handled after it, and must
+// not list it again. RevokeRelayCredential revokes before it deletes the
+// record, so a record made after the check is deleted after it.
 func (g *relayGate) recordOf(relay string) *relayRecord {
 	r := g.relays[relay]
-	if r == nil && len(g.relays) < maxRelayRecords {
+	if r == nil && len(g.relays) < maxRelayRecords && !g.revoked(relay) {
 		r = &relayRecord{LastSeen: time.Now()}
 		g.relays[relay] = r
 	}
@@ -651,10 +651,7 @@ func (g *relayGate) quarantined(relay string) string {
 func (g *relayGate) refusePart(relay, subject, why string) {
 	g.mu.Lock()
 	var n int64
-	r := g.relays[relay]
-	if r == nil && !g.revoked(relay) { // a revoked relay's record stays gone
-		r = g.recordOf(relay)
-	}
+	r := g.recordOf(relay)
 	if r != nil {
 		r.PartsRefused++
 		n = r.PartsRefused
