@@ -57,7 +57,8 @@ func resolveAttention(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 	if l.bqOff, l.bqLen, err = r.tensor(&l.layerBase, "in_proj_bias", []int{3 * d}, initZero, 0); err != nil {
 		return nil, err
 	}
-	if l.woOff, l.woLen, err = r.tensor(&l.layerBase, "out_proj.weight", []int{d, d}, initUniform, heUniform(d)); err != nil {
+	// out_proj.weight as PyTorch's nn.Linear (linearUniform).
+	if l.woOff, l.woLen, err = r.tensor(&l.layerBase, "out_proj.weight", []int{d, d}, initUniform, linearUniform(d)); err != nil {
 		return nil, err
 	}
 	if l.boOff, l.boLen, err = r.tensor(&l.layerBase, "out_proj.bias", []int{d}, initZero, 0); err != nil {

@@ -41,6 +41,9 @@ func resolveDense(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 		}
 		l.dOut = e.vocab
 		l.wOff, l.wLen = e.wOff, e.wLen
+		// Its rows are output weights too: at unit scale the first
+		// logits would be ±√d. GPT-2's 0.02, as for a tied lm_head.
+		r.setInit(e.wOff, initUniform, tiedEmbedInit)
 		l.accumulate = []span{{l.wOff, l.wLen}}
 	} else {
 		if ls.Units < 1 {
@@ -50,8 +53,12 @@ func resolveDense(r *resolver, ls LayerSpec, cur shape) (Layer, error) {
 			return nil, fmt.Errorf("%d units on an input of %d values is too large (at most %d parameters in a model)", ls.Units, l.dIn, maxParams)
 		}
 		l.dOut = ls.Units
+		bound := heUniform(l.dIn)
+		if cur.kind == shapeSeq { // a transformer's projection
+			bound = linearUniform(l.dIn)
+		}
 		var err error
-		if l.wOff, l.wLen, err = r.tensor(&l.layerBase, "weight", []int{l.dOut, l.dIn}, initUniform, heUniform(l.dIn)); err != nil {
+		if l.wOff, l.wLen, err = r.tensor(&l.layerBase, "weight", []int{l.dOut, l.dIn}, initUniform, bound); err != nil {
 			return nil, err
 		}
 	}

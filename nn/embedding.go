@@ -15,8 +15,16 @@ type embeddingLayer struct {
 }
 
 // embedInit is the bound of the embedding tables' uniform initialisation:
-// standard deviation 0.02, as GPT-2's.
-var embedInit = math.Sqrt(3) * 0.02
+// standard deviation 1, as PyTorch's nn.Embedding. Against GPT-2's 0.02
+// under projections at He's scale, a token's identity was a small part of
+// the residual stream at first: charlm sat near 3.4 bits per character
+// for twice PyTorch's steps, and far longer with two workers' stale
+// results (docs/TRAINING.md, "A second worker on the transformer").
+var embedInit = math.Sqrt(3)
+
+// tiedEmbedInit is the bound of an embedding that is also the output
+// layer (dense tied: true): standard deviation 0.02, as GPT-2's.
+var tiedEmbedInit = math.Sqrt(3) * 0.02
 
 func init() {
 	registerLayer(TypeEmbedding, []string{"vocab", "units", "positions"}, resolveEmbedding)

@@ -233,8 +233,25 @@ func (r *resolver) tensor(l *layerBase, name string, shp []int, kind initKind, a
 	return pt.Offset, pt.Size, nil
 }
 
-// heUniform is Init's bound for weights with this fan-in.
+// heUniform is Init's bound for weights with this fan-in that feed a ReLU
+// (image and feature models).
 func heUniform(fanIn int) float64 { return math.Sqrt(6 / float64(fanIn)) }
+
+// linearUniform is Init's bound for the weights of a sequence model's
+// projections: PyTorch's nn.Linear default (Kaiming-uniform with a = √5),
+// 1/√fanIn, a third of He's variance. A transformer's blocks then add
+// little to the residual stream at first, and the token embedding's
+// signal (embedInit) carries through them.
+func linearUniform(fanIn int) float64 { return 1 / math.Sqrt(float64(fanIn)) }
+
+// setInit changes the initialisation of the tensor placed at off.
+func (r *resolver) setInit(off int, kind initKind, a float64) {
+	for i := range r.inits {
+		if r.inits[i].off == off {
+			r.inits[i].kind, r.inits[i].a = kind, a
+		}
+	}
+}
 
 // checkFields rejects negative values and fields a layer type does not use,
 // which are almost always typos in a hand-written spec.

@@ -123,10 +123,15 @@ func (m *Model) Tensor(v []float32, name string) ([]float32, bool) {
 // initStream distinguishes Init's PCG stream from any other use of the seed.
 const initStream = 0x63726f7764747261 // "crowdtra"
 
-// Init fills params (len NumParams) deterministically from seed: He-uniform
-// weights (U(-a, a) with a = sqrt(6/fanIn)) for dense, conv2d and attention
-// projections, U(-a, a) with a = sqrt(3)*0.02 for embedding tables, ones
-// for layernorm gains and zero biases. Tensors draw in layout order.
+// Init fills params (len NumParams) deterministically from seed, with
+// PyTorch's default scales where the layer has a PyTorch counterpart:
+// He-uniform weights (U(-a, a) with a = sqrt(6/fanIn)) for conv2d and for
+// dense layers on a flat input (they feed ReLUs); a = 1/sqrt(fanIn) for
+// dense layers on a sequence and attention's out_proj (nn.Linear's
+// default), Xavier-uniform for attention's in_proj_weight; a = sqrt(3)
+// (standard deviation 1, nn.Embedding's) for embedding tables, except
+// sqrt(3)*0.02 for a token embedding that is also the output layer (tied);
+// ones for layernorm gains and zero biases. Tensors draw in layout order.
 //
 // Uniform rather than normal because it needs only exactly rounded float64
 // operations (Float64, one multiply, Sqrt), so the same seed gives a

@@ -118,6 +118,9 @@ func TestLayoutAndInit(t *testing.T) {
 		if reflect.DeepEqual(a, c) {
 			t.Errorf("%s: different seeds gave the same vector", name)
 		}
+		spec, _ := Preset(name)
+		sequence := spec.Layers[0].Type == TypeEmbedding // a transformer
+		tied := spec.Layers[len(spec.Layers)-1].Tied
 		for _, pt := range m.Layout {
 			v := a[pt.Offset : pt.Offset+pt.Size]
 			limit := 0.0 // He-uniform unless named otherwise
@@ -129,10 +132,14 @@ func TestLayoutAndInit(t *testing.T) {
 					}
 				}
 				continue
+			case strings.HasSuffix(pt.Name, ".embedding.weight") && tied:
+				limit = math.Sqrt(3) * 0.02 // GPT-2's, for an output layer too
 			case strings.Contains(pt.Name, ".embedding."):
-				limit = math.Sqrt(3) * 0.02
+				limit = math.Sqrt(3) // standard deviation 1, nn.Embedding's
 			case strings.HasSuffix(pt.Name, "in_proj_weight"):
 				limit = math.Sqrt(6 / float64(pt.Shape[0]+pt.Shape[1])) // Xavier-uniform
+			case sequence && strings.HasSuffix(pt.Name, "weight") && !strings.HasSuffix(pt.Name, "layernorm.weight"):
+				limit = 1 / math.Sqrt(float64(pt.Size/pt.Shape[0])) // nn.Linear's
 			}
 			if limit > 0 {
 				var ss float64

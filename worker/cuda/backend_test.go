@@ -235,7 +235,7 @@ func (c *cpuBackend) Gradient(params, x []float32, labels []int32, grad []float3
 
 // clipped is o with a clip_norm far below any gradient's norm here.
 func clipped(o protocol.InnerOptimizer) protocol.InnerOptimizer {
-	o.ClipNorm = 1e-3
+	o.ClipNorm = 1e-5
 	return o
 }
 
@@ -280,7 +280,7 @@ func checkSteps(t *testing.T, b *Backend, m *nn.Model, model string) {
 		{innerSGD, protocol.UpdateGradient, 1}, {innerSGD, protocol.UpdateGradient, 3}, {innerSGD, protocol.UpdateGradient, 5},
 		{innerSGD, protocol.UpdateDelta, 1}, {innerSGD, protocol.UpdateDelta, 3},
 		{innerAdamW, protocol.UpdateDelta, 1}, {innerAdamW, protocol.UpdateDelta, 3}, {innerAdamW, protocol.UpdateGradient, 3},
-		// Clipped: every gradient's norm is far above 1e-3.
+		// Clipped: every gradient's norm is far above 1e-5.
 		{clipped(innerSGD), protocol.UpdateGradient, 1}, {clipped(innerSGD), protocol.UpdateGradient, 3},
 		{clipped(innerSGD), protocol.UpdateDelta, 3}, {clipped(innerAdamW), protocol.UpdateDelta, 3},
 	} {
