@@ -239,7 +239,7 @@ func heUniform(fanIn int) float64 { return math.Sqrt(6 / float64(fanIn)) }
 
 // linearUniform is Init's bound for the weights of a sequence model's
 // projections: PyTorch's nn.Linear default (Kaiming-uniform with a = √5),
-// 1/√fanIn, a third of He's variance. A transformer's blocks then add
+// 1/√fanIn, a sixth of He's variance. A transformer's blocks then add
 // little to the residual stream at first, and the token embedding's
 // signal (embedInit) carries through them.
 func linearUniform(fanIn int) float64 { return 1 / math.Sqrt(float64(fanIn)) }

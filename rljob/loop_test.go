@@ -45,8 +45,11 @@ func warmUp(m *nn.Model, params []float32, task rltask.Task, steps, batch int, l
 // up on one-digit sums, then rollout leases computed as a worker computes
 // them (compute), scored and buffered by Job, learn leases' GRPO
 // gradients applied with AdamW, one version per learn lease. The share of
-// held-out sums the greedy policy gets right rises by 25 points or more
-// (from about 0.25 to about 0.65).
+// held-out sums the greedy policy gets right rises by 15 points or more:
+// from 0.305 to 0.56 here (0.25 to 0.65 in 100 steps before transformers
+// started at PyTorch's scale, which is slower on a model this small:
+// docs/TRAINING.md, "A second worker on the transformer"); 15 points is
+// over three standard errors of the difference of two evaluations.
 func TestGRPOLoopRaisesSolved(t *testing.T) {
 	testenv.Long(t, "trains a model by SFT and then by GRPO")
 	ms, _ := nn.Preset("charlm-tiny")
@@ -58,7 +61,7 @@ func TestGRPOLoopRaisesSolved(t *testing.T) {
 	params := make([]float32, m.NumParams)
 	m.Init(params, 1)
 	start := time.Now()
-	warmUp(m, params, task, 200, 32, 3e-3)
+	warmUp(m, params, task, 400, 32, 3e-3)
 	e0, err := Evaluate(m, params, task, DefaultEvalProblems, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +78,7 @@ func TestGRPOLoopRaisesSolved(t *testing.T) {
 	var version int64
 	var id uint64
 	final := e0
-	for step := 1; step <= 100; step++ {
+	for step := 1; step <= 160; step++ {
 		for range 8 {
 			id++
 			r, err := j.NextRollout(id, version)
@@ -113,7 +116,7 @@ func TestGRPOLoopRaisesSolved(t *testing.T) {
 		}
 	}
 	t.Logf("total %v", time.Since(start).Round(time.Second))
-	if final.Solved < e0.Solved+0.25 {
-		t.Errorf("solved went from %.3f to %.3f under GRPO; want at least 25 points more", e0.Solved, final.Solved)
+	if final.Solved < e0.Solved+0.15 {
+		t.Errorf("solved went from %.3f to %.3f under GRPO; want at least 15 points more", e0.Solved, final.Solved)
 	}
 }

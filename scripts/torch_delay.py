@@ -6,6 +6,7 @@ transformer").
 usage: /usr/bin/python3 scripts/torch_delay.py [--delay D] [--gain G]
        [--init torch|ours|gpt2|ours-emb1|torch-emb002] [--batch 32]
        [--steps 300] [--every 50] [--tiny] [--text FILE]
+       [--threads 1] [--marks 60,120,300]
 
 The model is the charlm preset (scripts/torch_charlm_step.py's), or
 charlm-tiny with --tiny, trained with the charlm job's optimizer (AdamW
@@ -16,7 +17,8 @@ gradient taken at the weights of step t-D, as an asynchronous grid whose
 results land D versions after their base; with --gain G that base is
 predicted G*D steps ahead along the last step (the coordinator's weight
 prediction). Prints bits per character on 64 held-out windows every
---every steps.
+--every steps, or with --marks at those seconds of training (the
+evaluations' time left out), stopping at the last.
 
 --init: torch is PyTorch's defaults (nn.Embedding N(0,1), nn.Linear
 U(+-1/sqrt(fan_in))), which crowdtrain's Init now follows for sequence
@@ -42,8 +44,11 @@ p.add_argument('--every', type=int, default=50)
 p.add_argument('--seed', type=int, default=1)
 p.add_argument('--tiny', action='store_true')
 p.add_argument('--text', default='/tmp/kjv.txt')
+p.add_argument('--threads', type=int, default=1)
+p.add_argument('--marks', default='', help='seconds of training to evaluate at, e.g. 60,120,300')
 a = p.parse_args()
-torch.set_num_threads(1)
+torch.set_num_threads(a.threads)
+seconds = [float(m) for m in a.marks.split(',') if m]
 torch.manual_seed(a.seed)
 D, HEADS, LAYERS, CTX, VOCAB = (32, 2, 2, 32, 256) if a.tiny else (128, 4, 4, 128, 256)
 text = torch.frombuffer(bytearray(open(a.text, 'rb').read()), dtype=torch.uint8).long()
@@ -121,8 +126,11 @@ def bits():
     return F.cross_entropy(model(vx).reshape(-1, VOCAB), vy.reshape(-1)).item() / math.log(2)
 
 
-marks, t0 = [], time.time()
-for step in range(1, a.steps + 1):
+marks, t0, trained = [], time.time(), 0.0
+step = 0
+while (seconds and len(marks) < len(seconds)) or (not seconds and step < a.steps):
+    step += 1
+    t1 = time.time()
     i = max(0, len(history) - 1 - a.delay)  # the weights of `delay` steps ago
     base = history[i].clone()
     if a.gain > 0 and i > 0:
@@ -139,7 +147,10 @@ for step in range(1, a.steps + 1):
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     history.append(flat(params))
-    if step % a.every == 0:
+    trained += time.time() - t1
+    if seconds and trained >= seconds[len(marks)]:
+        marks.append(f'{seconds[len(marks)]:.0f}s(step {step}):{bits():.3f}')
+    elif not seconds and step % a.every == 0:
         marks.append(f'{step}:{bits():.3f}')
 print(f"{'charlm-tiny' if a.tiny else 'charlm'} init={a.init} delay={a.delay} gain={a.gain} batch={a.batch} "
-      f"({time.time() - t0:.0f} s): " + ' '.join(marks), flush=True)
+      f"threads={a.threads} ({time.time() - t0:.0f} s): " + ' '.join(marks), flush=True)

@@ -25,7 +25,7 @@ import (
 // finite loss and a gradient.
 func TestTaskDatasetTeachesAnswersTheDecoderGives(t *testing.T) {
 	testenv.Long(t, "trains a text job end to end")
-	file, v := warmUpOnAdd(t, t.TempDir(), 4)
+	file, v := warmUpOnAdd(t, t.TempDir(), 8)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
