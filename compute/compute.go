@@ -16,6 +16,9 @@ type Task struct {
 	Snap   SnapshotID // identifies Params for a Stepper (0: unknown)
 	X      []float32  // at least Lease.Count examples
 	Labels []int32    // their labels, the model's labels per example for each
+	// Reference is the reference policy's parameters, for a learn lease
+	// with a KL penalty (protocol.LearnTask.KLCoef above 0).
+	Reference []float32
 }
 
 // Computer turns tasks into results with a Backend. It owns the buffers

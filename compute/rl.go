@@ -40,7 +40,7 @@ func (c *Computer) computeRL(t *Task) (*protocol.Result, error) {
 		c.result.Rollouts, err = c.rollout(t.Params, l.Rollout)
 		c.result.Examples = len(c.result.Rollouts)
 	} else {
-		c.result.Examples, err = c.learn(t.Params, l.Learn)
+		c.result.Examples, err = c.learn(t.Params, t.Reference, l.Learn)
 		c.result.Codec, c.result.Update = protocol.CodecF32, c.update
 	}
 	if err != nil {
@@ -83,8 +83,16 @@ func (c *Computer) rollout(params []float32, r *protocol.RolloutTask) ([]protoco
 }
 
 // learn writes the GRPO gradient of l's groups into c.update and returns
-// the number of completions.
-func (c *Computer) learn(params []float32, l *protocol.LearnTask) (int, error) {
+// the number of completions. With a KL penalty, each completion's
+// reference log-probabilities come from a forward pass under reference,
+// at the rollouts' temperature, as the policy's own are.
+func (c *Computer) learn(params, reference []float32, l *protocol.LearnTask) (int, error) {
+	if l.KLCoef > 0 && len(reference) != c.model.NumParams {
+		return 0, fmt.Errorf("learn lease: kl_coef %v needs the reference policy's %d parameters, got %d", l.KLCoef, c.model.NumParams, len(reference))
+	}
+	if c.ws == nil {
+		c.ws = c.model.NewWorkspace(maxLearnBatch)
+	}
 	groups := make([]rl.Group, len(l.Groups))
 	adv := make([][]float64, len(l.Groups))
 	n := 0
@@ -93,6 +101,13 @@ func (c *Computer) learn(params []float32, l *protocol.LearnTask) (int, error) {
 		adv[g] = make([]float64, len(grp.Completions))
 		for i, cp := range grp.Completions {
 			groups[g][i] = rl.Completion{Prompt: grp.Prompt, Tokens: cp.Tokens, OldLogProbs: cp.LogProbs}
+			if l.KLCoef > 0 {
+				ref, err := rl.LogProbs(c.model, c.ws, reference, grp.Prompt, cp.Tokens, l.Temperature)
+				if err != nil {
+					return 0, fmt.Errorf("learn lease: group %d, completion %d under the reference policy: %w", g, i, err)
+				}
+				groups[g][i].RefLogProbs = ref
+			}
 			adv[g][i] = cp.Advantage
 		}
 		n += len(grp.Completions)
@@ -100,19 +115,18 @@ func (c *Computer) learn(params []float32, l *protocol.LearnTask) (int, error) {
 	if n == 0 {
 		return 0, errors.New("learn lease: no completions")
 	}
-	if c.ws == nil {
-		c.ws = c.model.NewWorkspace(maxLearnBatch)
-	}
-	if _, err := rl.LossWithAdvantages(c.model, c.ws, params, groups, adv, rl.Config{Clip: l.Clip, Temperature: l.Temperature}, c.update); err != nil {
+	cfg := rl.Config{Clip: l.Clip, Temperature: l.Temperature, KLCoef: l.KLCoef}
+	if _, err := rl.LossWithAdvantages(c.model, c.ws, params, groups, adv, cfg, c.update); err != nil {
 		return 0, fmt.Errorf("learn lease: %w", err)
 	}
 	return n, nil
 }
 
-// RLLease computes an RL lease on the host from params, as a worker
-// would: for the coordinator's checks and for tests. The result's slices
-// are its own.
-func RLLease(m *nn.Model, l protocol.Lease, params []float32) (res *protocol.Result, err error) {
+// RLLease computes an RL lease on the host from params (and, for a learn
+// lease with a KL penalty, the reference policy's parameters), as a
+// worker would: for the coordinator's checks, the attack tool and tests.
+// The result's slices are its own.
+func RLLease(m *nn.Model, l protocol.Lease, params, reference []float32) (res *protocol.Result, err error) {
 	if !IsRL(l) {
 		return nil, errors.New("not an RL lease: it has neither rollout nor learn")
 	}
@@ -121,7 +135,7 @@ func RLLease(m *nn.Model, l protocol.Lease, params []float32) (res *protocol.Res
 			res, err = nil, fmt.Errorf("RL lease: the computation panicked: %v", r)
 		}
 	}()
-	res, err = NewComputer(nil, m).computeRL(&Task{Lease: l, Params: params, Base: l.BaseVersion})
+	res, err = NewComputer(nil, m).computeRL(&Task{Lease: l, Params: params, Base: l.BaseVersion, Reference: reference})
 	if err != nil {
 		return nil, err
 	}

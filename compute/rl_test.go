@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/crowdtrain/crowdtrain/nn"
@@ -35,7 +36,7 @@ func TestRolloutLease(t *testing.T) {
 	m, p := rlModel(t)
 	l := protocol.Lease{ID: 3, JobID: "rl", BaseVersion: 5, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
 		Rollout: &protocol.RolloutTask{Prompt: []int32{1, 4, 2}, GroupSize: 6, MaxNewTokens: 5, Temperature: 1, Seed: 77, Stop: []int32{0}}}
-	res, err := RLLease(m, l, p)
+	res, err := RLLease(m, l, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestRolloutLease(t *testing.T) {
 		}
 		distinct[fmt.Sprint(r.Tokens)] = true
 	}
-	again, err := RLLease(m, l, p)
+	again, err := RLLease(m, l, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +82,11 @@ func TestRolloutLease(t *testing.T) {
 	// errors, not panics.
 	bad := l
 	bad.Rollout = &protocol.RolloutTask{Prompt: make([]int32, 12), GroupSize: 1, MaxNewTokens: 1, Temperature: 1}
-	if _, err := RLLease(m, bad, p); err == nil {
+	if _, err := RLLease(m, bad, p, nil); err == nil {
 		t.Error("a prompt filling the context was computed")
 	}
 	bad.Rollout = &protocol.RolloutTask{Prompt: []int32{9}, GroupSize: 1, MaxNewTokens: 1, Temperature: 1}
-	if _, err := RLLease(m, bad, p); err == nil {
+	if _, err := RLLease(m, bad, p, nil); err == nil {
 		t.Error("a prompt token outside the vocabulary was computed")
 	}
 }
@@ -95,7 +96,7 @@ func TestRolloutLease(t *testing.T) {
 func TestLearnLease(t *testing.T) {
 	m, p := rlModel(t)
 	roll, err := RLLease(m, protocol.Lease{ID: 3, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
-		Rollout: &protocol.RolloutTask{Prompt: []int32{1, 4}, GroupSize: 4, MaxNewTokens: 4, Temperature: 1, Seed: 5}}, p)
+		Rollout: &protocol.RolloutTask{Prompt: []int32{1, 4}, GroupSize: 4, MaxNewTokens: 4, Temperature: 1, Seed: 5}}, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestLearnLease(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := RLLease(m, l, p)
+	res, err := RLLease(m, l, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +132,113 @@ func TestLearnLease(t *testing.T) {
 	}
 	if res.Examples != 4 || res.BaseVersion != 2 || !(norm > 0) {
 		t.Errorf("examples %d, base %d, gradient norm %v; want 4, 2, above 0", res.Examples, res.BaseVersion, math.Sqrt(norm))
+	}
+}
+
+// A learn lease with a KL penalty computes its completions' reference
+// log-probabilities under the reference parameters the task carries: its
+// update is the GRPO gradient with that KL term (and differs from the one
+// without it). Without the reference it fails, saying what is missing.
+func TestLearnLeaseWithKLPenalty(t *testing.T) {
+	m, p := rlModel(t)
+	ref := append([]float32(nil), p...)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range ref {
+		ref[i] += float32(0.3 * (2*rng.Float64() - 1))
+	}
+	roll, err := RLLease(m, protocol.Lease{ID: 3, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+		Rollout: &protocol.RolloutTask{Prompt: []int32{1, 4}, GroupSize: 4, MaxNewTokens: 4, Temperature: 0.8, Seed: 5}}, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := []float64{1, -1, 0.5, -0.5}
+	lg := protocol.LearnGroup{Prompt: []int32{1, 4}}
+	g := rl.Group{}
+	ws := m.NewWorkspace(4)
+	for i, r := range roll.Rollouts {
+		lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: adv[i]})
+		refLogProbs, err := rl.LogProbs(m, ws, ref, lg.Prompt, r.Tokens, 0.8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g = append(g, rl.Completion{Prompt: lg.Prompt, Tokens: r.Tokens, OldLogProbs: r.LogProbs, RefLogProbs: refLogProbs})
+	}
+	l := protocol.Lease{ID: 4, JobID: "rl", BaseVersion: 2, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+		Learn: &protocol.LearnTask{Groups: []protocol.LearnGroup{lg}, Clip: 0.2, Temperature: 0.8, KLCoef: 0.5, ReferenceURL: "/api/v1/jobs/rl/reference"}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := NewComputer(nil, m).Compute(&Task{Lease: l, Params: p, Base: 2, Reference: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, m.NumParams)
+	st, err := rl.LossWithAdvantages(m, ws, p, []rl.Group{g}, [][]float64{adv}, rl.Config{Clip: 0.2, Temperature: 0.8, KLCoef: 0.5}, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := make([]float32, m.NumParams)
+	for i := range g {
+		g[i].RefLogProbs = nil
+	}
+	if _, err := rl.LossWithAdvantages(m, ws, p, []rl.Group{g}, [][]float64{adv}, rl.Config{Clip: 0.2, Temperature: 0.8}, without); err != nil {
+		t.Fatal(err)
+	}
+	var moved float64
+	for i := range want {
+		if math.Abs(float64(res.Update[i]-want[i])) > 1e-6 {
+			t.Fatalf("gradient %d: %v, want %v (with the KL term)", i, res.Update[i], want[i])
+		}
+		moved = max(moved, math.Abs(float64(want[i]-without[i])))
+	}
+	if !(st.KL > 0) || !(moved > 1e-4) {
+		t.Errorf("KL %v, largest change of the gradient by the KL term %v; want both above 0", st.KL, moved)
+	}
+
+	if _, err := NewComputer(nil, m).Compute(&Task{Lease: l, Params: p, Base: 2}); err == nil || !strings.Contains(err.Error(), "reference policy") {
+		t.Errorf("a learn lease with kl_coef and no reference: %v; want an error naming the reference policy", err)
+	}
+}
+
+// BenchmarkLearnLease is a learn lease of 8 groups of 8 completions on
+// charlm-tiny (the coordinator's learn lease at the default group size),
+// without and with the KL penalty's reference forward passes: its cost.
+func BenchmarkLearnLease(b *testing.B) {
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, ref := make([]float32, m.NumParams), make([]float32, m.NumParams)
+	m.Init(p, 1)
+	m.Init(ref, 2)
+	var groups []protocol.LearnGroup
+	for g := range 8 {
+		prompt := []int32{10, int32('0' + g), '+', '3', '='}
+		roll, err := RLLease(m, protocol.Lease{ID: 1, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 8, MaxNewTokens: 3, Temperature: 1, Seed: uint64(g)}}, p, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lg := protocol.LearnGroup{Prompt: prompt}
+		for i, r := range roll.Rollouts {
+			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: float64(i%2*2 - 1)})
+		}
+		groups = append(groups, lg)
+	}
+	for _, kl := range []float64{0, 0.05} {
+		b.Run(fmt.Sprintf("kl_coef=%v", kl), func(b *testing.B) {
+			l := protocol.Lease{ID: 2, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+				Learn: &protocol.LearnTask{Groups: groups, Clip: 0.2, Temperature: 1, KLCoef: kl, ReferenceURL: "/r"}}
+			c := NewComputer(nil, m)
+			for b.Loop() {
+				if _, err := c.Compute(&Task{Lease: l, Params: p, Reference: ref}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -31,6 +31,7 @@ func (s *Server) routes() {
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}", s.handleSnapshot).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}/f16", s.handleSnapshotF16).Methods(http.MethodGet, http.MethodHead)
 	api.HandleFunc("/jobs/{id}/snapshots/{run:[0-9]+}/{version:[0-9]+}/{codec:f32|f16}/from/{from:[0-9]+}", s.handleSnapshotDelta).Methods(http.MethodGet, http.MethodHead)
+	api.HandleFunc("/jobs/{id}/reference", s.handleReference).Methods(http.MethodGet, http.MethodHead) // rlreference.go
 	api.HandleFunc("/jobs/{id}/metrics", s.handleMetrics).Methods(http.MethodGet)
 	api.HandleFunc("/relays", s.handleRelays).Methods(http.MethodGet)
 	s.relayRoutes(api)

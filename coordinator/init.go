@@ -124,30 +124,42 @@ func checkSameTokenizer(spec jobspec.Spec, src initSource) error {
 // from the one recorded is an error, not a silently different start. A
 // job's model is taken as it is now (the version is logged).
 func (s *Server) reinit(ctx context.Context, j *Job) error {
-	in := j.Spec.Init
-	if in == nil {
-		in = j.Spec.Policy // an RL job's starting parameters
-	}
-	if in == nil {
-		return nil
-	}
-	spec := j.Spec
-	unpinned := *in
-	unpinned.SHA256 = ""
-	spec.Init = &unpinned
-	params, err := s.initParams(ctx, &spec, j.model)
-	if err != nil {
+	params, in, now, err := s.readStart(ctx, j, "the job has no checkpoint to start from")
+	if err != nil || params == nil {
 		return err
-	}
-	now := spec.Init
-	if in.File != "" && in.SHA256 != "" && now.SHA256 != in.SHA256 {
-		return &jobspec.Error{Key: "init", Problem: fmt.Sprintf("%s changed since the job was created (sha256 %s, now %s), and the job has no checkpoint to start from: put the file back, or delete the job", in.File, in.SHA256, now.SHA256)}
 	}
 	if in.Job != "" && now.Version != in.Version {
 		j.log.Warn(fmt.Sprintf("job %s: no checkpoint saved; starting again from job %s at version %d (it was created from version %d)", j.ID, now.Job, now.Version, in.Version))
 	}
 	copy(j.st.model.Params, params)
 	return nil
+}
+
+// readStart reads again the parameters a job's init (an RL job's policy)
+// names, as it was when the job was created: a file whose SHA-256
+// differs from the one recorded is an error that says why it was read
+// (because). It returns nil parameters for a job without either, and
+// the init as recorded (in) and as read now (now).
+func (s *Server) readStart(ctx context.Context, j *Job, because string) (params []float32, in, now *jobspec.Init, err error) {
+	in = j.Spec.Init
+	if in == nil {
+		in = j.Spec.Policy // an RL job's starting parameters
+	}
+	if in == nil {
+		return nil, nil, nil, nil
+	}
+	spec := j.Spec
+	unpinned := *in
+	unpinned.SHA256 = ""
+	spec.Init = &unpinned
+	if params, err = s.initParams(ctx, &spec, j.model); err != nil {
+		return nil, nil, nil, err
+	}
+	now = spec.Init
+	if in.File != "" && in.SHA256 != "" && now.SHA256 != in.SHA256 {
+		return nil, nil, nil, &jobspec.Error{Key: "init", Problem: fmt.Sprintf("%s changed since the job was created (sha256 %s, now %s), and %s: put the file back, or delete the job", in.File, in.SHA256, now.SHA256, because)}
+	}
+	return params, in, now, nil
 }
 
 // CheckInitFile reads the file a spec's init names (none: nil) and checks

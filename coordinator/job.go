@@ -73,6 +73,10 @@ type Job struct {
 	// rlChecks are its checks of rollouts' log-probabilities
 	// (rlcheck.go). Loop only.
 	rlChecks rolloutChecks
+	// rlReference is an RL job's KL reference, its version 0 as a
+	// snapshot's f32 body, when kl_coef is above 0 (rlreference.go);
+	// set before the job starts, then read only.
+	rlReference []byte
 	// validator scores the updates the robust clip flags on a fixed
 	// held-out batch of the training data (validate.go).
 	validator *validator

@@ -217,6 +217,7 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 	c := store.Checkpoint{
 		JobID: j.ID, Version: st.model.Version, Epoch: st.epoch, CreatedAt: time.Now(),
 		Params: bufs.params, OptState: bufs.opt, Progress: prog,
+		KeepVersion0: j.rlReference != nil, // rlreference.go
 	}
 	// The credit of every result this state holds, and of no other: the
 	// ledger's durable credit moves only with the model (ledgerstore.go).

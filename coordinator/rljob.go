@@ -140,6 +140,9 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, b
 			for _, g := range lt.Groups {
 				n += len(g.Completions)
 			}
+			if hasKL(j.Spec) { // rlreference.go
+				lt.KLCoef, lt.ReferenceURL = j.Spec.RL.KLCoef, baseURL+j.referencePath()
+			}
 			pl.Learn = &lt
 			j.rlLeases[l.ID] = rlLease{learn: true, completions: n}
 			return pl, true

@@ -272,7 +272,11 @@ func (g *testGrid) computedRL(m *nn.Model, l protocol.Lease) *protocol.Result {
 	if err := protocol.DecodeFloatsInto(params, body); err != nil {
 		g.t.Fatal(err)
 	}
-	res, err := compute.RLLease(m, l, params)
+	var reference []float32
+	if l.Learn != nil && l.Learn.KLCoef > 0 {
+		reference = g.params(m, l.Learn.ReferenceURL)
+	}
+	res, err := compute.RLLease(m, l, params, reference)
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -203,6 +203,7 @@ func (s *Server) addJob(spec jobspec.Spec, parent string) (*Job, error) {
 	if initial != nil {
 		copy(j.st.model.Params, initial)
 	}
+	j.setReference(j.st.model.Params) // an RL job's KL reference (rlreference.go)
 	if parent != "" {
 		j.parent = parent
 		j.place.Store(j.placeInfo(spec))
@@ -340,6 +341,9 @@ func (s *Server) ResumeJobs(ctx context.Context) ([]*Job, error) {
 			if err := j.restore(c); err != nil {
 				return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 			}
+		}
+		if err := s.resumeReference(ctx, j, st, err == nil); err != nil { // rlreference.go
+			return nil, fmt.Errorf("job %s in %s: %w", rec.ID, st.Path(), err)
 		}
 		j.health.markDurable(j.st.model.Version, rec.State) // read back from the store
 		if j.st.state == StateRunning || j.st.state == StatePaused {

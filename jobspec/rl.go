@@ -231,8 +231,6 @@ func (s Spec) validateRL() error {
 		return Errorf("clip", "must be in (0, 1) (the ratio clip; 0.2 is usual), got %v", r.Clip)
 	case !(r.KLCoef >= 0) || !finite(r.KLCoef):
 		return Errorf("kl_coef", "must be a finite number >= 0 (0: no KL penalty), got %v", r.KLCoef)
-	case r.KLCoef > 0:
-		return Errorf("kl_coef", "a KL penalty against the initial policy is not supported yet: remove kl_coef or set it to 0")
 	case s.Snapshot != SnapshotGranted:
 		return Errorf("snapshot", "an RL job's snapshot is granted, got %s", s.Snapshot)
 	case r.MaxRolloutStaleness < 0 || r.MaxRolloutStaleness > MaxMaxRolloutStaleness:

@@ -46,6 +46,9 @@ func TestRLSpecDefaults(t *testing.T) {
 	if *s.RL != want || s.Policy.File != "sft.safetensors" {
 		t.Errorf("rl %+v, policy %+v", s.RL, s.Policy)
 	}
+	if s, err := Parse([]byte(rlBase + "kl_coef: 0.05\n")); err != nil || s.RL.KLCoef != 0.05 {
+		t.Errorf("kl_coef: 0.05: %v; want it kept (the KL penalty against the initial policy)", err)
+	}
 }
 
 // Every wrong RL key is refused with an error naming it.
@@ -69,7 +72,7 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "temperature: 0\n", "temperature", "(0, 10]"},
 		{rlBase + "clip: 1\n", "clip", "(0, 1)"},
 		{rlBase + "kl_coef: -1\n", "kl_coef", ">= 0"},
-		{rlBase + "kl_coef: 0.1\n", "kl_coef", "not supported yet"},
+		{rlBase + "kl_coef: .nan\n", "kl_coef", "finite"},
 		{rlBase + "max_rollout_staleness: -1\n", "max_rollout_staleness", "0..64"},
 		{rlBase + "group_size: [1]\n", "group_size", "single value"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add}\n", "task.digits", "1..18"},

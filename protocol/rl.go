@@ -46,11 +46,16 @@ type RolloutTask struct {
 
 // LearnTask is a learn lease's work: the GRPO gradient of Groups under
 // the policy at the lease's base version, with ratio clip Clip and the
-// rollouts' sampling Temperature.
+// rollouts' sampling Temperature. With KLCoef above 0 the loss adds
+// KLCoef times the KL penalty against the reference policy, whose
+// parameters the worker GETs from ReferenceURL (the same for the job's
+// whole life, so a worker downloads it once).
 type LearnTask struct {
-	Groups      []LearnGroup `msgpack:"groups"`
-	Clip        float64      `msgpack:"clip"`
-	Temperature float64      `msgpack:"temperature"`
+	Groups       []LearnGroup `msgpack:"groups"`
+	Clip         float64      `msgpack:"clip"`
+	Temperature  float64      `msgpack:"temperature"`
+	KLCoef       float64      `msgpack:"kl_coef,omitempty"`
+	ReferenceURL string       `msgpack:"reference_url,omitempty"`
 }
 
 // LearnGroup is one prompt and its scored completions.
@@ -119,6 +124,13 @@ func (m *Lease) validateRL() error {
 		return invalid(TypeLease, "learn.clip", "must be in (0, 1), got %v", l.Clip)
 	case !finite(l.Temperature) || !(l.Temperature > 0):
 		return invalid(TypeLease, "learn.temperature", "must be a finite number > 0, got %v", l.Temperature)
+	case !finite(l.KLCoef) || l.KLCoef < 0:
+		return invalid(TypeLease, "learn.kl_coef", "must be a finite number >= 0, got %v", l.KLCoef)
+	case l.KLCoef > 0 && l.ReferenceURL == "":
+		return invalid(TypeLease, "learn.reference_url", "a learn lease with kl_coef %v needs the reference policy's URL", l.KLCoef)
+	}
+	if err := checkText(TypeLease, "learn.reference_url", l.ReferenceURL, maxLongText, false); err != nil {
+		return err
 	}
 	for g, grp := range l.Groups {
 		where := fmt.Sprintf("learn.groups[%d]", g)

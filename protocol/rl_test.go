@@ -26,7 +26,9 @@ func rolloutResult() *Result {
 
 // The RL leases and a rollout result travel and come back as they were.
 func TestRLMessagesRoundTrip(t *testing.T) {
-	for _, m := range []Message{rolloutLease(), learnLease(), rolloutResult(),
+	withKL := learnLease()
+	withKL.Learn.KLCoef, withKL.Learn.ReferenceURL = 0.05, "/api/v1/jobs/rl-1/reference"
+	for _, m := range []Message{rolloutLease(), learnLease(), withKL, rolloutResult(),
 		&Hello{Protocol: Version, Kind: KindNative, Backend: "b", Threads: 1, Caps: &Caps{RL: true}}} {
 		b, err := Encode(m)
 		if err != nil {
@@ -58,6 +60,9 @@ func TestRLMessagesRefuseBadFields(t *testing.T) {
 		{"latest snapshot", func() Message { l := rolloutLease(); l.Snapshot = SnapshotLatest; return l }(), "snapshot"},
 		{"both kinds", func() Message { l := rolloutLease(); l.Learn = learnLease().Learn; return l }(), "rollout"},
 		{"learn: no groups", func() Message { l := learnLease(); l.Learn.Groups = nil; return l }(), "learn.groups"},
+		{"learn: negative kl_coef", func() Message { l := learnLease(); l.Learn.KLCoef = -0.1; return l }(), "learn.kl_coef"},
+		{"learn: NaN kl_coef", func() Message { l := learnLease(); l.Learn.KLCoef = math.NaN(); return l }(), "learn.kl_coef"},
+		{"learn: kl_coef without a reference", func() Message { l := learnLease(); l.Learn.KLCoef = 0.1; return l }(), "learn.reference_url"},
 		{"learn: clip 1", func() Message { l := learnLease(); l.Learn.Clip = 1; return l }(), "learn.clip"},
 		{"learn: positive log-prob", func() Message { l := learnLease(); l.Learn.Groups[0].Completions[0].LogProbs[1] = 0.5; return l }(), "learn.groups[0].completions[0].log_probs"},
 		{"learn: Inf advantage", func() Message { l := learnLease(); l.Learn.Groups[0].Completions[1].Advantage = math.Inf(1); return l }(), "learn.groups[0].completions[1].advantage"},

@@ -39,7 +39,7 @@ func sampled(t *testing.T, j *Job, m *nn.Model, params []float32, id uint64, ver
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, Snapshot: protocol.SnapshotGranted, SnapshotURL: "/s", Rollout: &r}, params)
+	res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, Snapshot: protocol.SnapshotGranted, SnapshotURL: "/s", Rollout: &r}, params, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestGRPOLoopRaisesSolved(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted, Rollout: &r}, params)
+			res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted, Rollout: &r}, params, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestGRPOLoopRaisesSolved(t *testing.T) {
 			continue // every group was all right or all wrong
 		}
 		id++
-		res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted, Learn: &lt}, params)
+		res, err := compute.RLLease(m, protocol.Lease{ID: id, JobID: "rl", BaseVersion: version, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted, Learn: &lt}, params, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

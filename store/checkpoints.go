@@ -27,6 +27,9 @@ type Checkpoint struct {
 	// same transaction, so a volunteer's credit is never durable before
 	// the model that holds the work. Written only; readers leave it nil.
 	Credits []VolunteerCredit
+	// KeepVersion0 keeps the job's version 0 out of the pruning: an RL
+	// job's KL reference, the policy it started from. Written only.
+	KeepVersion0 bool
 }
 
 // CheckpointInfo describes a checkpoint without its data.
@@ -38,7 +41,8 @@ type CheckpointInfo struct {
 }
 
 // SaveCheckpoint writes c and deletes all but the newest (highest
-// version) keep checkpoints of the job, in ONE transaction: a crash leaves
+// version) keep checkpoints of the job (and version 0 with
+// c.KeepVersion0), in ONE transaction: a crash leaves
 // either the old set or the new one. Saving a version that already exists
 // for the job replaces it; saving a version older than the newest keep is
 // written and pruned at once. keep < 1 is treated as 1. A zero CreatedAt
@@ -128,8 +132,8 @@ func (s *Store) saveCheckpoint(ctx context.Context, c Checkpoint, keep int, st *
 		return s.wrap(doing+": writing its chunks", err)
 	}
 	// The pruned checkpoints' chunks go with them (ON DELETE CASCADE).
-	_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE job_id = ? AND version NOT IN
-		(SELECT version FROM checkpoints WHERE job_id = ? ORDER BY version DESC LIMIT ?)`, c.JobID, c.JobID, keep)
+	_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE job_id = ? AND NOT (? AND version = 0) AND version NOT IN
+		(SELECT version FROM checkpoints WHERE job_id = ? ORDER BY version DESC LIMIT ?)`, c.JobID, c.KeepVersion0, c.JobID, keep)
 	if err != nil {
 		return s.wrap(doing+": pruning old checkpoints", err)
 	}

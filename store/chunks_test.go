@@ -181,3 +181,44 @@ func TestCheckpointOnAFullDiskKeepsThePrevious(t *testing.T) {
 		sameCheckpoint(t, "after freeing the disk", got, next)
 	}
 }
+
+// With KeepVersion0 (an RL job's KL reference) the pruning keeps version
+// 0 beside the newest keep; without it version 0 goes as any old one.
+func TestCheckpointKeepVersion0(t *testing.T) {
+	ctx := context.Background()
+	for _, keep0 := range []bool{true, false} {
+		s := openTemp(t)
+		mustCreateJob(t, s, "j")
+		first := Checkpoint{JobID: "j", Version: 0, Params: pattern(7, 1_000), KeepVersion0: keep0}
+		if err := s.SaveCheckpoint(ctx, first, 2); err != nil {
+			t.Fatal(err)
+		}
+		for v := int64(1); v <= 4; v++ {
+			if err := s.SaveCheckpoint(ctx, Checkpoint{JobID: "j", Version: v, Params: pattern(v, 1_000), KeepVersion0: keep0}, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		infos, err := s.Checkpoints(ctx, "j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var versions []int64
+		for _, in := range infos {
+			versions = append(versions, in.Version)
+		}
+		want := "[4 3]"
+		if keep0 {
+			want = "[4 3 0]"
+		}
+		if fmt.Sprint(versions) != want {
+			t.Errorf("KeepVersion0 %v: versions %v after 5 saves with keep 2, want %s", keep0, versions, want)
+		}
+		if keep0 {
+			got, err := s.Checkpoint(ctx, "j", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameCheckpoint(t, "version 0", got, first)
+		}
+	}
+}

@@ -16,9 +16,12 @@ type task struct {
 	x      []float32
 	labels []int32
 	begun  begun // startahead.go: its start, if it was sent before it computes
+	// ref is the reference policy of a learn lease with a KL penalty
+	// (shared with the fetcher, read-only), else nil.
+	ref []float32
 }
 
 // compute runs t on the job's computer (compute.Computer.Compute).
 func (jc *jobCtx) compute(t *task) (*protocol.Result, error) {
-	return jc.comp.Compute(&compute.Task{Lease: t.lease, Params: t.params, Base: t.base, Snap: t.snap, X: t.x, Labels: t.labels})
+	return jc.comp.Compute(&compute.Task{Lease: t.lease, Params: t.params, Base: t.base, Snap: t.snap, X: t.x, Labels: t.labels, Reference: t.ref})
 }

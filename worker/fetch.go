@@ -36,6 +36,12 @@ type fetcher struct {
 	// -1: the lease's own.
 	snapVersion int64
 	body        []byte
+	// refURL and ref are the last reference policy fetched for a learn
+	// lease with a KL penalty: a job's reference never changes, so it
+	// comes down once. Tasks share ref read-only; another URL gets a new
+	// slice.
+	refURL string
+	ref    []float32
 	// snapNanos adds up the time spent on snapshot and delta GETs
 	// (link.go): the difference across a fill is that lease's download.
 	snapNanos atomic.Int64
@@ -136,6 +142,14 @@ func (f *fetcher) fill(ctx context.Context, t *task, l protocol.Lease) error {
 		}
 		t.snapMs = ms(time.Duration(f.snapNanos.Load() - before))
 		t.base = f.baseOf(l.BaseVersion)
+		t.ref = nil
+		if l.Learn != nil && l.Learn.KLCoef > 0 {
+			ref, err := f.reference(ctx, l.Learn.ReferenceURL, model.NumParams)
+			if err != nil {
+				return err
+			}
+			t.ref = ref
+		}
 		return nil
 	}
 	shard, err := f.shard(ctx, l.ShardURL)
@@ -398,6 +412,25 @@ func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 		f.snapVersion = c.version // rebased (coordinator/rebase.go)
 	}
 	return nil
+}
+
+// reference returns the reference policy at ref, of n parameters
+// (float32s, as a snapshot's f32 body), downloading it unless it is the
+// one held. The caller holds mu.
+func (f *fetcher) reference(ctx context.Context, ref string, n int) ([]float32, error) {
+	if ref == f.refURL && len(f.ref) == n {
+		return f.ref, nil
+	}
+	body, err := f.get(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("the reference policy: %w", err)
+	}
+	params := make([]float32, n)
+	if err := protocol.DecodeFloatsInto(params, body); err != nil {
+		return nil, fmt.Errorf("the reference policy %s: %w", ref, err)
+	}
+	f.refURL, f.ref = ref, params
+	return params, nil
 }
 
 // servedOr is the version a response holds: served, when the

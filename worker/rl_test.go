@@ -61,7 +61,7 @@ func TestNativeWorkerComputesRLLeases(t *testing.T) {
 	if !ok || res.LeaseID != 1 {
 		t.Fatalf("got %+v, want the rollout lease's result", res)
 	}
-	want, err := compute.RLLease(m, *roll, p)
+	want, err := compute.RLLease(m, *roll, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +87,43 @@ func TestNativeWorkerComputesRLLeases(t *testing.T) {
 	if !ok || res.LeaseID != 2 {
 		t.Fatalf("got %+v, want the learn lease's result", res)
 	}
-	want, err = compute.RLLease(m, *learn, p)
+	want, err = compute.RLLease(m, *learn, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Codec != protocol.CodecF32 || !reflect.DeepEqual(res.Update, want.Update) || res.Examples != 4 {
 		t.Errorf("learn result: codec %s, %d examples, update equal to compute's: %v; want f32, 4, true", res.Codec, res.Examples, reflect.DeepEqual(res.Update, want.Update))
+	}
+	s.send(&protocol.Ack{LeaseID: 2, Accepted: true, Version: 5})
+	if _, ok := s.recv().(*protocol.Want); !ok {
+		t.Fatal("no want after the learn lease's ack")
+	}
+
+	// With a KL penalty: the reference policy comes from the URL the
+	// lease names, once for both leases, and the gradient has the KL term.
+	ref := tc.publish(0)
+	for id := uint64(3); id <= 4; id++ {
+		kl := &protocol.Lease{ID: id, JobID: "j", BaseVersion: 4, SnapshotURL: "/snap/4", Snapshot: protocol.SnapshotGranted, DeadlineUnixMs: deadline,
+			Learn: &protocol.LearnTask{Groups: []protocol.LearnGroup{lg}, Clip: 0.2, Temperature: 1, KLCoef: 0.5, ReferenceURL: "/snap/0"}}
+		s.send(kl)
+		res, ok = s.recv().(*protocol.Result)
+		if !ok || res.LeaseID != id {
+			t.Fatalf("got %+v, want the KL learn lease's result", res)
+		}
+		withKL, err := compute.RLLease(m, *kl, p, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(res.Update, withKL.Update) || reflect.DeepEqual(res.Update, want.Update) {
+			t.Errorf("KL learn result: update equal to compute's with the reference %v, to the one without KL %v; want true, false",
+				reflect.DeepEqual(res.Update, withKL.Update), reflect.DeepEqual(res.Update, want.Update))
+		}
+		s.send(&protocol.Ack{LeaseID: id, Accepted: true, Version: 5})
+		if _, ok := s.recv().(*protocol.Want); !ok {
+			t.Fatal("no want after the KL learn lease's ack")
+		}
+	}
+	if n := tc.fetched("/snap/0"); n != 1 {
+		t.Errorf("the reference policy was fetched %d times for two leases; want once", n)
 	}
 }

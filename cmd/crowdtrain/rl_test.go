@@ -22,7 +22,9 @@ import (
 // solved share S0 (measured here on the exported model, greedily, on the
 // held-out prompts an RL job evaluates); then a served kind: rl job from
 // that export, with two native workers generating rollouts and computing
-// GRPO gradients, ends with a solved share well above S0 in its eval.
+// GRPO gradients with a small KL penalty (kl_coef 0.01: each learn
+// worker downloads the reference policy from the coordinator), ends with
+// a solved share well above S0 in its eval.
 func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	testenv.Long(t, "trains a text job and then an RL job end to end")
 	dir := t.TempDir()
@@ -31,6 +33,14 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
 	rlSpec := writeRLAddSpec(t, dir, "rl-add", policy, 24, 40)
+	f, err := os.OpenFile(rlSpec, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("kl_coef: 0.01\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")

@@ -33,7 +33,13 @@ func (c *conn) forgeRL(ctx context.Context, l *protocol.Lease) (*protocol.Result
 		if err != nil {
 			return nil, "", err
 		}
-		res, err := compute.RLLease(c.model, *l, params)
+		var reference []float32
+		if l.Learn != nil && l.Learn.KLCoef > 0 {
+			if reference, err = c.snapshot(ctx, l.Learn.ReferenceURL); err != nil {
+				return nil, "", err
+			}
+		}
+		res, err := compute.RLLease(c.model, *l, params, reference)
 		if l.Learn != nil {
 			return res, "learn", err
 		}
