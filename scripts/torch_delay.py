@@ -37,6 +37,8 @@ p = argparse.ArgumentParser()
 p.add_argument('--delay', type=int, default=0)
 p.add_argument('--gain', type=float, default=0.0)
 p.add_argument('--lr', type=float, default=3e-3)
+p.add_argument('--beta1', type=float, default=0.9)
+p.add_argument('--dc', type=float, default=0.0, help='delay compensation (DC-ASGD-a): g + dc*g*g/sqrt(v)*(w_now - w_base)')
 p.add_argument('--init', default='torch', choices=['torch', 'ours', 'gpt2', 'ours-emb1', 'torch-emb002'])
 p.add_argument('--batch', type=int, default=32)
 p.add_argument('--steps', type=int, default=300)
@@ -114,7 +116,7 @@ def initialise(m):
 
 model, worker = Transformer(), Transformer()
 initialise(model)
-opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, 0.999), weight_decay=0.01)
 params, wparams = list(model.parameters()), list(worker.parameters())
 flat = lambda ps: torch.cat([q.detach().reshape(-1) for q in ps])
 history = collections.deque([flat(params)], maxlen=a.delay + 2)
@@ -144,6 +146,20 @@ while (seconds and len(marks) < len(seconds)) or (not seconds and step < a.steps
     F.cross_entropy(worker(x).reshape(-1, VOCAB), y.reshape(-1)).backward()
     for q, w in zip(params, wparams):
         q.grad = w.grad.clone()
+    if a.dc > 0 and a.delay > 0:
+        # Delay compensation: a first-order correction of the stale
+        # gradient towards the current weights, the Hessian approximated
+        # by g*g scaled by Adam's second moment (DC-ASGD-a).
+        drift = flat(params) - base
+        off = 0
+        for q in params:
+            n = q.numel()
+            st = opt.state.get(q)
+            if st and 'exp_avg_sq' in st:
+                v = st['exp_avg_sq'].reshape(-1)
+                g = q.grad.reshape(-1)
+                g += a.dc * g * g / (v.sqrt() + 1e-8) * drift[off:off + n]
+            off += n
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     history.append(flat(params))
@@ -153,4 +169,4 @@ while (seconds and len(marks) < len(seconds)) or (not seconds and step < a.steps
     elif not seconds and step % a.every == 0:
         marks.append(f'{step}:{bits():.3f}')
 print(f"{'charlm-tiny' if a.tiny else 'charlm'} init={a.init} delay={a.delay} gain={a.gain} batch={a.batch} "
-      f"threads={a.threads} ({time.time() - t0:.0f} s): " + ' '.join(marks), flush=True)
+      f"lr={a.lr} beta1={a.beta1} dc={a.dc} threads={a.threads} ({time.time() - t0:.0f} s): " + ' '.join(marks), flush=True)
