@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cmd/wasmworker
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-bytes bench-rl bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-bytes bench-rl bench-rl-curve bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
 
 all: build
 
@@ -181,6 +181,12 @@ bench-bytes: data
 bench-rl: data
 	mkdir -p test-artifacts
 	CROWDTRAIN_RL_SECONDS=180 CROWDTRAIN_RL_OUT=$(CURDIR)/test-artifacts/rl.md $(GO) test -run '^TestRLJobRolloutFigures$$' -count 1 -v -timeout 30m ./cmd/crowdtrain/
+
+# The RL job's solved share beside single-process GRPO in PyTorch, from
+# the same warmed-up policy, at equal rollouts used (docs/BENCHMARKS.md).
+bench-rl-curve: data
+	mkdir -p test-artifacts
+	CROWDTRAIN_RL_CURVE_OUT=$(CURDIR)/test-artifacts/rl-curve.md $(GO) test -run '^TestRLCurveBesideSingleProcessGRPO$$' -count 1 -v -timeout 40m ./cmd/crowdtrain/
 
 # Over a home link (docs/BENCHMARKS.md): mnist-mlp to 97% in each mode and
 # update codec, and charlm to a loss of 2.6 (async fp32 H=1, DiLoCo H=16 in

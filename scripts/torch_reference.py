@@ -39,6 +39,24 @@ residual body), loads the weights strictly, and then:
          on the validation split (the last val_fraction of the file, windows
          of t+1 bytes at multiples of t, at most 64 of them evenly spread),
          as crowdtrain's coordinator measures it.
+  grpo-train --model M --problems P.json --steps N [--eval-every K] [--seed S]
+         runs GRPO single-process from the exported policy M,
+         as an RL job's rules define it: P is {"train": [[prompt ids,
+         answer], ...], "eval": [[prompt ids, answer], ...], "group_size",
+         "groups_per_step", "max_new_tokens", "temperature", "clip",
+         "stop": [ids], "optimizer": {the outer optimizer}}. Each training
+         prompt in turn gets group_size completions sampled at temperature
+         (ending after a stop token, kept; within the context), rewarded 1
+         when the text before the first newline is the answer; a group of
+         equal rewards teaches nothing and is dropped, as the coordinator
+         drops it; every groups_per_step groups make one step of the
+         optimizer on their GRPO loss (grpo above, the logged
+         log-probabilities as old). Prompts are sampled groups_per_step
+         at a time; groups left over wait for the next step, one step
+         old (on-policy otherwise). Every K steps and at step 0 it prints
+         `step S rollouts R used U solved X`: R completions sampled, U of
+         them in steps, X the share of the eval prompts answered exactly
+         right by greedy decoding.
 
 Only the standard library, numpy and torch (Debian's python3-torch) are
 used; the safetensors file is parsed here (8-byte header length, JSON
@@ -392,6 +410,109 @@ def cmd_grpo(a):
     print(f"clip_fraction {clip_fraction.item():.12f}")
 
 
+def sample_batch(model, prompts, n, max_new, temperature, stop, gen):
+    """n completions of each prompt, sampled together in one batch: their
+    tokens (each ending after a stop token, kept, or at max_new within the
+    context) and log-probabilities (at temperature; greedy when it is 0),
+    the n of prompt 0 first."""
+    t = model.input[0]
+    seqs = [list(p) for p in prompts for _ in range(n)]
+    room = [min(max_new, t - len(q)) for q in seqs]
+    toks = [[] for _ in seqs]
+    lps = [[] for _ in seqs]
+    done = [r < 1 for r in room]
+    with torch.no_grad():
+        while True:
+            live = [i for i in range(len(seqs)) if not done[i]]
+            if not live:
+                break
+            x = torch.zeros(len(live), t)
+            for r, i in enumerate(live):
+                x[r, :len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.float32)
+            logits = model(x)
+            rows = torch.stack([logits[r, len(seqs[i]) - 1] for r, i in enumerate(live)])
+            if temperature == 0:
+                picks = rows.argmax(-1)
+                logp = torch.zeros(len(live))
+            else:
+                logps = F.log_softmax(rows / temperature, -1)
+                picks = torch.multinomial(logps.exp(), 1, generator=gen)[:, 0]
+                logp = logps.gather(1, picks[:, None])[:, 0]
+            for r, i in enumerate(live):
+                nxt = int(picks[r])
+                seqs[i].append(nxt)
+                toks[i].append(nxt)
+                lps[i].append(min(float(logp[r]), 0.0))
+                if nxt in stop or len(toks[i]) >= room[i]:
+                    done[i] = True
+    return toks, lps
+
+
+def solved_share(model, problems, max_new, stop):
+    right = 0
+    for k in range(0, len(problems), 256):
+        chunk = problems[k:k + 256]
+        toks, _ = sample_batch(model, [p for p, _ in chunk], 1, max_new, 0, stop, None)
+        right += sum(reward_of(tk, answer) for tk, (_, answer) in zip(toks, chunk))
+    return right / len(problems)
+
+
+def reward_of(tokens, answer):
+    text = bytes(tokens).decode("utf-8", "replace").split("\n", 1)[0]
+    return 1.0 if text == answer else 0.0
+
+
+def cmd_grpo_train(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model, _ = load(a.model, dtype=torch.float32)
+    model.eval()  # dropout off: the ratios compare the policy with what the sampler saw
+    if not model.seq:
+        raise SystemExit("grpo-train: the policy must read token sequences")
+    with open(a.problems) as f:
+        cfg = json.load(f)
+    group, per_step = cfg["group_size"], cfg["groups_per_step"]
+    max_new, temp, stop = cfg["max_new_tokens"], cfg["temperature"], set(cfg["stop"])
+    o = cfg["optimizer"]
+    opt = make_optimizer(model.parameters(), o)
+    clip_norm = o.get("clip_norm") or 0.0
+    gen = torch.Generator().manual_seed(a.seed)
+    train, evals = cfg["train"], cfg["eval"]
+    sampled = used = 0
+    pending = []
+    start = time.time()
+    print(f"step 0 rollouts 0 used 0 solved {solved_share(model, evals, max_new, stop):.4f}", flush=True)
+    i = 0
+    for step in range(1, a.steps + 1):
+        while len(pending) < per_step:
+            # per_step prompts at a time, in the stream's order; a flat
+            # group is dropped, and the groups past per_step wait for the
+            # next step (one step old then, as a buffered group of the
+            # job's can be).
+            batch = [train[(i + k) % len(train)] for k in range(per_step)]
+            i += per_step
+            toks, lps = sample_batch(model, [p for p, _ in batch], group, max_new, temp, stop, gen)
+            sampled += group * per_step
+            for k, (prompt, answer) in enumerate(batch):
+                tk, lp = toks[k * group:(k + 1) * group], lps[k * group:(k + 1) * group]
+                rewards = [reward_of(x, answer) for x in tk]
+                if min(rewards) == max(rewards):
+                    continue
+                pending.append([{"prompt": prompt, "tokens": x, "old_logprobs": l, "reward": r}
+                                for x, l, r in zip(tk, lp, rewards)])
+        groups, pending = pending[:per_step], pending[per_step:]
+        used += per_step * group
+        loss, _, _ = grpo_loss(model, {"groups": groups, "clip": cfg["clip"], "temperature": temp})
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        opt.step()
+        if step % a.eval_every == 0 or step == a.steps:
+            x = solved_share(model, evals, max_new, stop)
+            print(f"step {step} rollouts {sampled} used {used} solved {x:.4f} seconds {time.time() - start:.1f}", flush=True)
+
+
 def make_optimizer(params, o):
     typ, lr = o.get("type", "adam"), o["lr"]
     betas = (o.get("beta1") or 0.9, o.get("beta2") or 0.999)
@@ -494,6 +615,14 @@ def main():
     s.add_argument("--grad", help="also write the loss's gradient to this .npy (float64, tensors in sorted name order)")
     s.add_argument("--threads", type=int, default=1)
     s.set_defaults(f=cmd_grpo)
+    s = sub.add_parser("grpo-train", help="GRPO single-process from an exported policy")
+    s.add_argument("--model", required=True, help="the exported policy (version 0)")
+    s.add_argument("--problems", required=True, help="the prompts, answers and RL settings as JSON (see above)")
+    s.add_argument("--steps", type=int, required=True)
+    s.add_argument("--eval-every", type=int, default=40)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--seed", type=int, default=1)
+    s.set_defaults(f=cmd_grpo_train)
     s = sub.add_parser("train", help="train the same architecture single-process on a text file")
     s.add_argument("--model", required=True, help="the exported initial model (version 0)")
     s.add_argument("--data", required=True, help="the text file")
