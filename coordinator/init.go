@@ -66,6 +66,13 @@ func (s *Server) initParams(ctx context.Context, spec *jobspec.Spec, model *nn.M
 		src, err = readPinnedInit(in, model)
 		in.SHA256 = src.sum
 	}
+	if err == nil && spec.Kind == jobspec.KindRL && spec.Tokenizer == nil && src.spec != nil && src.spec.Tokenizer != nil && src.spec.Tokenizer.Data != "" {
+		// An RL job reads its policy's tokens: it takes the policy's
+		// tokenizer unless its spec names one (which must then be the
+		// same, below).
+		t := *src.spec.Tokenizer
+		spec.Tokenizer = &t
+	}
 	if err == nil {
 		err = checkSameTokenizer(*spec, src)
 	}

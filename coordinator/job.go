@@ -67,6 +67,9 @@ type Job struct {
 	rl       *rljob.Job
 	rlTask   rltask.Task
 	rlLeases map[uint64]rlLease
+	// rlCodec is how the policy's tokens stand for text: bytes, or its
+	// tokenizer's ids.
+	rlCodec *rljob.Codec
 	// rlRefused counts rollout results applyRollout refused, for any
 	// reason. Loop only.
 	rlRefused int64

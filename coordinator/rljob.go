@@ -49,16 +49,10 @@ func refuseRL(spec jobspec.Spec) error {
 	if spec.RL.Task.Name == rltask.JSONL {
 		return nil // its file is read with the data (rlDataset), its prompts checked by newRL
 	}
-	task, err := rltask.New(spec.RL.Task)
-	if err != nil {
+	if _, err := rltask.New(spec.RL.Task); err != nil {
 		return &jobspec.Error{Key: "task", Problem: err.Error()}
 	}
-	// A generated task's prompts all have one length: the first says
-	// whether an answer fits the context after them.
-	if n, t := len(rljob.Prompt(task.Problem(uint64(spec.Seed), 0))), spec.Model.Input[0]; n+1 > t {
-		return &jobspec.Error{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, t)}
-	}
-	return nil
+	return nil // whether its prompts fit the context, newRL says, in the policy's tokens
 }
 
 // rlDataset is the data set an RL job's evaluation loss and validation
@@ -87,13 +81,17 @@ func JobData(spec jobspec.Spec) dataset.Spec {
 // newRL sets up an RL job's rules on j.
 func (j *Job) newRL(spec jobspec.Spec) error {
 	r := spec.RL
-	task, err := rlTask(r.Task, j.model.InputSize)
+	j.rlCodec = rljob.Bytes()
+	if j.tok != nil {
+		j.rlCodec = rljob.Tokenized(j.tok) // a tokenized policy (gpt-mini)
+	}
+	task, err := rlTask(r.Task, j.rlCodec, uint64(spec.Seed), j.model.InputSize)
 	if err != nil {
 		return err
 	}
 	j.rl, err = rljob.New(task, rljob.Config{GroupSize: r.GroupSize, MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature,
 		Clip: r.Clip, MaxRolloutStaleness: int64(r.MaxRolloutStaleness), Seed: uint64(spec.Seed),
-		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlGroupsPerLearn})
+		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlGroupsPerLearn, Codec: j.rlCodec})
 	if err != nil {
 		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
@@ -104,12 +102,18 @@ func (j *Job) newRL(spec jobspec.Spec) error {
 
 // rlTask makes the RL task spec names. A jsonl task's file is read as the
 // data sets read theirs (a regular file only, without blocking), and
-// every prompt must leave room for an answer in the model's context.
-func rlTask(spec rltask.Spec, context int) (rltask.Task, error) {
+// every prompt, in the policy's tokens (codec), must leave room for an
+// answer in the model's context.
+func rlTask(spec rltask.Spec, codec *rljob.Codec, seed uint64, context int) (rltask.Task, error) {
 	if spec.Name != rltask.JSONL {
 		task, err := rltask.New(spec)
 		if err != nil {
 			return nil, &jobspec.Error{Key: "task", Problem: err.Error()}
+		}
+		// A generated task's prompts all have one length in bytes: the
+		// first says whether an answer fits the context after them.
+		if n := len(codec.Prompt(task.Problem(seed, 0))); n+1 > context {
+			return nil, &jobspec.Error{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, context)}
 		}
 		return task, nil
 	}
@@ -118,7 +122,7 @@ func rlTask(spec rltask.Spec, context int) (rltask.Task, error) {
 		return nil, specError(err, "task.path")
 	}
 	for i, p := range jt.Problems {
-		if n := len(rljob.Prompt(p)); n+1 > context {
+		if n := len(codec.Prompt(p)); n+1 > context {
 			return nil, &jobspec.Error{Key: "task.path", Problem: fmt.Sprintf("%s: problem %d's prompt is %d tokens (with the newline before it): no room for an answer in the model's context of %d; shorten it or give a model with a longer context",
 				spec.Path, i+1, n, context)}
 		}
@@ -209,7 +213,7 @@ func (j *Job) applyRollout(sub submission, l *engine.Lease, ack protocol.Ack, re
 
 // rlEval evaluates an RL job's policy on the held-out prompts.
 func (j *Job) rlEval(params []float32, res *EvalResult) {
-	e, err := rljob.Evaluate(j.model, params, j.rlTask, rljob.DefaultEvalProblems, j.Spec.RL.MaxNewTokens)
+	e, err := rljob.EvaluateWith(j.model, params, j.rlTask, j.rlCodec, rljob.DefaultEvalProblems, j.Spec.RL.MaxNewTokens)
 	if err != nil {
 		j.log.Warn(fmt.Sprintf("job %s: evaluating the policy: %v", j.ID, err))
 		return
@@ -236,8 +240,37 @@ func (s *Server) rlPolicy(spec *jobspec.Spec) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Policy = c.Init
+	spec.Policy, spec.Tokenizer = c.Init, c.Tokenizer // the policy's tokenizer, when the spec gave none (initParams)
 	return params, nil
+}
+
+// InheritPolicyTokenizer gives an RL spec whose policy is a file, and
+// which names no tokenizer, the tokenizer the file's job was trained with
+// (the export's crowdtrain.spec): `serve --job` needs it before the
+// task's text loads. AddJob does the same for every policy (initParams).
+func InheritPolicyTokenizer(spec *jobspec.Spec) error {
+	if spec.Kind != jobspec.KindRL || spec.Tokenizer != nil || spec.Policy == nil || spec.Policy.File == "" {
+		return nil
+	}
+	model, err := nn.NewModel(spec.Model)
+	if err != nil {
+		return &jobspec.Error{Key: "model", Problem: err.Error()}
+	}
+	src, err := readPinnedInit(*spec.Policy, model)
+	var se *jobspec.Error
+	if errors.As(err, &se) {
+		e := *se
+		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
+		return &e
+	}
+	if err != nil {
+		return err
+	}
+	if src.spec != nil && src.spec.Tokenizer != nil && src.spec.Tokenizer.Data != "" {
+		t := *src.spec.Tokenizer
+		spec.Tokenizer = &t
+	}
+	return nil
 }
 
 // leaseExamples is the examples a result of l must cover: its task's, or

@@ -25,10 +25,10 @@ import (
 
 // What the coordinator cannot run of a valid RL spec is refused over the
 // API with a 400 naming the key, and no job is created: a jsonl task
-// whose file is not there, a policy that is no job here, prompts with no
-// room for an answer.
+// whose file is not there, a policy that is no job here; and prompts with
+// no room for an answer are an error on task.
 func TestRLJobRefusals(t *testing.T) {
-	g := newTestGrid(t, quietJob(t))
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
 	jobs := func() int {
 		vs, err := g.srv.JobViews(context.Background())
 		if err != nil {
@@ -40,12 +40,22 @@ func TestRLJobRefusals(t *testing.T) {
 	for _, c := range []struct{ spec, key, msg string }{
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: jsonl, path: nosuch.jsonl}\n", "task.path", "does not exist"},
 		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: nosuch}\ntask: {type: add, digits: 1}\n", "policy.job", "no job \"nosuch\""},
-		{"name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: {job: " + g.job.ID + "}\ntask: {type: reverse, length: 40}\n", "task", "no room for an answer"},
 	} {
 		code, _, key, msg := g.submit(c.spec)
 		if code != http.StatusBadRequest || key != c.key || !strings.Contains(msg, c.msg) {
 			t.Errorf("%s: %d, key %q, %q; want 400 on %s mentioning %q", strings.ReplaceAll(c.spec, "\n", "; "), code, key, msg, c.key, c.msg)
 		}
+	}
+	// Prompts with no room for an answer, counted in the policy's tokens.
+	policy := nntest.RandomSafetensors(t, t.TempDir(), "charlm-tiny", 3)
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: reverse, length: 40}\n", policy)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.srv.AddJob(spec)
+	var se *jobspec.Error
+	if !errors.As(err, &se) || se.Key != "task" || !strings.Contains(se.Problem, "no room for an answer") {
+		t.Errorf("reverse of length 40 in a context of 32: %v; want an error on task saying there is no room for an answer", err)
 	}
 	if n := jobs(); n != before {
 		t.Errorf("%d jobs after the refusals, want %d", n, before)

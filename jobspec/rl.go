@@ -257,11 +257,10 @@ func (s Spec) validateRL() error {
 
 // validateRLJob validates a kind: rl spec: the model, the RL keys, and
 // the training keys of its learning side. Its prompts and completions
-// are bytes: a tokenized policy is not supported yet.
+// are text in the policy's tokens: bytes, or the policy's tokenizer's
+// ids (the coordinator takes the policy's tokenizer when the spec names
+// none).
 func (s Spec) validateRLJob() error {
-	if s.Tokenizer != nil {
-		return Errorf("tokenizer", "an RL job reads its task's prompts as bytes for now; a tokenized policy is not supported yet: remove tokenizer")
-	}
 	if len(s.Model.Input) == 0 {
 		return Errorf("model.input", "is required: [t], the policy's context")
 	}

@@ -25,7 +25,9 @@ const (
 	MaxRolloutTokens = 1 << 12 // tokens of one completion
 	MaxPromptTokens  = 1 << 16 // tokens of one prompt
 	MaxLearnGroups   = 1 << 10 // groups of one learn lease
-	maxStopTokens    = 16
+	// maxStopTokens bounds a rollout's stop tokens: a tokenized policy
+	// stops after every token that holds a newline.
+	maxStopTokens = 1024
 )
 
 // RolloutTask is a rollout lease's work: GroupSize completions of Prompt,

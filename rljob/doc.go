@@ -9,7 +9,9 @@
 // (Job.NextLearn), and the evaluation on a fixed held-out set of prompts
 // with greedy decoding (Evaluate: reward and solved).
 //
-// Prompts and completions are bytes: a problem's prompt is a newline
-// (the end of the problem before it, as the task data set's text has
-// it) and the prompt's bytes; a completion ends at its first newline.
+// Prompts and completions are text in the policy's tokens (Codec): bytes
+// for a byte-level policy, its tokenizer's ids for a tokenized one. A
+// problem's prompt is a newline (the end of the problem before it, as
+// the task data set's text has it) and the prompt's text; a completion
+// ends after its first token that holds a newline.
 package rljob

@@ -27,8 +27,15 @@ type Eval struct {
 
 // Evaluate decodes problems 0..n-1 of task's EvalSeed stream greedily
 // with params, each up to maxNewTokens tokens (fitting the context) or
-// its newline, and scores them with the task's checker.
+// its newline, and scores them with the task's checker; the policy reads
+// bytes.
 func Evaluate(m *nn.Model, params []float32, task rltask.Task, n, maxNewTokens int) (Eval, error) {
+	return EvaluateWith(m, params, task, Bytes(), n, maxNewTokens)
+}
+
+// EvaluateWith is Evaluate of a policy whose tokens stand for text as
+// codec says.
+func EvaluateWith(m *nn.Model, params []float32, task rltask.Task, codec *Codec, n, maxNewTokens int) (Eval, error) {
 	d, err := m.NewDecoder()
 	if err != nil {
 		return Eval{}, fmt.Errorf("evaluate: %w", err)
@@ -36,16 +43,16 @@ func Evaluate(m *nn.Model, params []float32, task rltask.Task, n, maxNewTokens i
 	var e Eval
 	for i := range n {
 		p := task.Problem(EvalSeed, i)
-		prompt := Prompt(p)
+		prompt := codec.Prompt(p)
 		k := min(maxNewTokens, m.InputSize-len(prompt))
 		if k < 1 {
 			return Eval{}, fmt.Errorf("evaluate: held-out problem %d's prompt is %d tokens, which fills the context of %d", i, len(prompt), m.InputSize)
 		}
-		s, err := d.Generate(params, prompt, k, 0, nil, []int32{Newline})
+		s, err := d.Generate(params, prompt, k, 0, nil, codec.Stops())
 		if err != nil {
 			return Eval{}, fmt.Errorf("evaluate: %w", err)
 		}
-		r := rltask.Reward(p, Text(s.Tokens))
+		r := rltask.Reward(p, codec.Text(s.Tokens))
 		e.Reward += r
 		if r == 1 {
 			e.Solved++

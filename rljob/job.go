@@ -32,6 +32,8 @@ type Config struct {
 	// MaxBuffered bounds the scored groups kept (0: 256): past it the
 	// oldest go first.
 	MaxBuffered int
+	// Codec is how the policy's tokens stand for text (nil: bytes).
+	Codec *Codec
 }
 
 // Job is an RL job's rollout, scoring and buffer state. It is not safe
@@ -89,8 +91,12 @@ func New(task rltask.Task, cfg Config) (*Job, error) {
 		return nil, errors.New("rljob: no task")
 	case cfg.GroupSize < 2 || cfg.MaxNewTokens < 1 || cfg.Vocab < 1 || cfg.Context < 2:
 		return nil, fmt.Errorf("rljob: group size %d, max new tokens %d, vocabulary %d and context %d; want at least 2, 1, 1, 2", cfg.GroupSize, cfg.MaxNewTokens, cfg.Vocab, cfg.Context)
-	case cfg.Vocab <= Newline:
-		return nil, fmt.Errorf("rljob: a vocabulary of %d tokens has no newline: the policy must read bytes", cfg.Vocab)
+	case cfg.Codec == nil && cfg.Vocab <= Newline:
+		return nil, fmt.Errorf("rljob: a vocabulary of %d tokens has no newline: the policy must read bytes, or give its tokenizer", cfg.Vocab)
+	case cfg.Codec != nil && cfg.Codec.tok != nil && cfg.Codec.tok.VocabSize() > cfg.Vocab:
+		return nil, fmt.Errorf("rljob: the tokenizer has %d tokens, the policy's vocabulary %d", cfg.Codec.tok.VocabSize(), cfg.Vocab)
+	case cfg.Codec != nil && len(cfg.Codec.stops) == 0:
+		return nil, errors.New("rljob: no token of the tokenizer holds a newline: a completion could never end")
 	case !(cfg.Temperature > 0) || !(cfg.Clip > 0 && cfg.Clip < 1) || cfg.MaxRolloutStaleness < 0:
 		return nil, fmt.Errorf("rljob: temperature %v, clip %v, max rollout staleness %d out of range", cfg.Temperature, cfg.Clip, cfg.MaxRolloutStaleness)
 	}
@@ -99,6 +105,9 @@ func New(task rltask.Task, cfg Config) (*Job, error) {
 	}
 	if cfg.MaxBuffered == 0 {
 		cfg.MaxBuffered = 256
+	}
+	if cfg.Codec == nil {
+		cfg.Codec = Bytes()
 	}
 	return &Job{cfg: cfg, task: task, pending: map[uint64]pendingRollout{}, stats: Stats{UsedStaleness: map[int64]int64{}}}, nil
 }
@@ -129,7 +138,7 @@ func Text(tokens []int32) string {
 func (j *Job) NextRollout(id uint64, version int64) (protocol.RolloutTask, error) {
 	i := j.next
 	p := j.task.Problem(j.cfg.Seed, int(i))
-	prompt := Prompt(p)
+	prompt := j.cfg.Codec.Prompt(p)
 	if len(prompt)+1 > j.cfg.Context {
 		return protocol.RolloutTask{}, fmt.Errorf("problem %d's prompt is %d tokens: it leaves no room for an answer in the policy's context of %d", i, len(prompt), j.cfg.Context)
 	}
@@ -138,7 +147,7 @@ func (j *Job) NextRollout(id uint64, version int64) (protocol.RolloutTask, error
 	return protocol.RolloutTask{
 		Prompt: prompt, Problem: i, GroupSize: j.cfg.GroupSize,
 		MaxNewTokens: min(j.cfg.MaxNewTokens, j.cfg.Context-len(prompt)),
-		Temperature:  j.cfg.Temperature, Seed: mix(j.cfg.Seed, uint64(i)), Stop: []int32{Newline},
+		Temperature:  j.cfg.Temperature, Seed: mix(j.cfg.Seed, uint64(i)), Stop: j.cfg.Codec.Stops(),
 	}, nil
 }
 
@@ -197,7 +206,7 @@ func (j *Job) ScoreVerified(id uint64, current int64, res *protocol.Result, veri
 	p := j.task.Problem(j.cfg.Seed, int(pr.problem))
 	g := Group{Problem: pr.problem, Version: pr.version, Prompt: pr.prompt, Rollouts: res.Rollouts, Rewards: make([]float64, len(res.Rollouts))}
 	for i, r := range res.Rollouts {
-		g.Rewards[i] = rltask.Reward(p, Text(r.Tokens))
+		g.Rewards[i] = rltask.Reward(p, j.cfg.Codec.Text(r.Tokens))
 		j.stats.Solved += int64(g.Rewards[i])
 	}
 	j.stats.Rollouts += int64(len(res.Rollouts))
@@ -235,7 +244,7 @@ func (j *Job) check(pr pendingRollout, current int64, res *protocol.Result) *Ref
 			if int(tok) >= j.cfg.Vocab {
 				return refuse(protocol.ReasonInvalid, "completion %d: token %d is %d, outside the vocabulary 0..%d", i, k, tok, j.cfg.Vocab-1)
 			}
-			if tok == Newline && k != len(r.Tokens)-1 {
+			if k != len(r.Tokens)-1 && j.cfg.Codec.stopsAt(tok) {
 				return refuse(protocol.ReasonInvalid, "completion %d goes on after the newline that ends it (token %d)", i, k)
 			}
 		}

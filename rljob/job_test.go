@@ -22,7 +22,10 @@ func addJob(t *testing.T, cfg Config) (*Job, rltask.Task) {
 	if cfg.MaxNewTokens == 0 {
 		cfg.MaxNewTokens = 5
 	}
-	cfg.Temperature, cfg.Clip, cfg.Vocab, cfg.Context = 1, 0.2, 256, 32
+	cfg.Temperature, cfg.Clip, cfg.Context = 1, 0.2, 32
+	if cfg.Vocab == 0 {
+		cfg.Vocab = 256
+	}
 	if cfg.MaxRolloutStaleness == 0 {
 		cfg.MaxRolloutStaleness = 2
 	}

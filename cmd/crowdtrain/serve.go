@@ -213,7 +213,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	// A tokenized job's tokenizer is read or trained before its data
 	// loads (the data is encoded with it): a bad file or a vocabulary
-	// that does not fit the model exits 2 here.
+	// that does not fit the model exits 2 here. An RL job reads its
+	// policy's tokens: it takes the policy file's tokenizer.
+	if err := coordinator.InheritPolicyTokenizer(&spec); err != nil {
+		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
+	}
 	if err := coordinator.PrepareTokenizer(&spec); err != nil {
 		return &usageError{fmt.Sprintf("job %s: %v", o.jobArg, err)}
 	}
