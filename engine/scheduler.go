@@ -242,6 +242,33 @@ func (s *Scheduler) Observe(worker string, examples int, d time.Duration) {
 	s.speed[worker] = v
 }
 
+// deadlineStretch and maxDeadlineStretch size a slow worker's deadline
+// (deadlineFor): a lease may take deadlineStretch times what the
+// worker's measured speed says it needs, and at most maxDeadlineStretch
+// times LeaseTimeout.
+const (
+	deadlineStretch    = 3
+	maxDeadlineStretch = 4
+)
+
+// deadlineFor is how long worker may hold a lease of count examples:
+// LeaseTimeout, or, for a worker whose measured speed (Observe: from
+// grant to accepted result, the coordinator's clock) says such a task
+// takes more than a third of it, deadlineStretch times that, up to
+// maxDeadlineStretch times LeaseTimeout. A slow volunteer (a browser tab
+// computing a round's inner steps) then keeps its work instead of
+// seeing the lease expire under it, and its task goes to another only
+// when it is far later than it has been; a worker not measured yet, or
+// one that vanished, is held to LeaseTimeout or the bound.
+func (s *Scheduler) deadlineFor(worker string, count int) time.Duration {
+	v, ok := s.speed[worker]
+	if !ok || !(v > 0) || count <= 0 {
+		return s.LeaseTimeout
+	}
+	need := deadlineStretch * float64(count) / v * float64(time.Second)
+	return time.Duration(min(max(need, float64(s.LeaseTimeout)), maxDeadlineStretch*float64(s.LeaseTimeout)))
+}
+
 // MedianTaskTime is the median time from grant (or start) to an accepted
 // result over the last accepted tasks; 0 before the first.
 func (s *Scheduler) MedianTaskTime() time.Duration {
@@ -294,7 +321,7 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 	l := &Lease{
 		ID: s.NextID(), Task: t, Worker: worker, Base: base, Round: round,
 		LocalSteps: min(h, (t.Count+s.BatchSize-1)/s.BatchSize),
-		Deadline:   s.Now().Add(s.LeaseTimeout),
+		Deadline:   s.Now().Add(s.deadlineFor(worker, t.Count)),
 		Since:      s.Now(),
 	}
 	s.hold(l)
@@ -355,7 +382,7 @@ func (s *Scheduler) leftRound(l *Lease) {
 func (s *Scheduler) GrantCopy(worker string, of *Lease) *Lease {
 	l := &Lease{
 		ID: s.NextID(), Task: of.Task, Worker: worker, Base: of.Base, Round: of.Round,
-		LocalSteps: of.LocalSteps, Deadline: s.Now().Add(s.LeaseTimeout), Since: s.Now(),
+		LocalSteps: of.LocalSteps, Deadline: s.Now().Add(s.deadlineFor(worker, of.Task.Count)), Since: s.Now(),
 		Primary: of.ID,
 	}
 	s.hold(l)
@@ -458,7 +485,7 @@ func (s *Scheduler) Start(worker string, id uint64, newest int64) (*Lease, error
 	}
 	if !l.Started() {
 		l.Base = newest
-		l.Deadline = s.Now().Add(s.LeaseTimeout)
+		l.Deadline = s.Now().Add(s.deadlineFor(worker, l.Task.Count))
 		l.Since = s.Now()
 	}
 	return l, nil

@@ -308,3 +308,52 @@ func TestHoldsInRoundIsOnePlaceAtATime(t *testing.T) {
 		t.Fatalf("released %d leases, b still holds a place: %v", len(got), s.HoldsInRound("b", 1))
 	}
 }
+
+// A worker measured as slow gets deadlines that fit its speed: three
+// times the time its measured speed says a task takes, when that is
+// above lease_timeout, and at most four times lease_timeout. A fast
+// worker, and one not measured yet, keep lease_timeout; a copy or a
+// started latest lease gets its own worker's deadline too.
+func TestSlowWorkersDeadlineFitsItsSpeed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler() // lease_timeout 1 minute, batch 10, H 4: tasks of 40 examples
+		s.SetQueue([]Task{{Shard: 1, Count: 400}})
+		s.Observe("slow", 40, time.Minute) // a task takes it a minute
+		s.Observe("fast", 40, time.Second)
+		s.Observe("snail", 40, 10*time.Minute)
+		start := time.Now()
+		for _, c := range []struct {
+			worker string
+			want   time.Duration
+		}{
+			{"new", time.Minute},
+			{"fast", time.Minute},
+			{"slow", 3 * time.Minute},
+			{"snail", 4 * time.Minute},
+		} {
+			l, ok := s.Grant(c.worker, 0, 0)
+			if !ok {
+				t.Fatal("no task")
+			}
+			if got := l.Deadline.Sub(start); got != c.want {
+				t.Errorf("%s: deadline in %v, want %v", c.worker, got, c.want)
+			}
+			if cp := s.GrantCopy(c.worker, l); cp.Deadline.Sub(start) != c.want {
+				t.Errorf("%s: a copy's deadline in %v, want %v", c.worker, cp.Deadline.Sub(start), c.want)
+			}
+		}
+		// The slow worker's lease outlives lease_timeout and expires
+		// only at its own deadline.
+		time.Sleep(2 * time.Minute)
+		for _, l := range s.Expire() {
+			if l.Worker == "slow" || l.Worker == "snail" {
+				t.Errorf("%s's lease expired after 2 minutes, before its deadline", l.Worker)
+			}
+		}
+		time.Sleep(3 * time.Minute)
+		s.Expire()
+		if s.HeldBy("slow") != 0 || s.HeldBy("snail") != 0 {
+			t.Errorf("after 5 minutes slow holds %d, snail %d leases; want none (expired at 4 minutes at most)", s.HeldBy("slow"), s.HeldBy("snail"))
+		}
+	})
+}
