@@ -110,10 +110,12 @@ func rlTask(spec rltask.Spec, codec *rljob.Codec, seed uint64, context int) (rlt
 		if err != nil {
 			return nil, &jobspec.Error{Key: "task", Problem: err.Error()}
 		}
-		// A generated task's prompts all have one length in bytes: the
-		// first says whether an answer fits the context after them.
-		if n := len(codec.Prompt(task.Problem(seed, 0))); n+1 > context {
-			return nil, &jobspec.Error{Key: "task", Problem: fmt.Sprintf("its prompts are %d tokens (with the newline before them): no room for an answer in the model's context of %d; give a smaller task or a model with a longer context", n, context)}
+		// A generated task's prompts all have one length in bytes, which
+		// bounds their length in any tokenizer's ids (a token is at least
+		// a byte): the first says whether an answer fits the context
+		// after every one of them.
+		if n := len(rljob.Prompt(task.Problem(seed, 0))); n+1 > context {
+			return nil, &jobspec.Error{Key: "task", Problem: fmt.Sprintf("its prompts are %d bytes (with the newline before them): no room for an answer in the model's context of %d tokens; give a smaller task or a model with a longer context", n, context)}
 		}
 		return task, nil
 	}
