@@ -20,11 +20,7 @@ default, as our bench), on one fixed batch of random tokens. Prints the
 median of 5 rounds of about 2 s after a warm-up, as examples/s
 (sequences of the context's length) and tokens/s.
 """
-import argparse, statistics, time
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+import argparse, os, statistics, time
 
 p = argparse.ArgumentParser()
 p.add_argument('threads', nargs='?', type=int, default=1)
@@ -34,6 +30,16 @@ p.add_argument('--opt', choices=['sgd', 'adamw'], default='sgd')
 p.add_argument('--rounds', type=int, default=5)
 p.add_argument('--round', type=float, default=2.0, help='seconds per round')
 a = p.parse_args()
+# Debian's PyTorch runs its GEMMs in OpenBLAS, whose own threads
+# torch.set_num_threads does not bound: on a 2-core machine "one thread"
+# was two. The BLAS gets the same count, set before torch loads it.
+for var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
+    os.environ[var] = str(a.threads)
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 D, HEADS, LAYERS, CTX, VOCAB, TIED = {

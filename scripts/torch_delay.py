@@ -27,7 +27,23 @@ models; ours is its Init before (embeddings U with standard deviation
 residual projections scaled by 1/sqrt(2*blocks); ours-emb1 and
 torch-emb002 swap the embeddings' scale between the two.
 """
-import argparse, collections, math, time
+import argparse, collections, math, os, sys, time
+
+# Debian's PyTorch runs its GEMMs in OpenBLAS, whose own threads
+# torch.set_num_threads does not bound (on a 2-core machine "one thread"
+# was two): --threads goes to the BLAS too, set before torch loads it.
+def _blas_threads(argv):
+    n = "1"
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            n = argv[i + 1]
+        elif arg.startswith("--threads="):
+            n = arg.split("=", 1)[1]
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = n
+
+
+_blas_threads(sys.argv)
 
 import torch
 import torch.nn as nn

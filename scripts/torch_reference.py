@@ -66,9 +66,26 @@ header, little-endian F32 data).
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 import time
+
+# Debian's PyTorch runs its GEMMs in OpenBLAS, whose own threads
+# torch.set_num_threads does not bound (on a 2-core machine "one thread"
+# was two): --threads goes to the BLAS too, set before torch loads it.
+def _blas_threads(argv):
+    n = "1"
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            n = argv[i + 1]
+        elif arg.startswith("--threads="):
+            n = arg.split("=", 1)[1]
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = n
+
+
+_blas_threads(sys.argv)
 
 import numpy as np
 import torch
