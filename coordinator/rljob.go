@@ -233,14 +233,8 @@ func (s *Server) rlPolicy(spec *jobspec.Spec) ([]float32, error) {
 	c := *spec
 	c.Init = spec.Policy
 	params, err := s.initParams(context.Background(), &c, model)
-	var se *jobspec.Error
-	if errors.As(err, &se) {
-		e := *se
-		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
-		return nil, &e
-	}
 	if err != nil {
-		return nil, err
+		return nil, policyError(err)
 	}
 	spec.Policy, spec.Tokenizer = c.Init, c.Tokenizer // the policy's tokenizer, when the spec gave none (initParams)
 	return params, nil
@@ -259,20 +253,26 @@ func InheritPolicyTokenizer(spec *jobspec.Spec) error {
 		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
 	src, err := readPinnedInit(*spec.Policy, model)
-	var se *jobspec.Error
-	if errors.As(err, &se) {
-		e := *se
-		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
-		return &e
-	}
 	if err != nil {
-		return err
+		return policyError(err)
 	}
 	if src.spec != nil && src.spec.Tokenizer != nil && src.spec.Tokenizer.Data != "" {
 		t := *src.spec.Tokenizer
 		spec.Tokenizer = &t
 	}
 	return nil
+}
+
+// policyError is an error about an RL job's policy, which is read as an
+// init is: a *jobspec.Error on init.KEY becomes one on policy.KEY.
+func policyError(err error) error {
+	var se *jobspec.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	e := *se
+	e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
+	return &e
 }
 
 // leaseExamples is the examples a result of l must cover: its task's, or
@@ -301,14 +301,8 @@ func resolvePolicy(spec *jobspec.Spec, root string) error {
 	c := *spec
 	c.Init = spec.Policy
 	err := resolveInit(&c, root)
-	var se *jobspec.Error
-	if errors.As(err, &se) {
-		e := *se
-		e.Key = "policy" + strings.TrimPrefix(e.Key, "init")
-		return &e
-	}
 	if err != nil {
-		return err
+		return policyError(err)
 	}
 	spec.Policy = c.Init
 	return nil
