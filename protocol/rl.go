@@ -25,9 +25,10 @@ const (
 	MaxRolloutTokens = 1 << 12 // tokens of one completion
 	MaxPromptTokens  = 1 << 16 // tokens of one prompt
 	MaxLearnGroups   = 1 << 10 // groups of one learn lease
-	// maxStopTokens bounds a rollout's stop tokens: a tokenized policy
-	// stops after every token that holds a newline.
-	maxStopTokens = 1024
+	// MaxStopTokens bounds a rollout's stop tokens: a tokenized policy
+	// stops after every token that holds a newline (rljob refuses a
+	// tokenizer with more).
+	MaxStopTokens = 1024
 )
 
 // RolloutTask is a rollout lease's work: GroupSize completions of Prompt,
@@ -106,8 +107,8 @@ func (m *Lease) validateRL() error {
 			return invalid(TypeLease, "rollout.max_new_tokens", "must be in 1..%d, got %d", MaxRolloutTokens, r.MaxNewTokens)
 		case !finite(r.Temperature) || r.Temperature < 0:
 			return invalid(TypeLease, "rollout.temperature", "must be a finite number >= 0, got %v", r.Temperature)
-		case len(r.Stop) > maxStopTokens:
-			return invalid(TypeLease, "rollout.stop", "%d tokens, at most %d", len(r.Stop), maxStopTokens)
+		case len(r.Stop) > MaxStopTokens:
+			return invalid(TypeLease, "rollout.stop", "%d tokens, at most %d", len(r.Stop), MaxStopTokens)
 		case r.Problem < 0:
 			return invalid(TypeLease, "rollout.problem", "must not be negative, got %d", r.Problem)
 		case len(r.Prompt) == 0:
@@ -116,7 +117,7 @@ func (m *Lease) validateRL() error {
 		if err := checkTokens(TypeLease, "rollout.prompt", r.Prompt, MaxPromptTokens); err != nil {
 			return err
 		}
-		return checkTokens(TypeLease, "rollout.stop", r.Stop, maxStopTokens)
+		return checkTokens(TypeLease, "rollout.stop", r.Stop, MaxStopTokens)
 	}
 	l := m.Learn
 	switch {

@@ -102,3 +102,19 @@ func mustDecode(t *testing.T, tok *tokenizer.Tokenizer, ids []int32) []byte {
 	}
 	return b
 }
+
+// A tokenizer whose newline tokens would not fit a rollout lease's stop
+// list is refused when the job is made, not lease by lease at every
+// worker.
+func TestTooManyStopTokensRefused(t *testing.T) {
+	tok := sumsTokenizer(t)
+	task, err := rltask.New(rltask.Spec{Name: rltask.Add, Digits: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := &Codec{tok: tok, stops: make([]int32, protocol.MaxStopTokens+1)}
+	_, err = New(task, Config{GroupSize: 4, MaxNewTokens: 4, Temperature: 1, Clip: 0.2, Vocab: tok.VocabSize(), Context: 32, Codec: codec})
+	if err == nil || !strings.Contains(err.Error(), "hold a newline") {
+		t.Errorf("%d stop tokens: %v; want an error saying the newline tokens do not fit a lease", protocol.MaxStopTokens+1, err)
+	}
+}

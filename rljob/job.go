@@ -97,6 +97,8 @@ func New(task rltask.Task, cfg Config) (*Job, error) {
 		return nil, fmt.Errorf("rljob: the tokenizer has %d tokens, the policy's vocabulary %d", cfg.Codec.tok.VocabSize(), cfg.Vocab)
 	case cfg.Codec != nil && len(cfg.Codec.stops) == 0:
 		return nil, errors.New("rljob: no token of the tokenizer holds a newline: a completion could never end")
+	case cfg.Codec != nil && len(cfg.Codec.stops) > protocol.MaxStopTokens:
+		return nil, fmt.Errorf("rljob: %d tokens of the tokenizer hold a newline, more than a rollout lease carries (%d): train the policy with a tokenizer of fewer", len(cfg.Codec.stops), protocol.MaxStopTokens)
 	case !(cfg.Temperature > 0) || !(cfg.Clip > 0 && cfg.Clip < 1) || cfg.MaxRolloutStaleness < 0:
 		return nil, fmt.Errorf("rljob: temperature %v, clip %v, max rollout staleness %d out of range", cfg.Temperature, cfg.Clip, cfg.MaxRolloutStaleness)
 	}
