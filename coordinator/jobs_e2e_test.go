@@ -100,17 +100,19 @@ func TestFairShareAcrossJobs(t *testing.T) {
 	if code := g.adminJSON(http.MethodPatch, "/api/v1/jobs/"+three.ID, map[string]any{"weight": 1}, nil); code != http.StatusOK {
 		t.Fatalf("PATCH weight: %d", code)
 	}
-	// Within 5 s the new split holds: measured over the 10 s after that
+	// Within 5 s the new split holds: measured over the 20 s after that
 	// (on a loaded machine the first seconds, each worker staying 2 s
 	// where it is, showed 1.06x; one 5 s window of a full make test,
-	// with an epoch's end in it, 1.26x after 2.72x in the 5 s before).
+	// with an epoch's end in it, 1.26x after 2.72x in the 5 s before;
+	// 10 s windows beside two busy cores swung from 2.4x to 5.8x as the
+	// job below its share caught up).
 	first := g.share(5 * time.Second)
-	got = g.share(10 * time.Second)
+	got = g.share(20 * time.Second)
 	ratio = float64(got[one.ID]) / float64(got[three.ID])
-	t.Logf("in the 5 s after the weights became 1:3: ratio %.3f; in the 10 s after those: %.3f",
+	t.Logf("in the 5 s after the weights became 1:3: ratio %.3f; in the 20 s after those: %.3f",
 		float64(first[one.ID])/float64(first[three.ID]), ratio)
 	if ratio < 2 {
-		t.Errorf("5 to 15 s after the change the new weight-3 job got %.2fx the other's examples, want at least 2x", ratio)
+		t.Errorf("5 to 25 s after the change the new weight-3 job got %.2fx the other's examples, want at least 2x", ratio)
 	}
 	var v coordinator.JobView
 	g.adminJSON(http.MethodGet, "/api/v1/jobs/"+one.ID, nil, &v)
