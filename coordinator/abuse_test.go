@@ -169,8 +169,8 @@ func TestExpiredPrimaryHandsOverToItsBackup(t *testing.T) {
 	if a := answer(j, "honest", &bs[0], 0.02); !a.Accepted || a.Version != 1 {
 		t.Fatalf("the backup's result: %+v, want it to close the round", a)
 	}
-	if a := answer(j, "hostage", held, 0.03); a.Accepted || a.Reason != protocol.ReasonUnknownLease {
-		t.Fatalf("the expired hostage's result: %+v", a)
+	if a := answer(j, "hostage", held, 0.03); a.Accepted || a.Reason != protocol.ReasonLate || !strings.Contains(a.Detail, "backup") {
+		t.Fatalf("the expired hostage's result: %+v, want refused as late, its task with the backup", a)
 	}
 }
 

@@ -72,8 +72,13 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	l := st.sched.Take(sub.worker, res.LeaseID)
 	j.grants.drop(sub.worker, res.LeaseID)
 	if l == nil {
-		return reject(protocol.ReasonUnknownLease,
-			fmt.Sprintf("lease %d is not held by this worker (it expired, was never issued, or belongs to another)", res.LeaseID))
+		if l = st.sched.TakeExpired(sub.worker, res.LeaseID); l == nil {
+			return reject(protocol.ReasonUnknownLease,
+				fmt.Sprintf("lease %d is not held by this worker (it was never issued, belongs to another, or expired over %v ago)", res.LeaseID, st.sched.LateGrace()))
+		}
+		if a, revived := j.late(sub, l, reject); !revived { // late.go
+			return a
+		}
 	}
 	// From here on the lease is settled one way or the other.
 	if l.Superseded {

@@ -194,6 +194,7 @@ type jobState struct {
 	rejected       int64
 	rejections     map[string]int64
 	leasesExpired  int64
+	lateRevived    int64 // expired leases whose late result answered their task (late.go)
 	leasesReleased int64
 	rebased        int64 // requests for evicted snapshots served the current one (rebase.go)
 	rebasedResults int64 // results that named the version served in place of their lease's
@@ -528,6 +529,9 @@ type JobView struct {
 	RL            *RLView `json:"rl,omitempty"`
 	LeasesIssued  int64   `json:"leases_issued"`
 	LeasesExpired int64   `json:"leases_expired"`
+	// LateRevived counts the results of expired leases that answered
+	// their task after all: no one had taken it since (late.go).
+	LateRevived   int64   `json:"late_revived"`
 	LeasesHeld    int     `json:"leases_held"`
 	MeanStaleness float64 `json:"mean_staleness"`
 	// StalenessHistogram[i] counts updates applied at staleness i; the
@@ -610,7 +614,7 @@ func (j *Job) view(st *jobState) JobView {
 		Version: st.model.Version, Epoch: st.epoch, ExamplesSeen: st.examplesSeen,
 		UpdatesApplied: st.applied, UpdatesRejected: st.rejected,
 		Rejections:   make(map[string]int64, len(st.rejections)),
-		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LeasesHeld: len(st.sched.Leases()),
+		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, LateRevived: st.lateRevived, LeasesHeld: len(st.sched.Leases()),
 		MaxStaleness: st.spec.MaxStaleness, NumParams: j.model.NumParams, Shards: len(j.shards),
 		StartedAt: st.startedAt, Spec: viewSpec(st.spec), Mode: st.spec.Mode, Run: j.run, LastCheckpoint: j.lastCkpt.Load(),
 		StalenessHistogram: slices.Clone(st.stalenessHist), LR: st.spec.OuterOptimizer.LR,

@@ -46,6 +46,9 @@ type Lease struct {
 	// HandedTo, on a lease lost while its backup was out, is the
 	// backup's id: the backup holds the task, and its place in the round.
 	HandedTo uint64
+	// queue is the Scheduler's SetQueue count at the grant: the epoch
+	// whose queue the task came from (Revive).
+	queue int
 }
 
 // IsCopy reports whether l copies another lease's task.
@@ -115,7 +118,19 @@ type Scheduler struct {
 	// ring, for MedianTaskTime.
 	taskTimes [taskTimeWindow]time.Duration
 	nTimes    int
+	// expired remembers the leases that passed their deadline, oldest
+	// first, for LateGrace after it (TakeExpired): a result that comes
+	// late is known for what it is, its worker's speed is measured from
+	// it, and its task, if no one took it since, is answered by it.
+	expired []*Lease
+	// queues counts SetQueue's calls: an expired lease answers only a
+	// task of the queue it was leased from (Lease.queue), not the next
+	// epoch's.
+	queues int
 }
+
+// maxExpiredKept bounds the expired leases a Scheduler remembers.
+const maxExpiredKept = 1024
 
 // taskTimeWindow is how many task durations MedianTaskTime looks at.
 const taskTimeWindow = 64
@@ -123,6 +138,7 @@ const taskTimeWindow = 64
 // SetQueue replaces the queue (a new epoch, or a restored one).
 func (s *Scheduler) SetQueue(tasks []Task) {
 	s.queue = append(s.queue[:0], tasks...)
+	s.queues++
 }
 
 // Queue is the tasks not leased yet; the caller must not keep it.
@@ -323,6 +339,7 @@ func (s *Scheduler) Grant(worker string, base int64, round uint64) (*Lease, bool
 		LocalSteps: min(h, (t.Count+s.BatchSize-1)/s.BatchSize),
 		Deadline:   s.Now().Add(s.deadlineFor(worker, t.Count)),
 		Since:      s.Now(),
+		queue:      s.queues,
 	}
 	s.hold(l)
 	if round != 0 {
@@ -383,7 +400,7 @@ func (s *Scheduler) GrantCopy(worker string, of *Lease) *Lease {
 	l := &Lease{
 		ID: s.NextID(), Task: of.Task, Worker: worker, Base: of.Base, Round: of.Round,
 		LocalSteps: of.LocalSteps, Deadline: s.Now().Add(s.deadlineFor(worker, of.Task.Count)), Since: s.Now(),
-		Primary: of.ID,
+		Primary: of.ID, queue: of.queue,
 	}
 	s.hold(l)
 	return l
@@ -503,6 +520,7 @@ func (s *Scheduler) Take(worker string, id uint64) *Lease {
 }
 
 // Expire settles (Lost) and returns the leases whose deadline has passed.
+// They are remembered for a while (TakeExpired).
 func (s *Scheduler) Expire() []*Lease {
 	now := s.Now()
 	var out []*Lease
@@ -513,7 +531,57 @@ func (s *Scheduler) Expire() []*Lease {
 			out = append(out, l)
 		}
 	}
+	s.pruneExpired(now)
+	s.expired = append(s.expired, out...)
+	if over := len(s.expired) - maxExpiredKept; over > 0 {
+		s.expired = slices.Delete(s.expired, 0, over)
+	}
 	return out
+}
+
+// LateGrace is how long after its deadline an expired lease's result is
+// still known as late rather than unknown (TakeExpired): the longest
+// deadline a slow worker is given (deadlineFor).
+func (s *Scheduler) LateGrace() time.Duration { return maxDeadlineStretch * s.LeaseTimeout }
+
+// pruneExpired forgets the expired leases past LateGrace.
+func (s *Scheduler) pruneExpired(now time.Time) {
+	s.expired = slices.DeleteFunc(s.expired, func(l *Lease) bool { return now.After(l.Deadline.Add(s.LateGrace())) })
+}
+
+// TakeExpired returns, and forgets, worker's lease id if it expired
+// within LateGrace: its result came late. Nil if worker held no such
+// lease. Its worker was slower than its deadline, not absent: Observe
+// its time, so that its next deadlines fit it (deadlineFor).
+func (s *Scheduler) TakeExpired(worker string, id uint64) *Lease {
+	s.pruneExpired(s.Now())
+	i := slices.IndexFunc(s.expired, func(l *Lease) bool { return l.ID == id && l.Worker == worker })
+	if i < 0 {
+		return nil
+	}
+	l := s.expired[i]
+	s.expired = slices.Delete(s.expired, i, i+1)
+	return l
+}
+
+// Revive lets l, an expired lease taken by TakeExpired, answer its task
+// after all: when its task went back to the queue and is still there
+// whole, it leaves the queue again (and in l's round is the round's
+// again), as if l had never expired. It reports false, changing nothing,
+// when the task was leased again, passed to a backup, or belongs to a
+// round other than the one open or to an epoch before this queue's. The
+// caller settles l as a lease it took.
+func (s *Scheduler) Revive(l *Lease) bool {
+	if !l.Requeued() || l.queue != s.queues || l.Round != 0 && (l.Round != s.round || s.overlapsRound(l.Task)) {
+		return false
+	}
+	if !s.TakeQueued(l.Task) {
+		return false
+	}
+	if l.Round != 0 {
+		s.inRound = append(s.inRound, l.Task)
+	}
+	return true
 }
 
 // Release settles (Lost) the leases among ids that worker holds (nil ids:

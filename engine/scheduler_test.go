@@ -357,3 +357,119 @@ func TestSlowWorkersDeadlineFitsItsSpeed(t *testing.T) {
 		}
 	})
 }
+
+// A lease that expired is known when its result comes late, for
+// LateGrace after its deadline and only from its own worker; its task
+// goes back to it while still queued, and not once another holds it, in
+// another round, or in the next epoch.
+func TestLateResultOfAnExpiredLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler() // lease_timeout 1 minute, tasks of 40 examples
+		s.SetQueue([]Task{{Shard: 1, Count: 40}, {Shard: 2, Count: 40}})
+		slow, _ := s.Grant("slow", 0, 0)
+		time.Sleep(61 * time.Second)
+		if got := s.Expire(); len(got) != 1 || got[0] != slow {
+			t.Fatalf("expired %v, want the slow worker's lease", got)
+		}
+		if s.TakeExpired("other", slow.ID) != nil {
+			t.Fatal("another worker took the slow worker's expired lease")
+		}
+		l := s.TakeExpired("slow", slow.ID)
+		if l != slow {
+			t.Fatalf("TakeExpired: %v, want the expired lease", l)
+		}
+		if s.TakeExpired("slow", slow.ID) != nil {
+			t.Fatal("an expired lease was taken twice")
+		}
+		if !s.Revive(l) {
+			t.Fatal("the task still queued did not go back to its late lease")
+		}
+		if q := s.Queue(); len(q) != 1 || q[0].Shard != 2 {
+			t.Fatalf("queue after the revival %v, want shard 2's task alone", q)
+		}
+
+		// Leased again before the late result: not revived, and the
+		// queue is as it was.
+		s.SetQueue([]Task{{Shard: 1, Count: 40}})
+		first, _ := s.Grant("slow", 0, 0)
+		time.Sleep(61 * time.Second)
+		s.Expire()
+		again, _ := s.Grant("fast", 0, 0)
+		if again.Task != first.Task {
+			t.Fatalf("the expired task was not leased again first: %v", again.Task)
+		}
+		if l := s.TakeExpired("slow", first.ID); l == nil || s.Revive(l) {
+			t.Fatalf("a late lease whose task another holds: taken %v, revived", l)
+		}
+
+		// The next epoch's queue holds the same task: not this lease's.
+		s.SetQueue([]Task{{Shard: 1, Count: 40}})
+		old, _ := s.Grant("slow", 0, 0)
+		time.Sleep(61 * time.Second)
+		s.Expire()
+		s.SetQueue([]Task{{Shard: 1, Count: 40}})
+		if l := s.TakeExpired("slow", old.ID); l == nil || s.Revive(l) || len(s.Queue()) != 1 {
+			t.Fatalf("a late lease of the last epoch: taken %v, revived, queue %v", l, s.Queue())
+		}
+
+		// Past LateGrace it is forgotten.
+		s.SetQueue([]Task{{Shard: 1, Count: 40}})
+		gone, _ := s.Grant("slow", 0, 0)
+		time.Sleep(61 * time.Second)
+		s.Expire()
+		time.Sleep(s.LateGrace() + time.Second)
+		if s.TakeExpired("slow", gone.ID) != nil {
+			t.Fatalf("an expired lease still known %v after its deadline", s.LateGrace()+time.Second)
+		}
+	})
+}
+
+// In a round, a late lease's task goes back to it only in its own round,
+// and then counts in the round's tasks again.
+func TestLateResultInARound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler()
+		s.SetQueue([]Task{{Shard: 1, Count: 40}, {Shard: 2, Count: 40}, {Shard: 3, Count: 40}})
+		a, _ := s.Grant("slow", 0, 1)
+		time.Sleep(61 * time.Second)
+		s.Expire()
+		l := s.TakeExpired("slow", a.ID)
+		if l == nil || !s.Revive(l) {
+			t.Fatal("a late lease of the open round whose task is queued was not revived")
+		}
+		// The round holds its task again: the next grant in it skips it.
+		if b, _ := s.Grant("fast", 0, 1); b.Task == a.Task {
+			t.Fatalf("round 1 leased the revived task %v twice", a.Task)
+		}
+		c, _ := s.Grant("slow", 0, 2)
+		time.Sleep(61 * time.Second)
+		s.Expire()
+		s.Grant("fast", 0, 3) // round 2 closed, round 3 open
+		if l := s.TakeExpired("slow", c.ID); l == nil || s.Revive(l) {
+			t.Fatal("a late lease of a closed round was revived")
+		}
+	})
+}
+
+// The expired leases remembered are bounded, however many expire.
+func TestExpiredLeasesKeptAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestScheduler()
+		s.KeepTasks = true
+		tasks := make([]Task, 3*maxExpiredKept)
+		for i := range tasks {
+			tasks[i] = Task{Shard: i, Count: 10}
+		}
+		s.SetQueue(tasks)
+		for range tasks {
+			s.Grant("hostage", 0, 0)
+		}
+		time.Sleep(61 * time.Second)
+		if n := len(s.Expire()); n != len(tasks) {
+			t.Fatalf("expired %d, want %d", n, len(tasks))
+		}
+		if len(s.expired) != maxExpiredKept {
+			t.Fatalf("remembers %d expired leases, want at most %d", len(s.expired), maxExpiredKept)
+		}
+	})
+}

@@ -110,7 +110,7 @@ const (
 	ReasonInvalid      = "invalid"       // wrong length, non-finite values, bad fields
 	ReasonUnknownLease = "unknown_lease" // never issued, expired, or not this worker's
 	ReasonNotRunning   = "not_running"   // the job is paused, done or failed
-	ReasonLate         = "late"          // its round closed before it arrived (sync, diloco)
+	ReasonLate         = "late"          // its round closed before it arrived (sync, diloco), or its lease expired and another took the task
 	// ReasonClipped is on an accepted ack: the result was applied, clipped
 	// by the job's robust aggregation.
 	ReasonClipped = "clipped"
