@@ -123,6 +123,10 @@ func rlTask(spec rltask.Spec, codec *rljob.Codec, seed uint64, context int) (rlt
 	if err != nil {
 		return nil, specError(err, "task.path")
 	}
+	if spec.SHA256 != "" && jt.SHA256 != spec.SHA256 {
+		return nil, &jobspec.Error{Key: "task.sha256", Problem: fmt.Sprintf("%s has SHA-256 %s, not %s: it changed since the job was created, or sha256 names another file; put the original back (a new spec may leave sha256 out to take the file as it is)",
+			spec.Path, jt.SHA256, spec.SHA256)}
+	}
 	for i, p := range jt.Problems {
 		if n := len(codec.Prompt(p)); n+1 > context {
 			return nil, &jobspec.Error{Key: "task.path", Problem: fmt.Sprintf("%s: problem %d's prompt is %d tokens (with the newline before it): no room for an answer in the model's context of %d; shorten it or give a model with a longer context",
@@ -282,6 +286,22 @@ func (j *Job) leaseExamples(l *engine.Lease) int {
 		return rl.completions
 	}
 	return l.Task.Count
+}
+
+// pinTaskFile records in spec the SHA-256 of an RL job's jsonl task file
+// (task.sha256) when the spec does not pin one, so that a resumed job
+// refuses a file that changed under it (rlTask) rather than train on
+// other problems under the same name.
+func pinTaskFile(spec *jobspec.Spec) error {
+	if spec.RL == nil || spec.RL.Task.Name != rltask.JSONL || spec.RL.Task.SHA256 != "" {
+		return nil
+	}
+	jt, err := dataset.ReadJSONLTask("task.path", spec.RL.Task.Path)
+	if err != nil {
+		return specError(err, "task.path")
+	}
+	spec.RL.Task.SHA256 = jt.SHA256
+	return nil
 }
 
 // resolvePolicy confines an RL job's policy file, as resolveInit does an

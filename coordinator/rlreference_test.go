@@ -3,6 +3,10 @@ package coordinator_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -159,5 +163,83 @@ func TestRLKLReferenceIsThePolicyItStartedFrom(t *testing.T) {
 	}
 	if code, body := g.getBody("/api/v1/jobs/" + plain.ID + "/reference"); code != http.StatusNotFound || !strings.Contains(string(body), "kl_coef") {
 		t.Errorf("the reference of a job without kl_coef: %d %s; want 404 naming kl_coef", code, body)
+	}
+}
+
+// An RL job on a jsonl task pins its file: the SHA-256 of the file it
+// started with is in its stored spec, a coordinator restarted after the
+// file changed refuses to resume it naming task.sha256 (it would train on
+// other problems under the same name), and resumes it once the file is
+// back. A new spec whose sha256 names another file is refused.
+func TestRLJobPinsItsTaskFile(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(filepath.Join(dir, "ct.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	task := filepath.Join(dir, "sums.jsonl")
+	orig := []byte("{\"prompt\": \"one plus one?\", \"answer\": \"2\"}\n{\"prompt\": \"two plus two?\", \"answer\": \"4\"}\n")
+	if err := os.WriteFile(task, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(orig)
+	want := hex.EncodeToString(sum[:])
+	policy := nntest.RandomSafetensors(t, dir, "charlm-tiny", 3)
+	specOf := func(pin string) jobspec.Spec {
+		t.Helper()
+		spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: jsonl, path: %q%s}\ngroup_size: 4\nmax_new_tokens: 3\nspot_check: 0\n", policy, task, pin)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	spec := specOf("")
+	edit := func(c *coordinator.Config) { c.LoadData = dataset.Load }
+	g := newStoredGridWith(t, db, &spec, edit)
+	id := g.job.ID
+	g.close()
+	recs, err := db.Jobs(context.Background())
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("jobs stored: %d, %v", len(recs), err)
+	}
+	var stored jobspec.Spec
+	if err := json.Unmarshal(recs[0].Spec, &stored); err != nil || stored.RL == nil || stored.RL.Task.SHA256 != want {
+		t.Fatalf("stored task %+v (%v); want the file's SHA-256 %s pinned", stored.RL, err, want)
+	}
+
+	resume := func() error {
+		t.Helper()
+		train, test := loadMNIST(t)
+		srv, err := coordinator.New(coordinator.Config{Train: train, Test: test, Logf: t.Logf, Store: db, AdminToken: testAdminToken, LoadData: dataset.Load})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		_, err = srv.ResumeJobs(context.Background())
+		return err
+	}
+	if err := os.WriteFile(task, append(orig, "{\"prompt\": \"one plus two?\", \"answer\": \"4\"}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = resume()
+	var se *jobspec.Error
+	if !errors.As(err, &se) || se.Key != "task.sha256" || !strings.Contains(se.Problem, "changed since the job was created") || !strings.Contains(err.Error(), id) {
+		t.Fatalf("resuming after the task file changed: %v; want an error on task.sha256 for job %s", err, id)
+	}
+	if err := os.WriteFile(task, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatalf("resuming with the file put back: %v", err)
+	}
+
+	g = newStoredGridWith(t, db, nil, edit)
+	_, err = g.srv.AddJob(specOf(", sha256: " + strings.Repeat("0", 64)))
+	if !errors.As(err, &se) || se.Key != "task.sha256" {
+		t.Fatalf("a spec pinning another file: %v; want an error on task.sha256", err)
+	}
+	if j, err := g.srv.AddJob(specOf(", sha256: " + want)); err != nil || j.Spec.RL.Task.SHA256 != want {
+		t.Fatalf("a spec pinning the file it names: %v", err)
 	}
 }

@@ -174,6 +174,9 @@ func (s *Server) addJob(spec jobspec.Spec, parent string) (*Job, error) {
 		if initial, err = s.rlPolicy(&spec); err != nil { // rljob.go
 			return nil, err
 		}
+		if err := pinTaskFile(&spec); err != nil {
+			return nil, err
+		}
 	}
 	train, test, err := s.data.get(spec)
 	if err != nil {

@@ -63,7 +63,7 @@ type RL struct {
 var rlKeys = []string{"task", "algorithm", "group_size", "max_new_tokens", "temperature", "clip", "kl_coef", "max_rollout_staleness"}
 
 // taskKeys are the keys of the `task` mapping.
-var taskKeys = []string{"type", "digits", "length", "path"}
+var taskKeys = []string{"type", "digits", "length", "path", "sha256"}
 
 func defaultRL() *RL {
 	return &RL{
@@ -127,6 +127,8 @@ func decodeTask(val *yaml.Node, s *Spec, _ given) error {
 			err = decodeScalar(v, &t.Length)
 		case "path":
 			err = decodeScalar(v, &t.Path)
+		case "sha256":
+			err = decodeScalar(v, &t.SHA256)
 		}
 		if err != nil {
 			return Errorf("task."+k, "%v", cleanYAMLError(err))

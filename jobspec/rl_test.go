@@ -79,6 +79,8 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: mul, digits: 2}\n", "task.type", "not a task"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add, digits: 2, length: 3}\n", "task.length", "not a key"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: jsonl}\n", "task.path", "needs path"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: jsonl, path: t.jsonl, sha256: abc}\n", "task.sha256", "64 digits"},
+		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add, digits: 2, sha256: " + strings.Repeat("a", 64) + "}\n", "task.sha256", "not a key"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x}\ntask: {type: add, digits: 2, name: z}\n", "task.name", "unknown key"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {job: x, file: y}\ntask: {type: add, digits: 2}\n", "policy", "not both"},
 		{"name: j\nkind: rl\nmodel: charlm-tiny\npolicy: {version: 3}\ntask: {type: add, digits: 2}\n", "policy.version", "recorded"},

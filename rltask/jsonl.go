@@ -2,6 +2,8 @@ package rltask
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,9 @@ const MaxJSONLBytes = 256 << 20
 // {"prompt": "...", "answer": "..."} per line.
 type JSONLTask struct {
 	Problems []Problem
+	// SHA256 is the hex SHA-256 of the file's bytes (ReadJSONL; empty
+	// from ParseJSONL): what a job pins its task file by.
+	SHA256 string
 }
 
 func (*JSONLTask) Name() string { return JSONL }
@@ -51,6 +56,8 @@ func ReadJSONL(r io.Reader, name string) (*JSONLTask, error) {
 	if err != nil {
 		return nil, &KeyError{Key: "path", Problem: fmt.Sprintf("%s: %v", name, err)}
 	}
+	sum := sha256.Sum256(b)
+	t.SHA256 = hex.EncodeToString(sum[:])
 	return t, nil
 }
 

@@ -44,12 +44,14 @@ type Task interface {
 }
 
 // Spec selects a task and its size: Digits for add, Length for reverse
-// and sort, Path (a jsonl file) for jsonl.
+// and sort, Path (a jsonl file) for jsonl, with SHA256 (hex) pinning the
+// file's contents where set.
 type Spec struct {
 	Name   string
 	Digits int
 	Length int
 	Path   string
+	SHA256 string `json:",omitempty"`
 }
 
 // Validate checks that the spec's name is known and that it sets exactly
@@ -59,9 +61,9 @@ func (s Spec) Validate() error {
 	if !slices.Contains(Names, s.Name) {
 		return &KeyError{Key: "name", Problem: fmt.Sprintf("%q is not a task (want %s)", s.Name, strings.Join(Names, ", "))}
 	}
-	uses := map[string]bool{"digits": s.Name == Add, "length": s.Name == Reverse || s.Name == Sort, "path": s.Name == JSONL}
-	set := map[string]bool{"digits": s.Digits != 0, "length": s.Length != 0, "path": s.Path != ""}
-	for _, k := range []string{"digits", "length", "path"} {
+	uses := map[string]bool{"digits": s.Name == Add, "length": s.Name == Reverse || s.Name == Sort, "path": s.Name == JSONL, "sha256": s.Name == JSONL}
+	set := map[string]bool{"digits": s.Digits != 0, "length": s.Length != 0, "path": s.Path != "", "sha256": s.SHA256 != ""}
+	for _, k := range []string{"digits", "length", "path", "sha256"} {
 		if set[k] && !uses[k] {
 			return &KeyError{Key: k, Problem: fmt.Sprintf("is not a key of task %s (remove it)", s.Name)}
 		}
@@ -78,6 +80,9 @@ func (s Spec) Validate() error {
 	case JSONL:
 		if s.Path == "" {
 			return &KeyError{Key: "path", Problem: "task jsonl needs path: a file of {\"prompt\": ..., \"answer\": ...} lines"}
+		}
+		if s.SHA256 != "" && !isSHA256(s.SHA256) {
+			return &KeyError{Key: "sha256", Problem: fmt.Sprintf("want the file's SHA-256 in lower-case hex (64 digits), got %q", s.SHA256)}
 		}
 	}
 	return nil
@@ -106,3 +111,16 @@ type KeyError struct {
 }
 
 func (e *KeyError) Error() string { return e.Key + ": " + e.Problem }
+
+// isSHA256 reports whether h is a SHA-256 in lower-case hex.
+func isSHA256(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
