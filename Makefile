@@ -7,7 +7,7 @@ WASM_PKGS := ./nn/... ./dataset/... ./protocol/... ./worker/... ./cmd/wasmworker
 WASM      := web/dist/crowdtrain.wasm
 GOROOT    := $(shell $(GO) env GOROOT)
 
-.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-bytes bench-rl bench-rl-curve bench-link bench-sweep bench-compare bench-torch bench-charlm lint clean gpu-check gpu-carry
+.PHONY: all build dist image wasm data onnxruntime run run-charlm test test-e2e check bench bench-load bench-spotcheck bench-modes bench-crowd bench-mixed bench-mixed-smoke bench-hostile bench-bytes bench-rl bench-rl-curve bench-link bench-sweep bench-compare bench-torch bench-charlm bench-charlm-clock lint clean gpu-check gpu-carry
 
 all: build
 
@@ -220,6 +220,12 @@ CHARLM_TOKENS ?= 2000000
 bench-charlm: data
 	CROWDTRAIN_CHARLM_TOKENS=$(CHARLM_TOKENS) CROWDTRAIN_REQUIRE_BROWSER=1 \
 		$(GO) test -count=1 -run '^TestCharLMGridMatchesPyTorch$$' -v -timeout 240m ./cmd/crowdtrain/
+
+# charlm at its defaults by the clock, one and two workers, beside PyTorch
+# with two threads from the same version 0: bits/char at 60, 120 and 300 s
+# (docs/BENCHMARKS.md). About 20 minutes; needs python3-torch and bible-kjv.
+bench-charlm-clock: data
+	CROWDTRAIN_CHARLM_CLOCK=1 $(GO) test -count=1 -run '^TestCharlmByTheClockBesidePyTorch$$' -v -timeout 60m ./cmd/crowdtrain/
 
 bench-compare: data
 	BASELINES="$(BASELINES)" scripts/bench-compare.sh

@@ -38,7 +38,11 @@ residual body), loads the weights strictly, and then:
          size, for N training tokens, and prints `val_loss L`: the mean loss
          on the validation split (the last val_fraction of the file, windows
          of t+1 bytes at multiples of t, at most 64 of them evenly spread),
-         as crowdtrain's coordinator measures it.
+         as crowdtrain's coordinator measures it. With --marks S1,S2,...
+         it trains until the last mark instead, in seconds of training
+         (the evaluations' own time left out), and prints `mark S step N
+         val_loss L bits_per_char B` at each; --marks 0 scores the model
+         as it is.
   grpo-train --model M --problems P.json --steps N [--eval-every K] [--seed S]
          runs GRPO single-process from the exported policy M,
          as an RL job's rules define it: P is {"train": [[prompt ids,
@@ -64,6 +68,7 @@ header, little-endian F32 data).
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -580,11 +585,35 @@ def cmd_train(a):
     opt = make_optimizer(model.parameters(), opt_spec)
     rng = np.random.default_rng(a.seed)
     steps = max(1, a.tokens // (batch * t))
+    marks = [float(x) for x in a.marks.split(",")] if a.marks else []
+    if marks and (sorted(marks) != marks or marks[0] < 0):
+        raise SystemExit(f"train: --marks {a.marks}: want seconds in increasing order, from 0")
     order = rng.permutation(len(train))
     pos = 0
     start = time.time()
+    trained = 0.0  # seconds of training, evaluations left out
+
+    def val_loss(m):
+        m.eval()
+        with torch.no_grad():
+            v = torch.from_numpy(val.astype(np.int64))
+            vl, _ = mean_loss(m, v[:, :t], v[:, 1:])
+        return vl.item()
+
+    def score_marks(step):
+        while marks and trained >= marks[0]:
+            vl = val_loss(copy.deepcopy(model).double())
+            print(f"mark {marks.pop(0):g} step {step} val_loss {vl:.6f} bits_per_char {vl / math.log(2):.6f}", flush=True)
+        model.train()
+
+    if marks:
+        score_marks(0)
+        steps = 1 << 62  # until the last mark
     model.train()
     for step in range(steps):
+        if a.marks and not marks:
+            return
+        t1 = time.time()
         if pos + batch > len(order):
             order, pos = rng.permutation(len(train)), 0
         w = torch.from_numpy(train[order[pos:pos + batch]].astype(np.int64))
@@ -598,6 +627,11 @@ def cmd_train(a):
         opt.step()
         if a.verbose and (step % 50 == 0 or step == steps - 1):
             print(f"step {step + 1}/{steps} loss {loss.item():.4f}", file=sys.stderr)
+        if a.marks:
+            trained += time.time() - t1
+            score_marks(step + 1)
+    if a.marks:
+        return
     model.eval()
     with torch.no_grad():
         v = torch.from_numpy(val.astype(np.int64))
@@ -647,6 +681,7 @@ def main():
     s.add_argument("--batch", type=int, default=0, help="default: the job's batch_size")
     s.add_argument("--val-fraction", type=float, default=None, help="default: the job's dataset.val_fraction, or 0.05")
     s.add_argument("--val-windows", type=int, default=64)
+    s.add_argument("--marks", default="", help="seconds of training to score at, e.g. 60,120,300 (in place of --tokens); 0 scores the model as it is")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("-v", "--verbose", action="store_true")
