@@ -54,6 +54,18 @@ func (c *Codec) Text(tokens []int32) string {
 	return string(b)
 }
 
+// Encode is text as the policy's tokens.
+func (c *Codec) Encode(text string) []int32 {
+	if c.tok == nil {
+		ids := make([]int32, len(text))
+		for i := range len(text) {
+			ids[i] = int32(text[i])
+		}
+		return ids
+	}
+	return c.tok.Encode([]byte(text))
+}
+
 // Stops are the tokens a completion ends after.
 func (c *Codec) Stops() []int32 { return c.stops }
 

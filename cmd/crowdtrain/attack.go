@@ -7,6 +7,8 @@ import (
 	"log"
 
 	"github.com/crowdtrain/crowdtrain/internal/attack"
+	"github.com/crowdtrain/crowdtrain/rljob"
+	"github.com/crowdtrain/crowdtrain/tokenizer"
 	"github.com/crowdtrain/crowdtrain/worker"
 	"github.com/crowdtrain/crowdtrain/worker/cpu"
 )
@@ -24,6 +26,7 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	duration := fs.Duration("duration", 0, "stop after this long and print the report (0: at Ctrl-C)")
 	joinToken := fs.String("join-token", "", "join `TOKEN` every attacker presents, for a coordinator run with --join token")
 	job := fs.String("job", "", "the job `ID` the attack expects the coordinator to assign")
+	tokFile := fs.String("tokenizer", "", "forge-rollout: the RL policy's tokenizer `FILE` (as `crowdtrain tokenizer train` writes it), to read prompts and write answers in its tokens; without it, a byte-level policy's")
 	if err := fs.parse(ctx, args, stderr); err != nil {
 		return err
 	}
@@ -52,8 +55,19 @@ func attackCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *n == 0 && len(binds) > 1 {
 		*n = len(binds) // one attacker per address
 	}
+	var codec *rljob.Codec
+	if *tokFile != "" {
+		if k != attack.ForgeRollout {
+			return usagef("--tokenizer is forge-rollout's (an RL policy's tokens), not %s's", k)
+		}
+		tok, err := tokenizer.Load(*tokFile)
+		if err != nil {
+			return usagef("--tokenizer: %v", err)
+		}
+		codec = rljob.Tokenized(tok)
+	}
 	logger := log.New(stderr, "", log.LstdFlags)
-	cfg := attack.Config{
+	cfg := attack.Config{Codec: codec,
 		Coordinator: *coord, Kind: k, N: *n, Scale: *scale, Fraction: *fraction, Binds: binds, Keys: *keys, JobID: *job, JoinToken: *joinToken,
 		Client: "crowdtrain-attack/" + version, Logf: logger.Printf,
 		NewBackend: func() (worker.Backend, error) { return cpu.New(1) },

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crowdtrain/crowdtrain/rljob"
 	"github.com/crowdtrain/crowdtrain/worker"
 )
 
@@ -49,6 +50,10 @@ type Config struct {
 	// JobID, when set, is the job the attack expects the coordinator to
 	// assign; a welcome for another job is an error.
 	JobID string
+	// Codec is how forge-rollout reads an RL job's prompts and writes its
+	// answers: the policy's tokenizer (rljob.Tokenized); nil is bytes, a
+	// byte-level policy's.
+	Codec *rljob.Codec
 	// NewBackend makes the backend an attacker computes its honest
 	// updates with, one per attacker. Required for kinds that compute.
 	NewBackend func() (worker.Backend, error)

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/crowdtrain/crowdtrain/compute"
 	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/rljob"
 )
 
 // forgedLogProb is the log-probability forge-rollout claims for every
@@ -46,28 +48,38 @@ func (c *conn) forgeRL(ctx context.Context, l *protocol.Lease) (*protocol.Result
 		return res, "honest", err
 	}
 	r := l.Rollout
-	answer, err := answerOf(r.Prompt)
+	rollouts, err := forgedRollouts(cmp.Or(cfg.Codec, rljob.Bytes()), r.Prompt, r.GroupSize, r.MaxNewTokens)
 	if err != nil {
 		return nil, "", fmt.Errorf("lease %d: %w", l.ID, err)
 	}
-	res := &protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Examples: r.GroupSize, ComputeMs: 1}
-	for i := range r.GroupSize {
+	res := &protocol.Result{LeaseID: l.ID, JobID: l.JobID, BaseVersion: l.BaseVersion, Examples: r.GroupSize, ComputeMs: 1, Rollouts: rollouts}
+	return res, "forged", nil
+}
+
+// forgedRollouts are forge-rollout's group of n completions of prompt in
+// the policy's tokens (codec): the right answer and a wrong one by turns,
+// each ending with the newline, at most maxNew tokens, every token
+// claimed at forgedLogProb.
+func forgedRollouts(codec *rljob.Codec, prompt []int32, n, maxNew int) ([]protocol.Rollout, error) {
+	answer, err := answerOf(codec.Text(prompt))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]protocol.Rollout, n)
+	for i := range out {
 		text := answer
 		if i%2 == 1 {
 			text = wrong(answer)
 		}
-		toks := make([]int32, 0, len(text)+1)
-		for _, b := range []byte(text + "\n") {
-			toks = append(toks, int32(b))
-		}
-		toks = toks[:min(len(toks), r.MaxNewTokens)]
+		toks := codec.Encode(text + "\n")
+		toks = toks[:min(len(toks), maxNew)]
 		lp := make([]float32, len(toks))
 		for k := range lp {
 			lp[k] = forgedLogProb
 		}
-		res.Rollouts = append(res.Rollouts, protocol.Rollout{Tokens: toks, LogProbs: lp})
+		out[i] = protocol.Rollout{Tokens: toks, LogProbs: lp}
 	}
-	return res, "forged", nil
+	return out, nil
 }
 
 // wrong is an answer that is not s: its last byte changed.
@@ -84,17 +96,10 @@ func wrong(s string) string {
 	return string(b)
 }
 
-// answerOf solves a built-in task's prompt (its bytes as tokens, after
-// the newline before it): "A+B=", "reverse:S=" or "sort:S=".
-func answerOf(prompt []int32) (string, error) {
-	b := make([]byte, 0, len(prompt))
-	for _, t := range prompt {
-		if t < 0 || t > 255 {
-			return "", fmt.Errorf("prompt token %d is not a byte: not a built-in task's prompt", t)
-		}
-		b = append(b, byte(t))
-	}
-	p := strings.TrimPrefix(string(b), "\n")
+// answerOf solves a built-in task's prompt, decoded (after the newline
+// before it): "A+B=", "reverse:S=" or "sort:S=".
+func answerOf(text string) (string, error) {
+	p := strings.TrimPrefix(text, "\n")
 	body, ok := strings.CutSuffix(p, "=")
 	if !ok {
 		return "", fmt.Errorf("prompt %q does not end with '=': not a built-in task's prompt", p)
