@@ -222,7 +222,7 @@ bench-charlm: data
 		$(GO) test -count=1 -run '^TestCharLMGridMatchesPyTorch$$' -v -timeout 240m ./cmd/crowdtrain/
 
 # charlm at its defaults by the clock, one and two workers, beside PyTorch
-# with two threads from the same version 0: bits/char at 60, 120 and 300 s
+# on two cores from the same version 0: bits/char at 60, 120 and 300 s
 # (docs/BENCHMARKS.md). About 20 minutes; needs python3-torch and bible-kjv.
 bench-charlm-clock: data
 	CROWDTRAIN_CHARLM_CLOCK=1 $(GO) test -count=1 -run '^TestCharlmByTheClockBesidePyTorch$$' -v -timeout 60m ./cmd/crowdtrain/

@@ -31,8 +31,9 @@ const (
 // The built-in charlm job at its defaults (`serve --job charlm --data
 // kjv.txt`) by the clock: one `crowdtrain work --threads 1`, then two,
 // each run scored at 60, 120 and 300 s from the moment its workers are
-// connected, beside PyTorch with two threads training the same model from
-// the same version 0 with the same optimizer and batch for as many
+// connected, beside PyTorch on two cores (train --threads 2 splits them
+// between torch and its BLAS as trains faster) training the same model
+// from the same version 0 with the same optimizer and batch for as many
 // seconds of its own training (scripts/torch_reference.py train --marks).
 // Every model, the grid's exports included, is scored by the same
 // PyTorch code on the same held-out windows. Goal (docs/BENCHMARKS.md):
@@ -147,7 +148,7 @@ func TestCharlmByTheClockBesidePyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PyTorch: %v\n%s", err, out)
 	}
-	torch := run{name: "PyTorch, 2 threads"}
+	torch := run{name: "PyTorch, 2 cores"}
 	for _, m := range parseMarks(t, out) {
 		torch.bits, torch.steps = append(torch.bits, m.bits), append(torch.steps, m.step)
 	}
