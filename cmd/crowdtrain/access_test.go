@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,11 +68,19 @@ func TestServePublicURLsAndIdleTimeout(t *testing.T) {
 }
 
 // On a wildcard address with no --public-url, serve says how to let other
-// machines in; its own workers and loopback clients still get in.
+// machines in, with the port it bound; its own workers and loopback
+// clients still get in. The port is the system's choice (--addr
+// 0.0.0.0:0): a port found free on 127.0.0.1 was taken on another
+// address by the time serve bound every interface, in one CI run.
 func TestServeOnAWildcardSaysHowToLetOthersIn(t *testing.T) {
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	srv := startProc(t, "serve", "--addr", "0.0.0.0:"+port, "--db", "", "--local-workers", "1")
-	line := srv.waitLine("--public-url", 60*time.Second) // logged once listening
+	srv := startProc(t, "serve", "--addr", "0.0.0.0:0", "--db", "", "--local-workers", "1")
+	listening := srv.waitLine("coordinator listening on", 60*time.Second)
+	m := regexp.MustCompile(`listening on http://\S+:(\d+) \(API`).FindStringSubmatch(listening)
+	if m == nil {
+		t.Fatalf("no address with a port in %q", listening)
+	}
+	port := m[1]
+	line := srv.waitLine("--public-url", 10*time.Second) // logged right after
 	if !strings.Contains(line, "http://HOSTNAME:"+port) {
 		t.Errorf("advice %q does not show the flag with this port", line)
 	}

@@ -357,7 +357,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	defer closeRelays()
 	logger.Printf("coordinator listening on %s (API %s/api/v1/jobs); workers join with: crowdtrain work --coordinator %s://%s/ws",
 		base, base, tlsf.wsScheme(), ln.Addr())
-	if msg := access.advice(o.addr); msg != "" {
+	if msg := access.advice(ln.Addr().String()); msg != "" { // the port bound, for --addr HOST:0
 		logger.Print(msg)
 	}
 	if pages.HasWorker() {
