@@ -245,6 +245,14 @@ func BenchmarkTimeTo97(b *testing.B) {
 				b.ReportMetric(v.MeanStaleness, "mean-staleness")
 				b.ReportMetric(util, "utilisation")
 				b.ReportMetric(utilSum/float64(max(1, utilN)), "utilisation-mean")
+				// How the workers fetched their snapshots: the share that came
+				// as deltas (worker.DeltasAuto measures which way is cheaper).
+				deltas, fulls := 0, 0
+				for _, w := range g.workers {
+					d, f := w.SnapshotDownloads()
+					deltas, fulls = deltas+d, fulls+f
+				}
+				b.ReportMetric(float64(deltas)/float64(max(1, deltas+fulls)), "delta-share")
 				g.close()
 			}
 		})

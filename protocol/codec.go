@@ -25,26 +25,18 @@ type Floats []float32
 
 // FirstNonFinite returns the index of the first NaN or Inf, or -1.
 //
-// Every result passes through it, so it scans branch-free: an exponent
-// field e (bits 23..30) is all ones exactly for NaN and ±Inf, and then
-// e + 1<<23 is the first value to set bit 31. OR-ing that into four
-// independent accumulators tests a block with one branch.
+// Every result, snapshot and published version passes through it, so it
+// scans branch-free, two values to a 64-bit word: an exponent field e
+// (bits 23..30 of a value) is all ones exactly for NaN and ±Inf, and then
+// e + 1<<23 is the first value to set the value's bit 31, without a carry
+// into the other value of the word. OR-ing that into four independent
+// accumulators tests a block with one branch; a block that fails is
+// scanned again value by value for the index.
 func (f Floats) FirstNonFinite() int {
 	const block = 1024
 	for start := 0; start < len(f); start += block {
 		chunk := f[start:min(start+block, len(f))]
-		var a0, a1, a2, a3 uint32
-		i := 0
-		for ; i+4 <= len(chunk); i += 4 {
-			a0 |= math.Float32bits(chunk[i])&0x7f800000 + 0x00800000
-			a1 |= math.Float32bits(chunk[i+1])&0x7f800000 + 0x00800000
-			a2 |= math.Float32bits(chunk[i+2])&0x7f800000 + 0x00800000
-			a3 |= math.Float32bits(chunk[i+3])&0x7f800000 + 0x00800000
-		}
-		for ; i < len(chunk); i++ {
-			a0 |= math.Float32bits(chunk[i])&0x7f800000 + 0x00800000
-		}
-		if (a0|a1|a2|a3)&0x80000000 != 0 {
+		if !allFinite(chunk) {
 			for i, v := range chunk {
 				if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
 					return start + i
@@ -53,6 +45,41 @@ func (f Floats) FirstNonFinite() int {
 		}
 	}
 	return -1
+}
+
+// allFinite reports whether chunk holds no NaN or Inf (FirstNonFinite).
+func allFinite(chunk []float32) bool {
+	const (
+		exp  = 0x7f800000_7f800000
+		one  = 0x00800000_00800000
+		sign = 0x80000000_80000000
+	)
+	var acc uint32
+	i := 0
+	// Words are read from an 8-byte boundary: an odd start goes alone.
+	if len(chunk) > 0 && uintptr(unsafe.Pointer(&chunk[0]))%8 != 0 {
+		acc |= math.Float32bits(chunk[0])&0x7f800000 + 0x00800000
+		i = 1
+	}
+	var a0, a1, a2, a3 uint64
+	if words := (len(chunk) - i) / 2; words > 0 {
+		w := unsafe.Slice((*uint64)(unsafe.Pointer(&chunk[i])), words)
+		j := 0
+		for ; j+4 <= len(w); j += 4 {
+			a0 |= w[j]&exp + one
+			a1 |= w[j+1]&exp + one
+			a2 |= w[j+2]&exp + one
+			a3 |= w[j+3]&exp + one
+		}
+		for ; j < len(w); j++ {
+			a0 |= w[j]&exp + one
+		}
+		i += 2 * words
+	}
+	for ; i < len(chunk); i++ {
+		acc |= math.Float32bits(chunk[i])&0x7f800000 + 0x00800000
+	}
+	return (a0|a1|a2|a3)&sign == 0 && acc&0x80000000 == 0
 }
 
 // Norm returns the L2 norm, accumulated in float64 so that no finite

@@ -34,7 +34,8 @@ type DeltaPolicy int
 
 const (
 	// DeltasAuto takes whichever way to a new snapshot has cost less
-	// wall time per byte of body lately, trying the other now and then.
+	// wall time per byte of body lately, trying the other now and then
+	// (the dearer it is, the more rarely).
 	DeltasAuto DeltaPolicy = iota
 	// DeltasAlways asks for a delta whenever a snapshot is held.
 	DeltasAlways
@@ -57,8 +58,14 @@ const (
 	// fetchCostAlpha is the weight of the newest measurement.
 	fetchCostAlpha = 0.3
 	// probeEvery: every this many fetches the way not taken is taken
-	// once, so that its cost follows a link that changes.
+	// once, so that its cost follows a link that changes, while the two
+	// ways cost about the same. A way r times dearer is tried r times
+	// less often (probeInterval), so that trying it costs about
+	// 1/probeEvery of what the fetches in between cost.
 	probeEvery = 16
+	// maxProbeEvery bounds that interval: a link that turns slow (a
+	// laptop leaving the LAN) is noticed within this many fetches.
+	maxProbeEvery = 256
 )
 
 // record adds a fetch that took d for a body of n bytes to the cost of
@@ -87,11 +94,29 @@ func (c *fetchCosts) preferDelta(policy DeltaPolicy) bool {
 	}
 	cheaper := c.delta <= c.full
 	c.sinceProbe++
-	if c.sinceProbe >= probeEvery {
+	if c.sinceProbe >= c.probeInterval() {
 		c.sinceProbe = 0
 		return !cheaper
 	}
 	return cheaper
+}
+
+// probeInterval is how many fetches go the cheaper way between two
+// tries of the other: probeEvery times how much dearer the other is, at
+// most maxProbeEvery. On loopback a delta costs a coordinator and a
+// worker about 25 times a full body's CPU (compressing and inflating
+// incompressible bits); tried every 16 fetches it cost as much as all
+// the full bodies together.
+func (c *fetchCosts) probeInterval() int {
+	lo, hi := c.delta, c.full
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	ratio := hi / lo
+	if !(ratio < maxProbeEvery) { // NaN too
+		return maxProbeEvery
+	}
+	return min(maxProbeEvery, int(probeEvery*max(1, ratio)))
 }
 
 // snapshotURLPattern splits a snapshot URL: everything up to the run,

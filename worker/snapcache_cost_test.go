@@ -8,8 +8,9 @@ import (
 // The way to a new snapshot follows what each has cost: deltas while
 // they are cheaper per byte of body (a slow link), full bodies while those
 // are (loopback, where making and inflating a delta costs more than the
-// bytes it saves), and every probeEvery-th fetch the other way, so that a
-// link that changes is noticed.
+// bytes it saves), and now and then the other way, so that a link that
+// changes is noticed: every probeEvery fetches while the two cost about
+// the same, less often the dearer the other way is.
 func TestFetchCostsChooseTheCheaperWay(t *testing.T) {
 	var c fetchCosts
 	const body = 400_000
@@ -19,13 +20,13 @@ func TestFetchCostsChooseTheCheaperWay(t *testing.T) {
 	}
 	c.record(true, 12*time.Millisecond, body) // a delta made and inflated on loopback
 	var deltas int
-	for range 2 * probeEvery {
+	for range 2 * 6 * probeEvery {
 		if c.preferDelta(DeltasAuto) {
 			deltas++
 		}
 	}
 	if deltas != 2 {
-		t.Errorf("full bodies 6x cheaper: %d of %d fetches were deltas, want only the 2 probes", deltas, 2*probeEvery)
+		t.Errorf("full bodies 6x cheaper: %d of %d fetches were deltas, want only the 2 probes (one in %d)", deltas, 2*6*probeEvery, 6*probeEvery)
 	}
 	for range 3 {
 		if !c.preferDelta(DeltasAlways) {
@@ -41,17 +42,34 @@ func TestFetchCostsChooseTheCheaperWay(t *testing.T) {
 	c.record(true, 40*time.Millisecond, body)
 	c.record(true, 40*time.Millisecond, body)
 	c.record(true, 40*time.Millisecond, body)
+	if got := c.probeInterval(); got < probeEvery || got > 2*probeEvery {
+		t.Fatalf("full bodies about 1.5x dearer: a probe every %d fetches, want %d to %d", got, probeEvery, 2*probeEvery)
+	}
+	c.sinceProbe = 0
+	n := 2 * c.probeInterval()
 	deltas = 0
-	for range 2 * probeEvery {
+	for range n {
 		if c.preferDelta(DeltasAuto) {
 			deltas++
 		}
 	}
-	if deltas != 2*probeEvery-2 {
-		t.Errorf("deltas cheaper: %d of %d fetches were deltas, want all but the 2 probes", deltas, 2*probeEvery)
+	if deltas != n-2 {
+		t.Errorf("deltas cheaper: %d of %d fetches were deltas, want all but the 2 probes", deltas, n)
 	}
 	c.record(true, time.Second, 0) // an empty body measures nothing
 	if c.delta == 0 || c.delta > 0.001 {
 		t.Errorf("delta cost %g s/byte after an empty body", c.delta)
+	}
+
+	// A way a thousand times dearer is still tried, every maxProbeEvery.
+	c = fetchCosts{delta: 1000, full: 1}
+	deltas = 0
+	for range 2 * maxProbeEvery {
+		if c.preferDelta(DeltasAuto) {
+			deltas++
+		}
+	}
+	if deltas != 2 {
+		t.Errorf("deltas 1000x dearer: %d of %d fetches were deltas, want the 2 probes", deltas, 2*maxProbeEvery)
 	}
 }
