@@ -397,7 +397,9 @@ func (f *fetcher) snapshot(ctx context.Context, ref string, n int) error {
 		if err != nil {
 			return err
 		}
-		c.store(key, servedOr(served, version), codec, body)
+		// The cache takes the body over, and the fetcher reads the next
+		// one into the buffer the cache held.
+		f.body = c.store(key, servedOr(served, version), codec, body)
 		c.cost.record(false, time.Since(start), len(body))
 	}
 	if err := decodeSnapshot(f.snap, codec, c.body); err != nil {

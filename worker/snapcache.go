@@ -170,12 +170,14 @@ func (c *snapCache) apply(delta []byte, version int64, maxBody int) error {
 	return nil
 }
 
-// store keeps a full body (copied: the caller's buffer is reused). The
-// caller holds mu.
-func (c *snapCache) store(key string, version int64, codec string, body []byte) {
-	c.body = append(c.body[:0], body...)
+// store keeps a full body, taking it over (no copy: this is on every
+// task's path), and returns the buffer it held, for the caller to reuse.
+// The caller holds mu.
+func (c *snapCache) store(key string, version int64, codec string, body []byte) (old []byte) {
+	old, c.body = c.body[:0], body
 	c.key, c.version, c.codec = key, version, codec
 	c.fulls++
+	return old
 }
 
 // forget drops what is held (its bytes failed to decode). The caller
