@@ -23,24 +23,33 @@ import (
 // made on first request, in the handler's goroutine (never the job's
 // loop), and kept in the same cache.
 
-// encodeSnapshot is the f32 body of params, and the index of the first
-// NaN or ±Inf in params (-1 if none): such a body must not be published.
-// In a job that serves f16 snapshots it holds the values the f16 body
-// decodes to, widened: a worker that reads only f32 computes from the
-// same parameters as the others, so a spot check's copy matches its
-// original whatever codec each worker reads, and the f16 body made from
-// it is exact.
-func (j *Job) encodeSnapshot(params []float32) ([]byte, int) {
-	body, bad := protocol.AppendFiniteFloats(j.bodies.take(4*len(params)), params)
+// encodeSnapshot is the f32 body of the current version's snapshot
+// (snapshotParams), the index of its first NaN or ±Inf (-1 if none; such
+// a body must not be published) and that value. In a job that serves f16
+// snapshots it holds the values the f16 body decodes to, widened: a
+// worker that reads only f32 computes from the same parameters as the
+// others, so a spot check's copy matches its original whatever codec
+// each worker reads, and the f16 body made from it is exact.
+func (j *Job) encodeSnapshot() (body []byte, bad int, badValue float32) {
+	body, bad = j.bodies.take(4*len(j.st.model.Params)), -1
+	at := 0
+	j.snapshotParams(func(block []float32) {
+		var i int
+		body, i = protocol.AppendFiniteFloats(body, block)
+		if i >= 0 && bad < 0 {
+			bad, badValue = at+i, block[i]
+		}
+		at += len(block)
+	})
 	if bad >= 0 || wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
-		return body, bad
+		return body, bad, badValue
 	}
 	for i := 0; i < len(body); i += 4 {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
 		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
 		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
 	}
-	return body, -1
+	return body, -1, 0
 }
 
 // f16Body is the snapshot as f16, built on first use.

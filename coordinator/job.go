@@ -235,12 +235,10 @@ type jobState struct {
 	stalenessHist []int64
 
 	// Weight prediction (predict.go): the smoothed staleness of applied
-	// results, the model as last published with its version, and the
-	// buffer the prediction is made in.
+	// results, and the model as last published with its version.
 	predictStaleness   float64
 	predictFrom        []float32
 	predictFromVersion int64
-	predictOut         []float32
 
 	// Throughput, smoothed over the loop's ticks.
 	rateAt                    time.Time

@@ -172,11 +172,10 @@ func (j *Job) publish() bool {
 	}
 	// The copy checks what it copies: a NaN or Inf in the model is one
 	// in the snapshot (a prediction from it is no more finite).
-	params := j.snapshotParams()
-	body, bad := j.encodeSnapshot(params)
+	body, bad, value := j.encodeSnapshot()
 	if bad >= 0 {
 		j.finish(StateFailed, fmt.Sprintf("diverged: parameter %d is %v at version %d; lower outer_optimizer.lr or max_staleness",
-			bad, params[bad], st.model.Version))
+			bad, value, st.model.Version))
 		return false
 	}
 	j.snaps.publish(&snapshot{version: st.model.Version, body: body}, j.snapshotCost(body))

@@ -50,33 +50,41 @@ func (j *Job) observeStaleness(s int64, results int) {
 	j.st.predictStaleness = keep*j.st.predictStaleness + (1-keep)*float64(s)
 }
 
-// snapshotParams is what the current version's snapshot holds: the
-// model, or its prediction (above). It remembers the model for the next
-// version's step.
-func (j *Job) snapshotParams() []float32 {
+// predictBlock is how many parameters snapshotParams predicts at a time:
+// a block that stays in the L1 cache between its prediction and its
+// encoding, so that the prediction is never written out whole.
+const predictBlock = 1024
+
+// snapshotParams hands what the current version's snapshot holds to emit,
+// in order, in blocks: the model, or its prediction (above). It remembers
+// the model for the next version's step. A block is emit's only until it
+// returns.
+func (j *Job) snapshotParams(emit func(block []float32)) {
 	st := &j.st
 	w := st.model.Params
 	if !j.predicts() {
-		return w
+		emit(w)
+		return
 	}
 	from, fromVersion := st.predictFrom, st.predictFromVersion
-	out := w
 	if s := predictGain * st.predictStaleness; s >= 0.1 && len(from) == len(w) && fromVersion < st.model.Version {
-		// encodeSnapshot copies what it is given: one buffer serves
-		// every version.
 		k := float32(s / float64(st.model.Version-fromVersion))
-		if cap(st.predictOut) < len(w) {
-			st.predictOut = make([]float32, len(w))
-		}
-		out = st.predictOut[:len(w)]
-		// One pass makes the prediction and remembers the model.
-		for i, v := range w {
-			out[i] = v + k*(v-from[i])
-			from[i] = v
+		// One pass makes the prediction, remembers the model and
+		// hands the prediction on.
+		var buf [predictBlock]float32
+		for start := 0; start < len(w); start += predictBlock {
+			ws := w[start:min(start+predictBlock, len(w))]
+			fs := from[start : start+len(ws)]
+			out := buf[:len(ws)]
+			for i, v := range ws {
+				out[i] = v + k*(v-fs[i])
+				fs[i] = v
+			}
+			emit(out)
 		}
 	} else {
 		st.predictFrom = append(from[:0], w...)
+		emit(w)
 	}
 	st.predictFromVersion = st.model.Version
-	return out
 }
