@@ -251,7 +251,7 @@ func (j *Job) accept(sub submission, l *engine.Lease, ack protocol.Ack, update [
 		j.mirrorAnswered(l, sub.volunteer, res)
 	}
 	if j.rl != nil {
-		j.rlRequeue(l) // an RL lease's queue task only paces the leases (rljob.go)
+		j.rlLearnAccepted(l) // an RL lease's queue task only paces the leases (rljob.go)
 	}
 	// The aggregator keeps its own copy of what it holds; an asynchronous
 	// rule's step applies res.Update before this returns.

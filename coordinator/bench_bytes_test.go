@@ -47,8 +47,9 @@ type uploadRun struct {
 // for the same BYTES_EPOCHS epochs (default 3) of the same windows, spot
 // checks off (their copies would add uploads of their own). It writes the
 // table to BYTES_OUT (default test-artifacts/bytes.md); BYTES_CONFIGS
-// selects a subset of async-fp32, diloco-fp32 and diloco-sparse. Run it
-// with -benchtime 1x.
+// selects a subset of async-fp32, diloco-fp32 and diloco-sparse,
+// BYTES_SPARSE_K sets sparse's sparse_k and BYTES_LOCAL_STEPS both
+// DiLoCos' local_steps (64). Run it with -benchtime 1x.
 func BenchmarkUploadBytes(b *testing.B) {
 	data := os.Getenv("BYTES_DATA")
 	if data == "" {
@@ -84,6 +85,12 @@ func BenchmarkUploadBytes(b *testing.B) {
 			extra, ok := uploadConfigs[c]
 			if !ok {
 				b.Fatalf("BYTES_CONFIGS: unknown %q (want async-fp32, diloco-fp32 or diloco-sparse)", c)
+			}
+			if k := os.Getenv("BYTES_SPARSE_K"); k != "" && strings.Contains(extra, "sparse") {
+				extra += "sparse_k: " + k + "\n"
+			}
+			if h := os.Getenv("BYTES_LOCAL_STEPS"); h != "" && strings.Contains(extra, "local_steps") {
+				extra = strings.Replace(extra, "local_steps: 64", "local_steps: "+h, 1)
 			}
 			runs = append(runs, runUpload(b, c, extra, data, epochs))
 			write()

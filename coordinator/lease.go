@@ -64,6 +64,14 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 	now := st.sched.Now()
 	rounds, _ := st.agg.(*engine.Rounds)
 	for ; n > 0; n-- {
+		if j.rl != nil && rounds != nil {
+			pl, ok := j.rlGrantInRounds(worker, rounds, baseURL) // rljob.go
+			if !ok {
+				break
+			}
+			out = append(out, pl)
+			continue
+		}
 		if rounds != nil && st.sched.HoldsInRound(worker, rounds.Round()) {
 			break // one place of a round at a time (engine.Scheduler.HoldsInRound)
 		}
@@ -78,20 +86,26 @@ func (j *Job) grant(worker string, n int, baseURL string) []protocol.Lease {
 		}
 		pl := protocol.Lease{}
 		if j.rl != nil {
-			if pl, ok = j.rlLeaseMessage(l, baseURL); !ok {
+			if pl, ok = j.rlLeaseMessage(l, baseURL, rlEither); !ok {
 				j.unleased(st.sched.Release(worker, []uint64{l.ID}))
 				break
 			}
 		} else {
 			pl = j.leaseMessage(l, baseURL)
 		}
-		st.leasesIssued++
-		if m, ok := st.members[worker]; ok {
-			st.grantShares.add(m.volunteer)
-		}
+		j.issued(worker)
 		out = append(out, pl)
 	}
 	return out
+}
+
+// issued counts a lease granted to worker.
+func (j *Job) issued(worker string) {
+	st := &j.st
+	st.leasesIssued++
+	if m, ok := st.members[worker]; ok {
+		st.grantShares.add(m.volunteer)
+	}
 }
 
 // leaseMessage is the lease message of l.

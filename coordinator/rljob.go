@@ -16,15 +16,16 @@ import (
 )
 
 // An RL job (kind: rl, docs/TRAINING.md "How an RL job runs") is an
-// asynchronous job whose leases are rollout and learn leases instead of
-// shard tasks. The scheduler still hands out its leases (ids, deadlines,
+// asynchronous or sync job whose leases are rollout and learn leases
+// instead of shard tasks. The scheduler still hands out its leases (ids, deadlines,
 // the policy version, expiry, each worker's share), one queue task each,
 // but an RL lease's task goes back to the queue when the lease settles:
 // the queue only paces the leases. Rollout results are scored by
 // package rljob, a share of them after the coordinator recomputed their
 // log-probabilities (rlcheck.go), and never touch the model; learn results go through the
-// asynchronous path every gradient takes (norm gate, robust aggregation,
-// staleness, the outer optimizer). An epoch is rlEpochCompletions
+// path every gradient takes (norm gate, robust aggregation, staleness, the
+// outer optimizer): one step each in async, one a round in sync, where
+// rollouts take no place in the rounds (rlGrantInRounds). An epoch is rlEpochCompletions
 // completions learnt from.
 
 // rlEpochCompletions is an RL job's epoch: the completions its learn
@@ -140,11 +141,11 @@ func rlTask(spec rltask.Spec, codec *rljob.Codec, seed uint64, context int) (rlt
 // while the buffer holds a learn lease's worth of fresh groups, else a
 // rollout lease. ok is false when no RL lease can be made (the prompt
 // does not fit); the caller gives l back.
-func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, bool) {
+func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string, kind rlKind) (protocol.Lease, bool) {
 	st := &j.st
 	pl := protocol.Lease{ID: l.ID, JobID: j.ID, Snapshot: protocol.SnapshotGranted, BaseVersion: l.Base,
-		SnapshotURL: j.snapshotURL(l.Worker, l.Base, baseURL), DeadlineUnixMs: l.Deadline.UnixMilli()}
-	if j.rl.Buffered() >= rlGroupsPerLearn {
+		SnapshotURL: j.snapshotURL(l.Worker, l.Base, baseURL), DeadlineUnixMs: l.Deadline.UnixMilli(), Round: l.Round}
+	if kind == rlLearn || kind == rlEither && j.rl.Buffered() >= rlGroupsPerLearn {
 		if lt, ok := j.rl.NextLearn(st.model.Version); ok {
 			n := 0
 			for _, g := range lt.Groups {
@@ -157,6 +158,9 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, b
 			j.rlLeases[l.ID] = rlLease{learn: true, completions: n}
 			return pl, true
 		}
+		if kind == rlLearn {
+			return protocol.Lease{}, false
+		}
 	}
 	r, err := j.rl.NextRollout(l.ID, l.Base)
 	if err != nil {
@@ -165,6 +169,63 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string) (protocol.Lease, b
 	}
 	pl.Rollout = &r
 	j.rlLeases[l.ID] = rlLease{}
+	return pl, true
+}
+
+// rlKind is the kind of RL lease rlLeaseMessage may make of a scheduler
+// lease.
+type rlKind int
+
+const (
+	rlEither  rlKind = iota // a learn lease if the buffer holds enough, else a rollout
+	rlLearn                 // a learn lease, or none
+	rlRollout               // a rollout lease
+)
+
+// rlGrantInRounds grants worker one lease of an RL job in rounds (mode
+// sync). A learn lease is a place in the open round: the round's step
+// averages round_size GRPO gradients, all computed from its version. A
+// rollout lease takes no place (round 0 to the scheduler and the
+// aggregator): rollouts only feed the buffer the learn leases draw from,
+// and a worker holding a learn place generates while the round fills. A
+// learn place goes out only when a full learn lease of fresh groups is
+// buffered; rollouts stop while the buffer and the rollouts out would
+// fill every place of this round and the next, so that generation does
+// not run ahead of what rounds can learn from before it is stale. ok is
+// false when nothing is to be granted now.
+func (j *Job) rlGrantInRounds(worker string, rounds *engine.Rounds, baseURL string) (protocol.Lease, bool) {
+	st := &j.st
+	now := st.sched.Now()
+	fresh := j.rl.Fresh(st.model.Version)
+	if fresh >= rlGroupsPerLearn && !st.sched.HoldsInRound(worker, rounds.Round()) {
+		if round, ok := st.agg.Lease(now); ok {
+			l, ok := st.sched.Grant(worker, st.published, round)
+			if !ok {
+				st.agg.Unlease(round)
+				return protocol.Lease{}, false
+			}
+			pl, ok := j.rlLeaseMessage(l, baseURL, rlLearn)
+			if !ok { // Fresh said otherwise: cannot happen at one version
+				j.unleased(st.sched.Release(worker, []uint64{l.ID}))
+				return protocol.Lease{}, false
+			}
+			j.issued(worker)
+			return pl, true
+		}
+	}
+	if fresh+j.rl.Pending() >= 2*rlGroupsPerLearn*(rounds.Size+rounds.Backups) {
+		return protocol.Lease{}, false
+	}
+	l, ok := st.sched.Grant(worker, st.published, 0)
+	if !ok {
+		return protocol.Lease{}, false
+	}
+	pl, ok := j.rlLeaseMessage(l, baseURL, rlRollout)
+	if !ok {
+		j.unleased(st.sched.Release(worker, []uint64{l.ID}))
+		return protocol.Lease{}, false
+	}
+	j.issued(worker)
 	return pl, true
 }
 
@@ -334,6 +395,18 @@ func (j *Job) rlRequeue(l *engine.Lease) {
 	if j.st.epoch < j.st.spec.MaxEpochs {
 		j.requeue(l)
 		return
+	}
+	j.rlSettle(l)
+}
+
+// rlLearnAccepted settles learn lease l, whose result the aggregator
+// took: its queue task goes back (the queue only paces the leases), but
+// in a round its place stays taken, as any result's does. Given back,
+// it would let a third learn lease into a round of two, whose result
+// comes back late with its groups thrown away.
+func (j *Job) rlLearnAccepted(l *engine.Lease) {
+	if j.st.epoch < j.st.spec.MaxEpochs {
+		j.st.sched.Lost(l)
 	}
 	j.rlSettle(l)
 }

@@ -46,6 +46,15 @@ func TestRLSpecDefaults(t *testing.T) {
 	if *s.RL != want || s.Policy.File != "sft.safetensors" {
 		t.Errorf("rl %+v, policy %+v", s.RL, s.Policy)
 	}
+	// Sync: rounds of round_size learn leases, and no spare places (a
+	// learn lease past a round's K would throw its rollouts away) unless
+	// backup_workers says so.
+	if s, err := Parse([]byte(rlBase + "mode: sync\n")); err != nil || s.Mode != ModeSync || s.RoundSize != 4 || s.BackupWorkers != 0 {
+		t.Errorf("mode: sync: %v; mode %s, round_size %d, backup_workers %d; want sync, 4, 0", err, s.Mode, s.RoundSize, s.BackupWorkers)
+	}
+	if s, err := Parse([]byte(rlBase + "mode: sync\nround_size: 2\nbackup_workers: 1\n")); err != nil || s.RoundSize != 2 || s.BackupWorkers != 1 {
+		t.Errorf("mode: sync with round_size 2 and backup_workers 1: %v; got %d and %d", err, s.RoundSize, s.BackupWorkers)
+	}
 	if s, err := Parse([]byte(rlBase + "kl_coef: 0.05\n")); err != nil || s.RL.KLCoef != 0.05 {
 		t.Errorf("kl_coef: 0.05: %v; want it kept (the KL penalty against the initial policy)", err)
 	}
@@ -62,7 +71,7 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
 		{rlBase + "init: {job: y}\n", "init", "policy"},
 		{rlBase + "sweep: {method: grid, space: {clip: [0.1, 0.2]}}\n", "sweep", "not supported yet"},
-		{rlBase + "mode: sync\n", "mode", "not yet supported"},
+		{rlBase + "mode: diloco\n", "mode", "not yet supported"},
 		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
 		{rlBase + "spot_check: 1.5\n", "spot_check", "[0, 1]"},
 		{rlBase + "algorithm: ppo\n", "algorithm", "grpo"},

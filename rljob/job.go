@@ -260,16 +260,7 @@ func (j *Job) check(pr pendingRollout, current int64, res *protocol.Result) *Ref
 // the group-normalised advantages of their rewards. ok is false while
 // the buffer holds no fresh group. The groups taken leave the buffer.
 func (j *Job) NextLearn(current int64) (task protocol.LearnTask, ok bool) {
-	kept := j.buffer[:0]
-	for _, g := range j.buffer {
-		if current-g.Version > j.cfg.MaxRolloutStaleness {
-			j.stats.Stale++
-			continue
-		}
-		kept = append(kept, g)
-	}
-	j.buffer = kept
-	n := min(len(j.buffer), j.cfg.GroupsPerLearn)
+	n := min(j.Fresh(current), j.cfg.GroupsPerLearn)
 	if n == 0 {
 		return protocol.LearnTask{}, false
 	}
@@ -286,6 +277,25 @@ func (j *Job) NextLearn(current int64) (task protocol.LearnTask, ok bool) {
 	}
 	j.buffer = append(j.buffer[:0], j.buffer[n:]...)
 	return task, true
+}
+
+// Fresh drops the buffered groups more than max_rollout_staleness
+// versions behind current (counted in Stats.Stale) and returns how many
+// are left: what NextLearn at current can draw from. A job in rounds
+// gives a learn lease a place in its round only when a full one is
+// there (coordinator/rljob.go).
+func (j *Job) Fresh(current int64) int {
+	kept := j.buffer[:0]
+	for _, g := range j.buffer {
+		if current-g.Version > j.cfg.MaxRolloutStaleness {
+			j.stats.Stale++
+			continue
+		}
+		kept = append(kept, g)
+	}
+	clear(j.buffer[len(kept):]) // no dropped group stays reachable
+	j.buffer = kept
+	return len(j.buffer)
 }
 
 // Buffered is how many scored groups wait for a learn lease.

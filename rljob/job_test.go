@@ -187,6 +187,9 @@ func TestNextLearnDrawsFreshGroups(t *testing.T) {
 	}
 	// At version 4 the groups of versions 0 and 1 are 4 and 3 versions
 	// old: dropped.
+	if n := j.Fresh(4); n != 2 || j.Buffered() != 2 || j.Stats().Stale != 2 {
+		t.Fatalf("at version 4: %d fresh, %d buffered, %d stale; want 2, 2, 2", n, j.Buffered(), j.Stats().Stale)
+	}
 	l, ok := j.NextLearn(4)
 	if !ok || len(l.Groups) != 2 {
 		t.Fatalf("learn at version 4: ok %v, %d groups; want the groups of versions 2 and 3", ok, len(l.Groups))

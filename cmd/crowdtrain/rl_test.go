@@ -25,34 +25,47 @@ import (
 // that export, with two native workers generating rollouts and computing
 // GRPO gradients with a small KL penalty (kl_coef 0.01: each learn
 // worker downloads the reference policy from the coordinator), ends with
-// a solved share well above S0 in its eval.
+// a solved share well above S0 in its eval: in mode async (a step per
+// learn result), and in mode sync (a step per round of two learn
+// results, one from each worker, rollouts outside the rounds).
 func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
-	testenv.Long(t, "trains a text job and then an RL job end to end")
+	testenv.Long(t, "trains a text job and then an RL job end to end in two modes")
 	dir := t.TempDir()
 	policy, v := warmUpOnAdd(t, dir, 2)
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	rlSpec := writeRLAddSpec(t, dir, "rl-add", policy, 24, 40)
-	f, err := os.OpenFile(rlSpec, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("kl_coef: 0.01\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	addr := freeAddr(t)
-	start := time.Now()
-	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec, "--local-workers", "2")
-	v = waitJob(t, addr, 4*time.Minute, "the RL job to finish", ended)
-	if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Solved == nil {
-		t.Fatalf("RL job ended %s (%s), eval %+v; log:\n%s", v.State, v.Reason, v.Eval, srv.logText())
-	}
-	t.Logf("RL job: %d versions in %v: reward %.3f, solved %.3f (S0 %.3f); %d updates applied, %d clipped, rejections %v",
-		v.Version, time.Since(start).Round(time.Second), *v.Eval.Reward, *v.Eval.Solved, s0, v.UpdatesApplied, v.Clipped, v.Rejections)
-	if *v.Eval.Solved < s0+0.15 {
-		t.Errorf("solved %.3f after RL, S0 %.3f: want at least 15 points more; log:\n%s", *v.Eval.Solved, s0, srv.logText())
+	for _, mode := range []string{"async", "sync"} {
+		t.Run(mode, func(t *testing.T) {
+			rlSpec := writeRLAddSpec(t, dir, "rl-add-"+mode, policy, 24, 40)
+			b, err := os.ReadFile(rlSpec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			y := string(b) + "kl_coef: 0.01\n"
+			if mode == "sync" {
+				// A round's step averages two learn leases' gradients:
+				// half the steps of async at twice the batch, at twice
+				// the rate.
+				y = strings.Replace(y, "lr: 0.0002", "lr: 0.0004", 1) + "mode: sync\nround_size: 2\n"
+			}
+			writeTestFile(t, rlSpec, []byte(y))
+			addr := freeAddr(t)
+			start := time.Now()
+			srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl-"+mode+".db"), "--job", rlSpec, "--local-workers", "2")
+			v := waitJob(t, addr, 4*time.Minute, "the RL job to finish", ended)
+			if v.State != coordinator.StateDone || v.Eval == nil || v.Eval.Solved == nil {
+				t.Fatalf("RL job ended %s (%s), eval %+v; log:\n%s", v.State, v.Reason, v.Eval, srv.logText())
+			}
+			t.Logf("RL job, %s: %d versions in %v: reward %.3f, solved %.3f (S0 %.3f); %d updates applied, %d clipped, rejections %v",
+				mode, v.Version, time.Since(start).Round(time.Second), *v.Eval.Reward, *v.Eval.Solved, s0, v.UpdatesApplied, v.Clipped, v.Rejections)
+			if *v.Eval.Solved < s0+0.15 {
+				t.Errorf("%s: solved %.3f after RL, S0 %.3f: want at least 15 points more; log:\n%s", mode, *v.Eval.Solved, s0, srv.logText())
+			}
+			if mode == "sync" && v.UpdatesApplied < 2*v.Version-2 {
+				t.Errorf("sync: %d learn results applied in %d versions; want two a round (rounds of round_size 2)", v.UpdatesApplied, v.Version)
+			}
+		})
 	}
 }
 

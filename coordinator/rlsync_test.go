@@ -1,0 +1,146 @@
+package coordinator_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/protocol"
+	"github.com/crowdtrain/crowdtrain/rljob"
+)
+
+// An RL job in mode sync, over real websockets with two workers: rollout
+// leases take no place in a round (round 0), learn leases do, one per
+// worker at a time, and only once a full learn lease of fresh groups is
+// buffered; a worker holding a learn place is given rollouts meanwhile.
+// The round's step waits for round_size learn results and moves the
+// policy one version; rollout results never move it. With every place of
+// the round out, rollouts stop once the groups buffered would fill every
+// place of this round and the next twice over.
+func TestRLSyncRoundsHoldLearnLeasesOnly(t *testing.T) {
+	g, j := rlGrid(t, "mode: sync\nround_size: 2\nspot_check: 0\n") // the rollouts' log-probabilities are made up
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-sync-volunteer-key-a")
+	b := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-sync-volunteer-key-b")
+	view := func() (version, applied int64, buffered int) {
+		t.Helper()
+		v, _, err := g.srv.JobView(context.Background(), j.ID)
+		if err != nil || v.RL == nil {
+			t.Fatalf("job view: %v, rl %+v", err, v.RL)
+		}
+		return v.Version, v.UpdatesApplied, v.RL.Buffered
+	}
+	// next asks for one lease; ok is false when the coordinator has none.
+	next := func(rc *rawClient) (protocol.Lease, bool) {
+		t.Helper()
+		rc.send(&protocol.Want{N: 1})
+		for {
+			switch m := rc.read().(type) {
+			case *protocol.Lease:
+				return *m, true
+			case *protocol.Idle:
+				return protocol.Lease{}, false
+			}
+		}
+	}
+	// rollout answers a rollout lease with half its completions right
+	// (a group whose rewards differ: GRPO keeps it).
+	rollout := func(rc *rawClient, l protocol.Lease) {
+		t.Helper()
+		if l.Rollout == nil || l.Learn != nil || l.Round != 0 {
+			t.Fatalf("lease %d: rollout %v, learn %v, round %d; want a rollout lease outside the rounds", l.ID, l.Rollout != nil, l.Learn != nil, l.Round)
+		}
+		operands := strings.Split(strings.TrimSuffix(strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n"), "="), "+")
+		x, _ := strconv.Atoi(operands[0])
+		y, _ := strconv.Atoi(operands[1])
+		right := strconv.Itoa(x+y) + "\n"
+		rc.send(rollouts(l, right, "?\n", right, "?\n"))
+		if ack := rc.ack(l.ID); !ack.Accepted {
+			t.Fatalf("rollouts of lease %d refused: %s: %s", l.ID, ack.Reason, ack.Detail)
+		}
+	}
+	learnLease := func(rc *rawClient) protocol.Lease {
+		t.Helper()
+		l, ok := next(rc)
+		if !ok || l.Learn == nil || l.Round != 1 {
+			t.Fatalf("lease %+v (ok %v); want a learn lease in round 1", l, ok)
+		}
+		return l
+	}
+
+	// Until eight groups are buffered, both get rollouts.
+	for i := range 8 {
+		rc := a
+		if i%2 == 1 {
+			rc = b
+		}
+		l, ok := next(rc)
+		if !ok {
+			t.Fatalf("rollout %d: no lease", i)
+		}
+		rollout(rc, l)
+	}
+	if v, _, buffered := view(); v != 0 || buffered != 8 {
+		t.Fatalf("after 8 rollouts: version %d, %d groups buffered; want 0 and 8 (rollouts never move the policy)", v, buffered)
+	}
+	la := learnLease(a)
+	// a holds its place in round 1: it generates while the round fills.
+	for range 8 {
+		l, ok := next(a)
+		if !ok {
+			t.Fatal("a worker holding a learn place got no rollout lease")
+		}
+		rollout(a, l)
+	}
+	lb := learnLease(b)
+
+	// Both places are out: rollouts go on until the buffer holds 2 x 8
+	// groups for each of this round's places and the next's: 32. (A third
+	// worker asks: one that holds a lease is not told "idle", it asks
+	// again after its result.)
+	c := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-sync-volunteer-key-c")
+	given := 0
+	for given < 100 {
+		l, ok := next(c)
+		if !ok {
+			break
+		}
+		rollout(c, l)
+		given++
+	}
+	if _, _, buffered := view(); buffered != 32 || given != 32 {
+		t.Fatalf("with the round's places out: %d rollouts given, %d groups buffered; want 32 and 32", given, buffered)
+	}
+
+	// The round closes on its second learn result, not its first.
+	a.send(g.computedRL(m, la))
+	if ack := a.ack(la.ID); !ack.Accepted || ack.Staleness != 0 {
+		t.Fatalf("a's learn result: %+v; want accepted at staleness 0", ack)
+	}
+	if v, applied, _ := view(); v != 0 || applied != 1 {
+		t.Fatalf("one learn result of a round of two: version %d, %d applied; want 0 and 1", v, applied)
+	}
+	// a's place stays used: no third learn lease in a round of two (its
+	// result would come back late, its groups thrown away), and with
+	// the buffer full no rollout either.
+	if l, ok := next(a); ok {
+		t.Fatalf("round 1 with both places used and 32 groups buffered: lease %d (learn %v, round %d); want none", l.ID, l.Learn != nil, l.Round)
+	}
+	b.send(g.computedRL(m, lb))
+	if ack := b.ack(lb.ID); !ack.Accepted {
+		t.Fatalf("b's learn result: %s: %s", ack.Reason, ack.Detail)
+	}
+	if v, applied, _ := view(); v != 1 || applied != 2 {
+		t.Fatalf("the round's two learn results: version %d, %d applied; want 1 and 2", v, applied)
+	}
+	// Round 2 is open, with groups buffered for its learn leases.
+	if l, ok := next(a); !ok || l.Learn == nil || l.Round != 2 || l.BaseVersion != 1 {
+		t.Fatalf("after round 1: lease %+v (ok %v); want a learn lease of round 2 at version 1", l, ok)
+	}
+}
