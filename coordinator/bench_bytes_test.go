@@ -48,8 +48,9 @@ type uploadRun struct {
 // checks off (their copies would add uploads of their own). It writes the
 // table to BYTES_OUT (default test-artifacts/bytes.md); BYTES_CONFIGS
 // selects a subset of async-fp32, diloco-fp32 and diloco-sparse,
-// BYTES_SPARSE_K sets sparse's sparse_k and BYTES_LOCAL_STEPS both
-// DiLoCos' local_steps (64). Run it with -benchtime 1x.
+// BYTES_SPARSE_K sets sparse's sparse_k, BYTES_SPARSE_OUTER its
+// outer_optimizer (YAML) and BYTES_LOCAL_STEPS both DiLoCos' local_steps
+// (64). Run it with -benchtime 1x.
 func BenchmarkUploadBytes(b *testing.B) {
 	data := os.Getenv("BYTES_DATA")
 	if data == "" {
@@ -88,6 +89,9 @@ func BenchmarkUploadBytes(b *testing.B) {
 			}
 			if k := os.Getenv("BYTES_SPARSE_K"); k != "" && strings.Contains(extra, "sparse") {
 				extra += "sparse_k: " + k + "\n"
+			}
+			if o := os.Getenv("BYTES_SPARSE_OUTER"); o != "" && strings.Contains(extra, "sparse") {
+				extra += "outer_optimizer: " + o + "\n"
 			}
 			if h := os.Getenv("BYTES_LOCAL_STEPS"); h != "" && strings.Contains(extra, "local_steps") {
 				extra = strings.Replace(extra, "local_steps: 64", "local_steps: "+h, 1)
