@@ -3,17 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
+	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
 	"github.com/crowdtrain/crowdtrain/internal/testenv"
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
+	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/rljob"
 	"github.com/crowdtrain/crowdtrain/rltask"
 )
@@ -182,11 +187,18 @@ eval_every: %d
 // export, which names no tokenizer, takes the policy's: its prompts are
 // the tokenizer's ids, a completion stops after any token that holds a
 // newline, and the task's checker reads it decoded. Two native workers
-// raise the held-out solved share by at least 25 points over the job's
-// version-0 evaluation (here 0.01 to 0.56 and 0.075 to 0.535).
+// and a headless Chromium tab (sampling in wasm, its rollout results
+// accepted) raise the held-out solved share by at least 25 points over
+// the job's version-0 evaluation (here 0.01 to 0.56 and 0.075 to 0.535
+// without the tab).
 func TestTokenizedRLJobRaisesSolved(t *testing.T) {
 	testenv.Long(t, "trains a tokenizer, a gpt-mini text job and then an RL job end to end")
+	testbrowser.Chromium(t)
 	dir := t.TempDir()
+	dist := t.TempDir() // serve --web-dist: the binary the tests build embeds no browser worker
+	if err := testbrowser.BuildWorker(dist); err != nil {
+		t.Fatal(err)
+	}
 	tok := filepath.Join(dir, "go-1024.bpe")
 	if code, stdout, stderr := runCmd(t, context.Background(), "tokenizer", "train", "--data", "go-source", "--vocab", "1024", "--out", tok); code != 0 {
 		t.Fatalf("tokenizer train: exit %d\n%s%s", code, stdout, stderr)
@@ -226,11 +238,31 @@ max_epochs: 24
 eval_every: 40
 `, policy)))
 	addr = freeAddr(t)
-	srv = startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rl, "--local-workers", "2")
+	srv = startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rl, "--local-workers", "2",
+		"--web-dist", dist, "--admin-token", modesAdminToken)
+	srv.waitLine("coordinator listening", time.Minute)
+	// A browser tab in the crowd: it samples the tokenized policy's
+	// rollouts in wasm beside the two native workers.
+	browser := testbrowser.New(t)
+	ctx, cancel := context.WithTimeout(browser, time.Minute)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute")); err != nil {
+		cancel()
+		t.Fatalf("browser: contribute: %v", err)
+	}
+	cancel()
+	tabRollouts := int64(0)
 	s0 := -1.0
 	v = waitJob(t, addr, 5*time.Minute, "the RL job to finish", func(v coordinator.JobView) bool {
 		if e := v.Eval; s0 < 0 && e != nil && e.Version == 0 && e.Solved != nil {
 			s0 = *e.Solved
+		}
+		var views []coordinator.WorkerView
+		if adminCall(t, http.MethodGet, "http://"+addr+"/api/v1/workers", nil, &views) == http.StatusOK {
+			for _, w := range views {
+				if w.Kind == protocol.KindBrowser {
+					tabRollouts = max(tabRollouts, w.Rollouts)
+				}
+			}
 		}
 		return ended(v)
 	})
@@ -240,8 +272,11 @@ eval_every: 40
 	if v.Spec.Tokenizer == nil { // the view leaves its data out
 		t.Errorf("the RL job's spec has no tokenizer: it should have taken the policy's")
 	}
-	t.Logf("tokenized RL job: %d versions: solved %.3f from S0 %.3f; %d updates applied, rejections %v",
-		v.Version, *v.Eval.Solved, s0, v.UpdatesApplied, v.Rejections)
+	t.Logf("tokenized RL job: %d versions: solved %.3f from S0 %.3f; %d updates applied, rejections %v; the tab's rollout results accepted: %d",
+		v.Version, *v.Eval.Solved, s0, v.UpdatesApplied, v.Rejections, tabRollouts)
+	if tabRollouts == 0 {
+		t.Errorf("the browser tab had no rollout result accepted; log:\n%s", srv.logText())
+	}
 	if *v.Eval.Solved < s0+0.25 {
 		t.Errorf("solved %.3f after RL, S0 %.3f: want at least 25 points more; log:\n%s", *v.Eval.Solved, s0, srv.logText())
 	}
