@@ -116,10 +116,57 @@ func (c *Computer) learn(params, reference []float32, l *protocol.LearnTask) (in
 		return 0, errors.New("learn lease: no completions")
 	}
 	cfg := rl.Config{Clip: l.Clip, Temperature: l.Temperature, KLCoef: l.KLCoef}
+	if l.Steps > 1 {
+		return n, c.learnSteps(params, groups, adv, cfg, l)
+	}
 	if _, err := rl.LossWithAdvantages(c.model, c.ws, params, groups, adv, cfg, c.update); err != nil {
 		return 0, fmt.Errorf("learn lease: %w", err)
 	}
 	return n, nil
+}
+
+// learnSteps takes l.Steps local steps from params (an RL job in mode
+// diloco): the groups in l.Steps consecutive shares of equal size, one
+// GRPO gradient at the local parameters and one step of the inner
+// optimizer (its state fresh) per share, and writes the delta
+// w_base - w_after into c.update. Each completion's ratio stays against
+// the log-probabilities it was sampled with, so the clip bounds how far
+// the local steps move from the sampling policy, as in PPO's epochs.
+func (c *Computer) learnSteps(params []float32, groups []rl.Group, adv [][]float64, cfg rl.Config, l *protocol.LearnTask) error {
+	if l.Inner == nil || len(groups)%l.Steps != 0 {
+		return fmt.Errorf("learn lease: %d local steps of %d groups need an inner optimizer and a divisor of the groups", l.Steps, len(groups))
+	}
+	plan := InnerSteps{BatchSize: 1, Steps: l.Steps, Inner: *l.Inner, UpdateKind: protocol.UpdateDelta}
+	if err := plan.Check(); err != nil {
+		return fmt.Errorf("learn lease: %w", err)
+	}
+	if c.grad == nil {
+		c.grad = make([]float32, c.model.NumParams)
+		c.local = make([]float32, c.model.NumParams)
+	}
+	copy(c.local, params)
+	o := plan.Inner
+	if o.Type == protocol.InnerAdamW {
+		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
+		c.adamw.ClipNorm = o.ClipNorm
+		c.adamw.Reset(len(c.local))
+	}
+	per := len(groups) / l.Steps
+	for step := range l.Steps {
+		lo, hi := step*per, (step+1)*per
+		if _, err := rl.LossWithAdvantages(c.model, c.ws, c.local, groups[lo:hi], adv[lo:hi], cfg, c.grad); err != nil {
+			return fmt.Errorf("learn lease, local step %d: %w", step, err)
+		}
+		if o.Type == protocol.InnerAdamW {
+			c.adamw.Step(c.local, c.grad)
+		} else {
+			nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
+		}
+	}
+	for i, w := range c.local {
+		c.update[i] = params[i] - w
+	}
+	return nil
 }
 
 // RLLease computes an RL lease on the host from params (and, for a learn

@@ -242,3 +242,75 @@ func BenchmarkLearnLease(b *testing.B) {
 		})
 	}
 }
+
+// A learn lease of local steps (an RL job in mode diloco) takes one step
+// of its inner optimizer per share of its groups, each gradient at the
+// parameters the previous step left, and returns w_base - w_after: with
+// SGD that is lr·g1(w) + lr·g2(w - lr·g1(w)), which a second step makes
+// different from one step on every group.
+func TestLearnLeaseOfLocalSteps(t *testing.T) {
+	m, p := rlModel(t)
+	var lgs []protocol.LearnGroup
+	var groups []rl.Group
+	var advs [][]float64
+	for k, prompt := range [][]int32{{1, 4}, {2, 5}} {
+		roll, err := RLLease(m, protocol.Lease{ID: uint64(3 + k), JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 4, MaxNewTokens: 4, Temperature: 1, Seed: uint64(5 + k)}}, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adv := []float64{1, -1, 0.5, -0.5}
+		lg := protocol.LearnGroup{Prompt: prompt}
+		g := rl.Group{}
+		for i, r := range roll.Rollouts {
+			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: adv[i]})
+			g = append(g, rl.Completion{Prompt: prompt, Tokens: r.Tokens, OldLogProbs: r.LogProbs})
+		}
+		lgs, groups, advs = append(lgs, lg), append(groups, g), append(advs, adv)
+	}
+	const lr = 0.05
+	l := protocol.Lease{ID: 9, JobID: "rl", BaseVersion: 2, SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+		Learn: &protocol.LearnTask{Groups: lgs, Clip: 0.2, Temperature: 1, Steps: 2, Inner: &protocol.InnerOptimizer{Type: protocol.InnerSGD, LR: lr}}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := RLLease(m, l, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Validate(); err != nil || res.Examples != 8 {
+		t.Fatalf("result: %v, %d examples; want valid, 8", err, res.Examples)
+	}
+	ws := m.NewWorkspace(4)
+	cfg := rl.Config{Clip: 0.2, Temperature: 1}
+	g1, g2 := make([]float32, m.NumParams), make([]float32, m.NumParams)
+	if _, err := rl.LossWithAdvantages(m, ws, p, groups[:1], advs[:1], cfg, g1); err != nil {
+		t.Fatal(err)
+	}
+	w1 := make([]float32, m.NumParams)
+	for i := range w1 {
+		w1[i] = p[i] - lr*g1[i]
+	}
+	if _, err := rl.LossWithAdvantages(m, ws, w1, groups[1:], advs[1:], cfg, g2); err != nil {
+		t.Fatal(err)
+	}
+	oneStep := make([]float32, m.NumParams)
+	if _, err := rl.LossWithAdvantages(m, ws, p, groups, advs, cfg, oneStep); err != nil {
+		t.Fatal(err)
+	}
+	var diff float64
+	for i := range p {
+		want := (p[i] - (w1[i] - lr*g2[i]))
+		if math.Abs(float64(res.Update[i]-want)) > 1e-6 {
+			t.Fatalf("delta %d: %v, want %v (two SGD steps)", i, res.Update[i], want)
+		}
+		diff += math.Abs(float64(res.Update[i] - lr*2*oneStep[i]))
+	}
+	if !(diff > 1e-6) {
+		t.Error("two local steps gave the delta of one step on every group: the second gradient was not taken at the moved parameters")
+	}
+	l.Learn.Inner = nil
+	if _, err := RLLease(m, l, p, nil); err == nil || !strings.Contains(err.Error(), "inner optimizer") {
+		t.Errorf("local steps without an inner optimizer: %v; want an error naming it", err)
+	}
+}

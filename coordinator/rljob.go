@@ -90,9 +90,13 @@ func (j *Job) newRL(spec jobspec.Spec) error {
 	if err != nil {
 		return err
 	}
+	if n := rlLearnSteps(spec) * rlGroupsPerLearn; n > protocol.MaxLearnGroups {
+		return &jobspec.Error{Key: "local_steps", Problem: fmt.Sprintf("an RL learn lease takes %d groups a local step: %d steps are %d groups, more than a lease carries (%d); give at most %d",
+			rlGroupsPerLearn, spec.LocalSteps, n, protocol.MaxLearnGroups, protocol.MaxLearnGroups/rlGroupsPerLearn)}
+	}
 	j.rl, err = rljob.New(task, rljob.Config{GroupSize: r.GroupSize, MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature,
 		Clip: r.Clip, MaxRolloutStaleness: int64(r.MaxRolloutStaleness), Seed: uint64(spec.Seed),
-		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlGroupsPerLearn, Codec: j.rlCodec})
+		Vocab: j.model.NumClasses, Context: j.model.InputSize, GroupsPerLearn: rlLearnSteps(spec) * rlGroupsPerLearn, Codec: j.rlCodec})
 	if err != nil {
 		return &jobspec.Error{Key: "model", Problem: err.Error()}
 	}
@@ -145,7 +149,7 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string, kind rlKind) (prot
 	st := &j.st
 	pl := protocol.Lease{ID: l.ID, JobID: j.ID, Snapshot: protocol.SnapshotGranted, BaseVersion: l.Base,
 		SnapshotURL: j.snapshotURL(l.Worker, l.Base, baseURL), DeadlineUnixMs: l.Deadline.UnixMilli(), Round: l.Round}
-	if kind == rlLearn || kind == rlEither && j.rl.Buffered() >= rlGroupsPerLearn {
+	if kind == rlLearn || kind == rlEither && j.rl.Buffered() >= j.rlGroupsPerLease() {
 		if lt, ok := j.rl.NextLearn(st.model.Version); ok {
 			n := 0
 			for _, g := range lt.Groups {
@@ -153,6 +157,12 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string, kind rlKind) (prot
 			}
 			if hasKL(j.Spec) { // rlreference.go
 				lt.KLCoef, lt.ReferenceURL = j.Spec.RL.KLCoef, baseURL+j.referencePath()
+			}
+			if h := rlLearnSteps(j.Spec); h > 1 {
+				// DiLoCo: the groups in h shares, a step of the inner
+				// optimizer each (compute's learn).
+				inner := innerOptimizer(&j.Spec)
+				lt.Steps, lt.Inner = h, &inner
 			}
 			pl.Learn = &lt
 			j.rlLeases[l.ID] = rlLease{learn: true, completions: n}
@@ -183,8 +193,9 @@ const (
 )
 
 // rlGrantInRounds grants worker one lease of an RL job in rounds (mode
-// sync). A learn lease is a place in the open round: the round's step
-// averages round_size GRPO gradients, all computed from its version. A
+// sync or diloco). A learn lease is a place in the open round: the
+// round's step averages round_size GRPO gradients (sync) or deltas of
+// local steps (diloco), all computed from its version. A
 // rollout lease takes no place (round 0 to the scheduler and the
 // aggregator): rollouts only feed the buffer the learn leases draw from,
 // and a worker holding a learn place generates while the round fills. A
@@ -197,7 +208,8 @@ func (j *Job) rlGrantInRounds(worker string, rounds *engine.Rounds, baseURL stri
 	st := &j.st
 	now := st.sched.Now()
 	fresh := j.rl.Fresh(st.model.Version)
-	if fresh >= rlGroupsPerLearn && !st.sched.HoldsInRound(worker, rounds.Round()) {
+	need := j.rlGroupsPerLease()
+	if fresh >= need && !st.sched.HoldsInRound(worker, rounds.Round()) {
 		if round, ok := st.agg.Lease(now); ok {
 			l, ok := st.sched.Grant(worker, st.published, round)
 			if !ok {
@@ -213,7 +225,7 @@ func (j *Job) rlGrantInRounds(worker string, rounds *engine.Rounds, baseURL stri
 			return pl, true
 		}
 	}
-	if fresh+j.rl.Pending() >= 2*rlGroupsPerLearn*(rounds.Size+rounds.Backups) {
+	if fresh+j.rl.Pending() >= 2*need*(rounds.Size+rounds.Backups) {
 		return protocol.Lease{}, false
 	}
 	l, ok := st.sched.Grant(worker, st.published, 0)
@@ -229,7 +241,20 @@ func (j *Job) rlGrantInRounds(worker string, rounds *engine.Rounds, baseURL stri
 	return pl, true
 }
 
-// rlGroupsPerLearn is how many scored groups a learn lease carries: 64
+// rlLearnSteps is how many local steps an RL job's learn lease takes:
+// local_steps in mode diloco, else one gradient.
+func rlLearnSteps(spec jobspec.Spec) int {
+	if spec.Mode == jobspec.ModeDiLoCo {
+		return max(1, spec.LocalSteps)
+	}
+	return 1
+}
+
+// rlGroupsPerLease is how many groups a learn lease of j carries:
+// rlGroupsPerLearn a step.
+func (j *Job) rlGroupsPerLease() int { return rlLearnSteps(j.Spec) * rlGroupsPerLearn }
+
+// rlGroupsPerLearn is how many scored groups a learn lease carries a step: 64
 // completions at the default group size, a gradient steady enough for
 // one version each.
 const rlGroupsPerLearn = 8

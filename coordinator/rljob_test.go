@@ -163,7 +163,7 @@ func joinRL(g *testGrid, kind string, rl bool, job string) *rawClient {
 func joinRLKey(g *testGrid, kind string, rl bool, job, key string) *rawClient {
 	g.t.Helper()
 	rc := &rawClient{t: g.t, conn: g.dialRaw()}
-	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl}, Job: job, VolunteerKey: key})
+	rc.send(&protocol.Hello{Protocol: protocol.Version, Kind: kind, Backend: "raw", Threads: 1, Client: "raw test client", Caps: &protocol.Caps{RL: rl, RLLocalSteps: rl}, Job: job, VolunteerKey: key})
 	w, ok := rc.read().(*protocol.Welcome)
 	if !ok {
 		g.t.Fatal("expected a welcome")

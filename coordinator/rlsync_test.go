@@ -2,11 +2,17 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/crowdtrain/crowdtrain/coordinator"
+	"github.com/crowdtrain/crowdtrain/dataset"
+	"github.com/crowdtrain/crowdtrain/jobspec"
 	"github.com/crowdtrain/crowdtrain/nn"
+	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
 	"github.com/crowdtrain/crowdtrain/rljob"
 )
@@ -36,35 +42,8 @@ func TestRLSyncRoundsHoldLearnLeasesOnly(t *testing.T) {
 		}
 		return v.Version, v.UpdatesApplied, v.RL.Buffered
 	}
-	// next asks for one lease; ok is false when the coordinator has none.
-	next := func(rc *rawClient) (protocol.Lease, bool) {
-		t.Helper()
-		rc.send(&protocol.Want{N: 1})
-		for {
-			switch m := rc.read().(type) {
-			case *protocol.Lease:
-				return *m, true
-			case *protocol.Idle:
-				return protocol.Lease{}, false
-			}
-		}
-	}
-	// rollout answers a rollout lease with half its completions right
-	// (a group whose rewards differ: GRPO keeps it).
-	rollout := func(rc *rawClient, l protocol.Lease) {
-		t.Helper()
-		if l.Rollout == nil || l.Learn != nil || l.Round != 0 {
-			t.Fatalf("lease %d: rollout %v, learn %v, round %d; want a rollout lease outside the rounds", l.ID, l.Rollout != nil, l.Learn != nil, l.Round)
-		}
-		operands := strings.Split(strings.TrimSuffix(strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n"), "="), "+")
-		x, _ := strconv.Atoi(operands[0])
-		y, _ := strconv.Atoi(operands[1])
-		right := strconv.Itoa(x+y) + "\n"
-		rc.send(rollouts(l, right, "?\n", right, "?\n"))
-		if ack := rc.ack(l.ID); !ack.Accepted {
-			t.Fatalf("rollouts of lease %d refused: %s: %s", l.ID, ack.Reason, ack.Detail)
-		}
-	}
+	next := func(rc *rawClient) (protocol.Lease, bool) { t.Helper(); return rlNext(rc) }
+	rollout := func(rc *rawClient, l protocol.Lease) { t.Helper(); rlRollout(rc, l) }
 	learnLease := func(rc *rawClient) protocol.Lease {
 		t.Helper()
 		l, ok := next(rc)
@@ -142,5 +121,105 @@ func TestRLSyncRoundsHoldLearnLeasesOnly(t *testing.T) {
 	// Round 2 is open, with groups buffered for its learn leases.
 	if l, ok := next(a); !ok || l.Learn == nil || l.Round != 2 || l.BaseVersion != 1 {
 		t.Fatalf("after round 1: lease %+v (ok %v); want a learn lease of round 2 at version 1", l, ok)
+	}
+}
+
+// rlNext asks for one lease; ok is false when the coordinator has none
+// (it says idle).
+func rlNext(rc *rawClient) (protocol.Lease, bool) {
+	rc.t.Helper()
+	rc.send(&protocol.Want{N: 1})
+	for {
+		switch m := rc.read().(type) {
+		case *protocol.Lease:
+			return *m, true
+		case *protocol.Idle:
+			return protocol.Lease{}, false
+		}
+	}
+}
+
+// rlRollout answers rollout lease l of one-digit sums with half its
+// completions right (a group whose rewards differ: GRPO keeps it).
+func rlRollout(rc *rawClient, l protocol.Lease) {
+	rc.t.Helper()
+	if l.Rollout == nil || l.Learn != nil || l.Round != 0 {
+		rc.t.Fatalf("lease %d: rollout %v, learn %v, round %d; want a rollout lease outside the rounds", l.ID, l.Rollout != nil, l.Learn != nil, l.Round)
+	}
+	operands := strings.Split(strings.TrimSuffix(strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n"), "="), "+")
+	x, _ := strconv.Atoi(operands[0])
+	y, _ := strconv.Atoi(operands[1])
+	right := strconv.Itoa(x+y) + "\n"
+	rc.send(rollouts(l, right, "?\n", right, "?\n"))
+	if ack := rc.ack(l.ID); !ack.Accepted {
+		rc.t.Fatalf("rollouts of lease %d refused: %s: %s", l.ID, ack.Reason, ack.Detail)
+	}
+}
+
+// An RL job in mode diloco: a learn lease is a place in a round that
+// carries local_steps times 8 groups, the local steps and the inner
+// optimizer; the worker returns the delta of those steps (compute's
+// learn), and the round's step averages round_size of them into one
+// version with the outer optimizer.
+func TestRLDiLoCoLearnLeasesTakeLocalSteps(t *testing.T) {
+	g, j := rlGrid(t, "mode: diloco\nlocal_steps: 2\nround_size: 2\nspot_check: 0\n")
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-diloco-volunteer-key-a")
+	b := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-diloco-volunteer-key-b")
+	var learn []protocol.Lease
+	for _, rc := range []*rawClient{a, b} {
+		for {
+			l, ok := rlNext(rc)
+			if !ok {
+				t.Fatal("no lease while the buffer fills")
+			}
+			if l.Learn != nil {
+				if l.Round != 1 || l.Learn.Steps != 2 || l.Learn.Inner == nil || len(l.Learn.Groups) != 16 {
+					t.Fatalf("learn lease: round %d, steps %d, inner %v, %d groups; want round 1, 2 steps, the inner optimizer, 16 groups",
+						l.Round, l.Learn.Steps, l.Learn.Inner, len(l.Learn.Groups))
+				}
+				learn = append(learn, l)
+				break
+			}
+			rlRollout(rc, l)
+		}
+	}
+	version := func() int64 {
+		v, _, err := g.srv.JobView(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Version
+	}
+	for i, rc := range []*rawClient{a, b} {
+		rc.send(g.computedRL(m, learn[i]))
+		if ack := rc.ack(learn[i].ID); !ack.Accepted {
+			t.Fatalf("learn result %d: %s: %s", i, ack.Reason, ack.Detail)
+		}
+		if got, want := version(), int64(i); got != want {
+			t.Fatalf("after %d learn results of a round of 2: version %d, want %d", i+1, got, want)
+		}
+	}
+}
+
+// A learn lease carries at most protocol.MaxLearnGroups groups: an RL job
+// in mode diloco with more local steps than that holds (eight groups a
+// step) is refused on local_steps, and no job is created.
+func TestRLDiLoCoRefusesMoreLocalStepsThanALeaseCarries(t *testing.T) {
+	g := newTestGridWith(t, quietJob(t), func(c *coordinator.Config) { c.LoadData = dataset.Load })
+	policy := nntest.RandomSafetensors(t, t.TempDir(), "charlm-tiny", 3)
+	spec, err := jobspec.Parse([]byte(fmt.Sprintf("name: rl\nkind: rl\nmodel: charlm-tiny\npolicy: %q\ntask: {type: add, digits: 1}\nmode: diloco\nlocal_steps: %d\n",
+		policy, protocol.MaxLearnGroups/8+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.srv.AddJob(spec)
+	var se *jobspec.Error
+	if !errors.As(err, &se) || se.Key != "local_steps" || !strings.Contains(se.Problem, "give at most 128") {
+		t.Errorf("local_steps %d: %v; want an error on local_steps saying at most 128", protocol.MaxLearnGroups/8+1, err)
 	}
 }

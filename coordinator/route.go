@@ -24,7 +24,8 @@ import (
 func (j *Job) placeInfo(spec jobspec.Spec) *placement.Job {
 	p := &placement.Job{
 		ID: j.ID, Priority: spec.Priority, Weight: spec.EffectiveWeight(),
-		Needs:     placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB, RL: spec.Kind == jobspec.KindRL},
+		Needs: placement.Needs{Kinds: spec.Requires.Kind, MinMemoryMB: spec.Requires.MinMemoryMB,
+			RL: spec.Kind == jobspec.KindRL, RLLocalSteps: spec.Kind == jobspec.KindRL && spec.Mode == jobspec.ModeDiLoCo},
 		NumParams: j.model.NumParams,
 		Parent:    j.parent,
 	}
@@ -49,7 +50,7 @@ func (wc *workerConn) placeWorker() *placement.Worker {
 	w := &placement.Worker{Kind: wc.hello.Kind, Pin: wc.hello.Job}
 	if c := wc.hello.Caps; c != nil {
 		w.MemoryMB, w.MaxParams, w.Layers, w.Data = c.MemoryMB, c.MaxParams, c.Layers, c.Data
-		w.MicroBatches, w.RL = c.MicroBatches, c.RL
+		w.MicroBatches, w.RL, w.RLLocalSteps = c.MicroBatches, c.RL, c.RLLocalSteps
 	}
 	if j := wc.cur.Load(); j != nil {
 		w.Current = j.ID

@@ -184,10 +184,12 @@ func finishRL(s *Spec, g given) error {
 		return Errorf("policy", "is required with kind: rl: the model to improve, as {job: ID} (a finished text job on this coordinator) or the path of a safetensors file (crowdtrain export)")
 	case !g["task"]:
 		return Errorf("task", "is required with kind: rl: the verifiable task, e.g. {type: add, digits: 2} (types: %s)", strings.Join(rltask.Names, ", "))
-	case g["mode"] && s.Mode == ModeDiLoCo:
-		return Errorf("mode", "an RL job runs in mode async or sync (diloco is not yet supported: a learn lease is one GRPO gradient, not local steps); use mode: sync, or remove mode")
+	case s.AsyncDiLoCo:
+		return Errorf("async_diloco", "an RL job in mode diloco runs its rounds (async DiLoCo is not supported for RL): remove async_diloco")
+	case g["update_codec"] && s.UpdateCodec != CodecFP32:
+		return Errorf("update_codec", "an RL job's learn results are fp32 (%s is not supported for RL): remove update_codec", s.UpdateCodec)
 	}
-	if s.Mode == ModeSync && !g["backup_workers"] {
+	if (s.Mode == ModeSync || s.Mode == ModeDiLoCo) && !g["backup_workers"] {
 		// A learn lease past a round's K carries groups of rollouts that
 		// a closed round throws away: an RL round leases no spare.
 		s.BackupWorkers = 0
@@ -225,8 +227,8 @@ func (s Spec) validateRL() error {
 	switch {
 	case !s.TextModel():
 		return Errorf("model", "an RL job's policy is a language model: its input must be [t], token ids, got %v", s.Model.Input)
-	case s.Mode != ModeAsync && s.Mode != ModeSync:
-		return Errorf("mode", "an RL job runs in mode async or sync (%s is not yet supported)", s.Mode)
+	case !slices.Contains(Modes, s.Mode):
+		return Errorf("mode", "%q is not a mode (want async, sync or diloco)", s.Mode)
 	case r.Algorithm != AlgorithmGRPO:
 		return Errorf("algorithm", "%q is not an RL algorithm (want grpo)", r.Algorithm)
 	case r.GroupSize < 2 || r.GroupSize > MaxGroupSize:

@@ -55,6 +55,10 @@ func TestRLSpecDefaults(t *testing.T) {
 	if s, err := Parse([]byte(rlBase + "mode: sync\nround_size: 2\nbackup_workers: 1\n")); err != nil || s.RoundSize != 2 || s.BackupWorkers != 1 {
 		t.Errorf("mode: sync with round_size 2 and backup_workers 1: %v; got %d and %d", err, s.RoundSize, s.BackupWorkers)
 	}
+	// DiLoCo: rounds of learn leases of local steps, as any DiLoCo job's.
+	if s, err := Parse([]byte(rlBase + "mode: diloco\nlocal_steps: 4\n")); err != nil || s.Mode != ModeDiLoCo || s.LocalSteps != 4 || s.BackupWorkers != 0 || s.UpdateKind() != "delta" {
+		t.Errorf("mode: diloco: %v; mode %s, local_steps %d, backup_workers %d, update kind %s; want diloco, 4, 0, delta", err, s.Mode, s.LocalSteps, s.BackupWorkers, s.UpdateKind())
+	}
 	if s, err := Parse([]byte(rlBase + "kl_coef: 0.05\n")); err != nil || s.RL.KLCoef != 0.05 {
 		t.Errorf("kl_coef: 0.05: %v; want it kept (the KL penalty against the initial policy)", err)
 	}
@@ -71,7 +75,8 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
 		{rlBase + "init: {job: y}\n", "init", "policy"},
 		{rlBase + "sweep: {method: grid, space: {clip: [0.1, 0.2]}}\n", "sweep", "not supported yet"},
-		{rlBase + "mode: diloco\n", "mode", "not yet supported"},
+		{rlBase + "mode: diloco\nasync_diloco: true\n", "async_diloco", "not supported for RL"},
+		{rlBase + "mode: diloco\nupdate_codec: sparse\n", "update_codec", "not supported for RL"},
 		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
 		{rlBase + "spot_check: 1.5\n", "spot_check", "[0, 1]"},
 		{rlBase + "algorithm: ppo\n", "algorithm", "grpo"},

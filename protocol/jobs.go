@@ -29,6 +29,10 @@ type Caps struct {
 	// RL says the worker computes RL jobs' rollout and learn leases
 	// (rl.go); only such workers are given them.
 	RL bool `msgpack:"rl,omitempty"`
+	// RLLocalSteps says it computes a learn lease's local steps
+	// (LearnTask.Steps above 1, an RL job in mode diloco); only such
+	// workers are given those jobs.
+	RLLocalSteps bool `msgpack:"rl_local_steps,omitempty"`
 }
 
 // Bounds on Caps.

@@ -53,12 +53,20 @@ type RolloutTask struct {
 // KLCoef times the KL penalty against the reference policy, whose
 // parameters the worker GETs from ReferenceURL (the same for the job's
 // whole life, so a worker downloads it once).
+//
+// With Steps above 1 (an RL job in mode diloco) the worker takes Steps
+// local steps instead: Groups in Steps consecutive shares of equal size,
+// from the base version one GRPO gradient and one step of Inner (its
+// state fresh) per share, and returns the delta w_base - w_after. Only a
+// worker that announces Caps.RLLocalSteps is given such a lease.
 type LearnTask struct {
-	Groups       []LearnGroup `msgpack:"groups"`
-	Clip         float64      `msgpack:"clip"`
-	Temperature  float64      `msgpack:"temperature"`
-	KLCoef       float64      `msgpack:"kl_coef,omitempty"`
-	ReferenceURL string       `msgpack:"reference_url,omitempty"`
+	Groups       []LearnGroup    `msgpack:"groups"`
+	Clip         float64         `msgpack:"clip"`
+	Temperature  float64         `msgpack:"temperature"`
+	KLCoef       float64         `msgpack:"kl_coef,omitempty"`
+	ReferenceURL string          `msgpack:"reference_url,omitempty"`
+	Steps        int             `msgpack:"steps,omitempty"`
+	Inner        *InnerOptimizer `msgpack:"inner,omitempty"`
 }
 
 // LearnGroup is one prompt and its scored completions.
@@ -131,6 +139,15 @@ func (m *Lease) validateRL() error {
 		return invalid(TypeLease, "learn.kl_coef", "must be a finite number >= 0, got %v", l.KLCoef)
 	case l.KLCoef > 0 && l.ReferenceURL == "":
 		return invalid(TypeLease, "learn.reference_url", "a learn lease with kl_coef %v needs the reference policy's URL", l.KLCoef)
+	case l.Steps < 0 || l.Steps > len(l.Groups) || l.Steps > 1 && len(l.Groups)%l.Steps != 0:
+		return invalid(TypeLease, "learn.steps", "%d steps of %d groups: want 0 or 1 (one gradient), or a divisor of the groups (local steps)", l.Steps, len(l.Groups))
+	case l.Steps > 1 && l.Inner == nil:
+		return invalid(TypeLease, "learn.inner", "local steps (%d) need the inner optimizer", l.Steps)
+	}
+	if l.Steps > 1 {
+		if err := l.Inner.validate(); err != nil {
+			return err
+		}
 	}
 	if err := checkText(TypeLease, "learn.reference_url", l.ReferenceURL, maxLongText, false); err != nil {
 		return err

@@ -19,6 +19,16 @@ func learnLease() *Lease {
 			Completions: []LearnCompletion{{Tokens: []int32{51, 10}, LogProbs: []float32{-0.5, -0.1}, Advantage: 1}, {Tokens: []int32{52}, LogProbs: []float32{-2}, Advantage: -1}}}}}}
 }
 
+// stepsLease is a learn lease of two local steps (an RL job in mode
+// diloco): two groups, one a step.
+func stepsLease() *Lease {
+	l := learnLease()
+	l.Learn.Groups = append(l.Learn.Groups, l.Learn.Groups[0])
+	l.Learn.Steps = 2
+	l.Learn.Inner = &InnerOptimizer{Type: InnerAdamW, LR: 4e-4, Beta1: 0.9, Beta2: 0.95, Epsilon: 1e-8, ClipNorm: 1}
+	return l
+}
+
 func rolloutResult() *Result {
 	return &Result{LeaseID: 7, JobID: "rl-1", BaseVersion: 3, Examples: 2,
 		Rollouts: []Rollout{{Tokens: []int32{51, 10}, LogProbs: []float32{-0.5, -0.1}}, {Tokens: []int32{52}, LogProbs: []float32{0}}}}
@@ -28,8 +38,8 @@ func rolloutResult() *Result {
 func TestRLMessagesRoundTrip(t *testing.T) {
 	withKL := learnLease()
 	withKL.Learn.KLCoef, withKL.Learn.ReferenceURL = 0.05, "/api/v1/jobs/rl-1/reference"
-	for _, m := range []Message{rolloutLease(), learnLease(), withKL, rolloutResult(),
-		&Hello{Protocol: Version, Kind: KindNative, Backend: "b", Threads: 1, Caps: &Caps{RL: true}}} {
+	for _, m := range []Message{rolloutLease(), learnLease(), withKL, stepsLease(), rolloutResult(),
+		&Hello{Protocol: Version, Kind: KindNative, Backend: "b", Threads: 1, Caps: &Caps{RL: true, RLLocalSteps: true}}} {
 		b, err := Encode(m)
 		if err != nil {
 			t.Fatalf("%s: %v", m.MessageType(), err)
@@ -64,6 +74,15 @@ func TestRLMessagesRefuseBadFields(t *testing.T) {
 		{"learn: NaN kl_coef", func() Message { l := learnLease(); l.Learn.KLCoef = math.NaN(); return l }(), "learn.kl_coef"},
 		{"learn: kl_coef without a reference", func() Message { l := learnLease(); l.Learn.KLCoef = 0.1; return l }(), "learn.reference_url"},
 		{"learn: clip 1", func() Message { l := learnLease(); l.Learn.Clip = 1; return l }(), "learn.clip"},
+		{"learn: more steps than groups", func() Message { l := stepsLease(); l.Learn.Steps = 3; return l }(), "learn.steps"},
+		{"learn: steps that do not divide the groups", func() Message {
+			l := stepsLease()
+			l.Learn.Groups = append(l.Learn.Groups, l.Learn.Groups[0])
+			return l
+		}(), "learn.steps"},
+		{"learn: negative steps", func() Message { l := learnLease(); l.Learn.Steps = -1; return l }(), "learn.steps"},
+		{"learn: steps without an inner optimizer", func() Message { l := stepsLease(); l.Learn.Inner = nil; return l }(), "learn.inner"},
+		{"learn: steps with an inner rate of 0", func() Message { l := stepsLease(); l.Learn.Inner.LR = 0; return l }(), "inner_optimizer.lr"},
 		{"learn: positive log-prob", func() Message { l := learnLease(); l.Learn.Groups[0].Completions[0].LogProbs[1] = 0.5; return l }(), "learn.groups[0].completions[0].log_probs"},
 		{"learn: Inf advantage", func() Message { l := learnLease(); l.Learn.Groups[0].Completions[1].Advantage = math.Inf(1); return l }(), "learn.groups[0].completions[1].advantage"},
 		{"learn: log-probs short", func() Message { l := learnLease(); l.Learn.Groups[0].Completions[0].LogProbs = []float32{-1}; return l }(), "learn.groups[0].completions[0].log_probs"},

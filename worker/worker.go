@@ -431,7 +431,7 @@ func (w *Worker) session(ctx context.Context, addr string) error {
 	// Every worker computes RL jobs' rollout and learn leases, on the
 	// host with nn whatever its backend (in a tab: wasm, with SIMD where
 	// the browser has it).
-	caps.RL = true
+	caps.RL, caps.RLLocalSteps = true, true
 	if err := s.send(ctx, &protocol.Hello{
 		Protocol: protocol.Version, Kind: w.cfg.Kind, Backend: helloBackend, Threads: b.Threads(),
 		Client: w.cfg.Client, Codecs: protocol.UpdateCodecs, Token: w.cfg.Token,

@@ -31,8 +31,9 @@ import (
 // GRPO gradients with a small KL penalty (kl_coef 0.01: each learn
 // worker downloads the reference policy from the coordinator), ends with
 // a solved share well above S0 in its eval: in mode async (a step per
-// learn result), and in mode sync (a step per round of two learn
-// results, one from each worker, rollouts outside the rounds).
+// learn result), in mode sync (a step per round of two learn results,
+// one from each worker, rollouts outside the rounds), and in mode diloco
+// (rounds of two learn leases of four local steps each).
 func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	testenv.Long(t, "trains a text job and then an RL job end to end in two modes")
 	dir := t.TempDir()
@@ -40,7 +41,7 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	for _, mode := range []string{"async", "sync"} {
+	for _, mode := range []string{"async", "sync", "diloco"} {
 		t.Run(mode, func(t *testing.T) {
 			rlSpec := writeRLAddSpec(t, dir, "rl-add-"+mode, policy, 24, 40)
 			b, err := os.ReadFile(rlSpec)
@@ -53,6 +54,13 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 				// half the steps of async at twice the batch, at twice
 				// the rate.
 				y = strings.Replace(y, "lr: 0.0002", "lr: 0.0004", 1) + "mode: sync\nround_size: 2\n"
+			}
+			if mode == "diloco" {
+				// Learn leases of 4 local steps (32 groups), rounds of
+				// two, DiLoCo's outer Nesterov on the mean delta, the
+				// inner AdamW at the async job's rate.
+				y = y[:strings.Index(y, "outer_optimizer:")] + y[strings.Index(y, "max_epochs:"):] +
+					"mode: diloco\nround_size: 2\nlocal_steps: 4\ninner_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}\n"
 			}
 			writeTestFile(t, rlSpec, []byte(y))
 			addr := freeAddr(t)
@@ -67,8 +75,8 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 			if *v.Eval.Solved < s0+0.15 {
 				t.Errorf("%s: solved %.3f after RL, S0 %.3f: want at least 15 points more; log:\n%s", mode, *v.Eval.Solved, s0, srv.logText())
 			}
-			if mode == "sync" && v.UpdatesApplied < 2*v.Version-2 {
-				t.Errorf("sync: %d learn results applied in %d versions; want two a round (rounds of round_size 2)", v.UpdatesApplied, v.Version)
+			if mode != "async" && v.UpdatesApplied < 2*v.Version-2 {
+				t.Errorf("%s: %d learn results applied in %d versions; want two a round (rounds of round_size 2)", mode, v.UpdatesApplied, v.Version)
 			}
 		})
 	}

@@ -12,8 +12,9 @@ type Needs struct {
 	Kinds       []string // worker kinds that may run it; empty: any
 	MinMemoryMB int      // 0: none beyond the model's own need
 	// RL: the job hands out RL leases (rollout and learn), which only a
-	// worker that announces them computes.
-	RL bool
+	// worker that announces them computes; RLLocalSteps: learn leases of
+	// local steps (mode diloco), likewise.
+	RL, RLLocalSteps bool
 }
 
 // Job is what placement knows of a job.
@@ -50,8 +51,9 @@ type Worker struct {
 	// as soon as they have.
 	Since time.Time
 	Data  []string
-	// RL: it computes RL leases (hello.caps.rl).
-	RL bool
+	// RL: it computes RL leases (hello.caps.rl); RLLocalSteps, learn
+	// leases of local steps (hello.caps.rl_local_steps).
+	RL, RLLocalSteps bool
 }
 
 // Fit returns "" if w can run j, else what is missing, in words for an
@@ -65,6 +67,9 @@ func Fit(w *Worker, j *Job) string {
 	}
 	if j.Needs.RL && !w.RL {
 		return fmt.Sprintf("a %s worker that computes no RL leases: the job needs one that does (the native worker, for now)", w.Kind)
+	}
+	if j.Needs.RLLocalSteps && !w.RLLocalSteps {
+		return fmt.Sprintf("a %s worker that computes no learn leases of local steps: the job (mode diloco) needs one that does (update crowdtrain)", w.Kind)
 	}
 	need := j.NeedMB
 	if w.MicroBatches && j.MicroNeedMB > 0 {

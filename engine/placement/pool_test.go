@@ -352,6 +352,8 @@ func TestFit(t *testing.T) {
 		// tab (which announces none) gets nothing of it.
 		{Worker{Kind: "browser", MemoryMB: 8192}, &Job{ID: "rl", Needs: Needs{RL: true}}, "no RL leases"},
 		{Worker{Kind: "native", RL: true}, &Job{ID: "rl", Needs: Needs{RL: true}}, ""},
+		{Worker{Kind: "native", RL: true}, &Job{ID: "rl-diloco", Needs: Needs{RL: true, RLLocalSteps: true}}, "no learn leases of local steps"},
+		{Worker{Kind: "native", RL: true, RLLocalSteps: true}, &Job{ID: "rl-diloco", Needs: Needs{RL: true, RLLocalSteps: true}}, ""},
 		{Worker{Kind: "native", RL: true}, &Job{ID: "j"}, ""},
 	} {
 		got := Fit(&c.w, c.j)
