@@ -314,6 +314,11 @@ func (j *Job) step(now time.Time) {
 		}
 		st.clipped += r.Clipped
 		r.Clipped = 0
+		if r.Colluding > 0 && j.verbose {
+			j.logf("job %s: round %d left %d results out of its step as too alike another volunteer's (collusion)", j.ID, s.Round, r.Colluding)
+		}
+		st.colluding += r.Colluding
+		r.Colluding = 0
 	}
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)

@@ -77,6 +77,10 @@ func (j *Job) configure(spec jobspec.Spec) error {
 	if r, ok := st.agg.(*engine.Rounds); ok {
 		r.Robust = spec.Robust.Engine()
 		r.Validate = j.validate
+		// DiLoCo's rounds are few and far between, and the pairwise
+		// comparison costs the square of their size in passes over the
+		// model: sync rounds, many a second, do without it.
+		r.Collusion = spec.Mode == jobspec.ModeDiLoCo
 	}
 
 	sc := &st.sched

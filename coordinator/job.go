@@ -201,6 +201,7 @@ type jobState struct {
 	lastRelease    string
 	roundsShort    int64
 	clipped        int64 // results (or buckets) applied clipped by the robust rule
+	colluding      int64 // results a DiLoCo round left out as colluding (engine/collusion.go)
 	leasesIssued   int64
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
@@ -521,6 +522,10 @@ type JobView struct {
 	// Clipped counts results applied clipped by the robust rule (in
 	// sync and diloco, the results or buckets a round's clip clipped).
 	Clipped int64 `json:"clipped"`
+	// Colluding counts results a DiLoCo round left out of its step as far
+	// more alike another volunteer's than the round's others
+	// (engine/collusion.go): accepted and credited, not applied.
+	Colluding int64 `json:"colluding"`
 	// SpotChecks is what the spot checks did (docs/SPOTCHECKS.md).
 	SpotChecks *SpotCheckView `json:"spot_checks"`
 	// RL is an RL job's rollouts and what became of them (rljob.go).
@@ -624,6 +629,7 @@ func (j *Job) view(st *jobState) JobView {
 	v.RoundsShort, v.LeasesReleased, v.LastRelease = st.roundsShort, st.leasesReleased, st.lastRelease
 	v.SnapshotCache = j.snapshotCacheView(st.rebased, st.rebasedResults)
 	v.Clipped = st.clipped
+	v.Colluding = st.colluding
 	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()
 	if j.rl != nil {

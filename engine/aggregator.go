@@ -377,6 +377,11 @@ type Rounds struct {
 	// coordinator's own data, as Async.Validate does: a refused one is
 	// not held for the round.
 	Validate func(u []float32) string
+	// Collusion, with a robust method, leaves out of a round's aggregate
+	// the results far more alike than the round's others (collusion.go);
+	// Colluding counts them.
+	Collusion bool
+	Colluding int64
 	refusals
 	radius float64 // tau × the median distance of the last round's results from its aggregate
 
@@ -387,6 +392,8 @@ type Rounds struct {
 	sum     []float32
 	mean    []float32
 	held    [][]float32 // the round's results, kept for a robust method
+	origin  []int       // held[k]'s origin: one per result; noOrigin for copies of a mean
+	origins int         // the origins handed out
 	prev    []float32   // the previous round's aggregate: the clip's start
 }
 
@@ -446,6 +453,7 @@ func (r *Rounds) Offer(c Contribution) Decision {
 		} else {
 			r.held = append(r.held, slices.Clone(c.Update))
 		}
+		r.setOrigin(r.results, r.newOrigin())
 	}
 	for i, v := range c.Update {
 		r.sum[i] += v
@@ -468,6 +476,7 @@ func (r *Rounds) offerSum(c Contribution) {
 			for i, v := range c.Update {
 				m[i] = v * inv
 			}
+			r.setOrigin(r.results+k, noOrigin)
 		}
 	}
 	for i, v := range c.Update {
@@ -504,7 +513,11 @@ func (r *Rounds) close() Step {
 		if rng == nil {
 			rng = rand.New(rand.NewPCG(r.round, 0x636c6970))
 		}
-		r.Clipped += int64(r.Robust.Aggregate(r.mean, r.held[:r.results], r.prev, rng))
+		held := r.held[:r.results]
+		if r.Collusion {
+			held = r.leaveOutColluding(held)
+		}
+		r.Clipped += int64(r.Robust.Aggregate(r.mean, held, r.prev, rng))
 		if r.Validate != nil && r.results >= 3 {
 			ds := make([]float64, r.results)
 			for k, x := range r.held[:r.results] {
@@ -531,6 +544,42 @@ func (r *Rounds) close() Step {
 	r.round++
 	r.leased, r.results, r.opened = 0, 0, time.Time{}
 	return s
+}
+
+// newOrigin is a fresh origin for held results.
+func (r *Rounds) newOrigin() int { r.origins++; return r.origins }
+
+// setOrigin records held[k]'s origin.
+func (r *Rounds) setOrigin(k, o int) {
+	for len(r.origin) <= k {
+		r.origin = append(r.origin, 0)
+	}
+	r.origin[k] = o
+}
+
+// leaveOutColluding moves the round's colluding results (collusion.go)
+// to the end of held and returns the others, counting those left out;
+// all of held when none is, or when every one is (nothing to tell them
+// from).
+func (r *Rounds) leaveOutColluding(held [][]float32) [][]float32 {
+	bad := colluding(held, r.origin[:len(held)])
+	if bad == nil {
+		return held
+	}
+	k := 0
+	for i := range held {
+		if !bad[i] {
+			held[k], held[i] = held[i], held[k]
+			r.origin[k], r.origin[i] = r.origin[i], r.origin[k]
+			bad[k], bad[i] = bad[i], bad[k]
+			k++
+		}
+	}
+	if k == 0 {
+		return held
+	}
+	r.Colluding += int64(len(held) - k)
+	return held[:k]
 }
 
 func (r *Rounds) Partial() Partial {
@@ -560,6 +609,7 @@ func (r *Rounds) Restore(p Partial) error {
 				m[i] = v / float32(p.Results)
 			}
 			r.held = append(r.held, m)
+			r.setOrigin(k, noOrigin)
 		}
 	}
 	// The leases of the round were not kept: their tasks are queued
