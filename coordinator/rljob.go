@@ -16,7 +16,7 @@ import (
 )
 
 // An RL job (kind: rl, docs/TRAINING.md "How an RL job runs") is an
-// asynchronous or sync job whose leases are rollout and learn leases
+// async, sync or DiLoCo job whose leases are rollout and learn leases
 // instead of shard tasks. The scheduler still hands out its leases (ids, deadlines,
 // the policy version, expiry, each worker's share), one queue task each,
 // but an RL lease's task goes back to the queue when the lease settles:
@@ -24,9 +24,11 @@ import (
 // package rljob, a share of them after the coordinator recomputed their
 // log-probabilities (rlcheck.go), and never touch the model; learn results go through the
 // path every gradient takes (norm gate, robust aggregation, staleness, the
-// outer optimizer): one step each in async, one a round in sync, where
-// rollouts take no place in the rounds (rlGrantInRounds). An epoch is rlEpochCompletions
-// completions learnt from.
+// outer optimizer): one step each in async, one a round in sync and
+// DiLoCo (whose learn leases take local steps), where rollouts take no
+// place in the rounds (rlGrantInRounds). Mode and local_steps are fixed
+// when the job is created. An epoch is rlEpochCompletions completions
+// learnt from.
 
 // rlEpochCompletions is an RL job's epoch: the completions its learn
 // leases carry before max_epochs counts one.
@@ -201,9 +203,9 @@ const (
 // and a worker holding a learn place generates while the round fills. A
 // learn place goes out only when a full learn lease of fresh groups is
 // buffered; rollouts stop while the buffer and the rollouts out would
-// fill every place of this round and the next, so that generation does
-// not run ahead of what rounds can learn from before it is stale. ok is
-// false when nothing is to be granted now.
+// fill every place of this round and the next twice over, so that
+// generation does not run far ahead of what rounds can learn from before
+// it is stale. ok is false when nothing is to be granted now.
 func (j *Job) rlGrantInRounds(worker string, rounds *engine.Rounds, baseURL string) (protocol.Lease, bool) {
 	st := &j.st
 	now := st.sched.Now()

@@ -59,6 +59,20 @@ func TestRLSpecDefaults(t *testing.T) {
 	if s, err := Parse([]byte(rlBase + "mode: diloco\nlocal_steps: 4\n")); err != nil || s.Mode != ModeDiLoCo || s.LocalSteps != 4 || s.BackupWorkers != 0 || s.UpdateKind() != "delta" {
 		t.Errorf("mode: diloco: %v; mode %s, local_steps %d, backup_workers %d, update kind %s; want diloco, 4, 0, delta", err, s.Mode, s.LocalSteps, s.BackupWorkers, s.UpdateKind())
 	}
+	// Mode and local_steps are fixed when an RL job is created (its
+	// learn leases are cut for them); other live keys still change.
+	cur, err := Parse([]byte(rlBase + "mode: diloco\nlocal_steps: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, patch := range []string{`{"mode": "sync"}`, `{"local_steps": 8}`} {
+		if _, _, err := Patch(cur, []byte(patch)); err == nil || !strings.Contains(err.Error(), "fixed when it is created") {
+			t.Errorf("patch %s of an RL job: %v; want an error saying mode and local_steps are fixed", patch, err)
+		}
+	}
+	if next, _, err := Patch(cur, []byte(`{"lr": 0.5}`)); err != nil || next.OuterOptimizer.LR != 0.5 {
+		t.Errorf("patch lr of an RL job: %v, lr %v; want 0.5", err, next.OuterOptimizer.LR)
+	}
 	if s, err := Parse([]byte(rlBase + "kl_coef: 0.05\n")); err != nil || s.RL.KLCoef != 0.05 {
 		t.Errorf("kl_coef: 0.05: %v; want it kept (the KL penalty against the initial policy)", err)
 	}
