@@ -133,19 +133,9 @@ func (c *Computer) Compute(t *Task) (res *protocol.Result, err error) {
 // batch, and writes the update. labels holds the model's labels per
 // example for each.
 func (c *Computer) localSteps(base, x []float32, labels []int32, plan InnerSteps) (lossSum float64, correct int, err error) {
-	if c.grad == nil {
-		c.grad = make([]float32, c.model.NumParams)
-		c.local = make([]float32, c.model.NumParams)
-	}
 	in, lpe := c.model.InputSize, c.model.LabelsPerExample
 	count := len(labels) / lpe
-	copy(c.local, base)
-	o := plan.Inner
-	if o.Type == protocol.InnerAdamW {
-		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
-		c.adamw.ClipNorm = o.ClipNorm
-		c.adamw.Reset(len(c.local))
-	}
+	c.startInner(base, plan.Inner)
 	for step := 0; step < plan.Steps; step++ {
 		lo := step * plan.BatchSize
 		if lo >= count {
@@ -158,17 +148,38 @@ func (c *Computer) localSteps(base, x []float32, labels []int32, plan InnerSteps
 		}
 		lossSum += ls
 		correct += cor
-		if o.Type == protocol.InnerAdamW {
-			c.adamw.Step(c.local, c.grad)
-		} else {
-			nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
-		}
+		c.innerStep(plan.Inner)
 	}
 	scale := plan.UpdateScale()
 	for i, w := range c.local {
 		c.update[i] = (base[i] - w) * scale
 	}
 	return lossSum, correct, nil
+}
+
+// startInner readies local steps from base: c.local holds a copy of it,
+// c.grad room for a gradient, and the inner optimizer o its state fresh.
+func (c *Computer) startInner(base []float32, o protocol.InnerOptimizer) {
+	if c.grad == nil {
+		c.grad = make([]float32, c.model.NumParams)
+		c.local = make([]float32, c.model.NumParams)
+	}
+	copy(c.local, base)
+	if o.Type == protocol.InnerAdamW {
+		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
+		c.adamw.ClipNorm = o.ClipNorm
+		c.adamw.Reset(len(c.local))
+	}
+}
+
+// innerStep takes one step of the inner optimizer o on c.local with the
+// gradient in c.grad.
+func (c *Computer) innerStep(o protocol.InnerOptimizer) {
+	if o.Type == protocol.InnerAdamW {
+		c.adamw.Step(c.local, c.grad)
+	} else {
+		nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
+	}
 }
 
 // Lease runs lease l on b from params over the lease's examples x and

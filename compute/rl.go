@@ -140,28 +140,14 @@ func (c *Computer) learnSteps(params []float32, groups []rl.Group, adv [][]float
 	if err := plan.Check(); err != nil {
 		return fmt.Errorf("learn lease: %w", err)
 	}
-	if c.grad == nil {
-		c.grad = make([]float32, c.model.NumParams)
-		c.local = make([]float32, c.model.NumParams)
-	}
-	copy(c.local, params)
-	o := plan.Inner
-	if o.Type == protocol.InnerAdamW {
-		c.adamw.LR, c.adamw.WeightDecay, c.adamw.Beta1, c.adamw.Beta2, c.adamw.Epsilon = o.LR, o.WeightDecay, o.Beta1, o.Beta2, o.Epsilon
-		c.adamw.ClipNorm = o.ClipNorm
-		c.adamw.Reset(len(c.local))
-	}
+	c.startInner(params, plan.Inner)
 	per := len(groups) / l.Steps
 	for step := range l.Steps {
 		lo, hi := step*per, (step+1)*per
 		if _, err := rl.LossWithAdvantages(c.model, c.ws, c.local, groups[lo:hi], adv[lo:hi], cfg, c.grad); err != nil {
 			return fmt.Errorf("learn lease, local step %d: %w", step, err)
 		}
-		if o.Type == protocol.InnerAdamW {
-			c.adamw.Step(c.local, c.grad)
-		} else {
-			nn.SGDStep(c.local, c.grad, o.LR*nn.ClipScale(c.grad, float64(o.ClipNorm)))
-		}
+		c.innerStep(plan.Inner)
 	}
 	for i, w := range c.local {
 		c.update[i] = params[i] - w

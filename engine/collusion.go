@@ -19,8 +19,9 @@ import (
 // result of another origin is under collusionRatio times the round's
 // typical distance (the median over results of each one's median
 // distance to the others), with a cosine over collusionMinCos: the
-// honest pairs' smallest distance was 0.9 to 0.95 times the median in
-// every round of a clean run, the attackers' at most 0.4 times. They are
+// honest pairs' smallest distance was 0.9 to 0.95 times the median
+// pairwise distance in every round of a clean run, the attackers' at
+// most 0.4 times. They are
 // left out of the round's aggregate. A round needs three results of two
 // origins or more to have a median to compare with. Copies of a mean (a
 // relay's sum, a restored partial round; noOrigin) are never compared:
@@ -28,8 +29,8 @@ import (
 // than two results do, and its relay has bounded each of them.
 
 const (
-	// collusionRatio is the share of the round's median pairwise
-	// distance under which two results are too alike.
+	// collusionRatio is the share of the round's typical distance
+	// (colluding) under which two results are too alike.
 	collusionRatio = 0.35
 	// collusionMinCos keeps rounds whose results are nearly orthogonal
 	// (a median distance near 1) from marking merely related results.

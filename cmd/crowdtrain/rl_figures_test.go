@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
@@ -73,13 +70,7 @@ func TestRLJobRolloutFigures(t *testing.T) {
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec,
 		"--web-dist", dist, "--admin-token", modesAdminToken)
 	srv.waitLine("coordinator listening", time.Minute)
-	browser := testbrowser.New(t)
-	ctx, cancel := context.WithTimeout(browser, time.Minute)
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute")); err != nil {
-		cancel()
-		t.Fatalf("browser: contribute: %v", err)
-	}
-	cancel()
+	openContributeTab(t, addr)
 	for range 2 {
 		startProc(t, "work", "--coordinator", "ws://"+addr+"/ws", "--threads", "1")
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/crowdtrain/crowdtrain/coordinator"
 	"github.com/crowdtrain/crowdtrain/internal/attack"
 	"github.com/crowdtrain/crowdtrain/internal/testbrowser"
@@ -251,13 +249,7 @@ eval_every: 40
 	srv.waitLine("coordinator listening", time.Minute)
 	// A browser tab in the crowd: it samples the tokenized policy's
 	// rollouts in wasm beside the two native workers.
-	browser := testbrowser.New(t)
-	ctx, cancel := context.WithTimeout(browser, time.Minute)
-	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#contribute"), chromedp.Click("#contribute")); err != nil {
-		cancel()
-		t.Fatalf("browser: contribute: %v", err)
-	}
-	cancel()
+	openContributeTab(t, addr)
 	tabRollouts := int64(0)
 	s0 := -1.0
 	v = waitJob(t, addr, 5*time.Minute, "the RL job to finish", func(v coordinator.JobView) bool {
