@@ -208,25 +208,26 @@ func (s *Server) IssueRelayCredential(name, url string) ([]byte, error) {
 
 // RevokeRelayCredential cuts relay name off at once: NATS closes its
 // connections and refuses its credential, and its leases are requeued.
-// It reports whether the relay had a credential.
-func (s *Server) RevokeRelayCredential(name string) (bool, error) {
+// It reports whether the relay had a credential, and how many leases it
+// held that were queued again.
+func (s *Server) RevokeRelayCredential(name string) (requeued int, ok bool, err error) {
 	g := s.gate.Load()
 	if g == nil {
-		return false, errors.New("this coordinator serves no relays: start it with --nats-listen")
+		return 0, false, errors.New("this coordinator serves no relays: start it with --nats-listen")
 	}
 	if g.o.Credentials == nil {
-		return false, ErrNoRelayCredentials
+		return 0, false, ErrNoRelayCredentials
 	}
-	ok, err := g.o.Credentials.RevokeRelay(name)
+	ok, err = g.o.Credentials.RevokeRelay(name)
 	if err != nil || !ok {
-		return ok, err
+		return 0, ok, err
 	}
 	g.mu.Lock()
 	delete(g.relays, name)
 	g.mu.Unlock()
-	g.dropLeases(name, "relay "+name+"'s credential was revoked")
-	g.s.cfg.Logger.Info(fmt.Sprintf("relays: relay %s's credential was revoked: it is disconnected and its leases are queued again", name), logRelay, name)
-	return true, nil
+	requeued = g.dropLeases(name, "relay "+name+"'s credential was revoked")
+	g.s.cfg.Logger.Info(fmt.Sprintf("relays: relay %s's credential was revoked: it is disconnected and its %d leases are queued again", name, requeued), logRelay, name)
+	return requeued, true, nil
 }
 
 // checkRelayURL is why url cannot be a relay's volunteers' URL, or nil.
@@ -711,21 +712,46 @@ func (g *relayGate) record(relay, verdict, detail string, bytes, strikesRefused 
 }
 
 // dropLeases requeues every lease relay holds, in every job.
-func (g *relayGate) dropLeases(relay, reason string) {
-	g.s.mu.Lock()
-	jobs := slices.Clone(g.s.jobs)
-	g.s.mu.Unlock()
-	for _, j := range jobs {
-		if j.mirror != nil {
-			continue
-		}
+func (g *relayGate) dropLeases(relay, reason string) (requeued int) {
+	for _, j := range g.rootJobs() {
 		_ = j.exec(g.s.ctx, func(st *jobState) {
 			if n := j.releaseWorker(relayWorker(relay)); n > 0 {
 				st.leasesReleased += int64(n)
 				st.lastRelease = reason
+				requeued += n
 			}
 		})
 	}
+	return requeued
+}
+
+// rootJobs are the jobs this coordinator trains itself: those relays
+// lease from (not the mirrors of a relay's own upstream).
+func (g *relayGate) rootJobs() []*Job {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	var out []*Job
+	for _, j := range g.s.jobs {
+		if j.mirror == nil {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// leasesHeld counts the leases each relay holds now, across the jobs.
+func (g *relayGate) leasesHeld() map[string]int {
+	held := map[string]int{}
+	for _, j := range g.rootJobs() {
+		_ = j.exec(g.s.ctx, func(st *jobState) {
+			for _, l := range st.sched.Leases() {
+				if relay, ok := strings.CutPrefix(l.Worker, relayWorker("")); ok {
+					held[relay]++
+				}
+			}
+		})
+	}
+	return held
 }
 
 // LiftRelayQuarantine lets a quarantined relay back in, with a clean
@@ -993,7 +1019,10 @@ type RelayView struct {
 // what the root refused of it.
 type RelayAdminView struct {
 	RelayView
-	Approved         bool   `json:"approved"`
+	Approved bool `json:"approved"`
+	// LeasesHeld counts the root's leases the relay holds now, across
+	// the jobs: what a revocation would queue again.
+	LeasesHeld       int    `json:"leases_held"`
 	AggregatesForged int64  `json:"aggregates_forged"`
 	PartsRefused     int64  `json:"parts_refused"`
 	StrikesRefused   int64  `json:"strikes_refused"`
@@ -1014,10 +1043,11 @@ func (s *Server) RelaysAdmin() []RelayAdminView {
 	if g == nil {
 		return out
 	}
+	held := g.leasesHeld() // before g.mu: a job's loop may wait on it
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for name, r := range g.relays {
-		out = append(out, RelayAdminView{RelayView: r.view(name), Approved: r.Approved, AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
+		out = append(out, RelayAdminView{RelayView: r.view(name), Approved: r.Approved, LeasesHeld: held[name], AggregatesForged: r.Forged, PartsRefused: r.PartsRefused,
 			StrikesRefused: r.StrikesRefused, Quarantined: r.Quarantined, QuarantineReason: r.Reason})
 	}
 	slices.SortFunc(out, func(a, b RelayAdminView) int { return strings.Compare(a.Name, b.Name) })

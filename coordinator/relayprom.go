@@ -85,14 +85,14 @@ func (s *Server) relayRoutes(api *mux.Router) {
 	api.HandleFunc("/relays/credentials", s.admin(s.handleIssueRelayCredential)).Methods(http.MethodPost)
 	api.HandleFunc("/relays/{name}/credential", s.admin(func(w http.ResponseWriter, r *http.Request) {
 		name := mux.Vars(r)["name"]
-		ok, err := s.RevokeRelayCredential(name)
+		requeued, ok, err := s.RevokeRelayCredential(name)
 		switch {
 		case err != nil:
 			writeError(w, http.StatusConflict, "%v", err)
 		case !ok:
 			writeError(w, http.StatusNotFound, "relay %q holds no credential", name)
 		default:
-			writeJSON(w, map[string]any{"relay": name, "revoked": true})
+			writeJSON(w, RelayRevokeReply{Relay: name, Revoked: true, LeasesRequeued: requeued})
 		}
 	})).Methods(http.MethodDelete)
 	api.HandleFunc("/relays/{name}/approve", s.admin(func(w http.ResponseWriter, r *http.Request) {
@@ -131,6 +131,14 @@ type RelayCredentialReply struct {
 	Name       string `json:"name"`
 	URL        string `json:"url,omitempty"`
 	Credential string `json:"credential"`
+}
+
+// RelayRevokeReply answers DELETE /api/v1/relays/{name}/credential.
+type RelayRevokeReply struct {
+	Relay   string `json:"relay"`
+	Revoked bool   `json:"revoked"`
+	// LeasesRequeued counts the relay's leases queued again for others.
+	LeasesRequeued int `json:"leases_requeued"`
 }
 
 func (s *Server) handleIssueRelayCredential(w http.ResponseWriter, r *http.Request) {

@@ -36,7 +36,7 @@ func TestRevokedRelayStaysOffTheLists(t *testing.T) {
 	if n := len(s.RelaysAdmin()); n != 1 {
 		t.Fatalf("a relay with a credential that joined: %d records, want 1", n)
 	}
-	if ok, err := s.RevokeRelayCredential("r1"); !ok || err != nil {
+	if _, ok, err := s.RevokeRelayCredential("r1"); !ok || err != nil {
 		t.Fatalf("revoke: %v %v", ok, err)
 	}
 	g.seen(relaymsg.Status{Relay: "r1"}, false)

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,15 +261,34 @@ func TestRootRestartWithRelays(t *testing.T) {
 func TestRelayCredentialRevoked(t *testing.T) {
 	// No target: the job runs until the test is done.
 	g := newRelayGridSpec(t, strings.Replace(relaySpec, "max_epochs: 30", "max_epochs: 30\ntarget_accuracy: 0", 1), nil, "ra", "rb")
-	g.addWorker("ra")
+	wa := g.addWorker("ra")
 	g.addWorker("rb")
 	g.waitRelays("aggregates of both applied", 2*time.Minute, func(m map[string]coordinator.RelayView) bool {
 		return m["ra"].AggregatesApplied >= 2 && m["rb"].AggregatesApplied >= 2
 	})
+	// ra's worker stands still, so ra keeps the leases it holds: the
+	// revocation has some to queue again whenever it comes.
+	if err := wa.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for g.relayLeasesHeld("ra") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay ra holds no lease of the root's a minute after its worker stopped")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	before := waitJob(t, g.rootAddr, time.Minute, "the job view", func(coordinator.JobView) bool { return true })
 	revoke := startProc(t, "relay-credential", "--revoke", "ra", "--coordinator", "http://"+g.rootAddr, "--token", modesAdminToken)
 	if err := revoke.waitExit(time.Minute); err != nil || !strings.Contains(revoke.logText(), "revoked") {
 		t.Fatalf("relay-credential --revoke ra: %v\n%s", err, revoke.logText())
+	}
+	var requeued int64
+	if m := regexp.MustCompile(`the (\d+) leases it held are queued again`).FindStringSubmatch(revoke.logText()); m != nil {
+		requeued, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if requeued < 1 {
+		t.Errorf("relay-credential --revoke ra: want the count of leases it held (at least 1) queued again; it said:\n%s", revoke.logText())
 	}
 	g.waitRelays("ra gone from the list", 5*time.Second, func(m map[string]coordinator.RelayView) bool { _, ok := m["ra"]; return !ok })
 	if err := g.relays["ra"].waitExit(30 * time.Second); err == nil || !strings.Contains(strings.ToLower(g.relays["ra"].logText()), "authorization") {
@@ -278,8 +298,8 @@ func TestRelayCredentialRevoked(t *testing.T) {
 	if !strings.Contains(g.root.logText(), "relay ra's credential was revoked") {
 		t.Errorf("the root did not log the revocation")
 	}
-	if v.LeasesReleased <= before.LeasesReleased {
-		t.Errorf("ra's leases were not queued again: released %d before, %d after", before.LeasesReleased, v.LeasesReleased)
+	if v.LeasesReleased < before.LeasesReleased+requeued {
+		t.Errorf("ra's %d leases were not queued again: released %d before, %d after", requeued, before.LeasesReleased, v.LeasesReleased)
 	}
 	// Started again with the revoked credential, it cannot join.
 	p := startProc(t, "relay", "--upstream", "nats://"+g.natsAddr, "--creds", filepath.Join(g.dir, "ra.creds"), "--addr", freeAddr(t))
@@ -289,6 +309,23 @@ func TestRelayCredentialRevoked(t *testing.T) {
 	if m := g.relaysView(); m["ra"].Name != "" {
 		t.Fatalf("the revoked relay is listed again: %+v", m["ra"])
 	}
+}
+
+// relayLeasesHeld is how many of the root's leases relay name holds now
+// (GET /api/v1/relays/all).
+func (g *relayGrid) relayLeasesHeld(name string) int {
+	var body struct {
+		Relays []coordinator.RelayAdminView `json:"relays"`
+	}
+	if code := adminCall(g.t, http.MethodGet, "http://"+g.rootAddr+"/api/v1/relays/all", nil, &body); code != http.StatusOK {
+		g.t.Fatalf("GET /api/v1/relays/all: %d", code)
+	}
+	for _, r := range body.Relays {
+		if r.Name == name {
+			return r.LeasesHeld
+		}
+	}
+	return 0
 }
 
 // serve --nats-tls-cert: the embedded NATS server takes TLS only; a relay

@@ -357,10 +357,11 @@ func relayCredential(ctx context.Context, args []string, stdout, stderr io.Write
 		if *out != "" || *url != "" {
 			return usagef("--revoke takes no --out or --url")
 		}
-		if err := c.do(ctx, http.MethodDelete, "/api/v1/relays/"+name+"/credential", nil, nil); err != nil {
+		var reply coordinator.RelayRevokeReply
+		if err := c.do(ctx, http.MethodDelete, "/api/v1/relays/"+name+"/credential", nil, &reply); err != nil {
 			return badRequestIsUsage(err)
 		}
-		fmt.Fprintf(stdout, "relay %s's credential is revoked: it is disconnected and its leases are queued again\n", name)
+		fmt.Fprintf(stdout, "relay %s's credential is revoked: it is disconnected and the %d leases it held are queued again\n", name, reply.LeasesRequeued)
 		return nil
 	}
 	var reply coordinator.RelayCredentialReply
