@@ -314,3 +314,80 @@ func TestLearnLeaseOfLocalSteps(t *testing.T) {
 		t.Errorf("local steps without an inner optimizer: %v; want an error naming it", err)
 	}
 }
+
+// An honest learn result computed on any GEMM kernel is within a tenth
+// of the spot checks' tolerance (engine.DefaultSpotCheckTolerance, 0.05)
+// of the same lease computed on any other: the coordinator's check of
+// learn results (coordinator/learncheck.go) recomputes on its own kernel,
+// not the worker's. Both kinds of learn lease, on charlm-tiny: one GRPO
+// gradient with the KL penalty, and four local AdamW steps (mode diloco),
+// whose first steps divide by the square root of tiny second moments.
+func TestHonestLearnUpdatesAgreeAcrossKernels(t *testing.T) {
+	was := nn.KernelName()
+	defer func() { _ = nn.UseKernel(was) }()
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ref := make([]float32, m.NumParams), make([]float32, m.NumParams)
+	m.Init(p, 1)
+	m.Init(ref, 2)
+	var groups []protocol.LearnGroup
+	for g := range 8 {
+		prompt := []int32{10, int32('0' + g), '+', '3', '='}
+		roll, err := RLLease(m, protocol.Lease{ID: 1, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 8, MaxNewTokens: 3, Temperature: 1, Seed: uint64(g)}}, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg := protocol.LearnGroup{Prompt: prompt}
+		for i, r := range roll.Rollouts {
+			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: float64(i%2*2 - 1)})
+		}
+		groups = append(groups, lg)
+	}
+	leases := map[string]*protocol.LearnTask{
+		"gradient, kl_coef 0.05": {Groups: groups, Clip: 0.2, Temperature: 1, KLCoef: 0.05, ReferenceURL: "/r"},
+		"4 local adamw steps": {Groups: groups, Clip: 0.2, Temperature: 1, Steps: 4,
+			Inner: &protocol.InnerOptimizer{Type: protocol.InnerAdamW, LR: 2e-4, Beta1: 0.9, Beta2: 0.99, Epsilon: 1e-8, ClipNorm: 1}},
+	}
+	for name, task := range leases {
+		l := protocol.Lease{ID: 2, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted, Learn: task}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		updates := map[string][]float32{}
+		for _, k := range nn.Kernels() {
+			if err := nn.UseKernel(k); err != nil {
+				t.Fatal(err)
+			}
+			res, err := RLLease(m, l, p, ref)
+			if err != nil {
+				t.Fatalf("%s on %s: %v", name, k, err)
+			}
+			updates[k] = res.Update
+		}
+		worst := 0.0
+		for ka, a := range updates {
+			for kb, b := range updates {
+				var d, na, nb float64
+				for i := range a {
+					x, y := float64(a[i]), float64(b[i])
+					d, na, nb = d+(x-y)*(x-y), na+x*x, nb+y*y
+				}
+				if na == 0 || nb == 0 {
+					t.Fatalf("%s: an all-zero update on %s or %s", name, ka, kb)
+				}
+				worst = max(worst, math.Sqrt(d/max(na, nb)))
+			}
+		}
+		t.Logf("%s: the largest relative difference over kernels %v is %.3g", name, nn.Kernels(), worst)
+		if worst > 0.05/10 {
+			t.Errorf("%s: honest learn updates differ by %.3g across kernels, more than a tenth of the spot checks' tolerance 0.05", name, worst)
+		}
+	}
+}

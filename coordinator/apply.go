@@ -147,6 +147,9 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	if a, held := j.spotHold(sub, l, reject); held {
 		return a
 	}
+	if a, refused := j.checkLearn(sub, l, reject); refused { // learncheck.go
+		return a
+	}
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
 	// The reference is normgate.go's: no few clients can set it.

@@ -76,6 +76,9 @@ type Job struct {
 	// rlChecks are its checks of rollouts' log-probabilities
 	// (rlcheck.go). Loop only.
 	rlChecks rolloutChecks
+	// learnChecks are its checks of learn results (learncheck.go). Loop
+	// only.
+	learnChecks learnChecks
 	// rlReference is an RL job's KL reference, its version 0 as a
 	// snapshot's f32 body, when kl_coef is above 0 (rlreference.go);
 	// set before the job starts, then read only.

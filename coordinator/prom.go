@@ -34,6 +34,7 @@ type promMetrics struct {
 	spotRecomputes, spotRecomputeSeconds *prometheus.Desc
 	// An RL job's checks of rollouts (rlcheck.go).
 	rolloutChecks *prometheus.Desc
+	learnChecks   *prometheus.Desc
 }
 
 func newPromMetrics(s *Server) *promMetrics {
@@ -79,6 +80,8 @@ func newPromMetrics(s *Server) *promMetrics {
 		spotRecomputeSeconds: prometheus.NewDesc("crowdtrain_spot_recompute_seconds_total", "Time the coordinator spent recomputing disputed spot checks (and RL rollouts' log-probabilities).", []string{"job"}, nil),
 		rolloutChecks: prometheus.NewDesc("crowdtrain_rollout_checks_total",
 			"RL rollout results drawn for a check of their log-probabilities, by outcome: matched, forged (refused, its volunteer struck), skipped_no_base (the policy version had left the snapshot cache), skipped_no_budget (the recomputations' bucket was short).", []string{"job", "outcome"}, nil),
+		learnChecks: prometheus.NewDesc("crowdtrain_learn_checks_total",
+			"RL learn results drawn for a check, the coordinator computing the lease again, by outcome: matched, forged (refused, its volunteer struck), skipped_no_base (the policy version had left the snapshot cache), skipped_no_budget (the recomputations' bucket was short).", []string{"job", "outcome"}, nil),
 	}
 	m.reg.MustRegister(m, m.checkpointSeconds, newDurabilityCollector(s), newRelayCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -93,7 +96,7 @@ func (m *promMetrics) Describe(ch chan<- *prometheus.Desc) {
 		m.jobBytesIn, m.jobBytesOut, m.jobShardBytesOut, m.jobBytesPerExample, m.jobCompression, m.jobUpdateCompression, m.jobSnapshotCompression,
 		m.jobSnapCacheBytes, m.jobSnapCacheLimit, m.jobSnapCacheEvictions, m.jobSnapRebased,
 		m.workerBytesIn, m.workerBytesOut, m.workerDownBps, m.workerUpBps, m.workerRtt, m.workerLocalSteps, m.workerCommFraction,
-		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds, m.rolloutChecks} {
+		m.jobUtilisation, m.workerUtilisation, m.spotRecomputes, m.spotRecomputeSeconds, m.rolloutChecks, m.learnChecks} {
 		ch <- d
 	}
 }
@@ -147,6 +150,11 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 			if r := sc.Rollouts; r != nil {
 				for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
 					ch <- prometheus.MustNewConstMetric(m.rolloutChecks, prometheus.CounterValue, float64(n), j.ID, outcome)
+				}
+			}
+			if r := sc.Learn; r != nil {
+				for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
+					ch <- prometheus.MustNewConstMetric(m.learnChecks, prometheus.CounterValue, float64(n), j.ID, outcome)
 				}
 			}
 		}

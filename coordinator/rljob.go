@@ -42,6 +42,9 @@ const rlDataExamples = 2000
 type rlLease struct {
 	learn       bool
 	completions int // a learn lease's
+	// task is a learn lease's work as sent, for its spot check
+	// (learncheck.go).
+	task *protocol.LearnTask
 }
 
 // refuseRL refuses what the coordinator cannot run of an RL spec yet.
@@ -167,7 +170,7 @@ func (j *Job) rlLeaseMessage(l *engine.Lease, baseURL string, kind rlKind) (prot
 				lt.Steps, lt.Inner = h, &inner
 			}
 			pl.Learn = &lt
-			j.rlLeases[l.ID] = rlLease{learn: true, completions: n}
+			j.rlLeases[l.ID] = rlLease{learn: true, completions: n, task: pl.Learn}
 			return pl, true
 		}
 		if kind == rlLearn {

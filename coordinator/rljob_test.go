@@ -408,27 +408,7 @@ func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
 			}
 			continue
 		}
-		res := g.computedRL(m, l)
-		prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
-		var a, b int
-		if _, err := fmt.Sscanf(prompt, "%d+%d=", &a, &b); err != nil {
-			t.Fatalf("prompt %q: %v", prompt, err)
-		}
-		right := []int32{}
-		for _, c := range fmt.Sprintf("%d\n", a+b) {
-			right = append(right, int32(c))
-		}
-		code, body := g.getBody(l.SnapshotURL)
-		params := make([]float32, m.NumParams)
-		if code != http.StatusOK || protocol.DecodeFloatsInto(params, body) != nil {
-			t.Fatalf("snapshot %s: %d", l.SnapshotURL, code)
-		}
-		lp, err := rl.LogProbs(m, ws, params, l.Rollout.Prompt, right, l.Rollout.Temperature)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Rollouts[0] = protocol.Rollout{Tokens: right, LogProbs: lp}
-		rc.send(res)
+		rc.send(g.rightFirstRollout(m, ws, l))
 		if ack := rc.ack(l.ID); !ack.Accepted {
 			t.Fatalf("rollout %d: ack %+v; want accepted", i, ack)
 		}
@@ -456,5 +436,135 @@ func TestRLRolloutOfAVersionGoneIsSkippedNotStruck(t *testing.T) {
 	}
 	if strikes[true] != 0 || strikes[false] != 1 {
 		t.Errorf("strikes %v (by credited); want none for the honest volunteer, one for the forger", strikes)
+	}
+}
+
+// rightFirstRollout answers rollout lease l of one-digit sums with
+// completions sampled under its version, the first replaced by the right
+// answer with its true log-probabilities: a group that is not flat (GRPO
+// keeps it), and that passes a check of its log-probabilities.
+func (g *testGrid) rightFirstRollout(m *nn.Model, ws *nn.Workspace, l protocol.Lease) *protocol.Result {
+	g.t.Helper()
+	res := g.computedRL(m, l)
+	prompt := strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n")
+	var a, b int
+	if _, err := fmt.Sscanf(prompt, "%d+%d=", &a, &b); err != nil {
+		g.t.Fatalf("prompt %q: %v", prompt, err)
+	}
+	right := []int32{}
+	for _, c := range fmt.Sprintf("%d\n", a+b) {
+		right = append(right, int32(c))
+	}
+	lp, err := rl.LogProbs(m, ws, g.params(m, l.SnapshotURL), l.Rollout.Prompt, right, l.Rollout.Temperature)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	res.Rollouts[0] = protocol.Rollout{Tokens: right, LogProbs: lp}
+	return res
+}
+
+// Over real websockets, an RL job with spot_check 1: every learn result
+// is computed again by the coordinator from its lease. An honest
+// volunteer's GRPO gradients match and are applied; a forger that
+// answers its learn leases with the gradient negated (its rollouts are
+// honest) is refused forged, its detail naming the lease and the
+// tolerance, the policy untouched and nothing credited, and struck each
+// time, so that at spot_check_strikes (3) it is banned. The counts are in
+// the job view's spot_checks.learn and on /metrics.
+func TestRLForgedLearnResultsAreRefusedAndBanned(t *testing.T) {
+	// robust none: the check alone stands between a forged gradient and
+	// the policy here.
+	g, j := rlGrid(t, "spot_check: 1\nrobust: {method: none}\n")
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := m.NewWorkspace(1)
+	honest := joinRLKey(g, protocol.KindNative, true, j.ID, keyAlice)
+	forger := joinRLKey(g, protocol.KindNative, true, j.ID, keyMallory)
+	view := func() coordinator.JobView {
+		t.Helper()
+		v, ok, err := g.srv.JobView(context.Background(), j.ID)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		return v
+	}
+	honestLearn, forged := 0, 0
+	for i := 0; forged < 3; i++ {
+		if i > 400 {
+			t.Fatalf("after 400 leases: %d honest learn results, %d forged; want 3 forged", honestLearn, forged)
+		}
+		rc := honest
+		if i%2 == 1 {
+			rc = forger
+		}
+		l := rc.grantedLeases(1)[0]
+		switch {
+		case l.Learn == nil:
+			rc.send(g.rightFirstRollout(m, ws, l))
+			if a := rc.ack(l.ID); !a.Accepted {
+				t.Fatalf("an honest rollout: ack %+v; want accepted", a)
+			}
+		case rc == honest:
+			rc.send(g.computedRL(m, l))
+			if a := rc.ack(l.ID); !a.Accepted {
+				t.Fatalf("an honest learn result: ack %+v; want accepted", a)
+			}
+			honestLearn++
+		default:
+			res := g.computedRL(m, l)
+			for k := range res.Update {
+				res.Update[k] = -res.Update[k]
+			}
+			before := view()
+			rc.send(res)
+			if forged == 2 {
+				// The third strike bans: the connection may close
+				// before the ack is read.
+				forged++
+				if st := rc.closeStatus(); st != websocket.StatusPolicyViolation {
+					t.Fatalf("the forger's connection after its third strike closed with %v; want a policy violation (banned)", st)
+				}
+				break
+			}
+			a := rc.ack(l.ID)
+			if a.Accepted || a.Reason != protocol.ReasonForged || !strings.Contains(a.Detail, fmt.Sprintf("learn lease %d", l.ID)) || !strings.Contains(a.Detail, "tolerance 0.05") {
+				t.Fatalf("a negated learn result: ack %+v; want refused forged, naming the lease and the tolerance", a)
+			}
+			if after := view(); after.Version != before.Version || after.UpdatesApplied != before.UpdatesApplied {
+				t.Fatalf("a forged learn result moved the policy: version %d -> %d, applied %d -> %d", before.Version, after.Version, before.UpdatesApplied, after.UpdatesApplied)
+			}
+			forged++
+		}
+	}
+	if honestLearn == 0 {
+		t.Fatal("the honest volunteer was given no learn lease")
+	}
+	v := view()
+	if v.Rejections[protocol.ReasonForged] != 3 {
+		t.Errorf("rejections %v; want 3 refused forged", v.Rejections)
+	}
+	if r := v.SpotChecks.Learn; r == nil || r.Checked != int64(honestLearn+3) || r.Forged != 3 || r.SkippedNoBase != 0 || r.SkippedNoBudget != 0 || r.MaxMatchedDifference > 1e-6 {
+		t.Errorf("spot_checks.learn %+v; want %d checked, 3 forged, none skipped, the honest ones matching", r, honestLearn+3)
+	}
+	var mallory coordinator.VolunteerView
+	for _, vv := range g.standing() {
+		if vv.Banned {
+			mallory = vv
+		} else if vv.Strikes != 0 {
+			t.Errorf("an honest volunteer struck: %+v", vv)
+		}
+	}
+	if mallory.Strikes != 3 || !strings.Contains(mallory.BanReason, "3 strikes") {
+		t.Errorf("the forger: %+v; want banned after 3 strikes", mallory)
+	}
+	code, body := g.getBody("/metrics")
+	for _, want := range []string{`crowdtrain_learn_checks_total{job="` + j.ID + `",outcome="forged"} 3`,
+		fmt.Sprintf(`crowdtrain_learn_checks_total{job="%s",outcome="matched"} %d`, j.ID, honestLearn)} {
+		if code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("/metrics (%d) lacks %s", code, want)
+		}
 	}
 }

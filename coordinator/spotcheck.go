@@ -103,8 +103,9 @@ func (j *Job) spotHold(sub submission, l *engine.Lease, reject func(reason, deta
 	if p.Rate <= 0 || !p.Quarantined(v) || j.rl != nil {
 		// Without spot checks nothing could vindicate a held result:
 		// strikes from other jobs only count against the ban. An RL
-		// job's spot checks are of rollouts (rlcheck.go), every one of
-		// a struck volunteer's; its learn leases get no copies.
+		// job's spot checks are the coordinator's own recomputations of
+		// rollouts (rlcheck.go) and learn results (learncheck.go),
+		// every one of a struck volunteer's; they get no copies.
 		return protocol.Ack{}, false
 	}
 	j.requeue(l)
@@ -290,11 +291,14 @@ type SpotCheckView struct {
 	Rate               float64 `json:"rate"`
 	// RecomputeSeconds is the time the coordinator spent computing the
 	// third results of disputed checks (spotreferee.go), and an RL
-	// job's rollouts' log-probabilities (rlcheck.go).
+	// job's rollouts' log-probabilities (rlcheck.go) and learn results (learncheck.go).
 	RecomputeSeconds float64 `json:"recompute_seconds"`
 	// Rollouts are an RL job's checks of rollouts (rlcheck.go); absent
 	// for other jobs.
 	Rollouts *RolloutCheckView `json:"rollouts,omitempty"`
+	// Learn are an RL job's checks of learn results (learncheck.go);
+	// absent for other jobs.
+	Learn *LearnCheckView `json:"learn,omitempty"`
 }
 
 func (j *Job) spotView() *SpotCheckView {
@@ -305,6 +309,7 @@ func (j *Job) spotView() *SpotCheckView {
 	}
 	if j.rl != nil {
 		v.Rollouts = j.rolloutCheckView()
+		v.Learn = j.learnCheckView()
 	}
 	return v
 }

@@ -128,7 +128,9 @@ const (
 	// ReasonForged: an RL rollout's logged log-probabilities are not the
 	// ones the policy version its lease named gives its tokens (the
 	// coordinator recomputed them): its tokens were not sampled from
-	// that policy. Its volunteer is struck.
+	// that policy; or an RL learn result is not the update its lease
+	// gives (the coordinator computed the lease again). Its volunteer is
+	// struck.
 	ReasonForged = "forged"
 )
 

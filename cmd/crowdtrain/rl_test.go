@@ -70,6 +70,14 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 			}
 			t.Logf("RL job, %s: %d versions in %v: reward %.3f, solved %.3f (S0 %.3f); %d updates applied, %d clipped, rejections %v",
 				mode, v.Version, time.Since(start).Round(time.Second), *v.Eval.Reward, *v.Eval.Solved, s0, v.UpdatesApplied, v.Clipped, v.Rejections)
+			// Honest learn results pass the coordinator's recomputation
+			// of them (learn leases' spot checks, across the workers'
+			// kernel and the coordinator's).
+			if lc := v.SpotChecks.Learn; lc == nil || lc.Checked == 0 || lc.Forged != 0 || v.Rejections[protocol.ReasonForged] != 0 {
+				t.Errorf("%s: spot_checks.learn %+v, rejections %v; want honest learn results checked, none refused forged", mode, lc, v.Rejections)
+			} else {
+				t.Logf("%s: %d learn results recomputed in %.2f s, largest relative difference %.3g (tolerance %g)", mode, lc.Checked, lc.Seconds, lc.MaxMatchedDifference, lc.Tolerance)
+			}
 			if *v.Eval.Solved < s0+0.15 {
 				t.Errorf("%s: solved %.3f after RL, S0 %.3f: want at least 15 points more; log:\n%s", mode, *v.Eval.Solved, s0, srv.logText())
 			}
