@@ -204,31 +204,7 @@ func TestLearnLeaseWithKLPenalty(t *testing.T) {
 // charlm-tiny (the coordinator's learn lease at the default group size),
 // without and with the KL penalty's reference forward passes: its cost.
 func BenchmarkLearnLease(b *testing.B) {
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, ref := make([]float32, m.NumParams), make([]float32, m.NumParams)
-	m.Init(p, 1)
-	m.Init(ref, 2)
-	var groups []protocol.LearnGroup
-	for g := range 8 {
-		prompt := []int32{10, int32('0' + g), '+', '3', '='}
-		roll, err := RLLease(m, protocol.Lease{ID: 1, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
-			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 8, MaxNewTokens: 3, Temperature: 1, Seed: uint64(g)}}, p, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lg := protocol.LearnGroup{Prompt: prompt}
-		for i, r := range roll.Rollouts {
-			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: float64(i%2*2 - 1)})
-		}
-		groups = append(groups, lg)
-	}
+	m, p, ref, groups := tinyLearnGroups(b)
 	for _, kl := range []float64{0, 0.05} {
 		b.Run(fmt.Sprintf("kl_coef=%v", kl), func(b *testing.B) {
 			l := protocol.Lease{ID: 2, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
@@ -325,31 +301,7 @@ func TestLearnLeaseOfLocalSteps(t *testing.T) {
 func TestHonestLearnUpdatesAgreeAcrossKernels(t *testing.T) {
 	was := nn.KernelName()
 	defer func() { _ = nn.UseKernel(was) }()
-	ms, err := nn.Preset("charlm-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := nn.NewModel(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, ref := make([]float32, m.NumParams), make([]float32, m.NumParams)
-	m.Init(p, 1)
-	m.Init(ref, 2)
-	var groups []protocol.LearnGroup
-	for g := range 8 {
-		prompt := []int32{10, int32('0' + g), '+', '3', '='}
-		roll, err := RLLease(m, protocol.Lease{ID: 1, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
-			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 8, MaxNewTokens: 3, Temperature: 1, Seed: uint64(g)}}, p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lg := protocol.LearnGroup{Prompt: prompt}
-		for i, r := range roll.Rollouts {
-			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: float64(i%2*2 - 1)})
-		}
-		groups = append(groups, lg)
-	}
+	m, p, ref, groups := tinyLearnGroups(t)
 	leases := map[string]*protocol.LearnTask{
 		"gradient, kl_coef 0.05": {Groups: groups, Clip: 0.2, Temperature: 1, KLCoef: 0.05, ReferenceURL: "/r"},
 		"4 local adamw steps": {Groups: groups, Clip: 0.2, Temperature: 1, Steps: 4,
@@ -390,4 +342,36 @@ func TestHonestLearnUpdatesAgreeAcrossKernels(t *testing.T) {
 			t.Errorf("%s: honest learn updates differ by %.3g across kernels, more than a tenth of the spot checks' tolerance 0.05", name, worst)
 		}
 	}
+}
+
+// tinyLearnGroups is charlm-tiny from seed 1, a reference policy from seed
+// 2, and a learn lease's 8 groups of 8 completions sampled from it, with
+// advantages of -1 and 1 in turn: the coordinator's learn lease at the
+// default group size.
+func tinyLearnGroups(tb testing.TB) (m *nn.Model, p, ref []float32, groups []protocol.LearnGroup) {
+	tb.Helper()
+	ms, err := nn.Preset("charlm-tiny")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if m, err = nn.NewModel(ms); err != nil {
+		tb.Fatal(err)
+	}
+	p, ref = make([]float32, m.NumParams), make([]float32, m.NumParams)
+	m.Init(p, 1)
+	m.Init(ref, 2)
+	for g := range 8 {
+		prompt := []int32{10, int32('0' + g), '+', '3', '='}
+		roll, err := RLLease(m, protocol.Lease{ID: 1, JobID: "rl", SnapshotURL: "/s", Snapshot: protocol.SnapshotGranted,
+			Rollout: &protocol.RolloutTask{Prompt: prompt, GroupSize: 8, MaxNewTokens: 3, Temperature: 1, Seed: uint64(g)}}, p, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lg := protocol.LearnGroup{Prompt: prompt}
+		for i, r := range roll.Rollouts {
+			lg.Completions = append(lg.Completions, protocol.LearnCompletion{Tokens: r.Tokens, LogProbs: r.LogProbs, Advantage: float64(i%2*2 - 1)})
+		}
+		groups = append(groups, lg)
+	}
+	return m, p, ref, groups
 }

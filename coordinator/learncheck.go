@@ -30,8 +30,7 @@ import (
 
 // learnChecks is an RL job's checks of learn results, on its loop.
 type learnChecks struct {
-	checked, forged, noBase, noBudget int64
-	seconds                           float64
+	counts RecomputeCounts
 	// maxMatched is the largest relative difference of a result that
 	// matched: how close honest backends come to the tolerance.
 	maxMatched float64
@@ -41,17 +40,7 @@ type learnChecks struct {
 
 // LearnCheckView is spot_checks.learn in an RL job's view.
 type LearnCheckView struct {
-	// Checked counts learn results the coordinator computed again;
-	// Forged, those of them refused forged.
-	Checked int64 `json:"checked"`
-	Forged  int64 `json:"forged"`
-	// SkippedNoBase and SkippedNoBudget count results drawn but applied
-	// unchecked: their version had left the snapshot cache, or the
-	// recomputations' bucket was short.
-	SkippedNoBase   int64 `json:"skipped_no_base"`
-	SkippedNoBudget int64 `json:"skipped_no_budget"`
-	// Seconds is the time spent recomputing (also in recompute_seconds).
-	Seconds float64 `json:"seconds"`
+	RecomputeCounts
 	// MaxMatchedDifference is the largest ‖a−b‖/max(‖a‖,‖b‖) of a result
 	// that matched; Tolerance, the bound (the spot checks').
 	MaxMatchedDifference float64 `json:"max_matched_difference"`
@@ -60,8 +49,7 @@ type LearnCheckView struct {
 
 func (j *Job) learnCheckView() *LearnCheckView {
 	lc := &j.learnChecks
-	return &LearnCheckView{Checked: lc.checked, Forged: lc.forged, SkippedNoBase: lc.noBase, SkippedNoBudget: lc.noBudget,
-		Seconds: lc.seconds, MaxMatchedDifference: lc.maxMatched, Tolerance: j.st.spot.Tolerance}
+	return &LearnCheckView{RecomputeCounts: lc.counts, MaxMatchedDifference: lc.maxMatched, Tolerance: j.st.spot.Tolerance}
 }
 
 // checkLearn draws sub, the result of learn lease l, for a check, and
@@ -83,13 +71,13 @@ func (j *Job) checkLearn(sub submission, l *engine.Lease, reject func(reason, de
 	lc := &j.learnChecks
 	switch {
 	case checked && rel <= p.Tolerance:
-		lc.checked++
+		lc.counts.Checked++
 		lc.maxMatched = max(lc.maxMatched, rel)
 		p.Pass(v)
 		return protocol.Ack{}, false
 	case checked:
-		lc.checked++
-		lc.forged++
+		lc.counts.Checked++
+		lc.counts.Forged++
 		detail := fmt.Sprintf("learn lease %d: the coordinator computed the lease's GRPO update again from version %d, and this one differs by %.3g of its norm (tolerance %g)",
 			l.ID, l.Base, rel, p.Tolerance)
 		j.strike(v, detail) // emptyupdates.go
@@ -106,14 +94,14 @@ func (j *Job) checkLearn(sub submission, l *engine.Lease, reject func(reason, de
 // within the recomputations' bucket, and returns the relative difference
 // of update from it; checked is false when it could not (counted).
 func (j *Job) recomputeLearn(l *engine.Lease, task *protocol.LearnTask, update []float32) (rel float64, checked bool) {
-	st, lc := &j.st, &j.learnChecks
+	st, n := &j.st, &j.learnChecks.counts
 	body := j.snapshotBody(l.Base)
 	if body == nil {
-		lc.noBase++
+		n.SkippedNoBase++
 		return 0, false
 	}
 	if st.referee.running || !st.referee.take(st.sched.Now()) {
-		lc.noBudget++
+		n.SkippedNoBudget++
 		return 0, false
 	}
 	start := time.Now()
@@ -121,17 +109,17 @@ func (j *Job) recomputeLearn(l *engine.Lease, task *protocol.LearnTask, update [
 		took := time.Since(start).Seconds()
 		st.referee.done(took)
 		st.referee.seconds += took
-		lc.seconds += took
+		n.Seconds += took
 	}()
 	params := j.rolloutParams(l.Base, body) // rlcheck.go: one decoded version kept
 	if params == nil {
-		lc.noBase++
+		n.SkippedNoBase++
 		return 0, false
 	}
 	var reference []float32
 	if task.KLCoef > 0 {
 		if reference = j.referenceParams(); reference == nil {
-			lc.noBase++
+			n.SkippedNoBase++
 			return 0, false
 		}
 	}
@@ -140,7 +128,7 @@ func (j *Job) recomputeLearn(l *engine.Lease, task *protocol.LearnTask, update [
 		// The lease was the coordinator's own: a failure here is its
 		// own, and proves nothing about the result.
 		j.log.Warn(fmt.Sprintf("job %s: recomputing learn lease %d for a spot check: %v", j.ID, l.ID, err))
-		lc.noBase++
+		n.SkippedNoBase++
 		return 0, false
 	}
 	rel, _ = engine.Distance(update, want.Update)

@@ -148,14 +148,10 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputes, prometheus.CounterValue, float64(sc.RecomputeDeferred), j.ID, "deferred")
 			ch <- prometheus.MustNewConstMetric(m.spotRecomputeSeconds, prometheus.CounterValue, sc.RecomputeSeconds, j.ID)
 			if r := sc.Rollouts; r != nil {
-				for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
-					ch <- prometheus.MustNewConstMetric(m.rolloutChecks, prometheus.CounterValue, float64(n), j.ID, outcome)
-				}
+				r.collect(ch, m.rolloutChecks, j.ID)
 			}
 			if r := sc.Learn; r != nil {
-				for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
-					ch <- prometheus.MustNewConstMetric(m.learnChecks, prometheus.CounterValue, float64(n), j.ID, outcome)
-				}
+				r.collect(ch, m.learnChecks, j.ID)
 			}
 		}
 	}
@@ -173,5 +169,12 @@ func (m *promMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for kind, n := range kinds {
 		ch <- prometheus.MustNewConstMetric(m.workers, prometheus.GaugeValue, float64(n), kind)
+	}
+}
+
+// collect sends the counts as desc's counters of job, by outcome.
+func (r *RecomputeCounts) collect(ch chan<- prometheus.Metric, desc *prometheus.Desc, job string) {
+	for outcome, n := range map[string]int64{"matched": r.Checked - r.Forged, "forged": r.Forged, "skipped_no_base": r.SkippedNoBase, "skipped_no_budget": r.SkippedNoBudget} {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(n), job, outcome)
 	}
 }

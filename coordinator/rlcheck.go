@@ -40,35 +40,35 @@ type rolloutChecks struct {
 	// last check (nil: none yet).
 	params  []float32
 	version int64
-	// checked counts results recomputed, forged those refused forged;
-	// noBase and noBudget count results drawn but not recomputed: their
-	// version had left the snapshot cache, or the bucket was short.
-	checked, forged, noBase, noBudget int64
-	seconds                           float64
+	counts  RecomputeCounts
 }
 
-// RolloutCheckView is spot_checks.rollouts in an RL job's view.
-type RolloutCheckView struct {
-	// Checked counts rollout results whose log-probabilities the
-	// coordinator recomputed; Forged, those of them refused forged.
+// RecomputeCounts are what the coordinator's recomputations of one kind
+// of an RL job's results did (rollouts, learn results).
+type RecomputeCounts struct {
+	// Checked counts results recomputed; Forged, those of them refused
+	// forged.
 	Checked int64 `json:"checked"`
 	Forged  int64 `json:"forged"`
 	// SkippedNoBase counts results drawn for a check whose policy version
 	// had left the snapshot cache; SkippedNoBudget, those drawn while the
-	// recomputations' bucket was short. Both were scored unchecked.
+	// recomputations' bucket was short. Both went on unchecked.
 	SkippedNoBase   int64 `json:"skipped_no_base"`
 	SkippedNoBudget int64 `json:"skipped_no_budget"`
 	// Seconds is the time spent recomputing (also in recompute_seconds).
 	Seconds float64 `json:"seconds"`
+}
+
+// RolloutCheckView is spot_checks.rollouts in an RL job's view.
+type RolloutCheckView struct {
+	RecomputeCounts
 	// Tolerance is the largest difference a token's log-probability may
 	// show at temperature 1 (rljob.LogProbTolerance).
 	Tolerance float64 `json:"tolerance"`
 }
 
 func (j *Job) rolloutCheckView() *RolloutCheckView {
-	rc := &j.rlChecks
-	return &RolloutCheckView{Checked: rc.checked, Forged: rc.forged, SkippedNoBase: rc.noBase, SkippedNoBudget: rc.noBudget,
-		Seconds: rc.seconds, Tolerance: rljob.LogProbTolerance}
+	return &RolloutCheckView{RecomputeCounts: j.rlChecks.counts, Tolerance: rljob.LogProbTolerance}
 }
 
 // rolloutVerifier returns the check of rollout lease id's result from
@@ -104,14 +104,14 @@ func (j *Job) rolloutVerifier(sub submission, id uint64) func(rljob.Claim) *rljo
 // checkRollout recomputes c's log-probabilities within the bucket, and
 // counts what it did.
 func (j *Job) checkRollout(c rljob.Claim) (rljob.Verdict, *rljob.Refusal) {
-	st, rc := &j.st, &j.rlChecks
+	st, rc, n := &j.st, &j.rlChecks, &j.rlChecks.counts
 	body := j.snapshotBody(c.Version)
 	if body == nil {
-		rc.noBase++
+		n.SkippedNoBase++
 		return rljob.Unchecked, nil
 	}
 	if st.referee.running || !st.referee.take(st.sched.Now()) {
-		rc.noBudget++
+		n.SkippedNoBudget++
 		return rljob.Unchecked, nil
 	}
 	start := time.Now()
@@ -125,15 +125,15 @@ func (j *Job) checkRollout(c rljob.Claim) (rljob.Verdict, *rljob.Refusal) {
 	took := time.Since(start).Seconds()
 	st.referee.done(took)
 	st.referee.seconds += took
-	rc.seconds += took
+	n.Seconds += took
 	switch {
 	case verdict == rljob.Unchecked && ref == nil:
-		rc.noBase++ // the body did not decode
+		n.SkippedNoBase++ // the body did not decode
 	case verdict == rljob.Forged:
-		rc.forged++
-		rc.checked++
+		n.Forged++
+		n.Checked++
 	case verdict == rljob.Matched:
-		rc.checked++
+		n.Checked++
 	}
 	return verdict, ref
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/crowdtrain/crowdtrain/nn"
 	"github.com/crowdtrain/crowdtrain/nn/nntest"
 	"github.com/crowdtrain/crowdtrain/protocol"
-	"github.com/crowdtrain/crowdtrain/rl"
-	"github.com/crowdtrain/crowdtrain/rljob"
 	"github.com/crowdtrain/crowdtrain/store"
 )
 
@@ -51,20 +49,7 @@ func trainRL(g *testGrid, rc *rawClient, m *nn.Model, job string, target int64) 
 			}
 			continue
 		}
-		res := g.computedRL(m, l)
-		var a, b int
-		if _, err := fmt.Sscanf(strings.TrimPrefix(rljob.Text(l.Rollout.Prompt), "\n"), "%d+%d=", &a, &b); err != nil {
-			g.t.Fatal(err)
-		}
-		var right []int32
-		for _, c := range fmt.Sprintf("%d\n", a+b) {
-			right = append(right, int32(c))
-		}
-		lp, err := rl.LogProbs(m, ws, g.params(m, l.SnapshotURL), l.Rollout.Prompt, right, l.Rollout.Temperature)
-		if err != nil {
-			g.t.Fatal(err)
-		}
-		res.Rollouts[0] = protocol.Rollout{Tokens: right, LogProbs: lp}
+		res := g.rightFirstRollout(m, ws, l)
 		rc.send(res)
 		if ack := rc.ack(l.ID); !ack.Accepted {
 			g.t.Fatalf("rollout: ack %+v; want accepted", ack)

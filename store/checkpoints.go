@@ -211,7 +211,7 @@ func (s *Store) readCheckpoint(ctx context.Context, jobID, tail, what string, ar
 		FROM checkpoints WHERE job_id = ? `+tail, append([]any{jobID}, args...)...).
 		Scan(&c.Version, &c.Epoch, &created, &sum, ownedBytes{&c.Params}, ownedBytes{&c.OptState}, ownedBytes{&c.Progress}, &chunkBytes)
 	if errors.Is(err, sql.ErrNoRows) {
-		if ok, err := s.jobExists(ctx, jobID); err != nil {
+		if ok, err := s.jobExistsIn(ctx, tx, jobID); err != nil {
 			return Checkpoint{}, err
 		} else if !ok {
 			return Checkpoint{}, fmt.Errorf("store: %s of job %q: job %w", what, jobID, ErrNotFound)

@@ -168,10 +168,23 @@ func (s *Store) Job(ctx context.Context, id string) (JobRecord, error) {
 	return j, nil
 }
 
+// rowQuerier is a pool or a transaction: what reads one row.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // jobExists tells a missing job from a job without the rows asked for.
 func (s *Store) jobExists(ctx context.Context, id string) (bool, error) {
+	return s.jobExistsIn(ctx, s.r, id)
+}
+
+// jobExistsIn is jobExists read through q: a caller inside a read
+// transaction asks in it, never for a second connection of the pool,
+// which as many such callers as the pool has connections would wait
+// for for ever.
+func (s *Store) jobExistsIn(ctx context.Context, q rowQuerier, id string) (bool, error) {
 	var one int
-	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM jobs WHERE id = ?`, id).Scan(&one)
+	err := q.QueryRowContext(ctx, `SELECT 1 FROM jobs WHERE id = ?`, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
