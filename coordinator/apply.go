@@ -322,6 +322,11 @@ func (j *Job) step(now time.Time) {
 		}
 		st.colluding += r.Colluding
 		r.Colluding = 0
+		if r.Climbing > 0 && j.verbose {
+			j.logf("job %s: round %d left %d results out of its step as climbing on the held-out batch against the round's others", j.ID, s.Round, r.Climbing)
+		}
+		st.climbing += r.Climbing
+		r.Climbing = 0
 	}
 	if s.Round != 0 && j.verbose {
 		j.logf("job %s: round %d closed with %d results: version %d", j.ID, s.Round, s.Results, st.model.Version)

@@ -205,20 +205,29 @@ func benchRawWebsocket(b *testing.B) {
 // BenchmarkTimeTo97 is the wall time for two local native workers to train
 // mnist-mlp to 97% test accuracy, with the default snapshot policy
 // (latest), with latest and workers that start the next lease while one
-// computes (worker.Config.StartAhead), and with snapshot: granted (the
-// policy before latest became the default). Run it with -benchtime 1x.
+// computes (worker.Config.StartAhead), with latest and fp16 on the wire
+// both ways (update_codec and snapshot_codec), and with snapshot: granted
+// (the policy before latest became the default). Run it with
+// -benchtime 1x.
 func BenchmarkTimeTo97(b *testing.B) {
 	for _, c := range []struct {
 		name, snapshot string
 		ahead          bool
+		codec          string // update and snapshot codec ("": the preset's)
 	}{
-		{jobspec.SnapshotLatest, jobspec.SnapshotLatest, false},
-		{"latest-ahead", jobspec.SnapshotLatest, true},
-		{jobspec.SnapshotGranted, jobspec.SnapshotGranted, false},
+		{jobspec.SnapshotLatest, jobspec.SnapshotLatest, false, ""},
+		{"latest-ahead", jobspec.SnapshotLatest, true, ""},
+		{"latest-fp16", jobspec.SnapshotLatest, false, jobspec.CodecFP16},
+		{jobspec.SnapshotGranted, jobspec.SnapshotGranted, false, ""},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *jobspec.Spec) { s.Snapshot = c.snapshot }))
+				g := newTestGrid(b, jobSpec(b, "mnist-mlp", func(s *jobspec.Spec) {
+					s.Snapshot = c.snapshot
+					if c.codec != "" {
+						s.UpdateCodec, s.SnapshotCodec = c.codec, c.codec
+					}
+				}))
 				start := time.Now()
 				for range 2 {
 					g.addWorkerWith(1, nil, func(cfg *worker.Config) { cfg.StartAhead = c.ahead })

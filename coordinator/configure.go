@@ -81,6 +81,12 @@ func (j *Job) configure(spec jobspec.Spec) error {
 		// comparison costs the square of their size in passes over the
 		// model: sync rounds, many a second, do without it.
 		r.Collusion = spec.Mode == jobspec.ModeDiLoCo
+		// And a DiLoCo round scores each result on the held-out batch:
+		// one forward pass of it a result, a round.
+		r.Descent = nil
+		if r.Collusion && j.validator != nil && spec.Robust.Method != engine.RobustNone {
+			r.Descent = j.descent
+		}
 	}
 
 	sc := &st.sched

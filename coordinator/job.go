@@ -205,6 +205,7 @@ type jobState struct {
 	roundsShort    int64
 	clipped        int64 // results (or buckets) applied clipped by the robust rule
 	colluding      int64 // results a DiLoCo round left out as colluding (engine/collusion.go)
+	climbing       int64 // results a DiLoCo round left out as climbing (engine/descent.go)
 	leasesIssued   int64
 	stalenessSum   int64
 	normMean       float64 // running mean of accepted update norms
@@ -529,6 +530,11 @@ type JobView struct {
 	// more alike another volunteer's than the round's others
 	// (engine/collusion.go): accepted and credited, not applied.
 	Colluding int64 `json:"colluding"`
+	// Climbing counts results a DiLoCo round left out of its step as
+	// climbing on the coordinator's held-out batch by at least half of
+	// what the round's descending results typically gain
+	// (engine/descent.go): accepted and credited, not applied.
+	Climbing int64 `json:"climbing"`
 	// SpotChecks is what the spot checks did (docs/SPOTCHECKS.md).
 	SpotChecks *SpotCheckView `json:"spot_checks"`
 	// RL is an RL job's rollouts and what became of them (rljob.go).
@@ -633,6 +639,7 @@ func (j *Job) view(st *jobState) JobView {
 	v.SnapshotCache = j.snapshotCacheView(st.rebased, st.rebasedResults)
 	v.Clipped = st.clipped
 	v.Colluding = st.colluding
+	v.Climbing = st.climbing
 	v.RelayAggregates, v.RelayAggregatesRefused, v.RelayAggregatesDuplicate = st.relay.aggregates, st.relay.refused, st.relay.duplicates
 	v.SpotChecks = j.spotView()
 	if j.rl != nil {

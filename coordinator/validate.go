@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/crowdtrain/crowdtrain/dataset"
 	"github.com/crowdtrain/crowdtrain/engine"
@@ -183,4 +184,16 @@ func (v *validator) observe(done <-chan struct{}, post func(func()), gamma float
 	o.u = append(o.u[:0], u...)
 	o.work <- struct{}{}
 	return true
+}
+
+// descent is u's descent score at the model as it is now, relative to
+// the held-out batch's loss: above 0 where u's step descends.
+func (j *Job) descent(u []float32) float64 {
+	v := j.validator
+	v.zeno.Gamma = zenoGamma(&j.st.spec)
+	s, before, _ := v.zeno.Score(j.st.model.Version, j.st.model.Params, u)
+	if before == 0 {
+		return 0
+	}
+	return s / math.Abs(before)
 }

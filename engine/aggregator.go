@@ -382,6 +382,12 @@ type Rounds struct {
 	// Colluding counts them.
 	Collusion bool
 	Colluding int64
+	// Descent, when set, scores a result on the coordinator's held-out
+	// batch (above 0: its step descends), and a round leaves out of its
+	// aggregate the results that climb against the round's others
+	// (descent.go); Climbing counts them.
+	Descent  func(u []float32) float64
+	Climbing int64
 	refusals
 	radius float64 // tau × the median distance of the last round's results from its aggregate
 
@@ -517,6 +523,9 @@ func (r *Rounds) close() Step {
 		if r.Collusion {
 			held = r.leaveOutColluding(held)
 		}
+		if r.Descent != nil {
+			held = r.leaveOutClimbing(held)
+		}
 		r.Clipped += int64(r.Robust.Aggregate(r.mean, held, r.prev, rng))
 		if r.Validate != nil && r.results >= 3 {
 			ds := make([]float64, r.results)
@@ -566,20 +575,43 @@ func (r *Rounds) leaveOutColluding(held [][]float32) [][]float32 {
 	if bad == nil {
 		return held
 	}
-	k := 0
-	for i := range held {
-		if !bad[i] {
-			held[k], held[i] = held[i], held[k]
-			r.origin[k], r.origin[i] = r.origin[i], r.origin[k]
-			bad[k], bad[i] = bad[i], bad[k]
-			k++
-		}
-	}
+	k := r.partition(held, bad)
 	if k == 0 {
 		return held
 	}
 	r.Colluding += int64(len(held) - k)
 	return held[:k]
+}
+
+// leaveOutClimbing moves the round's climbing results (descent.go) to
+// the end of held and returns the others, counting those left out.
+func (r *Rounds) leaveOutClimbing(held [][]float32) [][]float32 {
+	scores := make([]float64, len(held))
+	for k, x := range held {
+		scores[k] = r.Descent(x)
+	}
+	out := climbing(scores, r.origin[:len(held)])
+	if out == nil {
+		return held
+	}
+	k := r.partition(held, out)
+	r.Climbing += int64(len(held) - k)
+	return held[:k]
+}
+
+// partition moves held's results marked out to its end, their origins
+// with them, and returns how many are not.
+func (r *Rounds) partition(held [][]float32, out []bool) int {
+	k := 0
+	for i := range held {
+		if !out[i] {
+			held[k], held[i] = held[i], held[k]
+			r.origin[k], r.origin[i] = r.origin[i], r.origin[k]
+			out[k], out[i] = out[i], out[k]
+			k++
+		}
+	}
+	return k
 }
 
 func (r *Rounds) Partial() Partial {
