@@ -2,9 +2,7 @@ package coordinator
 
 import (
 	"container/list"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,11 +42,7 @@ func (j *Job) encodeSnapshot() (body []byte, bad int, badValue float32) {
 	if bad >= 0 || wireSnapshotCodec(j.Spec) != protocol.SnapshotF16 {
 		return body, bad, badValue
 	}
-	for i := 0; i < len(body); i += 4 {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(body[i:]))
-		v = protocol.Float32FromHalf(protocol.HalfFromFloat32(protocol.ClampHalf(v)))
-		binary.LittleEndian.PutUint32(body[i:], math.Float32bits(v))
-	}
+	protocol.RoundBodyToHalves(body)
 	return body, -1, 0
 }
 

@@ -345,6 +345,17 @@ func AppendFloats(dst []byte, f []float32) []byte {
 	return dst
 }
 
+// putFloats writes f into dst as little-endian float32 bytes.
+func putFloats(dst []byte, f []float32) {
+	if littleEndian {
+		copy(dst, floatBytes(f))
+		return
+	}
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+	}
+}
+
 // AppendFiniteFloats is AppendFloats that also finds the first NaN or
 // ±Inf of f (its index, or -1). It checks each block of f while the copy
 // has it in cache, so the check costs no second pass over memory.

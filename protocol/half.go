@@ -1,6 +1,9 @@
 package protocol
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // IEEE-754 binary16 ("half") conversion, for the f16 update codec and
 // f16 snapshots. Go has no float16 type; these are the bit-exact
@@ -79,3 +82,39 @@ func Float32FromHalf(h uint16) float32 {
 // ClampHalf bounds f to the finite half range, so that HalfFromFloat32
 // never makes Inf of a finite value.
 func ClampHalf(f float32) float32 { return max(-MaxHalf, min(MaxHalf, f)) }
+
+// putHalves writes src as halves into dst (2 bytes each, little-endian),
+// each clamped to the finite half range first (ClampHalf), rounded to
+// nearest even: with F16C where the CPU has it, bit for bit what the Go
+// conversion gives (TestHalvesAgreeWithTheGoConversion).
+func putHalves(dst []byte, src []float32) {
+	n := 0
+	if useF16C {
+		if n = len(src) &^ 7; n > 0 && !f16cEncode(dst[:2*n], src[:n]) {
+			n = 0 // a NaN: the Go loop writes its canonical bits
+		}
+	}
+	for i := n; i < len(src); i++ {
+		binary.LittleEndian.PutUint16(dst[2*i:], HalfFromFloat32(ClampHalf(src[i])))
+	}
+}
+
+// getHalves decodes the halves of src into dst and returns the index of
+// the first one that is Inf or NaN, or -1 when all are finite (dst then
+// holds them all).
+func getHalves(dst []float32, src []byte) int {
+	n := 0
+	if useF16C {
+		if n = len(dst) &^ 7; n > 0 && !f16cDecode(dst[:n], src[:2*n]) {
+			n = 0 // find which in Go
+		}
+	}
+	for i := n; i < len(dst); i++ {
+		h := binary.LittleEndian.Uint16(src[2*i:])
+		if h&0x7c00 == 0x7c00 {
+			return i
+		}
+		dst[i] = Float32FromHalf(h)
+	}
+	return -1
+}

@@ -139,14 +139,7 @@ func (e *UpdateEncoder) Encode(dst []byte, u []float32, feedback bool) ([]byte, 
 	return out, nil
 }
 
-func firstNonFinite(u []float32) int {
-	for i, v := range u {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return i
-		}
-	}
-	return -1
-}
+func firstNonFinite(u []float32) int { return Floats(u).FirstNonFinite() }
 
 func grow(dst []byte, n int) []byte {
 	return slices.Grow(dst, n)[:len(dst)+n]
@@ -163,10 +156,7 @@ func appendF32(dst []byte, u []float32) []byte {
 
 func appendF16(dst []byte, u []float32) []byte {
 	b := grow(dst, 2*len(u))
-	o := b[len(dst):]
-	for i, v := range u {
-		binary.LittleEndian.PutUint16(o[2*i:], HalfFromFloat32(ClampHalf(v)))
-	}
+	putHalves(b[len(dst):], u)
 	return b
 }
 
@@ -333,12 +323,8 @@ func DecodeUpdate(codec string, packed []byte, n int, dst []float32) ([]float32,
 			return length(2 * n)
 		}
 		dst = slices.Grow(dst[:0], n)[:n]
-		for i := range dst {
-			h := binary.LittleEndian.Uint16(packed[2*i:])
-			if h&0x7c00 == 0x7c00 {
-				return bad("value %d is %v", i, Float32FromHalf(h))
-			}
-			dst[i] = Float32FromHalf(h)
+		if i := getHalves(dst, packed); i >= 0 {
+			return bad("value %d is %v", i, Float32FromHalf(binary.LittleEndian.Uint16(packed[2*i:])))
 		}
 	case CodecI8:
 		if len(packed) != I8Len(n) {

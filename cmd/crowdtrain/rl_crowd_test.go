@@ -51,7 +51,10 @@ func TestRLJobWithABrowserTabAndAForgerInTheCrowd(t *testing.T) {
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	rlSpec := writeRLAddSpec(t, dir, "rl-crowd", policy, 24, 40)
+	// 32 epochs, not the 24 of the modes' test: its unchecked forged
+	// rollouts cost some of the gain, and at 24 one run in three ended
+	// within a point of the bound.
+	rlSpec := writeRLAddSpec(t, dir, "rl-crowd", policy, 32, 40)
 	addr := freeAddr(t)
 	start := time.Now()
 	srv := startProc(t, "serve", "--addr", addr, "--db", filepath.Join(dir, "rl.db"), "--job", rlSpec,
