@@ -223,3 +223,51 @@ func TestRLDiLoCoRefusesMoreLocalStepsThanALeaseCarries(t *testing.T) {
 		t.Errorf("local_steps %d: %v; want an error on local_steps saying at most 128", protocol.MaxLearnGroups/8+1, err)
 	}
 }
+
+// An RL job in async DiLoCo: a learn lease carries local_steps times 8
+// groups, the local steps and the inner optimizer, and takes no round
+// (round 0); its delta is applied as soon as it comes, one version each,
+// through the delayed Nesterov outer step.
+func TestRLAsyncDiLoCoAppliesEachLearnDelta(t *testing.T) {
+	g, j := rlGrid(t, "mode: diloco\nasync_diloco: true\nlocal_steps: 2\nspot_check: 0\n")
+	ms, _ := nn.Preset("charlm-tiny")
+	m, err := nn.NewModel(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := joinRLKey(g, protocol.KindNative, true, j.ID, "rl-async-diloco-volunteer-key-a")
+	version := func() int64 {
+		v, _, err := g.srv.JobView(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Version
+	}
+	learned := 0
+	for i := 0; learned < 2; i++ {
+		if i > 100 {
+			t.Fatalf("%d learn leases after 100 leases", learned)
+		}
+		l, ok := rlNext(a)
+		if !ok {
+			t.Fatal("no lease while the buffer fills")
+		}
+		if l.Learn == nil {
+			rlRollout(a, l)
+			continue
+		}
+		if l.Round != 0 || l.Learn.Steps != 2 || l.Learn.Inner == nil || len(l.Learn.Groups) != 16 {
+			t.Fatalf("learn lease: round %d, steps %d, inner %v, %d groups; want no round, 2 steps, the inner optimizer, 16 groups",
+				l.Round, l.Learn.Steps, l.Learn.Inner, len(l.Learn.Groups))
+		}
+		before := version()
+		a.send(g.computedRL(m, l))
+		if ack := a.ack(l.ID); !ack.Accepted {
+			t.Fatalf("learn result: %s: %s", ack.Reason, ack.Detail)
+		}
+		if got := version(); got != before+1 {
+			t.Fatalf("a learn delta moved the policy from version %d to %d; want one version at once", before, got)
+		}
+		learned++
+	}
+}

@@ -47,11 +47,12 @@ func Patch(cur Spec, data []byte) (Spec, []string, error) {
 	if err := decodeAll(m, &next, g); err != nil {
 		return cur, nil, err
 	}
-	if cur.Kind == KindRL && (next.Mode != cur.Mode || next.LocalSteps != cur.LocalSteps) {
+	if cur.Kind == KindRL && (next.Mode != cur.Mode || next.LocalSteps != cur.LocalSteps || next.AsyncDiLoCo != cur.AsyncDiLoCo) {
 		// Its buffer's learn leases are cut for the mode's steps when
-		// the job is created (coordinator/rljob.go).
-		return cur, nil, Errorf("mode", "an RL job's mode and local_steps are fixed when it is created (%s, %d): submit a new job with the policy to change them",
-			cur.Mode, cur.LocalSteps)
+		// the job is created (coordinator/rljob.go), and they are
+		// granted as a round's places or not by the mode.
+		return cur, nil, Errorf("mode", "an RL job's mode, async_diloco and local_steps are fixed when it is created (%s, %v, %d): submit a new job with the policy to change them",
+			cur.Mode, cur.AsyncDiLoCo, cur.LocalSteps)
 	}
 	if next.Mode != cur.Mode || next.AsyncDiLoCo != cur.AsyncDiLoCo || next.DynamicLocalSteps != cur.DynamicLocalSteps {
 		// Keys fixed at the start are never reset.

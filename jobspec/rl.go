@@ -184,8 +184,6 @@ func finishRL(s *Spec, g given) error {
 		return Errorf("policy", "is required with kind: rl: the model to improve, as {job: ID} (a finished text job on this coordinator) or the path of a safetensors file (crowdtrain export)")
 	case !g["task"]:
 		return Errorf("task", "is required with kind: rl: the verifiable task, e.g. {type: add, digits: 2} (types: %s)", strings.Join(rltask.Names, ", "))
-	case s.AsyncDiLoCo:
-		return Errorf("async_diloco", "an RL job in mode diloco runs its rounds (async DiLoCo is not supported for RL): remove async_diloco")
 	case g["update_codec"] && s.UpdateCodec != CodecFP32:
 		return Errorf("update_codec", "an RL job's learn results are fp32 (%s is not supported for RL): remove update_codec", s.UpdateCodec)
 	}

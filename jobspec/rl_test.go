@@ -59,13 +59,14 @@ func TestRLSpecDefaults(t *testing.T) {
 	if s, err := Parse([]byte(rlBase + "mode: diloco\nlocal_steps: 4\n")); err != nil || s.Mode != ModeDiLoCo || s.LocalSteps != 4 || s.BackupWorkers != 0 || s.UpdateKind() != "delta" {
 		t.Errorf("mode: diloco: %v; mode %s, local_steps %d, backup_workers %d, update kind %s; want diloco, 4, 0, delta", err, s.Mode, s.LocalSteps, s.BackupWorkers, s.UpdateKind())
 	}
-	// Mode and local_steps are fixed when an RL job is created (its
-	// learn leases are cut for them); other live keys still change.
+	// Mode, async_diloco and local_steps are fixed when an RL job is
+	// created (its learn leases are cut and granted for them); other
+	// live keys still change.
 	cur, err := Parse([]byte(rlBase + "mode: diloco\nlocal_steps: 4\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, patch := range []string{`{"mode": "sync"}`, `{"local_steps": 8}`} {
+	for _, patch := range []string{`{"mode": "sync"}`, `{"local_steps": 8}`, `{"async_diloco": true}`} {
 		if _, _, err := Patch(cur, []byte(patch)); err == nil || !strings.Contains(err.Error(), "fixed when it is created") {
 			t.Errorf("patch %s of an RL job: %v; want an error saying mode and local_steps are fixed", patch, err)
 		}
@@ -89,7 +90,6 @@ func TestRLSpecErrorsNameTheKey(t *testing.T) {
 		{rlBase + "dataset: bible-kjv\n", "dataset", "come from its task"},
 		{rlBase + "init: {job: y}\n", "init", "policy"},
 		{rlBase + "sweep: {method: grid, space: {clip: [0.1, 0.2]}}\n", "sweep", "not supported yet"},
-		{rlBase + "mode: diloco\nasync_diloco: true\n", "async_diloco", "not supported for RL"},
 		{rlBase + "mode: diloco\nupdate_codec: sparse\n", "update_codec", "not supported for RL"},
 		{rlBase + "snapshot: latest\n", "snapshot", "granted"},
 		{rlBase + "spot_check: 1.5\n", "spot_check", "[0, 1]"},

@@ -30,8 +30,9 @@ import (
 // worker downloads the reference policy from the coordinator), ends with
 // a solved share well above S0 in its eval: in mode async (a step per
 // learn result), in mode sync (a step per round of two learn results,
-// one from each worker, rollouts outside the rounds), and in mode diloco
-// (rounds of two learn leases of four local steps each).
+// one from each worker, rollouts outside the rounds), in mode diloco
+// (rounds of two learn leases of four local steps each), and in async
+// DiLoCo (each lease's delta of four local steps applied as it comes).
 func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	testenv.Long(t, "trains a text job and then an RL job end to end in two modes")
 	dir := t.TempDir()
@@ -39,7 +40,13 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 	s0 := heldOutSolved(t, policy)
 	t.Logf("warm-up: %d versions, solved S0 = %.3f", v.Version, s0)
 
-	for _, mode := range []string{"async", "sync", "diloco"} {
+	var learnChecked int64
+	defer func() {
+		if !t.Failed() && learnChecked == 0 {
+			t.Error("no learn result of any mode was recomputed: the learn leases' spot checks drew none")
+		}
+	}()
+	for _, mode := range []string{"async", "sync", "diloco", "async_diloco"} {
 		t.Run(mode, func(t *testing.T) {
 			rlSpec := writeRLAddSpec(t, dir, "rl-add-"+mode, policy, 24, 40)
 			b, err := os.ReadFile(rlSpec)
@@ -53,12 +60,17 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 				// the rate.
 				y = strings.Replace(y, "lr: 0.0002", "lr: 0.0004", 1) + "mode: sync\nround_size: 2\n"
 			}
-			if mode == "diloco" {
+			if mode == "diloco" || mode == "async_diloco" {
 				// Learn leases of 4 local steps (32 groups), rounds of
 				// two, DiLoCo's outer Nesterov on the mean delta, the
 				// inner AdamW at the async job's rate.
 				y = y[:strings.Index(y, "outer_optimizer:")] + y[strings.Index(y, "max_epochs:"):] +
 					"mode: diloco\nround_size: 2\nlocal_steps: 4\ninner_optimizer: {type: adamw, lr: 0.0002, beta2: 0.99, clip_norm: 1}\n"
+			}
+			if mode == "async_diloco" {
+				// Each learn lease's delta applied as it comes, through
+				// the delayed Nesterov outer step.
+				y = strings.Replace(y, "round_size: 2\n", "async_diloco: true\n", 1)
 			}
 			writeTestFile(t, rlSpec, []byte(y))
 			addr := freeAddr(t)
@@ -72,16 +84,25 @@ func TestRLJobRaisesSolvedOverItsWarmUp(t *testing.T) {
 				mode, v.Version, time.Since(start).Round(time.Second), *v.Eval.Reward, *v.Eval.Solved, s0, v.UpdatesApplied, v.Clipped, v.Rejections)
 			// Honest learn results pass the coordinator's recomputation
 			// of them (learn leases' spot checks, across the workers'
-			// kernel and the coordinator's).
-			if lc := v.SpotChecks.Learn; lc == nil || lc.Checked == 0 || lc.Forged != 0 || v.Rejections[protocol.ReasonForged] != 0 {
-				t.Errorf("%s: spot_checks.learn %+v, rejections %v; want honest learn results checked, none refused forged", mode, lc, v.Rejections)
+			// kernel and the coordinator's). A mode with few learn
+			// results may have none drawn; all modes together must.
+			if lc := v.SpotChecks.Learn; lc == nil || lc.Forged != 0 || v.Rejections[protocol.ReasonForged] != 0 {
+				t.Errorf("%s: spot_checks.learn %+v, rejections %v; want none refused forged", mode, lc, v.Rejections)
 			} else {
+				learnChecked += lc.Checked
 				t.Logf("%s: %d learn results recomputed in %.2f s, largest relative difference %.3g (tolerance %g)", mode, lc.Checked, lc.Seconds, lc.MaxMatchedDifference, lc.Tolerance)
 			}
-			if *v.Eval.Solved < s0+0.15 {
-				t.Errorf("%s: solved %.3f after RL, S0 %.3f: want at least 15 points more; log:\n%s", mode, *v.Eval.Solved, s0, srv.logText())
+			gain := 0.15
+			if mode == "async_diloco" {
+				// A step a learn lease, each delta alone through the
+				// delayed Nesterov step: a smaller gain in as many
+				// epochs (+15.5 and +21.0 points measured, against +19 to +21 in diloco).
+				gain = 0.10
 			}
-			if mode != "async" && v.UpdatesApplied < 2*v.Version-2 {
+			if *v.Eval.Solved < s0+gain {
+				t.Errorf("%s: solved %.3f after RL, S0 %.3f: want at least %.0f points more; log:\n%s", mode, *v.Eval.Solved, s0, 100*gain, srv.logText())
+			}
+			if (mode == "sync" || mode == "diloco") && v.UpdatesApplied < 2*v.Version-2 {
 				t.Errorf("%s: %d learn results applied in %d versions; want two a round (rounds of round_size 2)", mode, v.UpdatesApplied, v.Version)
 			}
 		})
