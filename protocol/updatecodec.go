@@ -93,7 +93,7 @@ func (e *UpdateEncoder) Encode(dst []byte, u []float32, feedback bool) ([]byte, 
 	if n == 0 {
 		return dst[:0], errors.New("update codec: empty update")
 	}
-	if i := firstNonFinite(u); i >= 0 {
+	if i := Floats(u).FirstNonFinite(); i >= 0 {
 		return dst[:0], fmt.Errorf("update codec: value %d is %v", i, u[i])
 	}
 	feedback = feedback && feedbackCodec(e.Codec)
@@ -108,7 +108,7 @@ func (e *UpdateEncoder) Encode(dst []byte, u []float32, feedback bool) ([]byte, 
 		for i, v := range u {
 			e.acc[i] = v + e.residual[i]
 		}
-		if i := firstNonFinite(e.acc); i >= 0 {
+		if i := Floats(e.acc).FirstNonFinite(); i >= 0 {
 			return dst[:0], fmt.Errorf("update codec: value %d plus its residual is %v", i, e.acc[i])
 		}
 		src = e.acc
@@ -138,8 +138,6 @@ func (e *UpdateEncoder) Encode(dst []byte, u []float32, feedback bool) ([]byte, 
 	}
 	return out, nil
 }
-
-func firstNonFinite(u []float32) int { return Floats(u).FirstNonFinite() }
 
 func grow(dst []byte, n int) []byte {
 	return slices.Grow(dst, n)[:len(dst)+n]
