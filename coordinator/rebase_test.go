@@ -198,13 +198,15 @@ func TestWorkerNamesTheVersionServedInPlaceOfAnEvictedOne(t *testing.T) {
 	if v.SnapshotCache.RebasedResults == 0 {
 		t.Errorf("snapshot cache %+v: no result named the version served in place of its lease's", v.SnapshotCache)
 	}
-	accepted := int64(0)
-	for _, w := range ws {
-		accepted += w.Stats().Accepted
-	}
-	if accepted < 30 {
-		t.Errorf("the workers count %d accepted results, want 30 or more", accepted)
-	}
+	// The job counts a result when it applies it; the worker when the
+	// acknowledgement arrives, a moment later.
+	waitUntil(t, "the workers count 30 accepted results", func() bool {
+		accepted := int64(0)
+		for _, w := range ws {
+			accepted += w.Stats().Accepted
+		}
+		return accepted >= 30
+	})
 }
 
 // In an f16 job the evicted version's f16 URL serves the current version's
