@@ -590,9 +590,24 @@ func (r *Rounds) leaveOutClimbing(held [][]float32) [][]float32 {
 	for k, x := range held {
 		scores[k] = r.Descent(x)
 	}
-	out := climbing(scores, r.origin[:len(held)])
+	out, majority := climbing(scores, r.origin[:len(held)])
 	if out == nil {
 		return held
+	}
+	if majority {
+		// Most of the round climbs: left out only if the round's mean
+		// climbs too (descent.go). r.mean is the aggregate's buffer,
+		// written after this.
+		inv := 1 / float32(len(held))
+		clear(r.mean)
+		for _, x := range held {
+			for i, v := range x {
+				r.mean[i] += v * inv
+			}
+		}
+		if r.Descent(r.mean) >= 0 {
+			return held
+		}
 	}
 	k := r.partition(held, out)
 	r.Climbing += int64(len(held) - k)

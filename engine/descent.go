@@ -32,6 +32,17 @@ import (
 // A round needs climbOver results or more, one of them descending;
 // copies of a mean (a relay's sum, a restored partial round; noOrigin)
 // are never left out. Left-out results stay accepted and credited.
+//
+// The climbing results may be the round's majority: attackers that
+// arrive first take the first round's places (7 of 8 in the measured
+// runs, from 4 of 9 volunteers), and their mean, −0.75 of an honest
+// step, then lived on in the outer Nesterov momentum for ten rounds:
+// 65 versions to 97% against 37 to 42 clean. A majority is left out
+// only under stricter tests, as the minority is all the round has to go
+// by: every kept result descends, the gap stands climbGap robust
+// deviations apart from each cluster's own spread, and (the caller's
+// part) the mean of the whole round climbs on the batch too, which an
+// honest round's mean, averaging its noise away, does not.
 
 const (
 	// climbShare is the share of a typical honest result's descent that
@@ -45,10 +56,12 @@ const (
 )
 
 // climbing reports, for each result of a round by its descent score and
-// origin, whether it is left out (above); nil when none is.
-func climbing(scores []float64, origin []int) []bool {
+// origin, whether it is left out (above); nil when none is. majority
+// says those left out are most of the round: the caller leaves them out
+// only if the round's mean climbs too.
+func climbing(scores []float64, origin []int) (out []bool, majority bool) {
 	if len(scores) < climbOver || len(origin) < len(scores) {
-		return nil
+		return nil, false
 	}
 	var up []float64
 	for _, s := range scores {
@@ -57,30 +70,43 @@ func climbing(scores []float64, origin []int) []bool {
 		}
 	}
 	if len(up) == 0 {
-		return nil
+		return nil, false
 	}
 	floor := -climbShare * median(up)
-	out := make([]bool, len(scores))
-	var kept []float64
-	highestOut, any := math.Inf(-1), false
+	out = make([]bool, len(scores))
+	var kept, left []float64
 	for k, s := range scores {
 		if s < floor && origin[k] != noOrigin {
-			out[k], any = true, true
-			highestOut = max(highestOut, s)
+			out[k] = true
+			left = append(left, s)
 		} else {
 			kept = append(kept, s)
 		}
 	}
-	if !any || 2*len(kept) < len(scores) {
-		return nil // none, or the climbing ones are the round's majority
+	if len(left) == 0 {
+		return nil, false
 	}
-	m := median(kept)
-	dev := make([]float64, len(kept))
-	for i, s := range kept {
-		dev[i] = math.Abs(s - m)
+	majority = 2*len(kept) < len(scores)
+	spread := deviation(kept)
+	if majority {
+		if slices.Min(kept) <= 0 {
+			return nil, false // the minority does not all descend either
+		}
+		spread = max(spread, deviation(left))
 	}
-	if slices.Min(kept)-highestOut <= climbGap*1.4826*median(dev) {
-		return nil // one continuum: an honest tail
+	if slices.Min(kept)-slices.Max(left) <= climbGap*spread {
+		return nil, false // one continuum: an honest tail
 	}
-	return out
+	return out, majority
+}
+
+// deviation is the robust standard deviation of xs: 1.4826 times their
+// median absolute deviation.
+func deviation(xs []float64) float64 {
+	m := median(xs)
+	dev := make([]float64, len(xs))
+	for i, x := range xs {
+		dev[i] = math.Abs(x - m)
+	}
+	return 1.4826 * median(dev)
 }
