@@ -287,23 +287,6 @@ func TestReplayedUpdateIsADuplicate(t *testing.T) {
 	}
 }
 
-// The window holds the last dedupSize hashes, counting repeats.
-func TestDedupWindowForgetsTheOldest(t *testing.T) {
-	var w dedupWindow
-	w.add(7)
-	w.add(7)
-	for i := range dedupSize - 1 {
-		w.add(uint64(1000 + i))
-	}
-	if !w.seen(7) {
-		t.Fatal("the second 7 was forgotten too early")
-	}
-	w.add(1)
-	if w.seen(7) || !w.seen(1) || !w.seen(1000) || len(w.count) != dedupSize {
-		t.Fatalf("after the window turned: seen 7 %v, 1 %v, %d hashes", w.seen(7), w.seen(1), len(w.count))
-	}
-}
-
 // owe spends past zero and says how long until the debt is paid; refund
 // pays it back.
 func TestOweSaysHowLongToPause(t *testing.T) {

@@ -25,8 +25,8 @@ type submission struct {
 	// update finite (protocol.Result.Validate): the aggregator need not
 	// look again.
 	finite bool
-	// hash is updateHash(res.Update), for replays (dedup.go); 0: not
-	// computed yet, or an all-zero update.
+	// hash is engine.UpdateHash(res.Update), for replays
+	// (engine.ReplayWindow); 0: not computed yet, or an all-zero update.
 	hash uint64
 	// recv is how long the result's frame took to arrive (frames.go).
 	recv time.Duration
@@ -49,10 +49,6 @@ func (j *Job) refusal(sub submission, ack protocol.Ack, reason, detail string) p
 // nonFiniteCheck is how many non-finite results in a row make the job
 // evaluate its model to tell divergence from broken workers.
 const nonFiniteCheck = 20
-
-// normWarmup is how many updates are accepted before the norm check starts:
-// the running mean needs a few samples to mean anything.
-const normWarmup = 10
 
 // apply checks a result against the lease it answers and offers it to
 // the aggregator; the model steps when the aggregator says one is due.
@@ -152,17 +148,15 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	}
 	// Finite is not enough: one update of 1e30s would overflow Adam's
 	// second moment to +Inf and stall the model for good.
-	// The reference is normgate.go's: no few clients can set it.
+	// The reference is engine.NormGate's: no few clients can set it.
 	update, outlier := res.Update, false
-	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && sub.norm > st.spec.MaxUpdateNormRatio*ref {
-		limit := st.spec.MaxUpdateNormRatio * ref
+	if limit, ref, on := st.norms.Limit(st.spec.MaxUpdateNormRatio); on && sub.norm > limit {
 		if sub.norm > outlierMaxOver*limit || !j.clipFollows() && !st.outliers.admit(l.Task, sub.worker, l.Base, sub.norm, res.Update) {
 			j.requeue(l)
 			j.spotRefused(sub, l)
-			if st.normRef.refused(sub.volunteer) {
+			if st.norms.Refused(sub.volunteer) {
 				j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
-					j.ID, normStaleRun, ref))
-				st.normMean, st.normCount = 0, 0
+					j.ID, engine.NormStaleRun, ref))
 			}
 			return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
 				sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
@@ -178,11 +172,11 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	} else if st.spec.MaxUpdateNormRatio > 0 {
 		st.outliers.note(sub.worker, false)
 	}
-	if deduped(l) {
+	if l.ReplayChecked() {
 		if sub.hash == 0 {
-			sub.hash = updateHash(res.Update)
+			sub.hash = engine.UpdateHash(res.Update)
 		}
-		if sub.hash != 0 && st.abuse.dedup.seen(sub.hash) {
+		if sub.hash != 0 && st.abuse.replays.Seen(sub.hash) {
 			j.duplicateRun()
 			j.requeue(l)
 			j.spotRefused(sub, l)
@@ -247,7 +241,7 @@ func (j *Job) accept(sub submission, l *engine.Lease, ack protocol.Ack, update [
 	if d.Clipped && d.Norm > 0 {
 		norm = min(norm, d.Norm)
 	}
-	j.observeNorm(sub.volunteer, norm)
+	st.norms.Observe(sub.volunteer, norm)
 	j.countApplied(1, res.Examples, ack.Staleness)
 	j.spotSample(sub, l)
 	if j.mirror != nil {
@@ -264,17 +258,6 @@ func (j *Job) accept(sub submission, l *engine.Lease, ack protocol.Ack, update [
 		j.endEpoch()
 	}
 	return ack
-}
-
-// observeNorm feeds the norm gate an accepted update's norm: a running
-// mean over roughly the last 50 updates, which follows the norms down as
-// training converges, and the reference no few sources can set
-// (normgate.go).
-func (j *Job) observeNorm(source string, norm float64) {
-	st := &j.st
-	st.normCount++
-	st.normMean += (norm - st.normMean) / float64(min(st.normCount, 50))
-	st.normRef.observe(source, norm)
 }
 
 // countApplied books results accepted at staleness, of examples in all:

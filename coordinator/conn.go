@@ -532,7 +532,7 @@ func (s *Server) readMessage(wc *workerConn, bad *int) (websocket.StatusCode, st
 			return 0, "", false
 		}
 		norm := m.Update.Norm()
-		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: norm, hash: updateHashNorm(m.Update, norm), recv: buf.recv,
+		sub := submission{worker: wc.id, volunteer: wc.volunteer, res: m, norm: norm, hash: engine.UpdateHashNorm(m.Update, norm), recv: buf.recv,
 			finite: m.Codec == "" || m.Codec == protocol.CodecF32}
 		pause, over := s.resultBytes(wc, len(buf.frame)) // limits.go
 		if over {

@@ -19,20 +19,15 @@ import (
 // struck. A volunteer caught once is struck for its later zeros without
 // the forward pass, so a flood buys no work on the loop.
 //
-// An update that is not zero but far below every accepted norm
-// (minUpdateNormRatio of the gate's reference) is refused too, and a spot
-// check may look at it; it is not struck, since a batch the model fits
-// has a small honest gradient.
+// An update that is not zero but far below every accepted norm (1e-4 of
+// the norm gate's reference: engine.NormGate.MovesNothing) is refused
+// too, and a spot check may look at it; it is not struck, since a batch
+// the model fits has a small honest gradient.
 //
 // A model whose every unit is dead, if its loss is not zero, makes every
 // honest volunteer send zeros: only a volunteer that is the first to send
 // zeros since another's non-zero update was accepted is struck, so such a
 // model costs each volunteer at most one strike.
-
-// minUpdateNormRatio: an update under this share of the norm gate's
-// reference is refused as one that moves nothing. Honest updates of a
-// batch the model fits lie within a few hundredths of the reference.
-const minUpdateNormRatio = 1e-4
 
 // emptyUpdates is a job's memory for the rule above.
 type emptyUpdates struct {
@@ -75,10 +70,7 @@ func (j *Job) emptyUpdate(sub submission, l *engine.Lease, reject func(reason, d
 		}
 		return reject(protocol.ReasonInvalid, detail), true
 	}
-	if st.spec.MaxUpdateNormRatio <= 0 || st.normCount < normWarmup {
-		return protocol.Ack{}, false
-	}
-	if ref := st.normRef.reference(st.normMean); ref > 0 && sub.norm > 0 && sub.norm < minUpdateNormRatio*ref {
+	if nothing, ref := st.norms.MovesNothing(st.spec.MaxUpdateNormRatio, sub.norm); nothing {
 		j.requeue(l)
 		j.spotRefused(sub, l)
 		e.refused++
@@ -144,7 +136,7 @@ func allZero(u []float32) bool {
 // when its strikes, all jobs together, reach the spot checks' limit.
 func (j *Job) strike(v, detail string) {
 	p := j.st.spot
-	j.st.normRef.forget(v) // a liar's norms are no reference (normgate.go)
+	j.st.norms.Forget(v) // a liar's norms are no reference (engine.NormGate)
 	total := j.ledger.Strike(v, j.ID, detail)
 	j.log.Warn(fmt.Sprintf("job %s: volunteer %s struck (%d strikes of %d): %s", j.ID, v, total, p.Strikes, detail), logVolunteer, v, "strikes", total)
 	if p.SyncStrikes(v, total) {

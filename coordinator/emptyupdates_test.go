@@ -93,7 +93,7 @@ func TestZerosFromEveryoneStrikeNoOne(t *testing.T) {
 // than the typical (a batch the model fits) is applied.
 func TestNearZeroUpdatesAreRefused(t *testing.T) {
 	j, _ := abuseJob(t, "mode: async\nmax_update_norm_ratio: 100\n")
-	for i := range normWarmup + 2 {
+	for i := range engine.NormWarmup + 2 {
 		if ack := answerAs(j, "honest", "a-honest", leaseFor(t, j, "honest"), 0.01+float32(i)*1e-4); !ack.Accepted {
 			t.Fatalf("warm-up %d: %+v", i, ack)
 		}

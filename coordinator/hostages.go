@@ -46,7 +46,7 @@ type abuseState struct {
 	answerOrder  []uint64
 	lateCredited int64
 	reclaimed    int64 // leases of closed rounds taken back (stragglers.go)
-	dedup        dedupWindow
+	replays      engine.ReplayWindow
 	dupRun       int // duplicates since the last accepted result
 	// noStragglerBefore is when the oldest lease held last time a scan
 	// found no straggler becomes one (stragglers.go): no scan before.

@@ -208,9 +208,7 @@ type jobState struct {
 	climbing       int64 // results a DiLoCo round left out as climbing (engine/descent.go)
 	leasesIssued   int64
 	stalenessSum   int64
-	normMean       float64 // running mean of accepted update norms
-	normCount      int64
-	normRef        normRef              // the gate's reference (normgate.go)
+	norms          engine.NormGate      // max_update_norm_ratio's gate and the near-zero one
 	outliers       normOutliers         // tasks the gate refused (normoutliers.go)
 	empty          emptyUpdates         // updates that move nothing (emptyupdates.go)
 	grantShares    grantShares          // volunteers of the recent grants (volunteershare.go)

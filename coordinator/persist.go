@@ -175,11 +175,12 @@ func (j *Job) copyState(bufs *ckptBuffers) store.Checkpoint {
 		Epoch: st.epoch, ExamplesSeen: st.examplesSeen, EpochExamples: st.epochExamples,
 		Applied: st.applied, Rejected: st.rejected, Rejections: st.rejections,
 		LeasesIssued: st.leasesIssued, LeasesExpired: st.leasesExpired, StalenessSum: st.stalenessSum, StalenessHist: st.stalenessHist,
-		NormMean: st.normMean, NormCount: st.normCount, Clipped: st.clipped, LastEvalAt: st.lastEvalAt, Eval: st.eval,
+		Clipped: st.clipped, LastEvalAt: st.lastEvalAt, Eval: st.eval,
 		FinalEvalAfter: st.finalEvalAfter, StartedAt: st.startedAt,
 		Wire:         j.wire.progress(),
 		RelayApplied: st.relay.applied.list(),
 	}
+	p.NormMean, p.NormCount = st.norms.Progress()
 	// Leased tasks are not done: a resumed job hands them out again.
 	leases, queue := st.sched.Leases(), st.sched.Queue()
 	p.Tasks = make([][3]int, 0, len(queue)+len(leases))
@@ -348,7 +349,8 @@ func (j *Job) restore(c store.Checkpoint) error {
 	}
 	st.leasesIssued, st.leasesExpired, st.stalenessSum = p.LeasesIssued, p.LeasesExpired, p.StalenessSum
 	copy(st.stalenessHist, p.StalenessHist) // older checkpoints have none
-	st.normMean, st.normCount, st.clipped = p.NormMean, p.NormCount, p.Clipped
+	st.norms.Restore(p.NormMean, p.NormCount)
+	st.clipped = p.Clipped
 	st.lastEvalAt, st.eval, st.finalEvalAfter = p.LastEvalAt, p.Eval, p.FinalEvalAfter
 	if !p.StartedAt.IsZero() {
 		st.startedAt = p.StartedAt

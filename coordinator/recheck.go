@@ -183,10 +183,10 @@ func (j *Job) rechecked(sub submission, l *engine.Lease, ack protocol.Ack, u []f
 	j.ledger.Credit(sub.volunteer, j.ID, ex, float64(ex)*j.flopsPerExample)
 	j.resultAccepted(sub.worker)
 	if sub.hash == 0 {
-		sub.hash = updateHash(sub.res.Update)
+		sub.hash = engine.UpdateHash(sub.res.Update)
 	}
 	if sub.hash != 0 {
-		st.abuse.dedup.add(sub.hash) // a replay of it is a duplicate (dedup.go)
+		st.abuse.replays.Add(sub.hash) // a replay of it is a duplicate (engine.ReplayWindow)
 	}
 	j.requeue(l) // its place in a round goes to another task
 	st.sched.TakeQueued(l.Task)

@@ -335,7 +335,7 @@ func (j *Job) mirrorBlock(r relaymsg.LeaseReply, params []float32, now time.Time
 		m.released = nil
 		j.mirrorForget()
 		m.run, m.answered = r.Run, 0
-		j.st.abuse.dedup = dedupWindow{}
+		j.st.abuse.replays = engine.ReplayWindow{}
 		j.st.sched.ForgetRound() // round numbers come again, with the same tasks
 	}
 	if params != nil && r.Version+m.offset != st.model.Version {

@@ -294,17 +294,16 @@ func (j *Job) applyAggregate(a *relaymsg.Aggregate, ack func()) (verdict, detail
 	// the norm gate takes the mean of its results, whose norm a direct
 	// result's is compared with; the replay window its sum.
 	norm := protocol.Floats(a.Sum).Norm() / float64(a.Results)
-	if ref := st.normRef.reference(st.normMean); st.spec.MaxUpdateNormRatio > 0 && st.normCount >= normWarmup && ref > 0 && norm > st.spec.MaxUpdateNormRatio*ref {
-		if st.normRef.refused(worker) {
+	if limit, ref, on := st.norms.Limit(st.spec.MaxUpdateNormRatio); on && norm > limit {
+		if st.norms.Refused(worker) {
 			j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several sources, none accepted between: its reference %.3g was stale; it starts again",
-				j.ID, normStaleRun, ref))
-			st.normMean, st.normCount = 0, 0
+				j.ID, engine.NormStaleRun, ref))
 		}
 		return refuse("the mean of its %d results has norm %.3g, %.0fx the typical norm %.3g of accepted updates (limit %gx): the relay's own norm gate should have refused what made it",
 			a.Results, norm, norm/ref, ref, st.spec.MaxUpdateNormRatio)
 	}
-	hash := updateHash(a.Sum)
-	if hash != 0 && st.abuse.dedup.seen(hash) {
+	hash := engine.UpdateHash(a.Sum)
+	if hash != 0 && st.abuse.replays.Seen(hash) {
 		j.duplicateRun()
 		return refuse("its sum is bit-identical to an update accepted before (a replay)")
 	}
@@ -335,11 +334,11 @@ func (j *Job) applyAggregate(a *relaymsg.Aggregate, ack func()) (verdict, detail
 	st.relay.applied.add(a.ID)
 	st.relay.aggregates++
 	if hash != 0 {
-		st.abuse.dedup.add(hash)
+		st.abuse.replays.Add(hash)
 	}
 	st.abuse.dupRun = 0
 	st.nonFiniteRun = 0
-	j.observeNorm(worker, norm)
+	st.norms.Observe(worker, norm)
 	j.countApplied(a.Results, a.Examples, staleness)
 	// Stepped first: the checkpoint that acknowledges it must hold the
 	// step (an asynchronous rule applies it in step, not in Offer).

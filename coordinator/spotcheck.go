@@ -221,7 +221,7 @@ func (j *Job) spotCopy(sub submission, l *engine.Lease, ack protocol.Ack, reject
 		j.zeroEvidence(sub.volunteer, l.ID)
 		return reject(protocol.ReasonInvalid, "the copy's update is all zeros, but the model does not fit the task's examples, so their gradient is not zero")
 	}
-	st.spot.RefNorm = st.normRef.reference(st.normMean) // a typical accepted norm (normgate.go)
+	st.spot.RefNorm = st.norms.Reference() // a typical accepted norm (engine.NormGate)
 	o, ok := st.spot.Answer(l.ID, engine.SpotResult{Volunteer: sub.volunteer, Hint: j.hintOf(sub.worker), Update: res.Update, Examples: res.Examples, Slack: slackOf(res)})
 	if !ok {
 		return reject(protocol.ReasonLate, "the spot check this copy belonged to was dropped: it waited too long for its copies")

@@ -229,8 +229,8 @@ func (j *Job) answered(l *engine.Lease, sub submission) {
 	}
 	j.resultAccepted(l.Worker)
 	st.abuse.dupRun = 0
-	if deduped(l) && hash != 0 {
-		st.abuse.dedup.add(hash)
+	if l.ReplayChecked() && hash != 0 {
+		st.abuse.replays.Add(hash)
 	}
 }
 

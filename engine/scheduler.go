@@ -111,7 +111,7 @@ type Scheduler struct {
 	// that were not lost since: held, or answered. The model does not move
 	// within a round, so a task leased twice in one would be computed twice
 	// from the same version: a bit-identical result, refused as a replay
-	// (coordinator/dedup.go). Grant never does that.
+	// (replay.go). Grant never does that.
 	round   uint64
 	inRound []Task
 	// taskTimes holds the last accepted tasks' durations (Observe), a

@@ -1,4 +1,4 @@
-package coordinator
+package engine
 
 import "testing"
 
@@ -6,7 +6,7 @@ import "testing"
 // reference down once three volunteers voted, however many updates it
 // sends; before that the reference is the running mean it is given.
 func TestNormReferenceOneVotePerVolunteer(t *testing.T) {
-	var n normRef
+	var n normVotes
 	if got := n.reference(1.5); got != 1.5 {
 		t.Fatalf("no votes: reference %v, want the running mean 1.5", got)
 	}
@@ -42,7 +42,7 @@ func TestNormReferenceOneVotePerVolunteer(t *testing.T) {
 
 // The volunteers kept are bounded: the oldest leaves first.
 func TestNormReferenceBounded(t *testing.T) {
-	var n normRef
+	var n normVotes
 	for i := range normVolunteers + 10 {
 		n.observe(string(rune('A'+i)), float64(i))
 	}
@@ -58,7 +58,7 @@ func TestNormReferenceBounded(t *testing.T) {
 // volunteers in a row with nothing accepted between starts again, while
 // one volunteer refused again and again does not reset it.
 func TestNormReferenceGoesStale(t *testing.T) {
-	var n normRef
+	var n normVotes
 	for _, v := range []string{"x1", "x2", "x3", "x4"} {
 		n.observe(v, 0.5)
 	}
@@ -72,21 +72,68 @@ func TestNormReferenceGoesStale(t *testing.T) {
 	if got := n.reference(0); got != 13 {
 		t.Fatalf("after three of them were struck: reference %v, want the larger of the two left, 13", got)
 	}
-	for range 3 * normStaleRun {
+	for range 3 * NormStaleRun {
 		if n.refused("huge") {
 			t.Fatal("one volunteer refused again and again reset the reference")
 		}
 	}
 	n.observe("honest", 13)
-	for i := range normStaleRun - 1 {
+	for i := range NormStaleRun - 1 {
 		if n.refused([]string{"a", "b"}[i%2]) {
-			t.Fatalf("reset after %d refusals, want %d", i+1, normStaleRun)
+			t.Fatalf("reset after %d refusals, want %d", i+1, NormStaleRun)
 		}
 	}
 	if !n.refused("a") {
-		t.Fatalf("no reset after %d refusals in a row from two volunteers", normStaleRun)
+		t.Fatalf("no reset after %d refusals in a row from two volunteers", NormStaleRun)
 	}
 	if got := n.reference(0); got != 0 {
 		t.Fatalf("after the reset: reference %v, want 0 (the gate off)", got)
+	}
+}
+
+// The gate stays off through its warm-up, then limits at ratio times the
+// reference; a stale run of refusals starts the warm-up again, and a
+// near-zero update moves nothing only once the gate is warm.
+func TestNormGateWarmsUpLimitsAndStartsAgain(t *testing.T) {
+	var g NormGate
+	if _, _, on := g.Limit(10); on {
+		t.Fatal("the gate is on before any update was accepted")
+	}
+	for i := range NormWarmup {
+		if nothing, _ := g.MovesNothing(10, 1e-9); nothing {
+			t.Fatalf("a near-zero update refused in the warm-up, after %d", i)
+		}
+		g.Observe([]string{"a", "b", "c"}[i%3], 2)
+	}
+	limit, ref, on := g.Limit(10)
+	if !on || ref != 2 || limit != 20 {
+		t.Fatalf("after the warm-up: limit %v, reference %v, on %v; want 20, 2, true", limit, ref, on)
+	}
+	if _, _, on := g.Limit(0); on {
+		t.Fatal("the gate is on at ratio 0 (max_update_norm_ratio off)")
+	}
+	if nothing, _ := g.MovesNothing(10, 1e-5); !nothing {
+		t.Fatal("an update 1/200,000 of the reference moves something")
+	}
+	if nothing, _ := g.MovesNothing(10, 0.01); nothing {
+		t.Fatal("an update 1/200 of the reference (a batch the model fits) moves nothing")
+	}
+	for i := range NormStaleRun - 1 {
+		if g.Refused([]string{"x", "y"}[i%2]) {
+			t.Fatalf("started again after %d refusals", i+1)
+		}
+	}
+	if !g.Refused("x") {
+		t.Fatalf("no new start after %d refusals in a row from two volunteers", NormStaleRun)
+	}
+	if _, _, on := g.Limit(10); on {
+		t.Fatal("the gate is on right after it started again")
+	}
+	if mean, count := g.Progress(); mean != 0 || count != 0 {
+		t.Fatalf("after the new start: mean %v over %d, want 0 over 0", mean, count)
+	}
+	g.Restore(3, NormWarmup)
+	if _, ref, on := g.Limit(10); !on || ref != 3 {
+		t.Fatalf("restored at a mean of 3: reference %v, on %v", ref, on)
 	}
 }

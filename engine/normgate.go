@@ -1,4 +1,4 @@
-package coordinator
+package engine
 
 import "slices"
 
@@ -29,14 +29,14 @@ const (
 // twentieth of an honest norm, and were then struck and banned, leaving
 // a gate that refused every honest update, with nothing accepted to move
 // it. So a struck volunteer's vote is dropped, and when the gate refuses
-// normStaleRun results in a row from two or more volunteers, with none
+// NormStaleRun results in a row from two or more volunteers, with none
 // accepted between, the reference is what is wrong: it starts again, the
-// gate off until normWarmup more updates are accepted (the robust rule
+// gate off until NormWarmup more updates are accepted (the robust rule
 // and validation still bound them).
-const normStaleRun = 8
+const NormStaleRun = 8
 
-// normRef is the gate's memory: the job's state holds one.
-type normRef struct {
+// normVotes are the volunteers' votes on the gate's reference.
+type normVotes struct {
 	refusedRun  int                 // gate refusals since the last accepted update
 	refusedBy   map[string]struct{} // their volunteers
 	byVolunteer map[string]float64  // each volunteer's running mean of accepted norms
@@ -50,7 +50,7 @@ type normRef struct {
 const normVolunteerWindow = 20
 
 // observe records an accepted update's norm from volunteer.
-func (n *normRef) observe(volunteer string, norm float64) {
+func (n *normVotes) observe(volunteer string, norm float64) {
 	if n.byVolunteer == nil {
 		n.byVolunteer, n.count = map[string]float64{}, map[string]int{}
 	}
@@ -72,7 +72,7 @@ func (n *normRef) observe(volunteer string, norm float64) {
 }
 
 // update recomputes the median of the volunteers' means.
-func (n *normRef) update() {
+func (n *normVotes) update() {
 	n.scratch = n.scratch[:0]
 	for _, v := range n.byVolunteer {
 		n.scratch = append(n.scratch, v)
@@ -92,7 +92,7 @@ func (n *normRef) update() {
 // reference is what the gate compares with: the median over volunteers
 // when enough have voted, else the largest volunteer's mean, else (none
 // yet, as after a restart) mean, the running mean of every accepted norm.
-func (n *normRef) reference(mean float64) float64 {
+func (n *normVotes) reference(mean float64) float64 {
 	switch k := len(n.scratch); {
 	case k >= normVoters:
 		return n.median
@@ -103,7 +103,7 @@ func (n *normRef) reference(mean float64) float64 {
 }
 
 // forget drops volunteer's vote (a spot check struck it).
-func (n *normRef) forget(volunteer string) {
+func (n *normVotes) forget(volunteer string) {
 	if _, ok := n.byVolunteer[volunteer]; !ok {
 		return
 	}
@@ -114,15 +114,15 @@ func (n *normRef) forget(volunteer string) {
 }
 
 // refused records that the gate refused volunteer's update, and reports
-// whether the reference went stale (see normStaleRun): then it has been
+// whether the reference went stale (see NormStaleRun): then it has been
 // cleared, and the caller restarts the gate's warm-up.
-func (n *normRef) refused(volunteer string) bool {
+func (n *normVotes) refused(volunteer string) bool {
 	if n.refusedBy == nil {
 		n.refusedBy = map[string]struct{}{}
 	}
 	n.refusedRun++
 	n.refusedBy[volunteer] = struct{}{}
-	if n.refusedRun < normStaleRun || len(n.refusedBy) < 2 {
+	if n.refusedRun < NormStaleRun || len(n.refusedBy) < 2 {
 		return false
 	}
 	clear(n.byVolunteer)
@@ -132,3 +132,80 @@ func (n *normRef) refused(volunteer string) bool {
 	n.update()
 	return true
 }
+
+// NormGate is the max_update_norm_ratio gate, and the near-zero gate
+// beside it (MovesNothing), for direct results and relays' aggregates
+// alike: the running mean of accepted norms, the volunteers' votes, and
+// the warm-up. The ratio is passed in, as a live patch may change it.
+// Not safe for concurrent use: a job's loop owns it.
+type NormGate struct {
+	mean  float64 // running mean of accepted norms, over about the last 50
+	count int64   // norms accepted since the (re)start
+	votes normVotes
+}
+
+// NormWarmup is how many updates are accepted before the gate starts:
+// the running mean needs a few samples to mean anything.
+const NormWarmup = 10
+
+// minUpdateNormRatio: an update under this share of the reference moves
+// nothing (MovesNothing). Honest updates of a batch the model fits lie
+// within a few hundredths of the reference.
+const minUpdateNormRatio = 1e-4
+
+// Reference is the typical accepted norm the gate compares with: the
+// median over volunteers when enough have voted, else the largest
+// volunteer's mean, else (none yet, as after a restart) the running mean.
+func (g *NormGate) Reference() float64 { return g.votes.reference(g.mean) }
+
+// Limit is the largest norm the gate lets through whole at ratio (the
+// job's max_update_norm_ratio) and the reference it is ratio times; on is
+// false while the gate is off (ratio 0, warming up, no reference yet).
+func (g *NormGate) Limit(ratio float64) (limit, ref float64, on bool) {
+	ref = g.Reference()
+	if ratio <= 0 || g.count < NormWarmup || ref <= 0 {
+		return 0, ref, false
+	}
+	return ratio * ref, ref, true
+}
+
+// MovesNothing reports whether an update of norm, not zero, is so far
+// below the reference that it moves the model by nothing, where the gate
+// is on at ratio; and the reference.
+func (g *NormGate) MovesNothing(ratio, norm float64) (bool, float64) {
+	if ratio <= 0 || g.count < NormWarmup {
+		return false, 0
+	}
+	ref := g.Reference()
+	return ref > 0 && norm > 0 && norm < minUpdateNormRatio*ref, ref
+}
+
+// Observe feeds the gate an accepted update's norm from volunteer: the
+// running mean follows the norms down as training converges, and the
+// votes give the reference no few sources can set.
+func (g *NormGate) Observe(volunteer string, norm float64) {
+	g.count++
+	g.mean += (norm - g.mean) / float64(min(g.count, 50))
+	g.votes.observe(volunteer, norm)
+}
+
+// Refused records that the gate refused volunteer's update, and reports
+// whether the reference went stale: then the gate has started again, off
+// until NormWarmup more updates are accepted.
+func (g *NormGate) Refused(volunteer string) bool {
+	if !g.votes.refused(volunteer) {
+		return false
+	}
+	g.mean, g.count = 0, 0
+	return true
+}
+
+// Forget drops volunteer's vote (a spot check struck it).
+func (g *NormGate) Forget(volunteer string) { g.votes.forget(volunteer) }
+
+// Progress is what a checkpoint keeps of the gate: the running mean and
+// its count (the votes start again after a restart).
+func (g *NormGate) Progress() (mean float64, count int64) { return g.mean, g.count }
+
+// Restore sets what Progress returned.
+func (g *NormGate) Restore(mean float64, count int64) { g.mean, g.count = mean, count }
