@@ -150,27 +150,27 @@ func (j *Job) apply(sub submission) protocol.Ack {
 	// second moment to +Inf and stall the model for good.
 	// The reference is engine.NormGate's: no few clients can set it.
 	update, outlier := res.Update, false
-	if limit, ref, on := st.norms.Limit(st.spec.MaxUpdateNormRatio); on && sub.norm > limit {
-		if sub.norm > outlierMaxOver*limit || !j.clipFollows() && !st.outliers.admit(l.Task, sub.worker, l.Base, sub.norm, res.Update) {
-			j.requeue(l)
-			j.spotRefused(sub, l)
-			if st.norms.Refused(sub.volunteer) {
-				j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
-					j.ID, engine.NormStaleRun, ref))
-			}
-			return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
-				sub.norm, sub.norm/ref, ref, st.spec.MaxUpdateNormRatio))
+	v := st.norms.Judge(st.spec.MaxUpdateNormRatio, engine.NormResult{Volunteer: sub.volunteer, Worker: sub.worker,
+		Task: l.Task, Base: l.Base, Norm: sub.norm, Update: res.Update, ClipFollows: j.clipFollows()})
+	if v.Refused {
+		j.requeue(l)
+		j.spotRefused(sub, l)
+		if v.Stale {
+			j.log.Warn(fmt.Sprintf("job %s: the norm gate refused %d updates in a row from several volunteers, none accepted between: its reference %.3g was stale; it starts again",
+				j.ID, engine.NormStaleRun, v.Ref))
 		}
+		return reject(protocol.ReasonInvalid, fmt.Sprintf("update norm %.3g is %.0fx the typical norm %.3g of accepted updates (limit %gx): the worker looks broken",
+			sub.norm, sub.norm/v.Ref, v.Ref, st.spec.MaxUpdateNormRatio))
+	}
+	if v.Over {
 		// A hard batch: the robust clip bounds it next, or its worker's
-		// record is clean, or two computed it alike (normoutliers.go).
-		update, outlier = scaledCopy(res.Update, limit/sub.norm), true
-		if st.outliers.kept++; st.outliers.kept == 1 || st.outliers.kept%100 == 0 {
+		// record is clean, or two computed it alike (engine/normoutliers.go).
+		update, outlier = scaledCopy(res.Update, v.Limit/sub.norm), true
+		if v.Kept == 1 || v.Kept%100 == 0 {
 			j.log.Info(fmt.Sprintf("job %s: an update of norm %.3g, %.0fx the typical, for task %v: a hard batch (the robust clip bounds it, its worker's record is clean, or two computed it alike); applied scaled to the gate's limit %.3g (%d so far)",
-				j.ID, sub.norm, sub.norm/ref, l.Task, limit, st.outliers.kept))
+				j.ID, sub.norm, sub.norm/v.Ref, l.Task, v.Limit, v.Kept))
 		}
-		sub.norm = limit
-	} else if st.spec.MaxUpdateNormRatio > 0 {
-		st.outliers.note(sub.worker, false)
+		sub.norm = v.Limit
 	}
 	if l.ReplayChecked() {
 		if sub.hash == 0 {
@@ -418,4 +418,14 @@ func (j *Job) activeWorkers(worker string) int {
 func (j *Job) clipFollows() bool {
 	a, ok := j.st.agg.(*engine.Async)
 	return ok && a.Clip != nil && a.Clip.Seeded()
+}
+
+// scaledCopy returns u times k in a new slice: the result itself stays
+// as sent, for the spot checks that compare it.
+func scaledCopy(u []float32, k float64) []float32 {
+	out := make([]float32, len(u))
+	for i, v := range u {
+		out[i] = float32(float64(v) * k)
+	}
+	return out
 }

@@ -209,7 +209,6 @@ type jobState struct {
 	leasesIssued   int64
 	stalenessSum   int64
 	norms          engine.NormGate      // max_update_norm_ratio's gate and the near-zero one
-	outliers       normOutliers         // tasks the gate refused (normoutliers.go)
 	empty          emptyUpdates         // updates that move nothing (emptyupdates.go)
 	grantShares    grantShares          // volunteers of the recent grants (volunteershare.go)
 	starved        map[string]time.Time // volunteers that asked and got nothing, when (volunteershare.go)

@@ -139,9 +139,56 @@ func (n *normVotes) refused(volunteer string) bool {
 // the warm-up. The ratio is passed in, as a live patch may change it.
 // Not safe for concurrent use: a job's loop owns it.
 type NormGate struct {
-	mean  float64 // running mean of accepted norms, over about the last 50
-	count int64   // norms accepted since the (re)start
-	votes normVotes
+	mean     float64 // running mean of accepted norms, over about the last 50
+	count    int64   // norms accepted since the (re)start
+	votes    normVotes
+	outliers normOutliers // updates over the limit: which are hard batches (normoutliers.go)
+}
+
+// NormResult is what the gate judges of one result.
+type NormResult struct {
+	Volunteer, Worker string
+	Task              Task
+	Base              int64 // the version it was computed from
+	Norm              float64
+	Update            []float32
+	// ClipFollows says a robust clip past its warm-up bounds the update
+	// next (async): one over the limit needs no second computation.
+	ClipFollows bool
+}
+
+// NormVerdict is the gate's answer for one result.
+type NormVerdict struct {
+	// Over: the norm is above Limit. Unless Refused, the update is
+	// applied scaled down to Limit (a hard batch, normoutliers.go).
+	Over, Refused bool
+	Limit, Ref    float64
+	// Stale: this refusal showed the reference stale, and the gate has
+	// started again (Refused).
+	Stale bool
+	// Kept counts the updates over the limit let through, this one
+	// included.
+	Kept int64
+}
+
+// Judge judges r at ratio (the job's max_update_norm_ratio).
+func (g *NormGate) Judge(ratio float64, r NormResult) NormVerdict {
+	limit, ref, on := g.Limit(ratio)
+	v := NormVerdict{Limit: limit, Ref: ref}
+	if !on || r.Norm <= limit {
+		if ratio > 0 {
+			g.outliers.note(r.Worker, false)
+		}
+		return v
+	}
+	v.Over = true
+	if r.Norm > outlierMaxOver*limit || !r.ClipFollows && !g.outliers.admit(r.Task, r.Worker, r.Base, r.Norm, r.Update) {
+		v.Refused, v.Stale = true, g.Refused(r.Volunteer)
+		return v
+	}
+	g.outliers.kept++
+	v.Kept = g.outliers.kept
+	return v
 }
 
 // NormWarmup is how many updates are accepted before the gate starts:

@@ -137,3 +137,37 @@ func TestNormGateWarmsUpLimitsAndStartsAgain(t *testing.T) {
 		t.Fatalf("restored at a mean of 3: reference %v, on %v", ref, on)
 	}
 }
+
+// Judge passes what is under the limit, scales what is over it where
+// the robust clip follows, refuses a new worker's outlier nothing
+// vouches for (remembering it for a second computation), and refuses
+// anything far over whatever follows.
+func TestNormGateJudges(t *testing.T) {
+	var g NormGate
+	for i := range NormWarmup {
+		g.Observe([]string{"a", "b", "c"}[i%3], 2)
+	}
+	update := make([]float32, 64)
+	update[3] = 50
+	r := NormResult{Volunteer: "v", Worker: "w", Task: Task{Shard: 1, Count: 64}, Base: 7, Update: update}
+	r.Norm = 5
+	if v := g.Judge(10, r); v.Over || v.Refused {
+		t.Fatalf("a norm under the limit: %+v", v)
+	}
+	r.Norm, r.ClipFollows = 50, true
+	if v := g.Judge(10, r); !v.Over || v.Refused || v.Limit != 20 || v.Kept != 1 {
+		t.Fatalf("over the limit, the clip following: %+v; want scaled to 20, the first kept", v)
+	}
+	r.Worker, r.ClipFollows = "new", false
+	if v := g.Judge(10, r); !v.Over || !v.Refused {
+		t.Fatalf("a new worker's outlier, nothing following: %+v; want refused", v)
+	}
+	r.Worker = "other"
+	if v := g.Judge(10, r); !v.Over || v.Refused {
+		t.Fatalf("a second worker computing the same task alike: %+v; want scaled, not refused", v)
+	}
+	r.Norm, r.ClipFollows = 20*outlierMaxOver*2, true
+	if v := g.Judge(10, r); !v.Refused {
+		t.Fatalf("far over the limit: %+v; want refused whatever follows", v)
+	}
+}

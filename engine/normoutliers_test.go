@@ -1,10 +1,8 @@
-package coordinator
+package engine
 
 import (
 	"math/rand/v2"
 	"testing"
-
-	"github.com/crowdtrain/crowdtrain/engine"
 )
 
 // hardBatch is the large update every honest worker computes for one
@@ -33,7 +31,7 @@ func TestNormOutliersAdmitHardBatchesNotGarbage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 5000
 	hard := randomUpdate(rng, n)
-	task := engine.Task{Shard: 3, Start: 64, Count: 64}
+	task := Task{Shard: 3, Start: 64, Count: 64}
 	var o normOutliers
 
 	// A new worker is not trusted: its first outlier is refused, and the
@@ -68,13 +66,13 @@ func TestNormOutliersAdmitHardBatchesNotGarbage(t *testing.T) {
 	for range 10 {
 		o.note("new", false)
 	}
-	if !o.trusted("new") || !o.admit(engine.Task{Shard: 9}, "new", 40, 1, hardBatch(rng, hard)) {
+	if !o.trusted("new") || !o.admit(Task{Shard: 9}, "new", 40, 1, hardBatch(rng, hard)) {
 		t.Fatal("a worker with ten clean results in a row was not taken at its word")
 	}
 
 	// Random garbage, from one worker or two, never agrees.
 	for i := range 50 {
-		tk := engine.Task{Shard: 100 + i}
+		tk := Task{Shard: 100 + i}
 		if o.admit(tk, "noisy", int64(i), 5, randomUpdate(rng, n)) || o.admit(tk, "noisy2", int64(i+1), 5, randomUpdate(rng, n)) {
 			t.Fatalf("random garbage admitted at task %d", i)
 		}
@@ -85,7 +83,7 @@ func TestNormOutliersAdmitHardBatchesNotGarbage(t *testing.T) {
 	fixed := randomUpdate(rng, n)
 	admitted := 0
 	for i := range 50 {
-		tk := engine.Task{Shard: 200 + i}
+		tk := Task{Shard: 200 + i}
 		o.admit(tk, "stuck", int64(2*i), 5, fixed)
 		if o.admit(tk, "stuck", int64(2*i+1), 5, fixed) {
 			admitted++
@@ -101,7 +99,7 @@ func TestNormOutliersBounded(t *testing.T) {
 	var o normOutliers
 	u := []float32{1, 2, 3}
 	for i := range 10 * outlierTasks {
-		o.admit(engine.Task{Shard: i}, "w", 0, 5, u)
+		o.admit(Task{Shard: i}, "w", 0, 5, u)
 	}
 	if len(o.byTask) > outlierTasks || len(o.order) > 2*outlierTasks {
 		t.Fatalf("%d witnesses, %d names kept; want at most %d and %d", len(o.byTask), len(o.order), outlierTasks, 2*outlierTasks)

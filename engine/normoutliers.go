@@ -1,10 +1,6 @@
-package coordinator
+package engine
 
-import (
-	"math"
-
-	"github.com/crowdtrain/crowdtrain/engine"
-)
+import "math"
 
 // An honest update can be far above the typical norm. Near convergence
 // most batches' gradients are tiny, and a batch holding an example the
@@ -100,12 +96,11 @@ type outlierWitness struct {
 	sketch *updateSketch
 }
 
-// normOutliers is the gate's memory of refused tasks: the job's state
-// holds one.
+// normOutliers is the gate's memory of refused tasks.
 type normOutliers struct {
-	byTask map[engine.Task]outlierWitness
-	order  []engine.Task // by first refusal, for eviction; may name forgotten tasks
-	kept   int64         // updates over the limit let through (counted by the caller)
+	byTask map[Task]outlierWitness
+	order  []Task // by first refusal, for eviction; may name forgotten tasks
+	kept   int64         // updates over the limit let through
 	// refusals is each worker's smoothed share of results the gate
 	// flagged, kept when it moves to another job and back (a worker id
 	// is one connection's), for trustWorkers workers at most.
@@ -144,9 +139,9 @@ func (o *normOutliers) trusted(worker string) bool {
 // admit reports whether an update of norm above the gate's limit,
 // computed by worker for task from version base, is applied (scaled to
 // the limit). If it is not, it becomes the task's witness.
-func (o *normOutliers) admit(task engine.Task, worker string, base int64, norm float64, update []float32) bool {
+func (o *normOutliers) admit(task Task, worker string, base int64, norm float64, update []float32) bool {
 	if o.byTask == nil {
-		o.byTask = map[engine.Task]outlierWitness{}
+		o.byTask = map[Task]outlierWitness{}
 	}
 	w, seen := o.byTask[task]
 	retake := seen && w.worker == worker
@@ -177,7 +172,7 @@ func (o *normOutliers) admit(task engine.Task, worker string, base int64, norm f
 }
 
 // remember makes w the task's witness; seen says it had one.
-func (o *normOutliers) remember(task engine.Task, w outlierWitness, seen bool) {
+func (o *normOutliers) remember(task Task, w outlierWitness, seen bool) {
 	if !seen {
 		for len(o.byTask) >= outlierTasks {
 			delete(o.byTask, o.order[0])
@@ -195,14 +190,4 @@ func (o *normOutliers) remember(task engine.Task, w outlierWitness, seen bool) {
 		o.order = append(o.order, task)
 	}
 	o.byTask[task] = w
-}
-
-// scaledCopy returns u times k in a new slice: the result itself stays
-// as sent, for the spot checks that compare it.
-func scaledCopy(u []float32, k float64) []float32 {
-	out := make([]float32, len(u))
-	for i, v := range u {
-		out[i] = float32(float64(v) * k)
-	}
-	return out
 }
