@@ -10,33 +10,18 @@ import (
 	"github.com/crowdtrain/crowdtrain/engine"
 )
 
-// A hostage takes leases and never answers: each of its leases holds a
-// task until the deadline, and at the end of an epoch the whole job waits
-// on it. Each expiry halves the lease cap of the volunteer whose lease it
-// was (at least 1; all its connections together), and each accepted
-// result raises the cap by one again, up to Config.MaxLeases. A volunteer
-// whose leases expire Config.MaxExpiriesInARow times with no accepted
-// result between is dropped: its connections close, and its hellos are
+// Hostages: engine.LeaseCaps halves a volunteer's lease cap at each
+// expiry and raises it by one at each accepted result; a volunteer whose
+// leases expire Config.MaxExpiriesInARow times with no accepted result
+// between is dropped here: its connections close, and its hellos are
 // refused as rate_limited for Config.HostageCoolOff. Straggler backups
 // (stragglers.go) finish the tasks it sits on meanwhile.
-
-// maxCapped bounds the volunteers with a cut lease cap a job remembers;
-// past it, the longest untouched is forgotten (back to a full cap).
-const maxCapped = 4096
-
-// leaseCap is a volunteer's cut lease cap.
-type leaseCap struct {
-	cap     int // leases it may hold, all its connections together
-	inARow  int // expiries since its last accepted result
-	expired int // expiries in all, for the idle message
-	at      time.Time
-}
 
 // abuseState is what a job's loop keeps against hostages, stragglers and
 // replays.
 type abuseState struct {
-	caps            map[string]*leaseCap // by volunteer
-	dropped         int64                // volunteers dropped for expiries in a row
+	caps            engine.LeaseCaps // hostages' cut lease caps
+	dropped         int64            // volunteers dropped for expiries in a row
 	backupsGranted  int64
 	backupsAnswered int64 // tasks whose backup's result came first
 	// answers holds, in a round mode, the result applied for a backed-up
@@ -75,7 +60,7 @@ type AbuseView struct {
 
 func (j *Job) abuseView() AbuseView {
 	a := &j.st.abuse
-	return AbuseView{LimitedVolunteers: len(a.caps), DroppedVolunteers: a.dropped,
+	return AbuseView{LimitedVolunteers: a.caps.Len(), DroppedVolunteers: a.dropped,
 		BackupsGranted: a.backupsGranted, BackupsAnswered: a.backupsAnswered, LateCopiesCredited: a.lateCredited, Reclaimed: a.reclaimed}
 }
 
@@ -88,31 +73,16 @@ func (j *Job) leaseExpired(l *engine.Lease) {
 	}
 	lim := j.limits.orDefaults()
 	a := &st.abuse
-	c := a.caps[m.volunteer]
-	if c == nil {
-		if a.caps == nil {
-			a.caps = map[string]*leaseCap{}
-		}
-		if len(a.caps) >= maxCapped {
-			a.forgetOldest()
-		}
-		c = &leaseCap{cap: lim.maxLeases}
-		a.caps[m.volunteer] = c
-	}
-	c.cap = max(1, c.cap/2)
-	c.inARow++
-	c.expired++
-	c.at = st.sched.Now()
-	if c.inARow < lim.expiriesInARow {
+	capNow, inARow, drop := a.caps.Expired(m.volunteer, st.sched.Now(), lim.maxLeases, lim.expiriesInARow)
+	if !drop {
 		j.log.Info(fmt.Sprintf("job %s: volunteer %s (worker %s, %s) let lease %d expire without a result (%d in a row): it may hold %d leases now",
-			j.ID, m.volunteer, l.Worker, m.address, l.ID, c.inARow, c.cap), logVolunteer, m.volunteer, logWorker, l.Worker)
+			j.ID, m.volunteer, l.Worker, m.address, l.ID, inARow, capNow), logVolunteer, m.volunteer, logWorker, l.Worker)
 		return
 	}
 	a.dropped++
 	until := time.Now().Add(lim.coolOff)
-	reason := fmt.Sprintf("%d leases expired in a row with no result: refused for %v", c.inARow, lim.coolOff)
+	reason := fmt.Sprintf("%d leases expired in a row with no result: refused for %v", inARow, lim.coolOff)
 	j.log.Warn(fmt.Sprintf("job %s: volunteer %s (worker %s, %s) dropped: %s", j.ID, m.volunteer, l.Worker, m.address, reason), logVolunteer, m.volunteer, logWorker, l.Worker)
-	c.inARow = 0
 	if lim.drop != nil {
 		lim.drop(m.volunteer, reason, until)
 	}
@@ -126,26 +96,7 @@ func (j *Job) resultAccepted(worker string) {
 	if !ok {
 		return
 	}
-	c := st.abuse.caps[m.volunteer]
-	if c == nil {
-		return
-	}
-	c.inARow = 0
-	c.at = st.sched.Now()
-	if c.cap++; c.cap >= j.limits.orDefaults().maxLeases {
-		delete(st.abuse.caps, m.volunteer)
-	}
-}
-
-func (a *abuseState) forgetOldest() {
-	var oldest string
-	var at time.Time
-	for v, c := range a.caps {
-		if oldest == "" || c.at.Before(at) {
-			oldest, at = v, c.at
-		}
-	}
-	delete(a.caps, oldest)
+	st.abuse.caps.Accepted(m.volunteer, st.sched.Now(), j.limits.orDefaults().maxLeases)
 }
 
 // coolOffs is the server's table of volunteers refused for a while,

@@ -94,9 +94,9 @@ func (j *Job) leaseShare(worker string) (share int, why string) {
 	addrHeld, volHeld := st.held.addr[m.address], st.held.vol[m.volunteer]
 	share = lim.perAddress - addrHeld
 	why = fmt.Sprintf("this address holds %d leases, its share (max_leases_per_address %d); ask again when one is answered", addrHeld, lim.perAddress)
-	if c := st.abuse.caps[m.volunteer]; c != nil && c.cap-volHeld < share {
-		share = c.cap - volHeld
-		why = fmt.Sprintf("%d of this volunteer's leases expired without a result: it may hold %d until its results are accepted again", c.expired, c.cap)
+	if capNow, expired, ok := st.abuse.caps.Cap(m.volunteer); ok && capNow-volHeld < share {
+		share = capNow - volHeld
+		why = fmt.Sprintf("%d of this volunteer's leases expired without a result: it may hold %d until its results are accepted again", expired, capNow)
 	}
 	if s, w := j.volunteerShare(m.volunteer); s < share { // volunteershare.go
 		share, why = s, w
