@@ -62,7 +62,9 @@ func hostileSpec(tb testing.TB, mode string, group, maxEpochs int) jobspec.Spec 
 	var y string
 	switch mode {
 	case "async":
-		y = ""
+		// Evaluated as often as sync: the default 250 versions made
+		// ratios of versions to the target steps of 0.2x to 0.25x.
+		y = "eval_every: 100\n"
 	case "sync":
 		y = "mode: sync\neval_every: 100\n" + rounds
 	case "diloco":
@@ -218,9 +220,9 @@ func runHostileCell(tb testing.TB, c hostileCell, maxEpochs int, timeout time.Du
 	if sc := out.view.SpotChecks; sc != nil {
 		spot = sc.SpotCounters
 	}
-	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v; spot checks %+v",
+	tb.Logf("%s: %s (%s) accuracy %.4f in %.1fs, epoch %d, version %d, applied %d; job clipped %d, validated %d, rejections %v; forged sent %d, applied %d (%d clipped), rejected %d %v; spot checks %+v; validation's second opinions %+v",
 		c.name(), out.view.State, out.view.Reason, out.accuracy(), out.elapsed.Seconds(), out.view.Epoch, out.view.Version, out.view.UpdatesApplied,
-		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons, spot)
+		out.view.Clipped, out.view.Validated, out.view.Rejections, f.Sent, f.Accepted, f.Clipped, f.Rejected, f.Reasons, spot, out.view.Rechecks)
 	return out
 }
 
