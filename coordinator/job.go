@@ -363,6 +363,7 @@ func (j *Job) loop(ctx context.Context, checkpointEvery time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
+			j.dropWaitingRechecks("the job stopped while this result waited for the coordinator to recompute it")
 			return
 		case f := <-j.reqs:
 			f()

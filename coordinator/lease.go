@@ -263,7 +263,8 @@ func (j *Job) expireLeases() {
 		j.leaseExpired(l) // hostages.go
 	}
 	j.spotExpire()
-	j.spotReferee() // a dispute that waited for the recomputations' bound
+	j.spotReferee()    // a dispute that waited for the recomputations' bound
+	j.recheckWaiting() // results refused by validation, waiting for theirs (recheck.go)
 }
 
 // requeue puts a settled lease's task back (its result was rejected), or

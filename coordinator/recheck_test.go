@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,59 @@ func TestValidationRefusalIsRecomputedBeforeTheWorkIsLost(t *testing.T) {
 	}
 	if b := book[lid]; b.Examples != 0 || b.Strikes != 1 {
 		t.Fatalf("the liar: %+v; want no credit and one strike", b)
+	}
+}
+
+// Refusals come in bursts. Results the validation refuses all at once,
+// more than the recomputations that may run together, wait for one
+// instead of being refused unheard: every honest one is recomputed and
+// credited, none skipped.
+func TestABurstOfValidationRefusalsWaitsForItsRecomputations(t *testing.T) {
+	spec := jobSpec(t, "mnist-mlp", func(s *jobspec.Spec) {
+		s.TargetAccuracy, s.EvalEvery = 1, 1_000_000
+		s.SpotCheck = 0
+		s.InnerOptimizer.LR = 500 // every honest step climbs: validation refuses each
+	})
+	m, err := nn.NewModel(spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGrid(t, spec)
+	const n = 12
+	clients := make([]*rawClient, n)
+	leases := make([]protocol.Lease, n)
+	frames := make([][]byte, n)
+	for i := range n {
+		clients[i] = g.joinRawKey(fmt.Sprintf("recheck-burst-volunteer-%02d-aaaaaa", i))
+		leases[i] = clients[i].leases(1)[0]
+	}
+	for i := range n {
+		b, err := protocol.Encode(g.honestResult(m, leases[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = b
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- clients[i].sendBytes(frames[i]) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		ack := clients[i].ack(leases[i].ID)
+		if !ack.Accepted || !strings.Contains(ack.Detail, "credited, not applied") {
+			t.Errorf("honest result %d: %+v; want it recomputed and credited", i, ack)
+		}
+	}
+	v := g.waitFor("every result decided", 10*time.Second, func(v coordinator.JobView) bool {
+		return v.Rechecks.Vindicated+v.Rechecks.Refuted+v.Rechecks.Skipped >= n
+	})
+	t.Logf("second opinions: %+v", v.Rechecks)
+	if r := v.Rechecks; r.Vindicated != n || r.Skipped != 0 {
+		t.Errorf("second opinions %+v: want all %d vindicated, none skipped", r, n)
 	}
 }
