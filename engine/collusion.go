@@ -22,8 +22,9 @@ import (
 // honest pairs' smallest distance was 0.9 to 0.95 times the median
 // pairwise distance in every round of a clean run, the attackers' at
 // most 0.4 times. They are
-// left out of the round's aggregate. A round needs three results of two
-// origins or more to have a median to compare with. Copies of a mean (a
+// left out of the round's aggregate, unless they are more than half of
+// it. A round needs three results of two origins or more to have a
+// median to compare with. Copies of a mean (a
 // relay's sum, a restored partial round; noOrigin) are never compared:
 // a relay's mean of many honest results lies closer to another relay's
 // than two results do, and its relay has bounded each of them.
@@ -94,15 +95,29 @@ func colluding(held [][]float32, origin []int) []bool {
 	slices.Sort(typical)
 	limit := collusionRatio * typical[len(typical)/2]
 	var out []bool
+	marked := 0
 	for a := range n {
 		for b := a + 1; b < n; b++ {
 			if compared(a, b) && d[a][b] < limit && 1-d[a][b] > collusionMinCos {
 				if out == nil {
 					out = make([]bool, n)
 				}
-				out[a], out[b] = true, true
+				for _, k := range [2]int{a, b} {
+					if !out[k] {
+						out[k] = true
+						marked++
+					}
+				}
 			}
 		}
+	}
+	if 2*marked > n {
+		// Most of the round alike is the crowd agreeing, not a
+		// collusion: in a round of three (one attacker of four) the
+		// two honest deltas of an early round stand close beside an
+		// IPM or sign-flipped third, and leaving them out applied the
+		// attacker's result alone.
+		return nil
 	}
 	return out
 }

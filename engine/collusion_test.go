@@ -134,4 +134,11 @@ func TestRoundsLeaveColludingResultsOut(t *testing.T) {
 	if bad := colluding(held, []int{1, 2, 3, 4}); bad != nil {
 		t.Errorf("three honest deltas and an IPM one: marked %v, want none", bad)
 	}
+	// A round of three (one attacker of four volunteers): two honest
+	// deltas and one against their mean. The two honest ones are the
+	// closest pair, and the round's majority: never left out.
+	three := [][]float32{held[0], held[1], held[3]}
+	if bad := colluding(three, []int{1, 2, 3}); bad != nil {
+		t.Errorf("two honest deltas and an IPM one: marked %v, want none", bad)
+	}
 }

@@ -53,6 +53,14 @@ const (
 	climbGap = 3.0
 	// climbOver is the fewest results a round judges.
 	climbOver = 3
+	// climbSpread is the fewest scores whose robust deviation is taken
+	// for a cluster's spread: the kept ones', or for a climbing
+	// majority the climbing ones'. The deviation of two is half their
+	// difference, and in rounds of three (one attacker of four) honest
+	// noise near the target then stood "apart" in one round in four:
+	// one honest result of three was left out again and again, and the
+	// clean-free cells needed 1.8x and 2.9x the clean versions.
+	climbSpread = 4
 )
 
 // climbing reports, for each result of a round by its descent score and
@@ -88,10 +96,12 @@ func climbing(scores []float64, origin []int) (out []bool, majority bool) {
 	}
 	majority = 2*len(kept) < len(scores)
 	spread := deviation(kept)
-	if majority {
-		if slices.Min(kept) <= 0 {
-			return nil, false // the minority does not all descend either
-		}
+	switch {
+	case !majority && len(kept) < climbSpread, majority && len(left) < climbSpread:
+		return nil, false // too few to tell a cluster's spread
+	case majority && slices.Min(kept) <= 0:
+		return nil, false // the minority does not all descend either
+	case majority:
 		spread = max(spread, deviation(left))
 	}
 	if slices.Min(kept)-slices.Max(left) <= climbGap*spread {

@@ -32,6 +32,8 @@ func TestClimbingLeavesOutTheFlippedCluster(t *testing.T) {
 		{"a climbing majority spread as wide as its gap", []float64{-0.004, -0.012, -0.020, -0.028, -0.036, 0.010}, []int{1, 2, 3, 4, 5, 6}, nil, false},
 		{"nothing descends", []float64{-0.01, -0.02, -0.03}, []int{1, 2, 3}, nil, false},
 		{"a relay's mean climbing beside honest ones", []float64{0.03, 0.031, 0.029, -0.03}, []int{1, 2, 3, noOrigin}, nil, false},
+		{"a round of three, honest noise near the target", []float64{0.0018, -0.0037, 0.0022}, []int{1, 2, 3}, nil, false},
+		{"a round of four, one flipped: three kept are too few to tell a spread", []float64{0.03, 0.031, 0.029, -0.03}, []int{1, 2, 3, 4}, nil, false},
 		{"two results: too few to judge", []float64{0.03, -0.03}, []int{1, 2}, nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
