@@ -208,13 +208,11 @@ type jobState struct {
 	climbing       int64 // results a DiLoCo round left out as climbing (engine/descent.go)
 	leasesIssued   int64
 	stalenessSum   int64
-	norms          engine.NormGate      // max_update_norm_ratio's gate and the near-zero one
-	empty          emptyUpdates         // updates that move nothing (emptyupdates.go)
-	grantShares    grantShares          // volunteers of the recent grants (volunteershare.go)
-	starved        map[string]time.Time // volunteers that asked and got nothing, when (volunteershare.go)
-	starvedPruned  time.Time
-	validationSeen int64 // accepted updates, for observeValidation's sample
-	nonFiniteRun   int   // results with NaN/Inf since the last accepted one
+	norms          engine.NormGate        // max_update_norm_ratio's gate and the near-zero one
+	empty          emptyUpdates           // updates that move nothing (emptyupdates.go)
+	shares         engine.VolunteerShares // each volunteer's share of the recent grants
+	validationSeen int64                  // accepted updates, for observeValidation's sample
+	nonFiniteRun   int                    // results with NaN/Inf since the last accepted one
 	evalRunning    bool
 	lastEvalAt     int64 // version of the last evaluation started
 	// lastEvalApplied is st.applied then: an asynchronous mode's relay

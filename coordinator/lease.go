@@ -104,7 +104,7 @@ func (j *Job) issued(worker string) {
 	st := &j.st
 	st.leasesIssued++
 	if m, ok := st.members[worker]; ok {
-		st.grantShares.add(m.volunteer)
+		st.shares.Granted(m.volunteer)
 	}
 }
 
