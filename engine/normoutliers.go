@@ -100,7 +100,7 @@ type outlierWitness struct {
 type normOutliers struct {
 	byTask map[Task]outlierWitness
 	order  []Task // by first refusal, for eviction; may name forgotten tasks
-	kept   int64         // updates over the limit let through
+	kept   int64  // updates over the limit let through
 	// refusals is each worker's smoothed share of results the gate
 	// flagged, kept when it moves to another job and back (a worker id
 	// is one connection's), for trustWorkers workers at most.
