@@ -58,8 +58,9 @@ const (
 	// majority the climbing ones'. The deviation of two is half their
 	// difference, and in rounds of three (one attacker of four) honest
 	// noise near the target then stood "apart" in one round in four:
-	// one honest result of three was left out again and again, and the
-	// clean-free cells needed 1.8x and 2.9x the clean versions.
+	// one honest result of three was left out again and again (with the
+	// collusion check's like fault, collusion.go, the cells of one
+	// attacker of four needed 1.8x and 2.9x the clean versions).
 	climbSpread = 4
 )
 
