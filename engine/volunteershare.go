@@ -9,7 +9,7 @@ import "time"
 // the last shareWindow primary tasks granted, a volunteer (by key, else by
 // address, all its connections summed) takes at most shareSlack times its
 // share of the volunteers connected, until spot checks have vouched for it
-// (engine.SpotChecks.Vouched): a fast honest volunteer, a GPU beside CPUs,
+// (SpotChecks.Vouched): a fast honest volunteer, a GPU beside CPUs,
 // earns its way past the bound by results that agree with others'.
 //
 // The bound holds only while another volunteer goes without: one that
