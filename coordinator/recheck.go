@@ -146,16 +146,17 @@ func (j *Job) recheck(sub submission, l *engine.Lease, ack protocol.Ack, detail 
 		st.recheck.skipped++
 		return ack, false
 	}
+	free := len(st.recheck.waiting) == 0 && j.recheckFree()
+	if !free && len(st.recheck.waiting) >= j.recheckQueueLen() {
+		st.recheck.skipped++
+		return ack, false
+	}
 	// The connection's reader waits for the ack, but if the connection
 	// drops its frame's memory goes back to the pool: keep copies.
 	res := *sub.res
 	res.Update = slices.Clone(res.Update)
 	sub.res = &res
-	if len(st.recheck.waiting) > 0 || !j.recheckFree() {
-		if len(st.recheck.waiting) >= j.recheckQueueLen() {
-			st.recheck.skipped++
-			return ack, false
-		}
+	if !free {
 		st.recheck.waited++
 		st.recheck.waiting = append(st.recheck.waiting, waitingRecheck{sub: sub, l: l, ack: ack, detail: detail, snap: snap, since: st.sched.Now()})
 		ack.Reason = ackLater
